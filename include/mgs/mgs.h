@@ -1,0 +1,252 @@
+/*
+ * mgs: merged-gradient sparsification runtime -- the public C ABI.
+ *
+ * This header is the only interface a framework adapter needs. It is C99, every
+ * function returns an mgs_status_t, handles are opaque integers, and no C++
+ * exception ever crosses it.
+ *
+ * Threading contract
+ *   - mgs_init / mgs_shutdown must not race with each other or with any other
+ *     call; call them from one thread.
+ *   - Every other function is thread-safe: any framework thread may enqueue,
+ *     poll, wait and release concurrently.
+ *   - All communication (MPI) happens on one background "coordinator" thread per
+ *     process; enqueue functions only queue a request and return at once.
+ *
+ * Errors
+ *   - A function that fails returns a non-zero status and stores a message for
+ *     the calling thread, readable with mgs_last_error().
+ *   - An asynchronous operation that fails (for example a shape mismatch across
+ *     ranks, detected during negotiation) completes its handle with an error
+ *     status; mgs_wait() returns that status and mgs_handle_error() the message.
+ *     Such errors are reported on every rank, naming the tensor and the ranks.
+ *
+ * Names
+ *   Collective operations are matched across ranks by their name. A name must be
+ *   unique among the operations in flight on one rank; ranks may enqueue the same
+ *   names in any order.
+ */
+#ifndef MGS_MGS_H_
+#define MGS_MGS_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define MGS_API __attribute__((visibility("default")))
+#else
+#define MGS_API
+#endif
+
+/* ---------------------------------------------------------------- status -- */
+
+/** Result of every mgs function and of every asynchronous operation. */
+typedef enum mgs_status {
+  MGS_SUCCESS = 0,
+  MGS_ERR_INVALID_ARGUMENT = 1,  /**< bad pointer, dtype, shape, name, handle... */
+  MGS_ERR_NOT_INITIALIZED = 2,   /**< called before mgs_init() or after mgs_shutdown() */
+  MGS_ERR_ALREADY_INITIALIZED = 3,
+  MGS_ERR_DUPLICATE_NAME = 4,    /**< the name is already in flight on this rank */
+  MGS_ERR_MISMATCH = 5,          /**< ranks disagree on dtype, shape, op, root or device */
+  MGS_ERR_CONFIG = 6,            /**< an MGS_* environment variable is unknown or invalid */
+  MGS_ERR_COMMUNICATION = 7,     /**< an MPI / NCCL call failed */
+  MGS_ERR_CUDA = 8,              /**< a CUDA call failed */
+  MGS_ERR_TIMEOUT = 9,           /**< the stall inspector aborted the operation */
+  MGS_ERR_SHUTDOWN = 10,         /**< the runtime shut down before the operation ran */
+  MGS_ERR_UNSUPPORTED = 11,      /**< valid request this build cannot serve (e.g. no CUDA) */
+  MGS_ERR_NUMERIC = 12,          /**< non-finite values where they are not allowed */
+  MGS_ERR_INTERNAL = 13,
+  MGS_ERR_IN_PROGRESS = 14       /**< the operation has not completed yet */
+} mgs_status_t;
+
+/** A static, human-readable name for a status ("MGS_ERR_MISMATCH: ..."). Never NULL. */
+MGS_API const char* mgs_status_string(mgs_status_t status);
+
+/**
+ * The message of the last failed mgs call on the calling thread (thread-local).
+ * Empty string if the last call succeeded. Valid until the thread's next mgs call.
+ */
+MGS_API const char* mgs_last_error(void);
+
+/* ---------------------------------------------------------------- tensors -- */
+
+typedef enum mgs_dtype {
+  MGS_FLOAT32 = 0,
+  MGS_FLOAT64 = 1,
+  MGS_FLOAT16 = 2,
+  MGS_BFLOAT16 = 3,
+  MGS_INT32 = 4,
+  MGS_INT64 = 5,
+  MGS_UINT8 = 6
+} mgs_dtype_t;
+
+/** Size in bytes of one element of `dtype`, or 0 for an unknown dtype. */
+MGS_API size_t mgs_dtype_size(mgs_dtype_t dtype);
+
+/** Value of mgs_tensor_t.device for host memory. */
+#define MGS_DEVICE_CPU (-1)
+/** Most dimensions a tensor may have. */
+#define MGS_MAX_DIMS 8
+
+/**
+ * A dense, contiguous (row-major) tensor owned by the caller. mgs reads `shape`
+ * only during the enqueue call; `data` must stay valid until the operation's
+ * handle completes.
+ */
+typedef struct mgs_tensor {
+  void* data;               /**< host pointer, or CUDA device pointer */
+  mgs_dtype_t dtype;
+  int32_t ndim;             /**< 0 (scalar) .. MGS_MAX_DIMS */
+  const int64_t* shape;     /**< ndim non-negative extents (may be NULL when ndim == 0) */
+  int32_t device;           /**< MGS_DEVICE_CPU or a CUDA device ordinal */
+  void* stream;             /**< CUDA: the framework's cudaStream_t producing `data` (may be NULL) */
+  void* ready_event;        /**< CUDA: a cudaEvent_t recorded after `data` is written (may be NULL:
+                                 then mgs waits for `stream`) */
+} mgs_tensor_t;
+
+/* -------------------------------------------------------------- lifecycle -- */
+
+/**
+ * Initialise the runtime: read and validate every MGS_* environment variable,
+ * initialise MPI if the caller has not (MPI_THREAD_FUNNELED on the coordinator
+ * thread; a caller-initialised MPI must provide MPI_THREAD_MULTIPLE), and start
+ * the coordinator thread. Collective: every rank must call it.
+ * Errors: MGS_ERR_CONFIG (names the variable, the value and what is allowed),
+ * MGS_ERR_ALREADY_INITIALIZED, MGS_ERR_COMMUNICATION.
+ * MPI cannot be re-initialised once finalised, so a second mgs_init after
+ * mgs_shutdown fails with MGS_ERR_UNSUPPORTED when mgs initialised MPI itself.
+ */
+MGS_API mgs_status_t mgs_init(void);
+
+/**
+ * Stop the coordinator and release resources. Operations still pending complete
+ * with MGS_ERR_SHUTDOWN. Collective in spirit: ranks negotiate the shutdown, but a
+ * rank that shuts down early never makes the others hang (they see
+ * MGS_ERR_SHUTDOWN for operations that can no longer run). Idempotent.
+ */
+MGS_API mgs_status_t mgs_shutdown(void);
+
+/** 1 if the runtime is initialised and running, else 0. Never fails. */
+MGS_API int mgs_is_initialized(void);
+
+/* --------------------------------------------------------------- topology -- */
+
+/** Rank, world size, rank on this host and ranks on this host. MGS_ERR_NOT_INITIALIZED before init. */
+MGS_API mgs_status_t mgs_rank(int* rank);
+MGS_API mgs_status_t mgs_size(int* size);
+MGS_API mgs_status_t mgs_local_rank(int* local_rank);
+MGS_API mgs_status_t mgs_local_size(int* local_size);
+
+/* ------------------------------------------------------------- operations -- */
+
+/** Opaque handle of an asynchronous operation. 0 is never a valid handle. */
+typedef uint64_t mgs_handle_t;
+
+typedef enum mgs_reduce_op {
+  MGS_REDUCE_SUM = 0,
+  MGS_REDUCE_AVERAGE = 1
+} mgs_reduce_op_t;
+
+/** Flags for mgs_allreduce_async. */
+#define MGS_FLAG_NONE 0u
+/**
+ * The tensor is a gradient that may be sparsified when MGS_COMPRESSOR is not
+ * "none" (the result then equals the average of the selected entries, with the
+ * rest kept as a per-tensor residual). Without it the reduction is always exact.
+ */
+#define MGS_FLAG_SPARSE_OK 1u
+
+/**
+ * Allreduce `input` into `output` (may be the same tensor: in place) across all
+ * ranks. The result is prescale * sum_over_ranks(input) * postscale, divided by the
+ * world size for MGS_REDUCE_AVERAGE. Integer tensors are scaled in double and
+ * rounded toward zero. `input` and `output` must have the same dtype, shape and
+ * device. Every rank must use the same name, dtype, shape, device kind, op, scale
+ * factors and flags, or the operation fails on every rank with MGS_ERR_MISMATCH.
+ * Errors at enqueue: MGS_ERR_NOT_INITIALIZED, MGS_ERR_INVALID_ARGUMENT,
+ * MGS_ERR_DUPLICATE_NAME, MGS_ERR_UNSUPPORTED (CUDA tensor in a CPU-only build).
+ */
+MGS_API mgs_status_t mgs_allreduce_async(const char* name, const mgs_tensor_t* input,
+                                         const mgs_tensor_t* output, mgs_reduce_op_t op,
+                                         double prescale_factor, double postscale_factor,
+                                         uint32_t flags, mgs_handle_t* handle);
+
+/**
+ * Concatenate every rank's `input` along the first dimension, in rank order. The
+ * first dimension may differ per rank; dtype, the other dimensions and the device
+ * kind must agree. The result is held by the runtime: after the handle completes,
+ * query its shape with mgs_allgather_output_shape() and copy it out with
+ * mgs_allgather_copy_output(); mgs_allgather_rank_sizes() gives each rank's first
+ * dimension. `input` may be released as soon as the handle completes.
+ */
+MGS_API mgs_status_t mgs_allgather_async(const char* name, const mgs_tensor_t* input,
+                                         mgs_handle_t* handle);
+
+/**
+ * After a successful allgather: the output's number of dimensions and extents
+ * (`shape` must hold MGS_MAX_DIMS entries).
+ */
+MGS_API mgs_status_t mgs_allgather_output_shape(mgs_handle_t handle, int32_t* ndim,
+                                                int64_t* shape);
+
+/** After a successful allgather: the first dimension of every rank (`sizes` holds world-size entries). */
+MGS_API mgs_status_t mgs_allgather_rank_sizes(mgs_handle_t handle, int64_t* sizes);
+
+/**
+ * Copy an allgather's result into `output`, which must have the dtype and shape
+ * reported by mgs_allgather_output_shape(). CPU or CUDA destinations.
+ */
+MGS_API mgs_status_t mgs_allgather_copy_output(mgs_handle_t handle, const mgs_tensor_t* output);
+
+/**
+ * Broadcast `tensor` (in place) from `root_rank` to every rank. Every rank must use
+ * the same name, dtype, shape, device kind and root.
+ */
+MGS_API mgs_status_t mgs_broadcast_async(const char* name, const mgs_tensor_t* tensor,
+                                         int root_rank, mgs_handle_t* handle);
+
+/** Block until every rank has called mgs_barrier (negotiated like any other op). */
+MGS_API mgs_status_t mgs_barrier(void);
+
+/* ---------------------------------------------------------------- handles -- */
+
+/** Set *done to 1 if the operation completed (successfully or not), else 0. Never blocks. */
+MGS_API mgs_status_t mgs_poll(mgs_handle_t handle, int* done);
+
+/**
+ * Block until the operation completes; returns its status (MGS_SUCCESS or the
+ * error it failed with). For CUDA outputs, completion means the result is ready
+ * to use on the tensor's stream (mgs makes that stream wait for its own work).
+ */
+MGS_API mgs_status_t mgs_wait(mgs_handle_t handle);
+
+/**
+ * The message of a failed operation ("" while pending or after success). Valid
+ * until mgs_release(handle).
+ */
+MGS_API const char* mgs_handle_error(mgs_handle_t handle);
+
+/**
+ * Forget a handle. Releasing a pending operation is allowed: it still runs (its
+ * buffers must stay valid), but its result can no longer be queried.
+ */
+MGS_API mgs_status_t mgs_release(mgs_handle_t handle);
+
+/* ------------------------------------------------------------ introspection -- */
+
+/** "MAJOR.MINOR.PATCH" of the library. Never NULL. */
+MGS_API const char* mgs_version(void);
+/** 1 if this library was built with CUDA kernels. */
+MGS_API int mgs_built_with_cuda(void);
+/** 1 if this library was built with the NCCL backend. */
+MGS_API int mgs_built_with_nccl(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MGS_MGS_H_ */
