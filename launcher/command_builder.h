@@ -1,0 +1,46 @@
+// Turns what the user asked for plus facts about this machine into the mpirun
+// argv. Pure: no environment reads, no I/O, so every rule is unit-tested
+// (tests/launcher/command_builder_test.cc).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace mgs {
+namespace launcher {
+
+// What the user asked for (already split out of the command line).
+struct LaunchRequest {
+  int np = 0;
+  std::string hosts;                        // value of -H, "" when not given
+  std::string hostfile;                     // path, "" when not given
+  std::vector<std::string> hostfile_hosts;  // host names read from `hostfile`
+  std::map<std::string, std::string> flag_vars;  // MGS_* name -> value, from flags
+  std::vector<std::string> command;         // program and its arguments
+};
+
+// Facts about the machine mgsrun runs on.
+struct LaunchContext {
+  std::map<std::string, std::string> env;  // the environment (at least PATH, ... and MGS_*)
+  bool is_root = false;
+  int local_cores = 1;
+  std::vector<std::string> local_names;  // this machine's host names
+};
+
+// Validates the request (np, host list, every MGS_* value and name, a
+// non-empty command) and builds
+//   mpirun -np N [-H ...] [--hostfile F] [--allow-run-as-root] [--oversubscribe]
+//          --tag-output [-x PATH -x LD_LIBRARY_PATH -x PYTHONPATH] -x MGS_...=v ... command...
+// --oversubscribe is added when every rank runs on this machine (no host list,
+// or only local hosts) and N exceeds its cores.
+Status buildMpirunArgv(const LaunchRequest& request, const LaunchContext& context,
+                       std::vector<std::string>* argv);
+
+// One line a shell reads back as the same argv (single quotes where needed).
+std::string shellJoin(const std::vector<std::string>& argv);
+
+}  // namespace launcher
+}  // namespace mgs

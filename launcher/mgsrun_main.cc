@@ -1,0 +1,146 @@
+// mgsrun: checks the MGS_* configuration and the MPI installation, then runs
+//   mpirun -np N ... -x MGS_...=value ... command args...
+// by exec, so mpirun's exit status (and its signal handling) is mgsrun's.
+// Every error is reported as "mgsrun: error: ..." on stderr before anything
+// starts; usage errors exit 2, a missing or foreign mpirun exits 127.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "common/params.h"
+#include "launcher/command_builder.h"
+#include "launcher/hosts.h"
+#include "launcher/machine.h"
+#include "launcher/mgs_vars.h"
+
+namespace {
+
+using mgs::launcher::flagNameFor;
+
+constexpr int kUsageError = 2;
+constexpr int kNoMpirun = 127;
+
+int fail(const std::string& message, int code = kUsageError) {
+  std::cerr << "mgsrun: error: " << message << "\n";
+  if (code == kUsageError) std::cerr << "Run 'mgsrun --help' for usage.\n";
+  return code;
+}
+
+// Open MPI spells the rank count "-np"; CLI11 short options are one letter.
+std::vector<std::string> normalizeArgs(std::vector<std::string> args) {
+  for (auto& a : args) {
+    if (a == "--") break;
+    if (a == "-np") a = "--np";
+    else if (a.rfind("-np=", 0) == 0) a = "-" + a;
+  }
+  return args;
+}
+
+std::string typeName(std::string type) {
+  for (char& c : type) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return type == "BOOL" ? "0|1" : type;
+}
+
+int run(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  args = normalizeArgs(args);
+  // Everything after the first "--" is the command, untouched by CLI11.
+  std::vector<std::string> command;
+  const auto dashdash = std::find(args.begin(), args.end(), "--");
+  const bool has_dashdash = dashdash != args.end();
+  if (has_dashdash) {
+    command.assign(dashdash + 1, args.end());
+    args.erase(dashdash, args.end());
+  }
+
+  CLI::App app("Launch an mgs job with Open MPI's mpirun, forwarding and validating MGS_* settings.", "mgsrun");
+  app.prefix_command();  // "mgsrun -np 2 python3 x.py --lr 1" works without "--"
+  mgs::launcher::LaunchRequest req;
+  bool verbose = false, dry_run = false;
+  app.add_option("-n,--np", req.np, "Number of ranks (also spelled -np, as in mpirun)")->required();
+  std::vector<std::string> hosts;
+  app.add_option("-H,--host", hosts, "Hosts and slots, host[:slots],... (repeatable); passed to mpirun -H")
+      ->delimiter(',');
+  app.add_option("--hostfile", req.hostfile, "Open MPI hostfile; passed to mpirun --hostfile");
+  app.add_flag("-v,--verbose", verbose, "Print the mpirun command (to stderr) before running it");
+  app.add_flag("--dry-run", dry_run, "Print the mpirun command (to stdout) and exit 0 without running it");
+
+  const std::string group = "MGS parameters (each sets the MGS_* variable named, forwarded to every rank with -x)";
+  std::map<std::string, std::string> values;  // parameter name -> flag value
+  std::vector<std::pair<std::string, CLI::Option*>> param_opts;
+  for (const auto& spec : mgs::paramSpecs()) {
+    const std::string def = spec.default_value.empty() ? "unset" : spec.default_value;
+    const std::string desc = spec.name + ": " + spec.doc + " Allowed: " + spec.allowed + ". Default: " + def + ".";
+    param_opts.emplace_back(spec.name,
+                            app.add_option("--" + flagNameFor(spec.name), values[spec.name], desc)
+                                ->type_name(typeName(spec.type))
+                                ->group(group));
+  }
+  app.footer(
+      "Every MGS_* variable already in the environment is validated and forwarded too; a flag overrides "
+      "the environment. An unknown MGS_* name is an error.\n"
+      "Examples:\n  mgsrun -np 4 -- ./my_job\n"
+      "  mgsrun -np 4 -H node1:2,node2:2 --compressor gaussiank --density 0.001 -- python3 train.py\n");
+
+  try {
+    app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes the vector reversed
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    return fail(e.what());
+  }
+  const std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-')
+    return fail("unknown option '" + rest.front() + "'");
+  if (has_dashdash && !rest.empty()) return fail("unexpected argument '" + rest.front() + "' before '--'");
+  req.command = has_dashdash ? command : rest;
+
+  for (const auto& [name, opt] : param_opts)
+    if (opt->count() > 0) req.flag_vars[name] = values[name];
+  for (const auto& h : hosts) req.hosts += (req.hosts.empty() ? "" : ",") + h;
+  if (!req.hostfile.empty()) {
+    std::ifstream in(req.hostfile);
+    if (!in) return fail("--hostfile " + req.hostfile + ": cannot read it (" + std::strerror(errno) + ")");
+    std::stringstream text;
+    text << in.rdbuf();
+    req.hostfile_hosts = mgs::launcher::parseHostfile(text.str());
+  }
+
+  mgs::launcher::LaunchContext ctx;
+  ctx.env = mgs::launcher::processEnvironment();
+  ctx.is_root = mgs::launcher::runningAsRoot();
+  ctx.local_cores = mgs::launcher::localCores();
+  ctx.local_names = mgs::launcher::localHostNames();
+  std::vector<std::string> mpirun_argv;
+  mgs::Status st = mgs::launcher::buildMpirunArgv(req, ctx, &mpirun_argv);
+  if (!st.ok()) return fail(st.message());
+
+  std::string mpirun_path, version;
+  st = mgs::launcher::probeMpirun(ctx.env.count("PATH") ? ctx.env.at("PATH") : "", &mpirun_path, &version);
+  if (!st.ok()) return fail(st.message(), kNoMpirun);
+
+  const std::string line = mgs::launcher::shellJoin(mpirun_argv);
+  if (dry_run) {
+    std::cout << line << std::endl;
+    return 0;
+  }
+  if (verbose) std::cerr << "mgsrun: " << mpirun_path << " (" << version << ")\nmgsrun: " << line << std::endl;
+
+  std::vector<char*> cargv;
+  for (auto& a : mpirun_argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  execv(mpirun_path.c_str(), cargv.data());
+  return fail("cannot run " + mpirun_path + ": " + std::strerror(errno), kNoMpirun);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return run(argc, argv); }
