@@ -1,0 +1,112 @@
+#include "plan/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/check.h"
+
+namespace mgs::plan {
+
+CommModel CommModel::linear(double alpha_s, double beta_s_per_byte) {
+  CommModel m;
+  m.segments_.push_back({0.0, alpha_s, beta_s_per_byte});
+  return m;
+}
+
+CommModel CommModel::switched(double threshold_bytes, double small_alpha, double small_beta,
+                              double large_alpha, double large_beta) {
+  CommModel m;
+  m.segments_.push_back({0.0, small_alpha, small_beta});
+  m.segments_.push_back({threshold_bytes, large_alpha, large_beta});
+  return m;
+}
+
+Status CommModel::table(std::vector<Sample> points, CommModel* out) {
+  MGS_ENSURE(points.size() >= 2, kInvalidArgument,
+             "a cost table needs at least 2 points, got " << points.size());
+  std::sort(points.begin(), points.end());
+  CommModel m;
+  for (size_t i = 0; i + 1 < points.size(); ++i) {
+    const auto& [x0, y0] = points[i];
+    const auto& [x1, y1] = points[i + 1];
+    MGS_ENSURE(x1 > x0, kInvalidArgument, "cost table has two points at " << x0 << " bytes");
+    MGS_ENSURE(std::isfinite(y0) && std::isfinite(y1) && y0 >= 0 && y1 >= 0, kInvalidArgument,
+               "cost table times must be finite and >= 0");
+    const double slope = (y1 - y0) / (x1 - x0);
+    // The first segment also covers sizes below the first point.
+    m.segments_.push_back({i == 0 ? 0.0 : x0, y0 - slope * x0, slope});
+  }
+  *out = std::move(m);
+  return Status::OK();
+}
+
+Status CommModel::fit(const std::vector<Sample>& samples, CommModel* out) {
+  MGS_ENSURE(samples.size() >= 2, kInvalidArgument,
+             "a linear fit needs at least 2 samples, got " << samples.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : samples) {
+    MGS_ENSURE(std::isfinite(x) && std::isfinite(y) && x >= 0 && y >= 0, kInvalidArgument,
+               "fit sample (" << x << ", " << y << ") is not finite and >= 0");
+    sx += x, sy += y, sxx += x * x, sxy += x * y;
+  }
+  const double n = static_cast<double>(samples.size());
+  const double den = n * sxx - sx * sx;
+  MGS_ENSURE(den > 0, kInvalidArgument, "a linear fit needs at least 2 distinct sizes");
+  double beta = (n * sxy - sx * sy) / den;
+  double alpha = (sy - beta * sx) / n;
+  if (alpha < 0) {
+    alpha = 0;
+    beta = sxy / sxx;
+  }
+  *out = linear(alpha, std::max(beta, 0.0));
+  return Status::OK();
+}
+
+double CommModel::seconds(double bytes) const {
+  if (bytes <= 0 || segments_.empty()) return 0.0;
+  // Few segments (tables are tens of points): a linear scan from the back.
+  size_t i = segments_.size() - 1;
+  while (i > 0 && segments_[i].from_bytes > bytes) --i;
+  return segments_[i].alpha_s + segments_[i].beta_s_per_byte * bytes;
+}
+
+double SparsifyModel::seconds(int64_t elements) const {
+  if (elements <= 1) return kind == Kind::kLinear && elements == 1 ? c_s : 0.0;
+  const double n = static_cast<double>(elements);
+  return kind == Kind::kLinear ? c_s * n : c_s * n * std::log2(n);
+}
+
+Status SparsifyModel::fit(Kind kind, const std::vector<Sample>& samples, SparsifyModel* out) {
+  // One-parameter least squares through the origin: c = sum(f*y) / sum(f*f).
+  double num = 0, den = 0;
+  for (const auto& [n, y] : samples) {
+    MGS_ENSURE(std::isfinite(n) && std::isfinite(y) && n >= 0 && y >= 0, kInvalidArgument,
+               "fit sample (" << n << ", " << y << ") is not finite and >= 0");
+    const double f = kind == Kind::kLinear ? n : (n > 1 ? n * std::log2(n) : 0.0);
+    num += f * y, den += f * f;
+  }
+  MGS_ENSURE(den > 0, kInvalidArgument, "sparsify fit needs a sample with more than 1 element");
+  out->kind = kind;
+  out->c_s = num / den;
+  return Status::OK();
+}
+
+int64_t CostModel::selected(int64_t elements) const {
+  if (elements <= 0) return 0;
+  const auto k = static_cast<int64_t>(std::floor(static_cast<double>(elements) * density));
+  return std::clamp<int64_t>(k, 1, elements);
+}
+
+double CostModel::allreduceSeconds(int64_t elements) const {
+  return allreduce.seconds(static_cast<double>(elements) * bytes_per_element);
+}
+
+double CostModel::allgatherSeconds(int64_t elements) const {
+  // Every rank contributes k values and k int32 indices (two collectives in
+  // the authors' code; the model's alpha covers both startups).
+  const double bytes = static_cast<double>(workers) * static_cast<double>(selected(elements)) *
+                       (bytes_per_element + 4);
+  return allgather.seconds(bytes);
+}
+
+}  // namespace mgs::plan

@@ -1,0 +1,92 @@
+// Cost models the planners optimise against (algorithms.md §2).
+//
+// A communication cost is a function of the bytes one call moves. Every model
+// the papers use is piecewise linear in bytes: the fitted `a + b*M` line, the
+// GaussianK small/large switch at 1 MiB, and a measured lookup table
+// interpolated between points. CommModel stores all of them as one list of
+// segments, so the planners see a single kind of function. The planners'
+// dynamic programs are exact for any such function (monotone or not): they
+// only need the cost of a group to depend on that group alone.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace mgs::plan {
+
+// One (bytes, seconds) measurement, as calibration produces them.
+using Sample = std::pair<double, double>;
+
+class CommModel {
+ public:
+  // seconds(M) = alpha + beta*M for M >= from_bytes (until the next segment).
+  struct Segment {
+    double from_bytes = 0;
+    double alpha_s = 0;
+    double beta_s_per_byte = 0;
+  };
+
+  CommModel() = default;
+  static CommModel linear(double alpha_s, double beta_s_per_byte);
+  // Two lines switching at `threshold_bytes` (the GaussianK allgather model).
+  static CommModel switched(double threshold_bytes, double small_alpha, double small_beta,
+                            double large_alpha, double large_beta);
+  // Piecewise-linear interpolation of measured points, extrapolated with the
+  // first/last segment. Points need distinct sizes; they are sorted here.
+  static Status table(std::vector<Sample> points, CommModel* out);
+  // Least-squares line through the samples. A negative intercept (noise at
+  // small sizes) is clamped to 0 and the slope refitted through the origin,
+  // so the model never predicts a negative time.
+  static Status fit(const std::vector<Sample>& samples, CommModel* out);
+
+  // Time of one call moving `bytes`; 0 bytes means no call and costs 0.
+  double seconds(double bytes) const;
+  // The per-call startup (intercept of the first segment): the `a` of the
+  // authors' greedy MG-WFBP rule.
+  double startup() const { return segments_.empty() ? 0.0 : segments_.front().alpha_s; }
+  bool isLinear() const { return segments_.size() == 1; }
+  const std::vector<Segment>& segments() const { return segments_; }
+
+ private:
+  std::vector<Segment> segments_;  // sorted by from_bytes, first from 0
+};
+
+// Selection time t_s(n) for a buffer of n elements (§2.3): linear for
+// threshold selectors, c*n*log2(n) for exact top-k.
+struct SparsifyModel {
+  enum class Kind { kLinear, kNLogN };
+  Kind kind = Kind::kNLogN;
+  double c_s = 0;
+
+  double seconds(int64_t elements) const;
+  // Least-squares c for the given kind from (elements, seconds) samples.
+  static Status fit(Kind kind, const std::vector<Sample>& samples, SparsifyModel* out);
+};
+
+// Everything that turns a group of `elements` into seconds on one cluster.
+struct CostModel {
+  CommModel allreduce;  // dense allreduce of the group's bytes
+  CommModel allgather;  // sparse allgather: bytes = P * k * (value bytes + 4 index bytes)
+  SparsifyModel sparsify;
+  int workers = 1;
+  double density = 0.001;
+  int bytes_per_element = 4;
+
+  // k = clamp(floor(n*density), 1, n), as the selectors compute it.
+  int64_t selected(int64_t elements) const;
+  double allreduceSeconds(int64_t elements) const;
+  double allgatherSeconds(int64_t elements) const;
+  double sparsifySeconds(int64_t elements) const { return sparsify.seconds(elements); }
+};
+
+// Named models from the papers' fitted tables, for reproduction (see
+// docs/planner.md for the list): "10gbe-P{2,4,8,16}", "ib56-P{8,16}",
+// "1gbe-P{2,4,8,16}", "gk-1gbe-P{2,4,8,16}". Sets every field but density.
+Status costModelPreset(const std::string& name, CostModel* out);
+std::vector<std::string> costModelPresetNames();
+
+}  // namespace mgs::plan

@@ -1,0 +1,115 @@
+#include "plan/plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/check.h"
+
+namespace mgs::plan {
+namespace {
+
+struct Costs {
+  ElementCost allreduce, allgather, sparsify;
+};
+
+// The cost functions refer to `cost`, which must outlive them.
+Costs costsOf(const CostModel& cost) {
+  return {[&cost](int64_t n) { return cost.allreduceSeconds(n); },
+          [&cost](int64_t n) { return cost.allgatherSeconds(n); },
+          [&cost](int64_t n) { return cost.sparsifySeconds(n); }};
+}
+
+}  // namespace
+
+const std::vector<std::string>& plannerNames() {
+  static const std::vector<std::string> names = {
+      "mgs", "mgwfbp", "mgs-greedy", "mgwfbp-greedy", "fusion", "layerwise", "single"};
+  return names;
+}
+
+bool isPlannerName(const std::string& name) {
+  const auto& names = plannerNames();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+bool plannerIsSparse(const std::string& name, bool input_sparse) {
+  if (name == "mgs" || name == "mgs-greedy") return true;
+  if (name == "mgwfbp" || name == "mgwfbp-greedy") return false;
+  return input_sparse;
+}
+
+Status validatePlanInput(const PlanInput& in) {
+  for (size_t i = 0; i < in.layers.size(); ++i) {
+    const LayerInfo& l = in.layers[i];
+    MGS_ENSURE(l.elements >= 0, kInvalidArgument,
+               "layer " << i << " ('" << l.name << "') has " << l.elements << " elements");
+    MGS_ENSURE(std::isfinite(l.backward_s) && l.backward_s >= 0, kInvalidArgument,
+               "layer " << i << " ('" << l.name << "') has backward_s " << l.backward_s);
+  }
+  const CostModel& c = in.cost;
+  MGS_ENSURE(c.density > 0 && c.density <= 1, kInvalidArgument,
+             "density must be in (0, 1], got " << c.density);
+  MGS_ENSURE(c.workers >= 1, kInvalidArgument, "workers must be >= 1, got " << c.workers);
+  MGS_ENSURE(c.bytes_per_element >= 1, kInvalidArgument,
+             "bytes_per_element must be >= 1, got " << c.bytes_per_element);
+  MGS_ENSURE(c.sparsify.c_s >= 0 && std::isfinite(c.sparsify.c_s), kInvalidArgument,
+             "sparsify c_s must be finite and >= 0, got " << c.sparsify.c_s);
+  MGS_ENSURE(in.fusion_threshold_bytes >= 0, kInvalidArgument,
+             "fusion threshold must be >= 0 bytes, got " << in.fusion_threshold_bytes);
+  MGS_ENSURE(in.front_cap >= 1, kInvalidArgument, "front cap must be >= 1, got " << in.front_cap);
+  return Status::OK();
+}
+
+Status computePlan(const std::string& planner, const PlanInput& in, Plan* plan) {
+  if (!isPlannerName(planner)) {
+    std::string valid;
+    for (const auto& n : plannerNames()) valid += (valid.empty() ? "" : ", ") + n;
+    return Status(Code::kInvalidArgument,
+                  "unknown planner '" + planner + "' (valid: " + valid + ")");
+  }
+  MGS_RETURN_IF_ERROR(validatePlanInput(in));
+  const Costs f = costsOf(in.cost);
+  const int n = static_cast<int>(in.layers.size());
+  Plan out;
+  out.planner = planner;
+  out.sparse = plannerIsSparse(planner, in.sparse);
+  if (planner == "mgs" || planner == "mgs-greedy" || planner == "mgwfbp" ||
+      planner == "mgwfbp-greedy") {
+    PlannerResult r;
+    if (planner == "mgs") r = planMgs(in.layers, f.allgather, f.sparsify, in.front_cap);
+    if (planner == "mgs-greedy") r = planMgsGreedy(in.layers, f.allgather, f.sparsify);
+    if (planner == "mgwfbp") r = planMgwfbp(in.layers, f.allreduce);
+    if (planner == "mgwfbp-greedy")
+      r = planMgwfbpGreedy(in.layers, f.allreduce, in.cost.allreduce.startup());
+    out.groups = std::move(r.groups);
+    out.predicted_s = r.predicted_s;
+    out.front_capped = r.front_capped;
+    out.max_front = r.max_front;
+  } else {
+    if (planner == "fusion")
+      out.groups = planFusion(in.layers, in.fusion_threshold_bytes, in.cost.bytes_per_element);
+    if (planner == "layerwise") out.groups = planLayerwise(n);
+    if (planner == "single") out.groups = planSingle(n);
+    MGS_RETURN_IF_ERROR(evaluatePlan(in, out.groups, out.sparse, &out.predicted_s));
+  }
+  *plan = std::move(out);
+  return Status::OK();
+}
+
+Status planTimeline(const PlanInput& in, const Groups& groups, bool sparse,
+                    std::vector<GroupTiming>* timeline) {
+  MGS_RETURN_IF_ERROR(validateGroups(groups, static_cast<int>(in.layers.size())));
+  const Costs f = costsOf(in.cost);
+  *timeline = sparse ? sparseTimeline(in.layers, groups, f.allgather, f.sparsify)
+                     : denseTimeline(in.layers, groups, f.allreduce);
+  return Status::OK();
+}
+
+Status evaluatePlan(const PlanInput& in, const Groups& groups, bool sparse, double* seconds) {
+  std::vector<GroupTiming> t;
+  MGS_RETURN_IF_ERROR(planTimeline(in, groups, sparse, &t));
+  *seconds = t.empty() ? 0.0 : t.back().comm_end_s;
+  return Status::OK();
+}
+
+}  // namespace mgs::plan

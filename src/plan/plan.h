@@ -1,0 +1,73 @@
+// The planner's entry point for the runtime and the tools.
+//
+// The runtime records, for its first steps, the order in which gradients
+// become ready and the gap between them (backward_s), builds a PlanInput on
+// rank 0, calls computePlan with the MGS_PLANNER value, and broadcasts the
+// groups. The library is pure: no MPI, CUDA, threads, clocks or logging; the
+// caller logs `front_capped`.
+//
+//   PlanInput in;
+//   in.layers = {{"fc.bias", 10, 1e-4}, {"fc.weight", 5120, 2e-4}, ...};  // backward order
+//   in.cost.allreduce = CommModel::linear(5e-4, 8.6e-10);  // or CommModel::fit(samples, ...)
+//   in.cost.allgather = CommModel::linear(1.7e-4, 1.4e-10);
+//   in.cost.sparsify = {SparsifyModel::Kind::kLinear, 1e-10};
+//   in.cost.workers = 8; in.cost.density = 0.001;
+//   Plan plan;
+//   MGS_RETURN_IF_ERROR(computePlan("mgs", in, &plan));
+//   // plan.groups = {{0, 1, 2}, {3}, ...}: indices into in.layers
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "plan/cost_model.h"
+#include "plan/planners.h"
+#include "plan/timeline.h"
+
+namespace mgs::plan {
+
+struct PlanInput {
+  std::vector<LayerInfo> layers;  // backward order: the order gradients become ready
+  CostModel cost;
+  // Which timeline the baselines (fusion, layerwise, single) are evaluated
+  // on: sparse = selection + allgather (§3.2), dense = allreduce (§3.1).
+  // mgs* planners always use the sparse model, mgwfbp* the dense one.
+  bool sparse = true;
+  int64_t fusion_threshold_bytes = 64ll << 20;  // for "fusion"
+  int front_cap = kDefaultFrontCap;             // for "mgs"
+};
+
+struct Plan {
+  std::string planner;
+  Groups groups;             // indices into PlanInput::layers, in backward order
+  double predicted_s = 0;    // end of the last communication, backward starting at 0
+  bool sparse = true;        // which model predicted_s is under
+  bool front_capped = false; // "mgs" only: the result may not be optimal
+  int max_front = 0;         // "mgs" only
+};
+
+// The MGS_PLANNER values: mgs, mgwfbp, mgs-greedy, mgwfbp-greedy, fusion,
+// layerwise, single.
+const std::vector<std::string>& plannerNames();
+bool isPlannerName(const std::string& name);
+// Whether a planner optimises (and reports) the sparse or the dense model;
+// for the baselines this is `input_sparse`.
+bool plannerIsSparse(const std::string& name, bool input_sparse);
+
+// Checks the input (finite non-negative times and sizes, density in (0, 1],
+// workers >= 1, bytes_per_element >= 1).
+Status validatePlanInput(const PlanInput& input);
+
+// Runs one planner. Errors: kInvalidArgument for an unknown planner (the
+// message lists the valid ones) or an invalid input.
+Status computePlan(const std::string& planner, const PlanInput& input, Plan* plan);
+
+// The objective (§3) of any plan under the input's cost model.
+Status evaluatePlan(const PlanInput& input, const Groups& groups, bool sparse, double* seconds);
+// Per-group timeline of a plan, for explaining it.
+Status planTimeline(const PlanInput& input, const Groups& groups, bool sparse,
+                    std::vector<GroupTiming>* timeline);
+
+}  // namespace mgs::plan

@@ -1,0 +1,99 @@
+#include "plan/timeline.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+
+namespace mgs::plan {
+
+std::vector<GroupTiming> denseTimeline(const std::vector<LayerInfo>& layers, const Groups& groups,
+                                       const ElementCost& allreduce) {
+  std::vector<GroupTiming> out;
+  out.reserve(groups.size());
+  double ready = 0, comm_end = 0;
+  for (const Group& g : groups) {
+    GroupTiming t;
+    t.first = g.front();
+    t.last = g.back();
+    for (int i : g) {
+      ready += layers[i].backward_s;
+      t.elements += layers[i].elements;
+    }
+    t.ready_s = t.sparsified_s = ready;
+    t.comm_start_s = std::max(comm_end, ready);
+    t.comm_end_s = comm_end = t.comm_start_s + allreduce(t.elements);
+    out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, const Groups& groups,
+                                        const ElementCost& allgather, const ElementCost& sparsify) {
+  std::vector<GroupTiming> out;
+  out.reserve(groups.size());
+  double compute = 0, comm_end = 0;  // compute stream = backward + selection
+  for (const Group& g : groups) {
+    GroupTiming t;
+    t.first = g.front();
+    t.last = g.back();
+    for (int i : g) {
+      compute += layers[i].backward_s;
+      t.elements += layers[i].elements;
+    }
+    t.ready_s = compute;
+    t.sparsified_s = compute = compute + sparsify(t.elements);
+    t.comm_start_s = std::max(comm_end, compute);
+    t.comm_end_s = comm_end = t.comm_start_s + allgather(t.elements);
+    out.push_back(t);
+  }
+  return out;
+}
+
+double denseTime(const std::vector<LayerInfo>& layers, const Groups& groups,
+                 const ElementCost& allreduce) {
+  const auto t = denseTimeline(layers, groups, allreduce);
+  return t.empty() ? 0.0 : t.back().comm_end_s;
+}
+
+double sparseTime(const std::vector<LayerInfo>& layers, const Groups& groups,
+                  const ElementCost& allgather, const ElementCost& sparsify) {
+  const auto t = sparseTimeline(layers, groups, allgather, sparsify);
+  return t.empty() ? 0.0 : t.back().comm_end_s;
+}
+
+Status validateGroups(const Groups& groups, int num_layers) {
+  int next = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    MGS_ENSURE(!groups[g].empty(), kInvalidArgument, "group " << g << " is empty");
+    for (int i : groups[g]) {
+      MGS_ENSURE(i == next, kInvalidArgument,
+                 "group " << g << " holds layer " << i << " where layer " << next
+                          << " was expected (groups must be consecutive runs in backward order)");
+      ++next;
+    }
+  }
+  MGS_ENSURE(next == num_layers, kInvalidArgument,
+             "groups cover " << next << " layers, the model has " << num_layers);
+  return Status::OK();
+}
+
+Groups groupsFromLengths(const std::vector<int>& lengths) {
+  Groups groups;
+  groups.reserve(lengths.size());
+  int next = 0;
+  for (int n : lengths) {
+    Group g(n);
+    for (int& i : g) i = next++;
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+std::vector<int> groupLengths(const Groups& groups) {
+  std::vector<int> lengths;
+  lengths.reserve(groups.size());
+  for (const Group& g : groups) lengths.push_back(static_cast<int>(g.size()));
+  return lengths;
+}
+
+}  // namespace mgs::plan

@@ -1,0 +1,63 @@
+// The timeline models both planners optimise (algorithms.md §3), as plain
+// functions of a plan, so any plan can be evaluated and compared.
+//
+// Indexing: layers are in BACKWARD order (index 0 is the first gradient to
+// become ready), unlike the papers, which index in forward order. A plan is a
+// list of groups; each group is a run of consecutive indices, and the groups
+// together cover 0..L-1 in order, e.g. {{0, 1}, {2}, {3, 4, 5}}.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace mgs::plan {
+
+struct LayerInfo {
+  std::string name;
+  int64_t elements = 0;     // gradient elements of this tensor
+  double backward_s = 0.0;  // backward time charged to it: gap since the previous gradient
+};
+
+using Group = std::vector<int>;
+using Groups = std::vector<Group>;
+
+// Cost of one call on a group of `elements` (communication or selection).
+using ElementCost = std::function<double(int64_t elements)>;
+
+// Where one group sits in time. Compute-stream times: the group's last layer
+// finished backward at `ready_s`; selection (sparse model only) then runs on
+// the compute stream from `ready_s` to `sparsified_s`, delaying the rest of
+// backward. Communication runs from `comm_start_s` to `comm_end_s`.
+struct GroupTiming {
+  int first = 0, last = 0;  // layer indices, inclusive
+  int64_t elements = 0;
+  double ready_s = 0, sparsified_s = 0, comm_start_s = 0, comm_end_s = 0;
+};
+
+// §3.1, WFBP with merging: backward never waits; group g starts its allreduce
+// when it is ready and the previous allreduce has finished.
+std::vector<GroupTiming> denseTimeline(const std::vector<LayerInfo>& layers, const Groups& groups,
+                                       const ElementCost& allreduce);
+// §3.2, MGS: each group is sparsified on the compute stream right after its
+// last backward, then allgathered on the communication stream.
+std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, const Groups& groups,
+                                        const ElementCost& allgather, const ElementCost& sparsify);
+
+// End of the last communication (the objective); 0 for no layers.
+double denseTime(const std::vector<LayerInfo>& layers, const Groups& groups,
+                 const ElementCost& allreduce);
+double sparseTime(const std::vector<LayerInfo>& layers, const Groups& groups,
+                  const ElementCost& allgather, const ElementCost& sparsify);
+
+// OK iff `groups` are non-empty runs of consecutive indices covering 0..L-1.
+Status validateGroups(const Groups& groups, int num_layers);
+
+// Conversions between groups and per-group lengths ({2, 1, 3} above).
+Groups groupsFromLengths(const std::vector<int>& lengths);
+std::vector<int> groupLengths(const Groups& groups);
+
+}  // namespace mgs::plan
