@@ -1,0 +1,155 @@
+#include "compress/cpu_passes.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace mgs::compress::cpu {
+namespace {
+
+constexpr size_t kStride = kHistBins + 1;
+
+template <typename Load>
+BufferStats accumulateChunk(Load load, float* r, size_t b, size_t e) {
+  BufferStats s;
+  for (size_t i = b; i < e; ++i) {
+    const float a = load(i) + r[i];
+    r[i] = a;
+    if (std::isfinite(a)) {
+      const double d = a;
+      s.sum += d;
+      s.sumSq += d * d;
+      s.sumAbs += std::fabs(d);
+      s.maxAbs = std::max(s.maxAbs, std::fabs(a));
+    } else {
+      ++s.nonFinite;
+    }
+  }
+  return s;
+}
+
+template <typename KeyFn>
+void histogramChunk(KeyFn key, size_t b, size_t e, Window w, uint32_t* h) {
+  std::fill(h, h + kStride, 0u);
+  for (size_t i = b; i < e; ++i) {
+    const int bin = binOf(key(i), w);
+    if (bin >= 0) ++h[bin];
+  }
+}
+
+template <typename KeyFn>
+void compactChunk(KeyFn key, size_t b, size_t e, const Selection& sel, size_t quota,
+                  size_t off, float* r, float* values, uint32_t* indices) {
+  for (size_t i = b; i < e; ++i) {
+    const uint32_t k = key(i);
+    bool take = k >= sel.keyAll;
+    if (!take && sel.hasTie && quota > 0 && k >= sel.keyTie) {
+      take = true;
+      --quota;
+    }
+    if (take) {
+      values[off] = r[i];
+      indices[off] = static_cast<uint32_t>(i);
+      r[i] = 0.0f;
+      ++off;
+    }
+  }
+}
+
+struct MagKey {
+  const float* a;
+  uint32_t operator()(size_t i) const { return magnitudeKey(a[i]); }
+};
+struct RandKey {
+  uint64_t seed;
+  uint32_t operator()(size_t i) const { return randomKey(seed, i); }
+};
+
+}  // namespace
+
+BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int chunks) {
+  std::vector<BufferStats> part(chunks);
+#pragma omp parallel for schedule(static, 1)
+  for (int c = 0; c < chunks; ++c) {
+    const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
+    if (dtype == MGS_FLOAT16) {
+      const auto* h = static_cast<const uint16_t*>(x);
+      part[c] = accumulateChunk([h](size_t i) { return halfToFloat(h[i]); }, r, b, e);
+    } else if (dtype == MGS_BFLOAT16) {
+      const auto* h = static_cast<const uint16_t*>(x);
+      part[c] = accumulateChunk([h](size_t i) { return bfloat16ToFloat(h[i]); }, r, b, e);
+    } else {
+      const auto* f = static_cast<const float*>(x);
+      part[c] = accumulateChunk([f](size_t i) { return f[i]; }, r, b, e);
+    }
+  }
+  BufferStats s;
+  for (const auto& p : part) {  // chunk order: same sums for any thread count
+    s.sum += p.sum;
+    s.sumSq += p.sumSq;
+    s.sumAbs += p.sumAbs;
+    s.maxAbs = std::max(s.maxAbs, p.maxAbs);
+    s.nonFinite += p.nonFinite;
+  }
+  return s;
+}
+
+void zeroNonFinite(float* r, size_t n, int chunks) {
+#pragma omp parallel for schedule(static, 1)
+  for (int c = 0; c < chunks; ++c) {
+    const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
+    for (size_t i = b; i < e; ++i)
+      if (!std::isfinite(r[i])) r[i] = 0.0f;
+  }
+}
+
+void histogram(const KeySource& keys, size_t n, Window w, int chunks, uint32_t* hist) {
+#pragma omp parallel for schedule(static, 1)
+  for (int c = 0; c < chunks; ++c) {
+    const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
+    if (keys.kind == KeyKind::kMagnitude)
+      histogramChunk(MagKey{keys.acc}, b, e, w, hist + c * kStride);
+    else
+      histogramChunk(RandKey{keys.seed}, b, e, w, hist + c * kStride);
+  }
+}
+
+void compact(const KeySource& keys, size_t n, const Selection& sel, int chunks,
+             const uint32_t* hist, float* r, float* values, uint32_t* indices) {
+  if (sel.count == 0) return;
+  // Offsets and tie quotas per chunk, in chunk order, from the last histograms.
+  std::vector<size_t> offset(chunks), quota(chunks, 0);
+  size_t off = 0, quotaLeft = sel.hasTie ? sel.quota : 0;
+  for (int c = 0; c < chunks; ++c) {
+    const uint32_t* h = hist + c * kStride;
+    size_t all = 0;
+    for (uint32_t b = sel.binAll; b <= kHistBins; ++b) all += h[b];
+    if (sel.hasTie) {
+      quota[c] = std::min<size_t>(quotaLeft, h[sel.binTie]);
+      quotaLeft -= quota[c];
+    }
+    offset[c] = off;
+    off += all + quota[c];
+  }
+#pragma omp parallel for schedule(static, 1)
+  for (int c = 0; c < chunks; ++c) {
+    const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
+    if (keys.kind == KeyKind::kMagnitude)
+      compactChunk(MagKey{keys.acc}, b, e, sel, quota[c], offset[c], r, values, indices);
+    else
+      compactChunk(RandKey{keys.seed}, b, e, sel, quota[c], offset[c], r, values, indices);
+  }
+}
+
+void takeAll(float* r, size_t n, int chunks, float* values, uint32_t* indices) {
+#pragma omp parallel for schedule(static, 1)
+  for (int c = 0; c < chunks; ++c) {
+    const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
+    std::memcpy(values + b, r + b, (e - b) * sizeof(float));
+    std::fill(r + b, r + e, 0.0f);
+    for (size_t i = b; i < e; ++i) indices[i] = static_cast<uint32_t>(i);
+  }
+}
+
+}  // namespace mgs::compress::cpu

@@ -1,0 +1,109 @@
+// Gradient selectors with error feedback (algorithms.md sections 7, 8, 11).
+//
+// A Selector picks the entries of one flat buffer worth sending. It is
+// independent of MPI and of the bucket layout: the runtime fuses the tensors
+// of a bucket into one buffer `x` and keeps the residuals of those tensors as
+// consecutive slices of one fp32 buffer laid out like the bucket (remap the
+// slices by tensor offset when the plan changes, algorithms.md section 8.1).
+//
+// One call does, in this order:
+//   acc = float(x) + residual            (fp32, one rounding; x may be f32/f16/bf16)
+//   check acc for non-finite values      (fused with the statistics pass)
+//   pick indices S (by name, below)
+//   out_values = acc[S], out_indices = S (ascending), residual = acc with residual[S] = 0
+// so that out_values scattered onto the new residual equal acc bit for bit.
+//
+// Thread-safety: a Selector is immutable after create(); select() may run
+// concurrently on different buffers as long as each call has its own
+// workspace. The CPU path uses OpenMP threads inside one call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace mgs::compress {
+
+enum class SelectorKind { kNone, kTopk, kGaussiank, kLdte, kDgc, kRandomk };
+
+// Names as in MGS_COMPRESSOR: "none", "topk", "gaussiank", "ldte", "dgc", "randomk".
+Status parseSelectorKind(const std::string& name, SelectorKind* kind);
+const char* selectorName(SelectorKind kind);
+
+// What to do when acc = x + residual holds NaN or +-Inf. In every policy the
+// non-finite entries are dropped from the residual (set to 0) so that they
+// cannot poison later steps, and SelectResult::nonFinite reports how many.
+enum class NonFinitePolicy {
+  kError,  // return Code::kNumeric naming the buffer; nothing is selected
+  kSkip,   // return OK with count 0 (the caller skips the step on all ranks)
+  kZero,   // treat them as 0 and select from the rest
+};
+
+struct SelectorOptions {
+  double density = 0.001;       // rho; k = kForDensity(n, density)
+  double bandEps = 0.1;         // gaussiank/ldte target band [k, floor((1+eps)k)]
+  bool exactTrim = false;       // ldte/gaussiank: return exactly k (the top k of the band)
+  int maxPasses = 8;            // histogram passes of the threshold search
+  uint64_t seed = 0;            // randomk/dgc: combined with SelectArgs::step
+  NonFinitePolicy nonFinite = NonFinitePolicy::kError;
+  int numThreads = 0;           // CPU threads; 0 = OpenMP default
+};
+
+// k = clamp(floor(rho*n), 1, n); 0 when n == 0.
+size_t kForDensity(size_t n, double density);
+
+struct SelectArgs {
+  const void* x = nullptr;           // n gradient values of `dtype` (f32, f16 or bf16)
+  DataType dtype = MGS_FLOAT32;
+  float* residual = nullptr;         // n floats, read and rewritten (must not alias x)
+  size_t n = 0;                      // < 2^32 (indices are uint32)
+  float* outValues = nullptr;        // capacity maxCount(n)
+  uint32_t* outIndices = nullptr;    // capacity maxCount(n)
+  void* workspace = nullptr;         // workspaceBytes(n) bytes, 16-byte aligned
+  size_t workspaceBytes = 0;
+  uint64_t step = 0;                 // iteration number: same on all ranks (randomk, dgc)
+  const char* name = "";             // bucket name, used in error messages
+};
+
+struct SelectResult {
+  size_t count = 0;       // entries written to outValues/outIndices
+  size_t k = 0;           // target k for this n
+  float threshold = 0;    // smallest magnitude selected in bulk (key threshold), 0 if none
+  int passes = 0;         // full passes over the buffer (accumulate, histograms, compaction)
+  bool inBand = false;    // count within the selector's documented band
+  bool exact = true;      // topk: the set is the exact top-k (ties by lower index)
+  size_t nonFinite = 0;   // non-finite entries found in acc (dropped from the residual)
+  double mean = 0, stddev = 0, meanAbs = 0;  // statistics of acc (finite entries)
+  float maxAbs = 0;
+};
+
+class Selector {
+ public:
+  static Status create(const std::string& name, const SelectorOptions& options,
+                       std::unique_ptr<Selector>* out);
+  Selector(SelectorKind kind, const SelectorOptions& options);
+
+  SelectorKind kind() const { return kind_; }
+  const char* name() const { return selectorName(kind_); }
+  const SelectorOptions& options() const { return options_; }
+
+  // Upper bound of SelectResult::count for a buffer of n: n for none,
+  // floor((1+eps)k) for gaussiank/ldte without exactTrim, k otherwise.
+  size_t maxCount(size_t n) const;
+  // Workspace for select() on buffers of up to n elements (query once, reuse).
+  size_t workspaceBytes(size_t n) const;
+  // No allocation; errors: kInvalidArgument (null/short buffers, n >= 2^32,
+  // dtype), kNumeric (non-finite input under NonFinitePolicy::kError).
+  Status select(const SelectArgs& args, SelectResult* result) const;
+
+ private:
+  SelectorKind kind_;
+  SelectorOptions options_;
+  int threads_;
+};
+
+}  // namespace mgs::compress
