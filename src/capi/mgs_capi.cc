@@ -1,0 +1,314 @@
+// The C ABI: the only extern "C" definitions. Every entry point catches
+// everything, maps Status to mgs_status_t and keeps the message thread-local.
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "comm/mpi/mpi_communicator.h"
+#include "common/logging.h"
+#include "common/params.h"
+#include "core/device.h"
+#include "core/runtime.h"
+#include "mgs/mgs.h"
+
+namespace {
+
+using mgs::Code;
+using mgs::Status;
+
+thread_local std::string t_last_error;
+
+// The process's runtime. Guarded by g_mu for init/shutdown; other calls take a
+// shared_ptr copy under the lock so a concurrent shutdown cannot free it
+// underneath them.
+std::mutex g_mu;
+std::shared_ptr<mgs::Runtime> g_runtime;
+bool g_atexit_registered = false;
+
+mgs_status_t finish(const Status& st) {
+  if (st.ok()) {
+    t_last_error.clear();
+  } else {
+    t_last_error = st.toString();
+  }
+  return static_cast<mgs_status_t>(st.code());
+}
+
+template <typename F>
+mgs_status_t guarded(F&& f) {
+  try {
+    return finish(f());
+  } catch (const std::exception& e) {
+    return finish(Status(Code::kInternal, std::string("unexpected exception: ") + e.what()));
+  } catch (...) {
+    return finish(Status(Code::kInternal, "unexpected non-standard exception"));
+  }
+}
+
+Status runtime(std::shared_ptr<mgs::Runtime>* out) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (!g_runtime)
+    return Status(Code::kNotInitialized, "mgs is not initialized: call mgs_init() first");
+  if (!g_runtime->running())
+    return Status(Code::kShutdown, "mgs has shut down; call mgs_init() again to restart it");
+  *out = g_runtime;
+  return Status::OK();
+}
+
+Status toDesc(const mgs_tensor_t* t, const char* what, mgs::TensorDesc* out) {
+  if (t == nullptr) return Status(Code::kInvalidArgument, std::string(what) + " tensor pointer is NULL");
+  if (t->ndim < 0 || t->ndim > MGS_MAX_DIMS)
+    return Status(Code::kInvalidArgument, std::string(what) + " has ndim " + std::to_string(t->ndim) +
+                                               "; allowed 0.." + std::to_string(MGS_MAX_DIMS));
+  if (t->ndim > 0 && t->shape == nullptr)
+    return Status(Code::kInvalidArgument, std::string(what) + " has ndim > 0 but shape is NULL");
+  if (t->device < MGS_DEVICE_CPU)
+    return Status(Code::kInvalidArgument, std::string(what) + " has invalid device " + std::to_string(t->device));
+  out->data = t->data;
+  out->dtype = t->dtype;
+  out->shape.assign(t->shape, t->shape + t->ndim);
+  out->device = t->device;
+  out->stream = t->stream;
+  out->ready_event = t->ready_event;
+  return Status::OK();
+}
+
+Status checkName(const char* name) {
+  if (name == nullptr || name[0] == '\0')
+    return Status(Code::kInvalidArgument, "the tensor name is NULL or empty");
+  return Status::OK();
+}
+
+void atExit() {
+  std::shared_ptr<mgs::Runtime> rt;
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    rt = std::move(g_runtime);
+  }
+  if (rt) rt->shutdown();
+  rt.reset();
+  mgs::MpiCommunicator::finalizeIfOwned();
+}
+
+Status handleState(mgs_handle_t h, std::shared_ptr<mgs::HandleState>* out) {
+  std::shared_ptr<mgs::Runtime> rt;
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    rt = g_runtime;
+  }
+  if (!rt) return Status(Code::kNotInitialized, "mgs is not initialized: call mgs_init() first");
+  *out = rt->handles().get(h);
+  if (!*out) return Status(Code::kInvalidArgument, "unknown or released handle " + std::to_string(h));
+  return Status::OK();
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* mgs_status_string(mgs_status_t status) { return mgs::codeName(static_cast<Code>(status)); }
+
+const char* mgs_last_error(void) { return t_last_error.c_str(); }
+
+size_t mgs_dtype_size(mgs_dtype_t dtype) { return mgs::dtypeSize(dtype); }
+
+mgs_status_t mgs_init(void) {
+  return guarded([]() -> Status {
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (g_runtime && g_runtime->running())
+      return Status(Code::kAlreadyInitialized, "mgs is already initialized");
+    mgs::Config config;
+    Status st = mgs::parseConfig(mgs::mgsEnvironment(), &config);
+    if (!st.ok()) return st;
+    (void)mgs::logger();  // construct before atexit so it outlives the handler
+    if (!g_atexit_registered) {
+      std::atexit(atExit);
+      g_atexit_registered = true;
+    }
+    g_runtime.reset();  // a previous, stopped runtime
+    std::unique_ptr<mgs::Runtime> rt;
+    st = mgs::Runtime::start(config, mgs::MpiCommunicator::create, &rt);
+    if (!st.ok()) return st;
+    g_runtime = std::move(rt);
+    return Status::OK();
+  });
+}
+
+mgs_status_t mgs_shutdown(void) {
+  return guarded([]() -> Status {
+    std::shared_ptr<mgs::Runtime> rt;
+    {
+      std::lock_guard<std::mutex> lk(g_mu);
+      rt = g_runtime;
+    }
+    if (rt) rt->shutdown();
+    return Status::OK();
+  });
+}
+
+int mgs_is_initialized(void) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  return g_runtime && g_runtime->running() ? 1 : 0;
+}
+
+#define MGS_TOPOLOGY(fn, getter)                                                   \
+  mgs_status_t fn(int* out) {                                                      \
+    return guarded([&]() -> Status {                                               \
+      if (out == nullptr) return Status(Code::kInvalidArgument, #fn ": output pointer is NULL"); \
+      std::shared_ptr<mgs::Runtime> rt;                                            \
+      Status st = runtime(&rt);                                                    \
+      if (!st.ok()) return st;                                                     \
+      *out = rt->getter();                                                         \
+      return Status::OK();                                                         \
+    });                                                                            \
+  }
+MGS_TOPOLOGY(mgs_rank, rank)
+MGS_TOPOLOGY(mgs_size, size)
+MGS_TOPOLOGY(mgs_local_rank, localRank)
+MGS_TOPOLOGY(mgs_local_size, localSize)
+#undef MGS_TOPOLOGY
+
+mgs_status_t mgs_allreduce_async(const char* name, const mgs_tensor_t* input, const mgs_tensor_t* output,
+                                 mgs_reduce_op_t op, double prescale_factor, double postscale_factor,
+                                 uint32_t flags, mgs_handle_t* handle) {
+  return guarded([&]() -> Status {
+    std::shared_ptr<mgs::Runtime> rt;
+    mgs::TensorDesc in, out;
+    Status st = runtime(&rt);
+    if (st.ok()) st = checkName(name);
+    if (st.ok()) st = toDesc(input, "input", &in);
+    if (st.ok()) st = toDesc(output, "output", &out);
+    if (!st.ok()) return st;
+    return rt->enqueueAllreduce(name, in, out, op, prescale_factor, postscale_factor, flags, handle);
+  });
+}
+
+mgs_status_t mgs_allgather_async(const char* name, const mgs_tensor_t* input, mgs_handle_t* handle) {
+  return guarded([&]() -> Status {
+    std::shared_ptr<mgs::Runtime> rt;
+    mgs::TensorDesc in;
+    Status st = runtime(&rt);
+    if (st.ok()) st = checkName(name);
+    if (st.ok()) st = toDesc(input, "input", &in);
+    if (!st.ok()) return st;
+    return rt->enqueueAllgather(name, in, handle);
+  });
+}
+
+mgs_status_t mgs_broadcast_async(const char* name, const mgs_tensor_t* tensor, int root_rank,
+                                 mgs_handle_t* handle) {
+  return guarded([&]() -> Status {
+    std::shared_ptr<mgs::Runtime> rt;
+    mgs::TensorDesc t;
+    Status st = runtime(&rt);
+    if (st.ok()) st = checkName(name);
+    if (st.ok()) st = toDesc(tensor, "tensor", &t);
+    if (!st.ok()) return st;
+    return rt->enqueueBroadcast(name, t, root_rank, handle);
+  });
+}
+
+mgs_status_t mgs_barrier(void) {
+  return guarded([]() -> Status {
+    std::shared_ptr<mgs::Runtime> rt;
+    Status st = runtime(&rt);
+    if (!st.ok()) return st;
+    return rt->barrier();
+  });
+}
+
+mgs_status_t mgs_poll(mgs_handle_t handle, int* done) {
+  return guarded([&]() -> Status {
+    if (done == nullptr) return Status(Code::kInvalidArgument, "mgs_poll: done pointer is NULL");
+    std::shared_ptr<mgs::HandleState> h;
+    Status st = handleState(handle, &h);
+    if (!st.ok()) return st;
+    *done = h->done() ? 1 : 0;
+    return Status::OK();
+  });
+}
+
+mgs_status_t mgs_wait(mgs_handle_t handle) {
+  return guarded([&]() -> Status {
+    std::shared_ptr<mgs::HandleState> h;
+    Status st = handleState(handle, &h);
+    if (!st.ok()) return st;
+    return h->wait();
+  });
+}
+
+const char* mgs_handle_error(mgs_handle_t handle) {
+  std::shared_ptr<mgs::HandleState> h;
+  if (!handleState(handle, &h).ok() || !h->done()) return "";
+  return h->errorMessage();
+}
+
+mgs_status_t mgs_release(mgs_handle_t handle) {
+  return guarded([&]() -> Status {
+    std::shared_ptr<mgs::Runtime> rt;
+    {
+      std::lock_guard<std::mutex> lk(g_mu);
+      rt = g_runtime;
+    }
+    if (!rt) return Status(Code::kNotInitialized, "mgs is not initialized: call mgs_init() first");
+    if (!rt->handles().release(handle))
+      return Status(Code::kInvalidArgument, "unknown or already released handle " + std::to_string(handle));
+    return Status::OK();
+  });
+}
+
+mgs_status_t mgs_allgather_output_shape(mgs_handle_t handle, int32_t* ndim, int64_t* shape) {
+  return guarded([&]() -> Status {
+    if (ndim == nullptr || shape == nullptr)
+      return Status(Code::kInvalidArgument, "mgs_allgather_output_shape: NULL output pointer");
+    std::shared_ptr<mgs::HandleState> h;
+    Status st = handleState(handle, &h);
+    if (!st.ok()) return st;
+    st = h->completedAllgather();
+    if (!st.ok()) return st;
+    *ndim = static_cast<int32_t>(h->allgather.shape.size());
+    for (size_t i = 0; i < h->allgather.shape.size(); ++i) shape[i] = h->allgather.shape[i];
+    return Status::OK();
+  });
+}
+
+mgs_status_t mgs_allgather_rank_sizes(mgs_handle_t handle, int64_t* sizes) {
+  return guarded([&]() -> Status {
+    if (sizes == nullptr) return Status(Code::kInvalidArgument, "mgs_allgather_rank_sizes: sizes is NULL");
+    std::shared_ptr<mgs::HandleState> h;
+    Status st = handleState(handle, &h);
+    if (!st.ok()) return st;
+    st = h->completedAllgather();
+    if (!st.ok()) return st;
+    std::memcpy(sizes, h->allgather.rank_sizes.data(), h->allgather.rank_sizes.size() * sizeof(int64_t));
+    return Status::OK();
+  });
+}
+
+mgs_status_t mgs_allgather_copy_output(mgs_handle_t handle, const mgs_tensor_t* output) {
+  return guarded([&]() -> Status {
+    std::shared_ptr<mgs::HandleState> h;
+    mgs::TensorDesc out;
+    Status st = handleState(handle, &h);
+    if (st.ok()) st = toDesc(output, "output", &out);
+    if (st.ok()) st = h->completedAllgather();
+    if (!st.ok()) return st;
+    const auto& res = h->allgather;
+    if (out.shape != res.shape || out.bytes() != res.data.size())
+      return Status(Code::kInvalidArgument, "allgather output has shape " + mgs::shapeString(out.shape) + " (" +
+                                                mgs::dtypeName(out.dtype) + ") but the result is " +
+                                                mgs::shapeString(res.shape));
+    if (out.data == nullptr && !res.data.empty())
+      return Status(Code::kInvalidArgument, "allgather output data is NULL");
+    if (out.onCuda()) return mgs::device::copyFromHost(out, res.data.data(), res.data.size());
+    if (!res.data.empty()) std::memcpy(out.data, res.data.data(), res.data.size());
+    return Status::OK();
+  });
+}
+
+const char* mgs_version(void) { return MGS_VERSION_STRING; }
+int mgs_built_with_cuda(void) { return mgs::device::builtWithCuda() ? 1 : 0; }
+int mgs_built_with_nccl(void) { return 0; }
+
+}  // extern "C"

@@ -1,0 +1,47 @@
+// Communicator: the narrow interface every collective algorithm in mgs is
+// written against. Backends: MPI (mpi/), threads in one process (fake/, for
+// tests), NCCL later. All calls are blocking and collective: every rank of the
+// communicator must make the same calls in the same order. Only the
+// coordinator thread of a rank uses its communicator.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace mgs {
+
+enum class CommOp { kSum, kMax, kMin, kBitAnd };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int localRank() const = 0;
+  virtual int localSize() const = 0;
+
+  // In place over `count` elements. dtype: float32/64, int32/64, uint8 (no 16-bit
+  // floats: callers reduce those in float32). kBitAnd only for integer dtypes.
+  virtual Status allreduce(void* buf, size_t count, DataType dtype, CommOp op) = 0;
+  // Every rank contributes `bytes`; `recv` receives size()*bytes in rank order.
+  virtual Status allgather(const void* send, size_t bytes, void* recv) = 0;
+  // Rank r contributes recv_bytes[r] (send_bytes on this rank); `recv` receives
+  // them back to back in rank order.
+  virtual Status allgatherv(const void* send, size_t send_bytes, void* recv,
+                            const std::vector<size_t>& recv_bytes) = 0;
+  // Variable-size byte strings gathered to `root`; `out` is filled on root only.
+  virtual Status gatherStrings(const std::string& send, int root, std::vector<std::string>* out) = 0;
+  virtual Status broadcast(void* buf, size_t bytes, int root) = 0;
+  virtual Status barrier() = 0;
+
+  // A variable-size string from `root` to every rank (size, then bytes).
+  Status broadcastString(std::string* s, int root);
+};
+
+}  // namespace mgs

@@ -1,0 +1,43 @@
+// MPI backend. Initialises MPI if the process has not (MPI_THREAD_SERIALIZED:
+// only one thread, the current coordinator, calls MPI at any time; a later
+// runtime after mgs_shutdown reuses the same MPI), works on a duplicate of
+// MPI_COMM_WORLD with MPI_ERRORS_RETURN so failures come back as Status.
+#pragma once
+
+#include <memory>
+
+#include <mpi.h>
+
+#include "comm/communicator.h"
+
+namespace mgs {
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Initialise MPI when needed and build the communicator.
+  static Status create(std::unique_ptr<Communicator>* out);
+  // MPI_Finalize, if mgs initialised MPI and it is not finalised yet. Called at
+  // process exit (MPI cannot be initialised twice, so not at mgs_shutdown).
+  static void finalizeIfOwned();
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int localRank() const override { return local_rank_; }
+  int localSize() const override { return local_size_; }
+
+  Status allreduce(void* buf, size_t count, DataType dtype, CommOp op) override;
+  Status allgather(const void* send, size_t bytes, void* recv) override;
+  Status allgatherv(const void* send, size_t send_bytes, void* recv,
+                    const std::vector<size_t>& recv_bytes) override;
+  Status gatherStrings(const std::string& send, int root, std::vector<std::string>* out) override;
+  Status broadcast(void* buf, size_t bytes, int root) override;
+  Status barrier() override;
+
+ private:
+  MpiCommunicator() = default;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+};
+
+}  // namespace mgs

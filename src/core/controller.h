@@ -1,0 +1,83 @@
+// Negotiation: decides, once per cycle and identically on every rank, which
+// named operations are ready on all ranks and in which order they run.
+//
+// Fast path (steady state): every pending request whose name and signature are
+// in the response cache sets its bit; one bitwise-AND allreduce of the bit
+// vector gives the names ready everywhere, run in bit order. Word 0 of the
+// vector carries two flags that are ANDed too: "nothing needs the slow path"
+// and "nobody is shutting down".
+//
+// Slow path (new names, changed signatures, stalls): every rank sends all its
+// not-yet-reported requests to rank 0, which records which ranks have which
+// names, validates those submitted by all ranks, runs the stall inspector, and
+// broadcasts an ordered response list. Rank 0 keeps forcing the slow path
+// while some name is reported by only some ranks, so no rank can be waiting on
+// a bit that another rank will never set.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "common/params.h"
+#include "core/request.h"
+#include "core/response_cache.h"
+#include "core/stall_inspector.h"
+
+namespace mgs {
+
+struct ReadyOp {
+  Request req;
+  Status status;  // OK: execute; otherwise complete the handle with it
+};
+
+struct CycleResult {
+  std::vector<ReadyOp> ready;  // same names, same order on every rank
+  bool shutdown = false;       // some rank asked to shut down: everyone stops
+};
+
+struct ControllerStats {
+  uint64_t fast_cycles = 0;
+  uint64_t slow_cycles = 0;
+};
+
+class Controller {
+ public:
+  Controller(Communicator& comm, const Config& config);
+
+  // One negotiation round. Collective: every rank calls it once per cycle.
+  Status cycle(std::vector<Request> incoming, bool want_shutdown, CycleResult* out);
+  // Requests still pending (after shutdown or a fatal error).
+  std::vector<Request> takePending();
+  const ControllerStats& stats() const { return stats_; }
+
+ private:
+  struct Pending {
+    Request req;
+    int64_t cache_bit = -1;
+    bool reported = false;
+  };
+
+  Status slowPath(CycleResult* out);
+  std::string validate(const std::string& name, const std::vector<Signature>& sigs) const;
+  std::string buildResponses(const std::vector<std::string>& reports);  // rank 0
+
+  Communicator& comm_;
+  const Config config_;
+  StallInspector stall_;
+  double stale_cached_s_;
+  ResponseCache cache_;
+  std::map<std::string, Pending> pending_;
+  // Rank 0 only: names reported by some ranks, with each rank's signature.
+  struct Negotiation {
+    StallEntry stall;
+    std::vector<Signature> sigs;
+    int count = 0;
+  };
+  std::map<std::string, Negotiation> table_;
+  ControllerStats stats_;
+};
+
+}  // namespace mgs

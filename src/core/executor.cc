@@ -1,0 +1,168 @@
+#include "core/executor.h"
+
+#include <cstring>
+
+#include "common/check.h"
+#include "core/device.h"
+#include "core/fusion.h"
+#include "core/handle_table.h"
+
+namespace mgs {
+
+double Executor::finalFactor(const Signature& sig) const {
+  double f = sig.postscale;
+  if (sig.reduce_op == MGS_REDUCE_AVERAGE) f /= comm_.size();
+  return f;
+}
+
+void Executor::span(const std::vector<Request*>& group, const char* activity, Clock::time_point start) {
+  if (!timeline_) return;
+  const auto end = Clock::now();
+  for (Request* r : group) timeline_->span(r->name, activity, start, end);
+}
+
+void Executor::run(std::vector<ReadyOp>& ops) {
+  const auto now = Clock::now();
+  std::vector<Request*> ok;
+  std::vector<const Signature*> sigs;
+  std::vector<size_t> bytes;
+  for (auto& op : ops) {
+    if (timeline_) timeline_->span(op.req.name, "NEGOTIATE", op.req.enqueued, now);
+    if (!op.status.ok()) {
+      complete_(op.req, op.status);
+      continue;
+    }
+    ok.push_back(&op.req);
+    sigs.push_back(&op.req.sig);
+    bytes.push_back(op.req.input.bytes());
+  }
+  for (const auto& idx : fusionGroups(sigs, bytes, config_.fusion_threshold_bytes)) {
+    std::vector<Request*> group;
+    for (size_t i : idx) group.push_back(ok[i]);
+    Request& first = *group[0];
+    Status st;
+    switch (first.sig.type) {
+      case OpType::kAllreduce:
+        st = first.sig.on_cuda ? allreduceCuda(first) : allreduceGroup(group);
+        break;
+      case OpType::kAllgather: st = allgather(first); break;
+      case OpType::kBroadcast: st = broadcast(first); break;
+      case OpType::kBarrier: break;  // negotiation already synchronised every rank
+    }
+    if (!st.ok())
+      st = Status(st.code(), "rank " + std::to_string(comm_.rank()) + ", " + opTypeName(first.sig.type) +
+                                 " of tensor '" + first.name + "': " + st.message());
+    for (Request* r : group) complete_(*r, st);
+  }
+}
+
+Status Executor::allreduceGroup(std::vector<Request*>& group) {
+  const Signature& sig = group[0]->sig;
+  const DataType wt = wireType(sig.dtype);
+  const double factor = finalFactor(sig);
+  if (group.size() == 1 && wt == sig.dtype) {
+    // Unfused: reduce in place in the output, no extra copy.
+    Request& r = *group[0];
+    const size_t n = r.input.numel();
+    auto t0 = Clock::now();
+    if (r.output.data != r.input.data && n) std::memcpy(r.output.data, r.input.data, r.input.bytes());
+    scaleHost(r.output.data, sig.dtype, n, sig.prescale);
+    MGS_RETURN_IF_ERROR(comm_.allreduce(r.output.data, n, sig.dtype, CommOp::kSum));
+    scaleHost(r.output.data, sig.dtype, n, factor);
+    span(group, "ALLREDUCE", t0);
+    return Status::OK();
+  }
+  std::vector<const void*> inputs;
+  std::vector<void*> outputs;
+  std::vector<size_t> counts;
+  size_t total = 0;
+  for (Request* r : group) {
+    inputs.push_back(r->input.data);
+    outputs.push_back(r->output.data);
+    counts.push_back(r->input.numel());
+    total += counts.back();
+  }
+  auto t0 = Clock::now();
+  packFusion(inputs, counts, sig.dtype, sig.prescale, &wire_);
+  span(group, "MEMCPY_IN_FUSION_BUFFER", t0);
+  t0 = Clock::now();
+  MGS_RETURN_IF_ERROR(comm_.allreduce(wire_.data(), total, wt, CommOp::kSum));
+  span(group, "ALLREDUCE", t0);
+  t0 = Clock::now();
+  unpackFusion(wire_, sig.dtype, factor, outputs, counts);
+  span(group, "MEMCPY_OUT_FUSION_BUFFER", t0);
+  return Status::OK();
+}
+
+Status Executor::allreduceCuda(Request& r) {
+  const Signature& sig = r.sig;
+  const size_t n = r.input.numel();
+  auto t0 = Clock::now();
+  MGS_RETURN_IF_ERROR(device::waitReady(r.input));
+  stage_.resize(r.input.bytes());
+  MGS_RETURN_IF_ERROR(device::copyToHost(stage_.data(), r.input, stage_.size()));
+  packFusion({stage_.data()}, {n}, sig.dtype, sig.prescale, &wire_);
+  span({&r}, "MEMCPY_IN_HOST_STAGING", t0);
+  t0 = Clock::now();
+  MGS_RETURN_IF_ERROR(comm_.allreduce(wire_.data(), n, wireType(sig.dtype), CommOp::kSum));
+  span({&r}, "ALLREDUCE", t0);
+  t0 = Clock::now();
+  unpackFusion(wire_, sig.dtype, 1.0, {stage_.data()}, {n});
+  MGS_RETURN_IF_ERROR(device::copyFromHost(r.output, stage_.data(), stage_.size()));
+  MGS_RETURN_IF_ERROR(device::scale(r.output, finalFactor(sig)));
+  span({&r}, "MEMCPY_OUT_HOST_STAGING", t0);
+  return Status::OK();
+}
+
+Status Executor::allgather(Request& r) {
+  const int size = comm_.size();
+  auto t0 = Clock::now();
+  int64_t dim0 = r.input.shape[0];
+  std::vector<int64_t> dims(size);
+  MGS_RETURN_IF_ERROR(comm_.allgather(&dim0, sizeof dim0, dims.data()));
+  size_t row = dtypeSize(r.input.dtype);
+  for (size_t d = 1; d < r.input.shape.size(); ++d) row *= static_cast<size_t>(r.input.shape[d]);
+  std::vector<size_t> recv(size);
+  size_t total = 0;
+  int64_t rows = 0;
+  for (int i = 0; i < size; ++i) {
+    recv[i] = static_cast<size_t>(dims[i]) * row;
+    total += recv[i];
+    rows += dims[i];
+  }
+  const void* send = r.input.data;
+  if (r.input.onCuda()) {
+    MGS_RETURN_IF_ERROR(device::waitReady(r.input));
+    stage_.resize(r.input.bytes());
+    MGS_RETURN_IF_ERROR(device::copyToHost(stage_.data(), r.input, stage_.size()));
+    send = stage_.data();
+  }
+  AllgatherResult& out = r.handle->allgather;
+  out.data.resize(total);
+  MGS_RETURN_IF_ERROR(comm_.allgatherv(send, recv[comm_.rank()], out.data.data(), recv));
+  out.rank_sizes = dims;
+  out.shape = r.input.shape;
+  out.shape[0] = rows;
+  span({&r}, "ALLGATHER", t0);
+  return Status::OK();
+}
+
+Status Executor::broadcast(Request& r) {
+  auto t0 = Clock::now();
+  const size_t bytes = r.input.bytes();
+  const bool root = comm_.rank() == r.sig.root;
+  if (!r.input.onCuda()) {
+    MGS_RETURN_IF_ERROR(comm_.broadcast(r.input.data, bytes, r.sig.root));
+  } else {
+    stage_.resize(bytes);
+    // Every rank waits: non-roots overwrite the buffer the framework produced.
+    MGS_RETURN_IF_ERROR(device::waitReady(r.input));
+    if (root) MGS_RETURN_IF_ERROR(device::copyToHost(stage_.data(), r.input, bytes));
+    MGS_RETURN_IF_ERROR(comm_.broadcast(stage_.data(), bytes, r.sig.root));
+    if (!root) MGS_RETURN_IF_ERROR(device::copyFromHost(r.input, stage_.data(), bytes));
+  }
+  span({&r}, "BROADCAST", t0);
+  return Status::OK();
+}
+
+}  // namespace mgs

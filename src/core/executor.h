@@ -1,0 +1,43 @@
+// Runs the operations negotiation declared ready, in the negotiated order,
+// on the coordinator thread: fusion of small allreduces, dense allreduce,
+// allgather with per-rank first dimensions, broadcast and barrier. Sparse
+// buckets (merge plan + selectors) plug in here as another kind of group.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "common/params.h"
+#include "core/controller.h"
+#include "core/timeline.h"
+
+namespace mgs {
+
+class Executor {
+ public:
+  // `complete` is called exactly once per op, after its outputs are final.
+  using Complete = std::function<void(Request& req, Status status)>;
+
+  Executor(Communicator& comm, const Config& config, Timeline* timeline, Complete complete)
+      : comm_(comm), config_(config), timeline_(timeline), complete_(std::move(complete)) {}
+
+  void run(std::vector<ReadyOp>& ops);
+
+ private:
+  Status allreduceGroup(std::vector<Request*>& group);
+  Status allreduceCuda(Request& req);
+  Status allgather(Request& req);
+  Status broadcast(Request& req);
+  double finalFactor(const Signature& sig) const;
+  void span(const std::vector<Request*>& group, const char* activity, Clock::time_point start);
+
+  Communicator& comm_;
+  const Config& config_;
+  Timeline* timeline_;
+  Complete complete_;
+  std::vector<char> wire_;   // fusion buffer, reused across cycles
+  std::vector<char> stage_;  // host staging for CUDA tensors
+};
+
+}  // namespace mgs

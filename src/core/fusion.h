@@ -1,0 +1,32 @@
+// Fusion of small dense allreduces: ready allreduces that share dtype, device
+// kind, op and scale factors are packed into one buffer of at most
+// MGS_FUSION_THRESHOLD_BYTES and reduced with one collective. Grouping only
+// looks at negotiated (rank-independent) fields, so every rank fuses alike.
+// 16-bit floats travel as float32 (MPI cannot sum them, and fp32 accumulation
+// is more accurate).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/request.h"
+
+namespace mgs {
+
+// The dtype a tensor of `dtype` is reduced in.
+DataType wireType(DataType dtype);
+
+// Indices into `sigs` grouped for fusion, in order of each group's first
+// member. Only allreduces are grouped; every other op is a group of one.
+std::vector<std::vector<size_t>> fusionGroups(const std::vector<const Signature*>& sigs,
+                                              const std::vector<size_t>& bytes, int64_t threshold);
+
+// Pack `inputs` (host pointers, all of `dtype`, with `counts` elements each)
+// into `wire` (wireType(dtype)), multiplying by `prescale`.
+void packFusion(const std::vector<const void*>& inputs, const std::vector<size_t>& counts,
+                DataType dtype, double prescale, std::vector<char>* wire);
+// Scale the wire buffer by `factor`, then unpack into `outputs`.
+void unpackFusion(std::vector<char>& wire, DataType dtype, double factor,
+                  const std::vector<void*>& outputs, const std::vector<size_t>& counts);
+
+}  // namespace mgs

@@ -1,0 +1,61 @@
+// Handles: the completion record of one asynchronous operation (the c10d
+// "Work" contract). The coordinator completes a HandleState exactly once;
+// framework threads poll or wait on it. HandleTable maps the integer handles of
+// the C ABI to states.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+
+namespace mgs {
+
+struct AllgatherResult {
+  std::vector<int64_t> shape;       // output shape
+  std::vector<int64_t> rank_sizes;  // first dimension of each rank
+  std::vector<char> data;           // host copy of the concatenated output
+};
+
+class HandleState {
+ public:
+  // Complete once; later calls are ignored (the first status wins).
+  void complete(Status status);
+  bool done() const;
+  // Blocks until complete; returns the final status.
+  Status wait();
+  // Valid after done(): the final status.
+  Status status() const;
+  // The failure message ("" on success); stable once done.
+  const char* errorMessage() const;
+  // OK if this handle finished an allgather successfully; otherwise why not.
+  Status completedAllgather() const;
+
+  // Filled by the coordinator before complete() for allgather.
+  AllgatherResult allgather;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
+};
+
+class HandleTable {
+ public:
+  uint64_t add(std::shared_ptr<HandleState> state);
+  std::shared_ptr<HandleState> get(uint64_t id) const;  // nullptr if unknown
+  bool release(uint64_t id);
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;
+  uint64_t next_ = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<HandleState>> map_;
+};
+
+}  // namespace mgs

@@ -1,0 +1,67 @@
+// What a framework thread hands the coordinator: one collective on one named
+// tensor, plus the "signature" every rank must agree on for it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace mgs {
+
+using Clock = std::chrono::steady_clock;
+
+enum class OpType : uint8_t { kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kBarrier = 3 };
+const char* opTypeName(OpType t);
+
+struct TensorDesc {
+  void* data = nullptr;
+  DataType dtype = MGS_FLOAT32;
+  std::vector<int64_t> shape;
+  int device = MGS_DEVICE_CPU;
+  void* stream = nullptr;
+  void* ready_event = nullptr;
+
+  size_t numel() const;
+  size_t bytes() const { return numel() * dtypeSize(dtype); }
+  bool onCuda() const { return device != MGS_DEVICE_CPU; }
+};
+
+// "[2, 3]"
+std::string shapeString(const std::vector<int64_t>& shape);
+
+// The fields every rank must agree on. For allgather the first dimension may
+// differ per rank, so it is left out of the comparison (first_dim_free).
+struct Signature {
+  OpType type = OpType::kAllreduce;
+  DataType dtype = MGS_FLOAT32;
+  std::vector<int64_t> shape;
+  bool on_cuda = false;
+  int32_t reduce_op = MGS_REDUCE_SUM;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  uint32_t flags = 0;
+  int32_t root = 0;
+
+  // Empty if `this` (from rank a) and `o` (from rank b) agree; else a message
+  // naming the field, both ranks and both values.
+  std::string mismatch(const Signature& o, int rank_a, int rank_b) const;
+  bool operator==(const Signature& o) const { return mismatch(o, 0, 0).empty(); }
+};
+
+struct HandleState;
+
+struct Request {
+  std::string name;
+  Signature sig;
+  TensorDesc input;
+  TensorDesc output;  // allreduce only (input for broadcast is in place)
+  std::shared_ptr<HandleState> handle;
+  Clock::time_point enqueued;
+};
+
+}  // namespace mgs

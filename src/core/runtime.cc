@@ -1,0 +1,213 @@
+#include "core/runtime.h"
+
+#include <cmath>
+#include <future>
+
+#include "common/check.h"
+#include "common/logging.h"
+#include "core/controller.h"
+#include "core/device.h"
+#include "core/executor.h"
+#include "core/timeline.h"
+
+namespace mgs {
+namespace {
+
+Status checkTensor(const std::string& name, const char* role, const TensorDesc& t) {
+  MGS_ENSURE(dtypeValid(t.dtype), kInvalidArgument,
+             "tensor '" << name << "': " << role << " has invalid dtype " << static_cast<int>(t.dtype));
+  for (int64_t d : t.shape)
+    MGS_ENSURE(d >= 0, kInvalidArgument,
+               "tensor '" << name << "': " << role << " has a negative dimension in shape "
+                          << shapeString(t.shape));
+  MGS_ENSURE(t.data != nullptr || t.numel() == 0, kInvalidArgument,
+             "tensor '" << name << "': " << role << " data is NULL but the shape "
+                        << shapeString(t.shape) << " has " << t.numel() << " elements");
+  Status st = device::checkUsable(t);
+  if (!st.ok()) return Status(st.code(), "tensor '" + name + "': " + st.message());
+  return Status::OK();
+}
+
+Signature signatureOf(OpType type, const TensorDesc& t) {
+  Signature s;
+  s.type = type;
+  s.dtype = t.dtype;
+  s.shape = t.shape;
+  s.on_cuda = t.onCuda();
+  return s;
+}
+
+}  // namespace
+
+Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr<Runtime>* out) {
+  std::unique_ptr<Runtime> rt(new Runtime(config));
+  std::promise<Status> ready;
+  auto ready_future = ready.get_future();
+  Runtime* self = rt.get();
+  rt->thread_ = std::thread([self, factory = std::move(factory), &ready] {
+    std::unique_ptr<Communicator> comm;
+    Status st = factory(&comm);
+    if (st.ok()) {
+      self->rank_ = comm->rank();
+      self->size_ = comm->size();
+      self->local_rank_ = comm->localRank();
+      self->local_size_ = comm->localSize();
+      configureLogging(self->rank_, self->config_.log_level);
+      self->running_ = true;
+    }
+    ready.set_value(st);
+    if (st.ok()) self->loop(std::move(comm));
+  });
+  Status st = ready_future.get();
+  if (!st.ok()) {
+    rt->thread_.join();
+    return st;
+  }
+  MGS_LOG_DEBUG("mgs started: rank {}/{} (local {}/{}), {}", rt->rank_, rt->size_, rt->local_rank_,
+                rt->local_size_, describeConfig(config));
+  *out = std::move(rt);
+  return Status::OK();
+}
+
+Runtime::~Runtime() { shutdown(); }
+
+void Runtime::shutdown() {
+  shutdown_requested_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void Runtime::loop(std::unique_ptr<Communicator> comm) {
+  std::unique_ptr<Timeline> timeline;
+  if (rank_ == 0 && !config_.timeline.empty()) {
+    Status st = Timeline::open(config_.timeline, &timeline);
+    if (!st.ok()) MGS_LOG_ERROR("{}", st.message());
+  }
+  Controller controller(*comm, config_);
+  Executor executor(*comm, config_, timeline.get(), [this](Request& req, Status st) {
+    // Free the name before waking the waiter, so it may reuse the name at once.
+    queue_.finish(req.name);
+    req.handle->complete(std::move(st));
+  });
+  const auto cycle = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+
+  Status fatal;
+  std::string why = "mgs has shut down";
+  while (true) {
+    const auto t0 = Clock::now();
+    CycleResult result;
+    Status st = controller.cycle(queue_.drain(), shutdown_requested_.load(), &result);
+    if (!st.ok()) {
+      fatal = Status(st.code(), "rank " + std::to_string(rank_) + ": negotiation failed: " + st.message());
+      MGS_LOG_ERROR("{}", fatal.message());
+      break;
+    }
+    executor.run(result.ready);
+    if (timeline) timeline->flush();
+    if (result.shutdown) {
+      if (!shutdown_requested_) why = "mgs has shut down: another rank called mgs_shutdown";
+      break;
+    }
+    std::this_thread::sleep_until(t0 + cycle);
+  }
+
+  running_ = false;
+  queue_.close(fatal.ok() ? why : fatal.message());
+  const Status final_status = fatal.ok() ? Status(Code::kShutdown, why) : fatal;
+  auto fail = [&](Request& r) {
+    queue_.finish(r.name);
+    r.handle->complete(Status(final_status.code(),
+                              "tensor '" + r.name + "' did not run: " + final_status.message()));
+  };
+  for (auto& r : controller.takePending()) fail(r);
+  for (auto& r : queue_.drain()) fail(r);
+  const auto& s = controller.stats();
+  MGS_LOG_DEBUG("coordinator stopped after {} fast and {} slow negotiation cycles", s.fast_cycles,
+                s.slow_cycles);
+}
+
+Status Runtime::enqueue(Request req, uint64_t* handle) {
+  MGS_ENSURE(handle != nullptr, kInvalidArgument, "handle output pointer is NULL");
+  MGS_ENSURE(running_, kShutdown, "mgs is not running (it was shut down) on rank " << rank_);
+  req.handle = std::make_shared<HandleState>();
+  req.enqueued = Clock::now();
+  auto state = req.handle;
+  const uint64_t id = handles_.add(state);
+  Status st = queue_.push(std::move(req));
+  if (!st.ok()) {
+    handles_.release(id);
+    return st;
+  }
+  *handle = id;
+  return Status::OK();
+}
+
+Status Runtime::enqueueAllreduce(const std::string& name, const TensorDesc& in, const TensorDesc& out,
+                                 int reduce_op, double prescale, double postscale, uint32_t flags,
+                                 uint64_t* handle) {
+  MGS_ENSURE(!name.empty(), kInvalidArgument, "allreduce: the tensor name is empty");
+  MGS_RETURN_IF_ERROR(checkTensor(name, "input", in));
+  MGS_RETURN_IF_ERROR(checkTensor(name, "output", out));
+  MGS_ENSURE(in.dtype == out.dtype && in.shape == out.shape && in.device == out.device,
+             kInvalidArgument,
+             "allreduce of tensor '" << name << "': input (" << dtypeName(in.dtype) << " "
+                                     << shapeString(in.shape) << " device " << in.device
+                                     << ") and output (" << dtypeName(out.dtype) << " "
+                                     << shapeString(out.shape) << " device " << out.device
+                                     << ") differ");
+  MGS_ENSURE(reduce_op == MGS_REDUCE_SUM || reduce_op == MGS_REDUCE_AVERAGE, kInvalidArgument,
+             "allreduce of tensor '" << name << "': unknown reduce op " << reduce_op);
+  MGS_ENSURE(std::isfinite(prescale) && std::isfinite(postscale), kInvalidArgument,
+             "allreduce of tensor '" << name << "': scale factors must be finite");
+  MGS_ENSURE((flags & ~MGS_FLAG_SPARSE_OK) == 0, kInvalidArgument,
+             "allreduce of tensor '" << name << "': unknown flags 0x" << std::hex << flags);
+  Request req;
+  req.name = name;
+  req.sig = signatureOf(OpType::kAllreduce, in);
+  req.sig.reduce_op = reduce_op;
+  req.sig.prescale = prescale;
+  req.sig.postscale = postscale;
+  req.sig.flags = flags;
+  req.input = in;
+  req.output = out;
+  return enqueue(std::move(req), handle);
+}
+
+Status Runtime::enqueueAllgather(const std::string& name, const TensorDesc& in, uint64_t* handle) {
+  MGS_ENSURE(!name.empty(), kInvalidArgument, "allgather: the tensor name is empty");
+  MGS_RETURN_IF_ERROR(checkTensor(name, "input", in));
+  MGS_ENSURE(!in.shape.empty(), kInvalidArgument,
+             "allgather of tensor '" << name << "': needs at least one dimension (got a scalar)");
+  Request req;
+  req.name = name;
+  req.sig = signatureOf(OpType::kAllgather, in);
+  req.input = in;
+  return enqueue(std::move(req), handle);
+}
+
+Status Runtime::enqueueBroadcast(const std::string& name, const TensorDesc& t, int root, uint64_t* handle) {
+  MGS_ENSURE(!name.empty(), kInvalidArgument, "broadcast: the tensor name is empty");
+  MGS_RETURN_IF_ERROR(checkTensor(name, "tensor", t));
+  MGS_ENSURE(root >= 0 && root < size_, kInvalidArgument,
+             "broadcast of tensor '" << name << "': root rank " << root << " is not in [0, " << size_ << ")");
+  Request req;
+  req.name = name;
+  req.sig = signatureOf(OpType::kBroadcast, t);
+  req.sig.root = root;
+  req.input = t;
+  return enqueue(std::move(req), handle);
+}
+
+Status Runtime::barrier() {
+  Request req;
+  // Every rank numbers its barriers the same way, so the names match.
+  req.name = "mgs.barrier." + std::to_string(barrier_count_.fetch_add(1));
+  req.sig.type = OpType::kBarrier;
+  uint64_t id = 0;
+  MGS_RETURN_IF_ERROR(enqueue(std::move(req), &id));
+  Status st = handles_.get(id)->wait();
+  handles_.release(id);
+  return st;
+}
+
+}  // namespace mgs

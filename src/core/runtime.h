@@ -1,0 +1,69 @@
+// Runtime: the one object mgs_init creates (no mutable globals, so tests can
+// run several ranks as threads in one process). It owns the request queue,
+// the handle table and the coordinator thread.
+//
+// Threading contract: framework threads call the enqueue* functions and read
+// handles; everything else -- the communicator, negotiation state, fusion
+// buffers, the timeline -- belongs to the coordinator thread, which is the
+// only thread that communicates. No exception escapes the coordinator loop: a
+// failure becomes the status of the affected handles.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "comm/communicator.h"
+#include "common/params.h"
+#include "core/handle_table.h"
+#include "core/request_queue.h"
+
+namespace mgs {
+
+class Runtime {
+ public:
+  using CommFactory = std::function<Status(std::unique_ptr<Communicator>*)>;
+
+  // Start the coordinator; returns once the communicator is up (or failed).
+  static Status start(const Config& config, CommFactory factory, std::unique_ptr<Runtime>* out);
+  ~Runtime();  // shuts down if still running
+
+  // Negotiated shutdown: every rank's coordinator stops in the same cycle;
+  // pending operations complete with kShutdown. Idempotent.
+  void shutdown();
+  bool running() const { return running_.load(); }
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int localRank() const { return local_rank_; }
+  int localSize() const { return local_size_; }
+  const Config& config() const { return config_; }
+
+  Status enqueueAllreduce(const std::string& name, const TensorDesc& in, const TensorDesc& out,
+                          int reduce_op, double prescale, double postscale, uint32_t flags,
+                          uint64_t* handle);
+  Status enqueueAllgather(const std::string& name, const TensorDesc& in, uint64_t* handle);
+  Status enqueueBroadcast(const std::string& name, const TensorDesc& t, int root, uint64_t* handle);
+  // Blocking barrier across ranks.
+  Status barrier();
+
+  HandleTable& handles() { return handles_; }
+
+ private:
+  explicit Runtime(const Config& config) : config_(config) {}
+  Status enqueue(Request req, uint64_t* handle);
+  void loop(std::unique_ptr<Communicator> comm);
+
+  const Config config_;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  RequestQueue queue_;
+  HandleTable handles_;
+  std::atomic<bool> running_{false};
+  std::atomic<bool> shutdown_requested_{false};
+  std::atomic<uint64_t> barrier_count_{0};
+  std::thread thread_;
+};
+
+}  // namespace mgs
