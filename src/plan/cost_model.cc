@@ -67,7 +67,9 @@ double CommModel::seconds(double bytes) const {
   // Few segments (tables are tens of points): a linear scan from the back.
   size_t i = segments_.size() - 1;
   while (i > 0 && segments_[i].from_bytes > bytes) --i;
-  return segments_[i].alpha_s + segments_[i].beta_s_per_byte * bytes;
+  // A table's first segment extrapolated below its first point can dip
+  // under zero; a call never takes negative time.
+  return std::max(0.0, segments_[i].alpha_s + segments_[i].beta_s_per_byte * bytes);
 }
 
 double SparsifyModel::seconds(int64_t elements) const {
