@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
 #include "common/params.h"
@@ -43,6 +44,14 @@ std::vector<std::string> normalizeArgs(std::vector<std::string> args) {
   return args;
 }
 
+// CLI11's usage line cannot show the command after "--".
+class UsageFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "Usage: mgsrun -np N [OPTIONS] [--] command args...\n";
+  }
+};
+
 std::string typeName(std::string type) {
   for (char& c : type) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return type == "BOOL" ? "0|1" : type;
@@ -61,6 +70,7 @@ int run(int argc, char** argv) {
   }
 
   CLI::App app("Launch an mgs job with Open MPI's mpirun, forwarding and validating MGS_* settings.", "mgsrun");
+  app.formatter(std::make_shared<UsageFormatter>());
   app.prefix_command();  // "mgsrun -np 2 python3 x.py --lr 1" works without "--"
   mgs::launcher::LaunchRequest req;
   bool verbose = false, dry_run = false;
