@@ -1,0 +1,58 @@
+// A tiny harness for tests that run under mpirun: every rank runs the same
+// scenario; EXPECT records failures (never aborts, so ranks cannot diverge
+// into a hang); finish() sums failures over ranks and sets the exit code.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "mgs/mgs.h"
+
+namespace mpitest {
+
+inline int g_failures = 0;
+inline int g_rank = -1;
+
+#define EXPECT(cond, ...)                                                               \
+  do {                                                                                  \
+    if (!(cond)) {                                                                      \
+      ++::mpitest::g_failures;                                                          \
+      std::fprintf(stderr, "[rank %d] %s:%d: EXPECT(%s) failed: ", ::mpitest::g_rank,   \
+                   __FILE__, __LINE__, #cond);                                          \
+      std::fprintf(stderr, __VA_ARGS__);                                                \
+      std::fprintf(stderr, "\n");                                                       \
+    }                                                                                   \
+  } while (0)
+
+#define EXPECT_OK(call) EXPECT((call) == MGS_SUCCESS, "%s -> %s", #call, mgs_last_error())
+
+inline mgs_tensor_t cpuTensor(void* data, mgs_dtype_t dtype, const std::vector<int64_t>& shape) {
+  mgs_tensor_t t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = static_cast<int32_t>(shape.size());
+  t.shape = shape.data();
+  t.device = MGS_DEVICE_CPU;
+  return t;
+}
+
+// Sum of failures over all ranks (through mgs itself); 0 means success.
+inline int finish() {
+  int64_t total = g_failures;
+  std::vector<int64_t> shape{1};
+  mgs_tensor_t t = cpuTensor(&total, MGS_INT64, shape);
+  mgs_handle_t h = 0;
+  if (mgs_allreduce_async("mpitest.failures", &t, &t, MGS_REDUCE_SUM, 1, 1, 0, &h) != MGS_SUCCESS ||
+      mgs_wait(h) != MGS_SUCCESS) {
+    std::fprintf(stderr, "[rank %d] could not gather failure counts: %s\n", g_rank, mgs_last_error());
+    return 1;
+  }
+  mgs_release(h);
+  if (g_rank == 0) std::printf("%s: %lld failure(s) across ranks\n", total ? "FAILED" : "PASSED", (long long)total);
+  return total ? 1 : 0;
+}
+
+}  // namespace mpitest
