@@ -77,6 +77,7 @@ struct SelectResult {
   bool inBand = false;    // count within the selector's documented band
   bool exact = true;      // topk: the set is the exact top-k (ties by lower index)
   size_t nonFinite = 0;   // non-finite entries found in acc (dropped from the residual)
+  int hostSyncs = 0;      // GPU path: device-to-host round trips this call made
   double mean = 0, stddev = 0, meanAbs = 0;  // statistics of acc (finite entries)
   float maxAbs = 0;
 };
