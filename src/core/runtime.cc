@@ -97,6 +97,9 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
     const auto t0 = Clock::now();
     CycleResult result;
     Status st = controller.cycle(queue_.drain(), shutdown_requested_.load(), &result);
+    fast_cycles_ = controller.stats().fast_cycles;
+    slow_cycles_ = controller.stats().slow_cycles;
+    negotiation_s_ = negotiation_s_ + std::chrono::duration<double>(Clock::now() - t0).count();
     if (!st.ok()) {
       fatal = Status(st.code(), "rank " + std::to_string(rank_) + ": negotiation failed: " + st.message());
       MGS_LOG_ERROR("{}", fatal.message());
@@ -124,6 +127,14 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
   const auto& s = controller.stats();
   MGS_LOG_DEBUG("coordinator stopped after {} fast and {} slow negotiation cycles", s.fast_cycles,
                 s.slow_cycles);
+}
+
+NegotiationStats Runtime::negotiationStats() const {
+  NegotiationStats s;
+  s.fast_cycles = fast_cycles_;
+  s.slow_cycles = slow_cycles_;
+  s.seconds = negotiation_s_;
+  return s;
 }
 
 Status Runtime::enqueue(Request req, uint64_t* handle) {

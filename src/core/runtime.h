@@ -22,6 +22,13 @@
 
 namespace mgs {
 
+// Negotiation counters, published by the coordinator after every cycle.
+struct NegotiationStats {
+  uint64_t fast_cycles = 0;  // decided by the bit-vector allreduce alone
+  uint64_t slow_cycles = 0;  // needed the gather to rank 0
+  double seconds = 0;        // total time spent negotiating
+};
+
 class Runtime {
  public:
   using CommFactory = std::function<Status(std::unique_ptr<Communicator>*)>;
@@ -50,6 +57,7 @@ class Runtime {
   Status barrier();
 
   HandleTable& handles() { return handles_; }
+  NegotiationStats negotiationStats() const;
 
  private:
   explicit Runtime(const Config& config) : config_(config) {}
@@ -63,6 +71,8 @@ class Runtime {
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<uint64_t> barrier_count_{0};
+  std::atomic<uint64_t> fast_cycles_{0}, slow_cycles_{0};
+  std::atomic<double> negotiation_s_{0};
   std::thread thread_;
 };
 

@@ -22,8 +22,9 @@ StallVerdict StallInspector::inspect(std::vector<StallEntry*>& entries, Clock::t
                              " but not by ranks " + rankList(e->submitted, false) + " for " +
                              secs + " s";
     if (abort_s_ > 0 && age >= abort_s_) {
-      v.aborts.emplace_back(e->name, what + " (MGS_STALL_ABORT_S=" + std::to_string(abort_s_) +
-                                         "): aborted");
+      char limit[32];
+      std::snprintf(limit, sizeof limit, "%g", abort_s_);
+      v.aborts.emplace_back(e->name, what + " (MGS_STALL_ABORT_S=" + limit + "): aborted");
       continue;
     }
     const bool due = e->last_warned == Clock::time_point{} ||

@@ -1,0 +1,58 @@
+// Runs P "ranks" as threads of this process, each with its own Runtime over
+// a ThreadCommunicator: the negotiation and execution code paths of a real
+// job, without MPI.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "comm/fake/thread_communicator.h"
+#include "core/handle_table.h"
+#include "core/runtime.h"
+
+namespace mgs::test {
+
+inline void runRanks(int P, const Config& config, const std::function<void(Runtime&, int rank)>& body) {
+  auto world = std::make_shared<ThreadWorld>(P);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(P);
+  for (int r = 0; r < P; ++r) {
+    threads.emplace_back([&, r] {
+      std::unique_ptr<Runtime> rt;
+      Status st = Runtime::start(
+          config,
+          [world, r](std::unique_ptr<Communicator>* out) {
+            out->reset(new ThreadCommunicator(world, r));
+            return Status::OK();
+          },
+          &rt);
+      if (!st.ok()) {
+        errors[r] = st.toString();
+        return;
+      }
+      body(*rt, r);
+      rt->shutdown();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) REQUIRE(e.empty());
+}
+
+inline TensorDesc cpuDesc(void* data, DataType dtype, std::vector<int64_t> shape) {
+  TensorDesc t;
+  t.data = data;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  return t;
+}
+
+// Wait for a handle and release it; returns the op's status.
+inline Status waitRelease(Runtime& rt, uint64_t id) {
+  Status st = rt.handles().get(id)->wait();
+  rt.handles().release(id);
+  return st;
+}
+
+}  // namespace mgs::test
