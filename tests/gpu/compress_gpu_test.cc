@@ -1,0 +1,248 @@
+// GPU selectors and decompression against the CPU oracle (src/compress):
+// same count, same threshold, same indices, bitwise-equal values and residual,
+// for f32/f16/bf16 input and n in {0, 1, 1000, 2^20 + 3, 2^26}, k = n included.
+// Exits 77 (ctest SKIP_RETURN_CODE) when no CUDA device is visible.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "common/dtype.h"
+#include "compress/decompress.h"
+#include "compress/selector.h"
+#include "gpu_selector.h"
+
+namespace mgs {
+namespace {
+
+using compress::SelectArgs;
+using compress::SelectorOptions;
+using compress::SelectResult;
+
+template <typename T>
+struct DeviceBuffer {
+  T* p = nullptr;
+  explicit DeviceBuffer(size_t n) {
+    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(n, 1) * sizeof(T)) ==
+            cudaSuccess);
+  }
+  ~DeviceBuffer() { cudaFree(p); }
+  void upload(const T* h, size_t n) { REQUIRE(cudaMemcpy(p, h, n * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess); }
+  std::vector<T> download(size_t n) const {
+    std::vector<T> h(n);
+    REQUIRE(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+    return h;
+  }
+};
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// Student-t(3) gradients and a Normal residual, generated once per n.
+const std::vector<float>& data(size_t n, uint64_t seed) {
+  static std::map<std::pair<size_t, uint64_t>, std::vector<float>> cache;
+  auto& v = cache[{n, seed}];
+  if (v.size() != n) {
+    std::mt19937_64 g(seed + n);
+    std::student_t_distribution<float> t3(3.0f);
+    v.resize(n);
+    for (auto& x : v) x = t3(g) * 1e-3f;
+  }
+  return v;
+}
+
+struct Out {
+  Status status;
+  SelectResult result;
+  std::vector<float> values, residual;
+  std::vector<uint32_t> indices;
+};
+
+// Host bytes of x in `dtype` (f32 passes through).
+std::vector<uint16_t> narrow(const std::vector<float>& x, DataType dtype) {
+  std::vector<uint16_t> h(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    h[i] = dtype == MGS_FLOAT16 ? floatToHalf(x[i]) : floatToBfloat16(x[i]);
+  return h;
+}
+
+void compare(const std::string& name, DataType dtype, size_t n, double density) {
+  CAPTURE(name, dtypeName(dtype), n, density);
+  SelectorOptions o;
+  o.density = density;
+  o.seed = 5;
+  const auto& xf = data(n, 1);
+  const auto& r0 = data(n, 2);
+  std::vector<uint16_t> xh;
+  const void* xhost = xf.data();
+  size_t elem = 4;
+  if (dtype != MGS_FLOAT32) {
+    xh = narrow(xf, dtype);
+    xhost = xh.data();
+    elem = 2;
+  }
+  // CPU oracle.
+  std::unique_ptr<compress::Selector> cpu;
+  REQUIRE(compress::Selector::create(name, o, &cpu).ok());
+  const size_t cap = cpu->maxCount(n);
+  Out c;
+  c.residual = r0;
+  c.values.resize(std::max<size_t>(cap, 1));
+  c.indices.resize(std::max<size_t>(cap, 1));
+  std::vector<std::max_align_t> ws(cpu->workspaceBytes(n) / sizeof(std::max_align_t) + 1);
+  SelectArgs a;
+  a.x = xhost;
+  a.dtype = dtype;
+  a.residual = c.residual.data();
+  a.n = n;
+  a.outValues = c.values.data();
+  a.outIndices = c.indices.data();
+  a.workspace = ws.data();
+  a.workspaceBytes = ws.size() * sizeof(std::max_align_t);
+  a.step = 3;
+  a.name = "gpu-test";
+  c.status = cpu->select(a, &c.result);
+  REQUIRE(c.status.ok());
+
+  // GPU.
+  std::unique_ptr<cuda::GpuSelector> gpu;
+  REQUIRE(cuda::GpuSelector::create(name, o, &gpu).ok());
+  REQUIRE(gpu->maxCount(n) == cap);
+  size_t wsBytes = 0;
+  REQUIRE(gpu->workspaceBytes(n, &wsBytes).ok());
+  DeviceBuffer<char> dx(n * elem), dws(wsBytes);
+  DeviceBuffer<float> dr(n), dv(cap);
+  DeviceBuffer<uint32_t> di(cap);
+  if (n) {
+    REQUIRE(cudaMemcpy(dx.p, xhost, n * elem, cudaMemcpyHostToDevice) == cudaSuccess);
+    dr.upload(r0.data(), n);
+  }
+  SelectArgs g = a;
+  g.x = dx.p;
+  g.residual = dr.p;
+  g.outValues = dv.p;
+  g.outIndices = di.p;
+  g.workspace = dws.p;
+  g.workspaceBytes = wsBytes;
+  SelectResult gr;
+  REQUIRE(gpu->select(g, &gr, nullptr).ok());
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+
+  REQUIRE(gr.count == c.result.count);
+  REQUIRE(gr.k == c.result.k);
+  REQUIRE(bits(gr.threshold) == bits(c.result.threshold));
+  REQUIRE(gr.maxAbs == c.result.maxAbs);
+  REQUIRE(gr.mean == Approx(c.result.mean).margin(1e-12));
+  REQUIRE(gr.stddev == Approx(c.result.stddev).epsilon(1e-9));
+  REQUIRE(gr.hostSyncs <= 6);
+  const size_t count = gr.count;
+  const auto gi = di.download(count);
+  const auto gv = dv.download(count);
+  const auto grs = dr.download(n);
+  size_t idxDiff = 0, valDiff = 0, resDiff = 0;
+  for (size_t j = 0; j < count; ++j) {
+    idxDiff += gi[j] != c.indices[j];
+    valDiff += bits(gv[j]) != bits(c.values[j]);
+  }
+  for (size_t i = 0; i < n; ++i) resDiff += bits(grs[i]) != bits(c.residual[i]);
+  REQUIRE(idxDiff == 0);
+  REQUIRE(valDiff == 0);
+  REQUIRE(resDiff == 0);
+}
+
+TEST_CASE("gpu selectors equal the CPU oracle", "[gpu][compress]") {
+  const auto name = GENERATE(as<std::string>{}, "topk", "gaussiank", "ldte", "dgc", "randomk", "none");
+  const auto dtype = GENERATE(MGS_FLOAT32, MGS_FLOAT16, MGS_BFLOAT16);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{1000}, (size_t{1} << 20) + 3})
+    for (double rho : {0.01, 0.001}) compare(name, dtype, n, rho);
+  compare(name, dtype, 1000, 1.0);  // k = n
+}
+
+TEST_CASE("gpu selectors equal the CPU oracle at 2^26", "[gpu][compress][large]") {
+  const auto name = GENERATE(as<std::string>{}, "topk", "gaussiank", "ldte", "dgc", "randomk");
+  const auto dtype = GENERATE(MGS_FLOAT32, MGS_FLOAT16, MGS_BFLOAT16);
+  compare(name, dtype, size_t{1} << 26, 0.001);
+}
+
+TEST_CASE("gpu non-finite input follows the policy", "[gpu][compress]") {
+  const size_t n = 10000;
+  std::vector<float> x = data(n, 1);
+  x[10] = NAN;
+  x[20] = INFINITY;
+  DeviceBuffer<float> dx(n), dr(n), dv(n);
+  DeviceBuffer<uint32_t> di(n);
+  dx.upload(x.data(), n);
+  REQUIRE(cudaMemset(dr.p, 0, n * 4) == cudaSuccess);
+  std::unique_ptr<cuda::GpuSelector> gpu;
+  REQUIRE(cuda::GpuSelector::create("ldte", SelectorOptions{}, &gpu).ok());
+  size_t wsBytes = 0;
+  REQUIRE(gpu->workspaceBytes(n, &wsBytes).ok());
+  DeviceBuffer<char> dws(wsBytes);
+  SelectArgs g;
+  g.x = dx.p;
+  g.residual = dr.p;
+  g.n = n;
+  g.outValues = dv.p;
+  g.outIndices = di.p;
+  g.workspace = dws.p;
+  g.workspaceBytes = wsBytes;
+  g.name = "conv1";
+  SelectResult r;
+  const Status st = gpu->select(g, &r, nullptr);
+  REQUIRE(st.code() == Code::kNumeric);
+  REQUIRE(st.message().find("conv1") != std::string::npos);
+  REQUIRE(r.nonFinite == 2);
+  const auto res = dr.download(n);
+  for (float v : res) REQUIRE(std::isfinite(v));
+}
+
+TEST_CASE("gpu scatterAdd equals the CPU bitwise", "[gpu][decompress]") {
+  const size_t n = (size_t{1} << 20) + 3, P = 4;
+  std::mt19937 g(9);
+  std::uniform_int_distribution<uint32_t> pick(0, n - 1);
+  std::normal_distribution<float> val(0, 1);
+  std::vector<size_t> counts = {30000, 0, 4001, 77};
+  std::vector<float> vals;
+  std::vector<uint32_t> idx;
+  for (size_t c : counts)
+    for (size_t j = 0; j < c; ++j) {
+      vals.push_back(val(g));
+      idx.push_back(j % 5 == 0 ? static_cast<uint32_t>(j % 1000) : pick(g));
+    }
+  const size_t total = vals.size();
+  std::vector<float> ref(n);
+  REQUIRE(compress::scatterAdd(vals.data(), idx.data(), counts.data(), P, n, 0.25f, ref.data()).ok());
+  DeviceBuffer<float> dv(total), dout(n);
+  DeviceBuffer<uint32_t> di(total);
+  dv.upload(vals.data(), total);
+  di.upload(idx.data(), total);
+  size_t wsBytes = 0;
+  REQUIRE(cuda::scatterAddWorkspaceBytes(total, &wsBytes).ok());
+  DeviceBuffer<char> dws(wsBytes);
+  REQUIRE(cuda::scatterAdd(dv.p, di.p, total, n, 0.25f, dout.p, dws.p, wsBytes, nullptr).ok());
+  const auto out = dout.download(n);
+  size_t diff = 0;
+  for (size_t i = 0; i < n; ++i) diff += bits(out[i]) != bits(ref[i]);
+  REQUIRE(diff == 0);
+}
+
+}  // namespace
+}  // namespace mgs
+
+int main(int argc, char** argv) {
+  if (mgs::cuda::visibleDevices() == 0) {
+    std::printf("SKIPPED: no CUDA device visible (cudaGetDeviceCount gives 0); "
+                "the GPU selector tests need a GPU\n");
+    return 77;
+  }
+  return Catch::Session().run(argc, argv);
+}
