@@ -28,10 +28,15 @@ void printTable(const std::vector<SimPoint>& pts, const std::string& metric) {
       const double v = metric == "time" ? p->iteration_s * 1e3
                        : metric == "efficiency" ? p->efficiency
                                                 : p->speedup;
-      std::printf(" %13.*f", metric == "efficiency" ? 3 : 1, v);
+      std::printf(" %12.*f%c", metric == "efficiency" ? 3 : 1, v, p->front_capped ? '*' : ' ');
     }
     std::printf("\n");
   }
+  for (const auto& p : pts)
+    if (p.front_capped) {
+      std::printf("* the mgs Pareto front reached its cap: that plan may not be optimal\n");
+      break;
+    }
 }
 
 }  // namespace
@@ -110,7 +115,8 @@ int main(int argc, char** argv) {
                                {"iteration_s", p.iteration_s},
                                {"speedup", p.speedup},
                                {"efficiency", p.efficiency},
-                               {"groups", p.groups}});
+                               {"groups", p.groups},
+                               {"front_capped", p.front_capped}});
     std::ofstream f(json_path);
     f << out.dump(1) << "\n";
     if (!f) {

@@ -76,6 +76,7 @@ Status simulate(const Trace& trace, const SimOptions& o, std::vector<SimPoint>* 
       pt.speedup = p * single / pt.iteration_s;
       pt.efficiency = pt.speedup / p;
       pt.groups = static_cast<int>(plan.groups.size());
+      pt.front_capped = plan.front_capped;
       out->push_back(pt);
     }
   }

@@ -52,6 +52,7 @@ struct SimPoint {
   double speedup = 0;      // P * (one worker's iteration) / iteration_s
   double efficiency = 0;   // speedup / P
   int groups = 0;
+  bool front_capped = false;  // mgs: the plan may not be optimal
 };
 
 // One point per (workers, strategy), workers-major. A single worker needs no
