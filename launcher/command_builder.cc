@@ -14,7 +14,8 @@ Status buildMpirunArgv(const LaunchRequest& request, const LaunchContext& contex
     return Status(Code::kInvalidArgument,
                   "-np " + std::to_string(request.np) + ": the number of ranks must be >= 1");
   if (request.command.empty() || request.command.front().empty())
-    return Status(Code::kInvalidArgument, "no command to run (usage: mgsrun -np N [options] -- command args...)");
+    return Status(Code::kInvalidArgument,
+                  "no command to run (usage: mgsrun -np N [options] -- command args...)");
 
   std::vector<HostSlots> hosts;
   if (!request.hosts.empty()) {
@@ -30,7 +31,8 @@ Status buildMpirunArgv(const LaunchRequest& request, const LaunchContext& contex
 
   bool single_host = true;
   for (const auto& h : hosts) single_host = single_host && isLocalHost(h.host, context.local_names);
-  for (const auto& h : request.hostfile_hosts) single_host = single_host && isLocalHost(h, context.local_names);
+  for (const auto& h : request.hostfile_hosts)
+    single_host = single_host && isLocalHost(h, context.local_names);
 
   std::vector<std::string> a = {"mpirun", "-np", std::to_string(request.np)};
   if (!request.hosts.empty()) a.insert(a.end(), {"-H", request.hosts});
@@ -54,7 +56,8 @@ std::string shellJoin(const std::vector<std::string>& argv) {
     if (!out.empty()) out += ' ';
     bool plain = !arg.empty();
     for (char c : arg)
-      plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || std::string("@%+=:,./_-").find(c) != std::string::npos);
+      plain = plain && (std::isalnum(static_cast<unsigned char>(c)) ||
+                        std::string("@%+=:,./_-").find(c) != std::string::npos);
     if (plain) {
       out += arg;
       continue;

@@ -15,11 +15,11 @@ namespace launcher {
 // What the user asked for (already split out of the command line).
 struct LaunchRequest {
   int np = 0;
-  std::string hosts;                        // value of -H, "" when not given
-  std::string hostfile;                     // path, "" when not given
-  std::vector<std::string> hostfile_hosts;  // host names read from `hostfile`
+  std::string hosts;                             // value of -H, "" when not given
+  std::string hostfile;                          // path, "" when not given
+  std::vector<std::string> hostfile_hosts;       // host names read from `hostfile`
   std::map<std::string, std::string> flag_vars;  // MGS_* name -> value, from flags
-  std::vector<std::string> command;         // program and its arguments
+  std::vector<std::string> command;              // program and its arguments
 };
 
 // Facts about the machine mgsrun runs on.

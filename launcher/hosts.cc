@@ -58,8 +58,7 @@ std::vector<std::string> parseHostfile(const std::string& text) {
 
 bool isLocalHost(const std::string& host, const std::vector<std::string>& local_names) {
   std::string h = lower(host.substr(host.find('@') == std::string::npos ? 0 : host.find('@') + 1));
-  if (h == "localhost" || h == "localhost.localdomain" || h == "::1" || h.rfind("127.", 0) == 0)
-    return true;
+  if (h == "localhost" || h == "localhost.localdomain" || h == "::1" || h.rfind("127.", 0) == 0) return true;
   for (const auto& name : local_names)
     if (!name.empty() && h == lower(name)) return true;
   return false;

@@ -38,8 +38,10 @@ int fail(const std::string& message, int code = kUsageError) {
 std::vector<std::string> normalizeArgs(std::vector<std::string> args) {
   for (auto& a : args) {
     if (a == "--") break;
-    if (a == "-np") a = "--np";
-    else if (a.rfind("-np=", 0) == 0) a = "-" + a;
+    if (a == "-np")
+      a = "--np";
+    else if (a.rfind("-np=", 0) == 0)
+      a = "-" + a;
   }
   return args;
 }
@@ -69,7 +71,8 @@ int run(int argc, char** argv) {
     args.erase(dashdash, args.end());
   }
 
-  CLI::App app("Launch an mgs job with Open MPI's mpirun, forwarding and validating MGS_* settings.", "mgsrun");
+  CLI::App app("Launch an mgs job with Open MPI's mpirun, forwarding and validating MGS_* settings.",
+               "mgsrun");
   app.formatter(std::make_shared<UsageFormatter>());
   app.prefix_command();  // "mgsrun -np 2 python3 x.py --lr 1" works without "--"
   mgs::launcher::LaunchRequest req;
@@ -82,16 +85,17 @@ int run(int argc, char** argv) {
   app.add_flag("-v,--verbose", verbose, "Print the mpirun command (to stderr) before running it");
   app.add_flag("--dry-run", dry_run, "Print the mpirun command (to stdout) and exit 0 without running it");
 
-  const std::string group = "MGS parameters (each sets the MGS_* variable named, forwarded to every rank with -x)";
+  const std::string group =
+      "MGS parameters (each sets the MGS_* variable named, forwarded to every rank with -x)";
   std::map<std::string, std::string> values;  // parameter name -> flag value
   std::vector<std::pair<std::string, CLI::Option*>> param_opts;
   for (const auto& spec : mgs::paramSpecs()) {
     const std::string def = spec.default_value.empty() ? "unset" : spec.default_value;
-    const std::string desc = spec.name + ": " + spec.doc + " Allowed: " + spec.allowed + ". Default: " + def + ".";
-    param_opts.emplace_back(spec.name,
-                            app.add_option("--" + flagNameFor(spec.name), values[spec.name], desc)
-                                ->type_name(typeName(spec.type))
-                                ->group(group));
+    const std::string desc =
+        spec.name + ": " + spec.doc + " Allowed: " + spec.allowed + ". Default: " + def + ".";
+    param_opts.emplace_back(spec.name, app.add_option("--" + flagNameFor(spec.name), values[spec.name], desc)
+                                           ->type_name(typeName(spec.type))
+                                           ->group(group));
   }
   app.footer(
       "Every MGS_* variable already in the environment is validated and forwarded too; a flag overrides "
@@ -142,7 +146,8 @@ int run(int argc, char** argv) {
     std::cout << line << std::endl;
     return 0;
   }
-  if (verbose) std::cerr << "mgsrun: " << mpirun_path << " (" << version << ")\nmgsrun: " << line << std::endl;
+  if (verbose)
+    std::cerr << "mgsrun: " << mpirun_path << " (" << version << ")\nmgsrun: " << line << std::endl;
 
   std::vector<char*> cargv;
   for (auto& a : mpirun_argv) cargv.push_back(a.data());

@@ -1,7 +1,7 @@
 #include "launcher/command_builder.h"
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 
 #include "common/params.h"
 
@@ -54,8 +54,8 @@ std::string errorOf(const LaunchRequest& r, const LaunchContext& c) {
 
 TEST_CASE("minimal command: np, tag-output, PATH, command last", "[launcher]") {
   const auto argv = build(request(2), context());
-  const std::vector<std::string> expected = {"mpirun", "-np", "2", "--tag-output", "-x", "PATH",
-                                             "./job", "--lr", "0.1"};
+  const std::vector<std::string> expected = {"mpirun", "-np",   "2",    "--tag-output", "-x",
+                                             "PATH",   "./job", "--lr", "0.1"};
   CHECK(argv == expected);
 }
 
@@ -109,7 +109,7 @@ TEST_CASE("flags become -x MGS_...=value and override the environment", "[launch
   CHECK_FALSE(hasPair(argv, "-x", "MGS_DENSITY=0.5"));
   CHECK(hasPair(argv, "-x", "MGS_COMPRESSOR=gaussiank"));
   CHECK(hasPair(argv, "-x", "MGS_LOG_LEVEL=debug"));  // from the environment
-  CHECK_FALSE(hasPair(argv, "-x", "HOME"));          // only MGS_* and the search paths
+  CHECK_FALSE(hasPair(argv, "-x", "HOME"));           // only MGS_* and the search paths
   // The command comes after every mpirun option, untouched.
   CHECK(std::vector<std::string>(argv.end() - 3, argv.end()) == r.command);
 }
