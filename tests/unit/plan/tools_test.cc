@@ -1,0 +1,129 @@
+// The tools' JSON reader and the scaling simulator (tools/).
+#include <catch2/catch.hpp>
+
+#include "instance_io.h"
+#include "simulator.h"
+
+namespace mgs::tools {
+namespace {
+
+using nlohmann::json;
+
+json v1() {
+  return json::parse(R"({
+    "layers": [{"name": "l3", "elements": 7, "backward_s": 3}, {"name": "l2", "elements": 2, "backward_s": 3},
+               {"name": "l1", "elements": 5, "backward_s": 3}, {"name": "l0", "elements": 7, "backward_s": 1}],
+    "bytes_per_element": 1, "workers": 2, "density": 1.0,
+    "allreduce": {"alpha_s": 4.0, "beta_s_per_byte": 1.0}})");
+}
+
+TEST_CASE("an instance parses into the planner's input", "[plan][tools]") {
+  plan::PlanInput in;
+  REQUIRE(parseInstance(v1(), &in).ok());
+  REQUIRE(in.layers.size() == 4);
+  CHECK(in.layers[0].name == "l3");
+  CHECK(in.layers[3].backward_s == 1.0);
+  CHECK_FALSE(in.sparse);  // density 1: dense unless "sparse" says otherwise
+  plan::Plan p;
+  REQUIRE(plan::computePlan("mgwfbp", in, &p).ok());
+  const json out = planToJson(p);
+  CHECK(out["predicted_s"] == 32.0);
+  CHECK(out["groups"] == json::parse("[[0],[1,2,3]]"));
+  CHECK(out["model"] == "dense");
+}
+
+TEST_CASE("instance cost models: tables, sparsify kinds and presets", "[plan][tools]") {
+  json j = v1();
+  j["allgather"] = json::parse(R"({"table": [[0, 1.0], [100, 2.0]]})");
+  j["sparsify"] = json::parse(R"({"kind": "linear", "c_s": 0.5})");
+  j["density"] = 0.5;
+  plan::PlanInput in;
+  REQUIRE(parseInstance(j, &in).ok());
+  CHECK(in.sparse);
+  CHECK(in.cost.sparsify.kind == plan::SparsifyModel::Kind::kLinear);
+  CHECK(in.cost.allgather.seconds(50) == Approx(1.5));
+  j = v1();
+  j.erase("allreduce");
+  j["preset"] = "10gbe-P8";
+  j.erase("workers");
+  REQUIRE(parseInstance(j, &in).ok());
+  CHECK(in.cost.workers == 8);
+  CHECK(in.cost.bytes_per_element == 1);  // explicit fields override the preset
+}
+
+TEST_CASE("bad instances name the problem", "[plan][tools]") {
+  plan::PlanInput in;
+  json j = v1();
+  j["layers"][1].erase("elements");
+  Status st = parseInstance(j, &in);
+  CHECK(st.code() == Code::kInvalidArgument);
+  CHECK(st.message().find("layer 1") != std::string::npos);
+  j = v1();
+  j["sparsify"] = json::parse(R"({"kind": "cubic", "c_s": 1})");
+  CHECK(parseInstance(j, &in).message().find("cubic") != std::string::npos);
+  j = v1();
+  j["workers"] = "eight";
+  CHECK(parseInstance(j, &in).code() == Code::kInvalidArgument);
+  j = v1();
+  j["preset"] = "100gbe-P3";
+  CHECK(parseInstance(j, &in).code() == Code::kInvalidArgument);
+  j = v1();
+  j["density"] = 2.0;
+  CHECK(parseInstance(j, &in).code() == Code::kInvalidArgument);
+}
+
+Trace smallTrace() {
+  Trace t;
+  REQUIRE(parseTrace(json::parse(R"({"model": "toy", "layers": [
+      {"name": "a", "elements": 1000000, "backward_s": 0.01},
+      {"name": "b", "elements": 10, "backward_s": 0.001},
+      {"name": "c", "elements": 4000000, "backward_s": 0.02}]})"), &t).ok());
+  return t;
+}
+
+TEST_CASE("a trace without forward time assumes half the backward", "[plan][tools]") {
+  CHECK(smallTrace().forward_s == Approx(0.0155));
+}
+
+TEST_CASE("simulate: one point per strategy and worker count, consistent", "[plan][tools]") {
+  SimOptions opt;
+  REQUIRE(networkByName("10gbe", &opt.network).ok());
+  opt.workers = {1, 4, 64};
+  std::vector<SimPoint> pts;
+  REQUIRE(simulate(smallTrace(), opt, &pts).ok());
+  REQUIRE(pts.size() == 3 * simStrategies().size());
+  std::map<std::pair<int, std::string>, SimPoint> by;
+  for (const auto& p : pts) by[{p.workers, p.strategy}] = p;
+  for (const auto& s : simStrategies()) {
+    CHECK(by[{1, s.name}].speedup == Approx(1.0));
+    for (int p : {4, 64}) {
+      const SimPoint& x = by[{p, s.name}];
+      CHECK(x.efficiency <= 1.0 + 1e-12);
+      CHECK(x.efficiency == Approx(x.speedup / p));
+    }
+  }
+  for (int p : {4, 64}) {
+    // The exact planners are never beaten on their own model.
+    for (const char* dense : {"wfbp", "syncea", "fusion", "mgwfbp-greedy"})
+      CHECK(by[{p, "mgwfbp"}].iteration_s <= by[{p, dense}].iteration_s * (1 + 1e-12));
+    for (const char* sparse : {"lags", "topk", "mgs-greedy"})
+      CHECK(by[{p, "mgs"}].iteration_s <= by[{p, sparse}].iteration_s * (1 + 1e-12));
+  }
+  // More workers: dense allreduce moves the same bytes per rank, sparse
+  // allgather moves P times more, so sparse loses ground.
+  CHECK(by[{64, "lags"}].iteration_s > by[{4, "lags"}].iteration_s);
+}
+
+TEST_CASE("cluster model: alpha-beta with log2(P) latency steps", "[plan][tools]") {
+  SimOptions opt;
+  opt.network = {"test", 1e-5, 1e9};
+  const plan::CostModel m = clusterModel(opt, 8);
+  CHECK(m.allreduce.startup() == Approx(2 * 3 * 1e-5));
+  CHECK(m.allreduce.seconds(8e6) == Approx(6e-5 + 2 * 7.0 / 8 * 8e-3));
+  CHECK(m.allgather.seconds(8e6) == Approx(6e-5 + 7.0 / 8 * 8e-3));
+  Network n;
+  CHECK(networkByName("ethernet", &n).code() == Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace mgs::tools
