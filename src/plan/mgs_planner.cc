@@ -78,16 +78,21 @@ struct SuffixBounds {
 
 SuffixBounds suffixBounds(const std::vector<LayerInfo>& layers, const GroupCosts& cost) {
   const int n = static_cast<int>(layers.size());
-  SuffixBounds b{std::vector<double>(n + 1, 0.0), std::vector<double>(n + 1, 0.0)};
-  std::vector<double> select(n + 1, 0.0);
-  double backward = 0;
-  for (int s = n - 1; s >= 0; --s) {
-    backward += layers[s].backward_s;
-    b.comm[s] = select[s] = std::numeric_limits<double>::infinity();
-    for (int e = s + 1; e <= n; ++e) {
+  const double inf = std::numeric_limits<double>::infinity();
+  SuffixBounds b{std::vector<double>(n + 1, inf), std::vector<double>(n + 1, 0.0)};
+  std::vector<double> select(n + 1, inf);
+  b.comm[n] = select[n] = 0;
+  // Pushed from each finished suffix e to every shorter one, so the costs
+  // are read in storage order (row e).
+  for (int e = n; e >= 1; --e) {
+    for (int s = e - 1; s >= 0; --s) {
       b.comm[s] = std::min(b.comm[s], cost.comm(s, e) + b.comm[e]);
       select[s] = std::min(select[s], cost.select(s, e) + select[e]);
     }
+  }
+  double backward = 0;
+  for (int s = n - 1; s >= 0; --s) {
+    backward += layers[s].backward_s;
     b.compute[s] = backward + select[s];
   }
   return b;
@@ -160,7 +165,8 @@ PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& a
   // Without bounds the fronts reach thousands of states when communication
   // dominates (BERT-base on 1,024 workers). A known plan's time bounds every
   // state from above: the best of the authors' rule and the trivial plans,
-  // then of a coarse capped pass.
+  // then, if the fronts still outgrow the cap, of a first DP pass and a
+  // coarse capped pass.
   const GroupCosts cost(layers, allgather, sparsify);
   const SuffixBounds bound = suffixBounds(layers, cost);
   PlannerResult known = planMgsGreedy(layers, allgather, sparsify);
@@ -168,11 +174,15 @@ PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& a
     const double t = sparseTime(layers, g, allgather, sparsify);
     if (t < known.predicted_s) known.groups = std::move(g), known.predicted_s = t;
   }
-  if (front_cap > kCoarseCap) {
+  PlannerResult r = paretoDp(layers, cost, bound, limitFor(known.predicted_s), front_cap);
+  if (r.front_capped && front_cap > kCoarseCap) {
+    // Tighten the bound with a coarse capped pass and try again: most
+    // capped fronts shrink under the cap then.
     PlannerResult coarse = paretoDp(layers, cost, bound, limitFor(known.predicted_s), kCoarseCap);
     if (!coarse.groups.empty() && coarse.predicted_s < known.predicted_s) known = std::move(coarse);
+    if (!r.groups.empty() && r.predicted_s < known.predicted_s) known = r;
+    r = paretoDp(layers, cost, bound, limitFor(known.predicted_s), front_cap);
   }
-  PlannerResult r = paretoDp(layers, cost, bound, limitFor(known.predicted_s), front_cap);
   // Only the cap can lose the optimal path; the known plan is then as good.
   if (r.groups.empty() || r.predicted_s > known.predicted_s) {
     r.groups = std::move(known.groups);
