@@ -22,8 +22,7 @@ Status parseComm(const json& j, const std::string& field, plan::CommModel* out) 
   }
   if (!j.contains("alpha_s") || !j.contains("beta_s_per_byte"))
     return invalid("'" + field + "' needs alpha_s and beta_s_per_byte, or a table");
-  *out = plan::CommModel::linear(j.at("alpha_s").get<double>(),
-                                 j.at("beta_s_per_byte").get<double>());
+  *out = plan::CommModel::linear(j.at("alpha_s").get<double>(), j.at("beta_s_per_byte").get<double>());
   return Status::OK();
 }
 
@@ -84,8 +83,7 @@ Status parseInstance(const json& j, plan::PlanInput* out) {
       return st;
     if (j.contains("allgather") && !(st = parseComm(j["allgather"], "allgather", &in.cost.allgather)).ok())
       return st;
-    if (j.contains("sparsify") && !(st = parseSparsify(j["sparsify"], &in.cost.sparsify)).ok())
-      return st;
+    if (j.contains("sparsify") && !(st = parseSparsify(j["sparsify"], &in.cost.sparsify)).ok()) return st;
     in.sparse = j.value("sparse", in.cost.density < 1.0);
     in.fusion_threshold_bytes = j.value("fusion_threshold_bytes", in.fusion_threshold_bytes);
     in.front_cap = j.value("front_cap", in.front_cap);

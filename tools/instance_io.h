@@ -3,10 +3,9 @@
 // docs/planner.md. Parsing errors come back as a Status naming the field.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/status.h"
 #include "plan/plan.h"

@@ -25,7 +25,7 @@ void printTable(const std::vector<SimPoint>& pts, const std::string& metric) {
     std::printf("%6d", workers);
     for (const auto& c : cols) {
       const SimPoint* p = row.at(c);
-      const double v = metric == "time" ? p->iteration_s * 1e3
+      const double v = metric == "time"         ? p->iteration_s * 1e3
                        : metric == "efficiency" ? p->efficiency
                                                 : p->speedup;
       std::printf(" %12.*f%c", metric == "efficiency" ? 3 : 1, v, p->front_capped ? '*' : ' ');
@@ -56,8 +56,8 @@ int main(int argc, char** argv) {
   app.add_option("--sparsify", sparsify, "selection time model: nlogn (exact top-k) or linear")
       ->capture_default_str()
       ->check(CLI::IsMember({"nlogn", "linear"}));
-  app.add_option("--sparsify-c", opt.sparsify.c_s,
-                 "seconds per element (linear) or per n*log2(n) (nlogn)")->capture_default_str();
+  app.add_option("--sparsify-c", opt.sparsify.c_s, "seconds per element (linear) or per n*log2(n) (nlogn)")
+      ->capture_default_str();
   app.add_option("--fusion-mib", fusion_mib, "fusion buffer size")->capture_default_str();
   app.add_option("-P,--workers", opt.workers, "worker counts")->capture_default_str();
   app.add_option("--metric", metric, "table metric: speedup, efficiency or time (ms)")
@@ -77,8 +77,8 @@ int main(int argc, char** argv) {
   }
   if (latency_us >= 0) opt.network.latency_s = latency_us * 1e-6;
   if (bandwidth_gbps > 0) opt.network.bandwidth_bytes_per_s = bandwidth_gbps * 1e9 / 8;
-  opt.sparsify.kind = sparsify == "linear" ? mgs::plan::SparsifyModel::Kind::kLinear
-                                           : mgs::plan::SparsifyModel::Kind::kNLogN;
+  opt.sparsify.kind =
+      sparsify == "linear" ? mgs::plan::SparsifyModel::Kind::kLinear : mgs::plan::SparsifyModel::Kind::kNLogN;
   opt.fusion_threshold_bytes = static_cast<int64_t>(fusion_mib * (1 << 20));
 
   std::vector<SimPoint> pts;
@@ -90,13 +90,12 @@ int main(int argc, char** argv) {
   int64_t params = 0;
   double backward = 0;
   for (const auto& l : trace.layers) params += l.elements, backward += l.backward_s;
-  std::printf("# %s: %zu tensors, %lld parameters, forward %.1f ms, backward %.1f ms\n",
-              trace.model.c_str(), trace.layers.size(), static_cast<long long>(params),
-              trace.forward_s * 1e3, backward * 1e3);
+  std::printf("# %s: %zu tensors, %lld parameters, forward %.1f ms, backward %.1f ms\n", trace.model.c_str(),
+              trace.layers.size(), static_cast<long long>(params), trace.forward_s * 1e3, backward * 1e3);
   std::printf("# network %s: latency %.1f us, %.1f Gbit/s; density %g; t_s %s c=%g; %s\n",
               opt.network.name.c_str(), opt.network.latency_s * 1e6,
-              opt.network.bandwidth_bytes_per_s * 8 / 1e9, opt.density, sparsify.c_str(),
-              opt.sparsify.c_s, metric.c_str());
+              opt.network.bandwidth_bytes_per_s * 8 / 1e9, opt.density, sparsify.c_str(), opt.sparsify.c_s,
+              metric.c_str());
   printTable(pts, metric);
 
   if (!json_path.empty()) {

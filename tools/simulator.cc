@@ -12,11 +12,16 @@ std::vector<std::string> networkNames() { return {"1gbe", "10gbe", "25gbe", "100
 Status networkByName(const std::string& name, Network* out) {
   // Latencies are typical TCP (Ethernet) and RDMA (100G) small-message
   // one-way times; bandwidths are the line rates.
-  if (name == "1gbe") *out = {name, 50e-6, 1e9 / 8};
-  else if (name == "10gbe") *out = {name, 25e-6, 10e9 / 8};
-  else if (name == "25gbe") *out = {name, 15e-6, 25e9 / 8};
-  else if (name == "100gbe") *out = {name, 3e-6, 100e9 / 8};
-  else return Status(Code::kInvalidArgument, "unknown network '" + name + "'");
+  if (name == "1gbe")
+    *out = {name, 50e-6, 1e9 / 8};
+  else if (name == "10gbe")
+    *out = {name, 25e-6, 10e9 / 8};
+  else if (name == "25gbe")
+    *out = {name, 15e-6, 25e9 / 8};
+  else if (name == "100gbe")
+    *out = {name, 3e-6, 100e9 / 8};
+  else
+    return Status(Code::kInvalidArgument, "unknown network '" + name + "'");
   return Status::OK();
 }
 

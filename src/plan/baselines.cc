@@ -3,8 +3,7 @@
 
 namespace mgs::plan {
 
-Groups planFusion(const std::vector<LayerInfo>& layers, int64_t threshold_bytes,
-                  int bytes_per_element) {
+Groups planFusion(const std::vector<LayerInfo>& layers, int64_t threshold_bytes, int bytes_per_element) {
   std::vector<int> lengths;
   int64_t bytes = 0;
   int length = 0;
@@ -19,8 +18,6 @@ Groups planFusion(const std::vector<LayerInfo>& layers, int64_t threshold_bytes,
 
 Groups planLayerwise(int num_layers) { return groupsFromLengths(std::vector<int>(num_layers, 1)); }
 
-Groups planSingle(int num_layers) {
-  return num_layers == 0 ? Groups{} : groupsFromLengths({num_layers});
-}
+Groups planSingle(int num_layers) { return num_layers == 0 ? Groups{} : groupsFromLengths({num_layers}); }
 
 }  // namespace mgs::plan

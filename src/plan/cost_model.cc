@@ -106,8 +106,8 @@ double CostModel::allreduceSeconds(int64_t elements) const {
 double CostModel::allgatherSeconds(int64_t elements) const {
   // Every rank contributes k values and k int32 indices (two collectives in
   // the authors' code; the model's alpha covers both startups).
-  const double bytes = static_cast<double>(workers) * static_cast<double>(selected(elements)) *
-                       (bytes_per_element + 4);
+  const double bytes =
+      static_cast<double>(workers) * static_cast<double>(selected(elements)) * (bytes_per_element + 4);
   return allgather.seconds(bytes);
 }
 

@@ -33,8 +33,8 @@ class CommModel {
   CommModel() = default;
   static CommModel linear(double alpha_s, double beta_s_per_byte);
   // Two lines switching at `threshold_bytes` (the GaussianK allgather model).
-  static CommModel switched(double threshold_bytes, double small_alpha, double small_beta,
-                            double large_alpha, double large_beta);
+  static CommModel switched(double threshold_bytes, double small_alpha, double small_beta, double large_alpha,
+                            double large_beta);
   // Piecewise-linear interpolation of measured points, extrapolated with the
   // first/last segment. Points need distinct sizes; they are sorted here.
   static Status table(std::vector<Sample> points, CommModel* out);

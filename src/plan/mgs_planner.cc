@@ -46,10 +46,8 @@ void thin(std::vector<State>& front, int cap) {
 // bounds and both DP passes read them. Row e holds s = e-1 down to 0.
 class GroupCosts {
  public:
-  GroupCosts(const std::vector<LayerInfo>& layers, const ElementCost& allgather,
-             const ElementCost& sparsify)
-      : n_(static_cast<int>(layers.size())), comm_(size_t(n_) * (n_ + 1) / 2),
-        select_(comm_.size()) {
+  GroupCosts(const std::vector<LayerInfo>& layers, const ElementCost& allgather, const ElementCost& sparsify)
+      : n_(static_cast<int>(layers.size())), comm_(size_t(n_) * (n_ + 1) / 2), select_(comm_.size()) {
     for (int e = 1; e <= n_; ++e) {
       int64_t elements = 0;
       for (int s = e - 1; s >= 0; --s) {

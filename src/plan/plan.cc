@@ -22,8 +22,8 @@ Costs costsOf(const CostModel& cost) {
 }  // namespace
 
 const std::vector<std::string>& plannerNames() {
-  static const std::vector<std::string> names = {
-      "mgs", "mgwfbp", "mgs-greedy", "mgwfbp-greedy", "fusion", "layerwise", "single"};
+  static const std::vector<std::string> names = {"mgs",    "mgwfbp",    "mgs-greedy", "mgwfbp-greedy",
+                                                 "fusion", "layerwise", "single"};
   return names;
 }
 
@@ -64,8 +64,7 @@ Status computePlan(const std::string& planner, const PlanInput& in, Plan* plan) 
   if (!isPlannerName(planner)) {
     std::string valid;
     for (const auto& n : plannerNames()) valid += (valid.empty() ? "" : ", ") + n;
-    return Status(Code::kInvalidArgument,
-                  "unknown planner '" + planner + "' (valid: " + valid + ")");
+    return Status(Code::kInvalidArgument, "unknown planner '" + planner + "' (valid: " + valid + ")");
   }
   MGS_RETURN_IF_ERROR(validatePlanInput(in));
   const Costs f = costsOf(in.cost);
@@ -73,14 +72,12 @@ Status computePlan(const std::string& planner, const PlanInput& in, Plan* plan) 
   Plan out;
   out.planner = planner;
   out.sparse = plannerIsSparse(planner, in.sparse);
-  if (planner == "mgs" || planner == "mgs-greedy" || planner == "mgwfbp" ||
-      planner == "mgwfbp-greedy") {
+  if (planner == "mgs" || planner == "mgs-greedy" || planner == "mgwfbp" || planner == "mgwfbp-greedy") {
     PlannerResult r;
     if (planner == "mgs") r = planMgs(in.layers, f.allgather, f.sparsify, in.front_cap);
     if (planner == "mgs-greedy") r = planMgsGreedy(in.layers, f.allgather, f.sparsify);
     if (planner == "mgwfbp") r = planMgwfbp(in.layers, f.allreduce);
-    if (planner == "mgwfbp-greedy")
-      r = planMgwfbpGreedy(in.layers, f.allreduce, in.cost.allreduce.startup());
+    if (planner == "mgwfbp-greedy") r = planMgwfbpGreedy(in.layers, f.allreduce, in.cost.allreduce.startup());
     out.groups = std::move(r.groups);
     out.predicted_s = r.predicted_s;
     out.front_capped = r.front_capped;

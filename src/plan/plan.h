@@ -41,11 +41,11 @@ struct PlanInput {
 
 struct Plan {
   std::string planner;
-  Groups groups;             // indices into PlanInput::layers, in backward order
-  double predicted_s = 0;    // end of the last communication, backward starting at 0
-  bool sparse = true;        // which model predicted_s is under
-  bool front_capped = false; // "mgs" only: the result may not be optimal
-  int max_front = 0;         // "mgs" only
+  Groups groups;              // indices into PlanInput::layers, in backward order
+  double predicted_s = 0;     // end of the last communication, backward starting at 0
+  bool sparse = true;         // which model predicted_s is under
+  bool front_capped = false;  // "mgs" only: the result may not be optimal
+  int max_front = 0;          // "mgs" only
 };
 
 // The MGS_PLANNER values: mgs, mgwfbp, mgs-greedy, mgwfbp-greedy, fusion,

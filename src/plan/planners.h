@@ -14,9 +14,9 @@ namespace mgs::plan {
 
 struct PlannerResult {
   Groups groups;
-  double predicted_s = 0;    // the objective of the planner's own model
-  bool front_capped = false; // mgs DP only: a Pareto front was truncated
-  int max_front = 0;         // mgs DP only: largest front kept
+  double predicted_s = 0;     // the objective of the planner's own model
+  bool front_capped = false;  // mgs DP only: a Pareto front was truncated
+  int max_front = 0;          // mgs DP only: largest front kept
 };
 
 // Exact MG-WFBP (algorithms.md §4.4): minimises denseTime() over all
@@ -47,8 +47,7 @@ PlannerResult planMgsGreedy(const std::vector<LayerInfo>& layers, const ElementC
 
 // Horovod/DDP-style fusion (§6): close a group once it holds at least
 // `threshold_bytes`; 0 gives one group per layer.
-Groups planFusion(const std::vector<LayerInfo>& layers, int64_t threshold_bytes,
-                  int bytes_per_element);
+Groups planFusion(const std::vector<LayerInfo>& layers, int64_t threshold_bytes, int bytes_per_element);
 Groups planLayerwise(int num_layers);
 Groups planSingle(int num_layers);
 

@@ -49,14 +49,13 @@ std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, co
   return out;
 }
 
-double denseTime(const std::vector<LayerInfo>& layers, const Groups& groups,
-                 const ElementCost& allreduce) {
+double denseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allreduce) {
   const auto t = denseTimeline(layers, groups, allreduce);
   return t.empty() ? 0.0 : t.back().comm_end_s;
 }
 
-double sparseTime(const std::vector<LayerInfo>& layers, const Groups& groups,
-                  const ElementCost& allgather, const ElementCost& sparsify) {
+double sparseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allgather,
+                  const ElementCost& sparsify) {
   const auto t = sparseTimeline(layers, groups, allgather, sparsify);
   return t.empty() ? 0.0 : t.back().comm_end_s;
 }

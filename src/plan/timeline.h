@@ -48,10 +48,9 @@ std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, co
                                         const ElementCost& allgather, const ElementCost& sparsify);
 
 // End of the last communication (the objective); 0 for no layers.
-double denseTime(const std::vector<LayerInfo>& layers, const Groups& groups,
-                 const ElementCost& allreduce);
-double sparseTime(const std::vector<LayerInfo>& layers, const Groups& groups,
-                  const ElementCost& allgather, const ElementCost& sparsify);
+double denseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allreduce);
+double sparseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allgather,
+                  const ElementCost& sparsify);
 
 // OK iff `groups` are non-empty runs of consecutive indices covering 0..L-1.
 Status validateGroups(const Groups& groups, int num_layers);

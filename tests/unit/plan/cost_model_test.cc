@@ -73,8 +73,7 @@ TEST_CASE("sparsify fit recovers c for both kinds", "[plan][cost]") {
     CHECK(fit.c_s == Approx(3e-10));
   }
   SparsifyModel fit;
-  CHECK(SparsifyModel::fit(SparsifyModel::Kind::kNLogN, {{1, 1}}, &fit).code() ==
-        Code::kInvalidArgument);
+  CHECK(SparsifyModel::fit(SparsifyModel::Kind::kNLogN, {{1, 1}}, &fit).code() == Code::kInvalidArgument);
 }
 
 TEST_CASE("k = clamp(floor(n*density), 1, n) and allgather bytes", "[plan][cost]") {

@@ -1,7 +1,7 @@
 // Both exact planners against the brute-force oracle over all 2^(L-1) plans
 // (algorithms.md §12.1), on random instances with L <= 14.
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <limits>
 
 #include "plan/planners.h"
@@ -26,8 +26,8 @@ int randomLength(std::mt19937_64& rng) {
 // evaluated on its own groups. Returns how many instances had a greedy plan
 // strictly worse than the optimum (the DP must never be beaten).
 template <typename Planner, typename Greedy>
-int checkAgainstOracle(std::mt19937_64& rng, bool sparse, const ElementCost& comm,
-                       const ElementCost& select, Planner plan, Greedy greedy) {
+int checkAgainstOracle(std::mt19937_64& rng, bool sparse, const ElementCost& comm, const ElementCost& select,
+                       Planner plan, Greedy greedy) {
   int greedy_worse = 0;
   for (int t = 0; t < kInstances; ++t) {
     const auto layers = randomLayers(rng, randomLength(rng));
@@ -36,8 +36,8 @@ int checkAgainstOracle(std::mt19937_64& rng, bool sparse, const ElementCost& com
     INFO("instance " << t << ", L = " << layers.size());
     REQUIRE(validateGroups(r.groups, static_cast<int>(layers.size())).ok());
     REQUIRE(relClose(r.predicted_s, oracle.best));
-    const double own = sparse ? sparseTime(layers, r.groups, comm, select)
-                              : denseTime(layers, r.groups, comm);
+    const double own =
+        sparse ? sparseTime(layers, r.groups, comm, select) : denseTime(layers, r.groups, comm);
     REQUIRE(relClose(own, r.predicted_s));
     REQUIRE_FALSE(r.front_capped);
     const PlannerResult g = greedy(layers);
@@ -122,17 +122,14 @@ TEST_CASE("both DPs stay exact for a non-monotone cost (GK's table switch)", "[p
   std::mt19937_64 rng(5);
   for (int t = 0; t < 300; ++t) {
     const auto layers = randomLayers(rng, randomLength(rng));
-    REQUIRE(relClose(planMgwfbp(layers, comm).predicted_s,
-                     bruteForce(layers, comm, sel, false).best));
-    REQUIRE(relClose(planMgs(layers, comm, sel).predicted_s,
-                     bruteForce(layers, comm, sel, true).best));
+    REQUIRE(relClose(planMgwfbp(layers, comm).predicted_s, bruteForce(layers, comm, sel, false).best));
+    REQUIRE(relClose(planMgs(layers, comm, sel).predicted_s, bruteForce(layers, comm, sel, true).best));
   }
 }
 
 // The §5.4 pseudocode as written: every candidate, sorted, then filtered.
 // No bounds, no early exits, no cap: the reference for L beyond brute force.
-double plainParetoDp(const std::vector<LayerInfo>& layers, const ElementCost& ag,
-                     const ElementCost& ts) {
+double plainParetoDp(const std::vector<LayerInfo>& layers, const ElementCost& ag, const ElementCost& ts) {
   const int n = static_cast<int>(layers.size());
   std::vector<std::vector<std::pair<double, double>>> front(n + 1);
   front[0] = {{0.0, 0.0}};

@@ -38,8 +38,7 @@ std::vector<int> mwReference(const std::vector<LayerInfo>& layers, const Element
   for (int l = 0; l < L; ++l) tc[l] = T(ar.p[l]);
   auto recompute = [&] {
     taoc[L - 1] = taob[L - 1] + ar.tb[L - 1];
-    for (int l = L - 2; l >= 0; --l)
-      taoc[l] = std::max(taoc[l + 1] + tc[l + 1], taob[l] + ar.tb[l]);
+    for (int l = L - 2; l >= 0; --l) taoc[l] = std::max(taoc[l + 1] + tc[l + 1], taob[l] + ar.tb[l]);
   };
   recompute();
   std::vector<std::vector<int>> groups;
@@ -88,8 +87,8 @@ std::vector<int> omReference(const std::vector<LayerInfo>& layers, const Element
   if (released) group.push_back(L - 1);
   for (int l = released ? L - 2 : L - 1; l >= 1; --l) {
     group.push_back(l);
-    const double tw = ar.tb[l - 1] + tsf(ar.p[l] + ar.p[l - 1]) - ts[l] - ts[l - 1] -
-                      (taoc[l] - (taos[l] + ts[l]));
+    const double tw =
+        ar.tb[l - 1] + tsf(ar.p[l] + ar.p[l - 1]) - ts[l] - ts[l - 1] - (taoc[l] - (taos[l] + ts[l]));
     const double tsave = tc[l] + tc[l - 1] - tag(ar.p[l] + ar.p[l - 1]);
     if (tw < tsave) {
       ar.tb[l - 1] += ar.tb[l], ar.tb[l] = 0;
@@ -128,10 +127,8 @@ TEST_CASE("mgs-greedy equals the authors' recompute code, fixed and released", "
     const ElementCost ag = [a, b](int64_t n) { return n > 0 ? a + b * n : 0.0; };
     const ElementCost ts = [sm](int64_t n) { return sm.seconds(n); };
     const auto layers = test::randomLayers(rng, std::uniform_int_distribution<int>(2, 30)(rng));
-    REQUIRE(groupLengths(planMgsGreedy(layers, ag, ts).groups) ==
-            omReference(layers, ag, ts, false));
-    REQUIRE(groupLengths(planMgsGreedy(layers, ag, ts, true).groups) ==
-            omReference(layers, ag, ts, true));
+    REQUIRE(groupLengths(planMgsGreedy(layers, ag, ts).groups) == omReference(layers, ag, ts, false));
+    REQUIRE(groupLengths(planMgsGreedy(layers, ag, ts, true).groups) == omReference(layers, ag, ts, true));
   }
 }
 

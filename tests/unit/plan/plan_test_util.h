@@ -16,8 +16,7 @@ namespace mgs::plan::test {
 
 // Layers given in the papers' FORWARD order (layer L-1 computed first), as
 // the regression vectors are written; returned in backward order.
-inline std::vector<LayerInfo> fromForward(const std::vector<double>& tb,
-                                          const std::vector<int64_t>& p) {
+inline std::vector<LayerInfo> fromForward(const std::vector<double>& tb, const std::vector<int64_t>& p) {
   std::vector<LayerInfo> layers;
   for (int l = static_cast<int>(tb.size()) - 1; l >= 0; --l)
     layers.push_back({"layer" + std::to_string(l), p[l], tb[l]});

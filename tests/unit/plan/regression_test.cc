@@ -93,7 +93,9 @@ TEST_CASE("computePlan names reproduce V1 and V2 through the CostModel", "[plan]
   in.cost.allgather = CommModel::linear(2.0, 0.2);
   in.cost.sparsify = {SparsifyModel::Kind::kLinear, 0.0};
   REQUIRE(computePlan("mgs", in, &plan).ok());
-  double brute = test::bruteForce(kV2, kV2Allgather, [](int64_t) { return 0.0; }, true).best;
+  double brute = test::bruteForce(
+                     kV2, kV2Allgather, [](int64_t) { return 0.0; }, true)
+                     .best;
   CHECK(plan.predicted_s == Approx(brute));
   CHECK(plan.sparse);
 }

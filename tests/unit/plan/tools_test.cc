@@ -77,7 +77,9 @@ Trace smallTrace() {
   REQUIRE(parseTrace(json::parse(R"({"model": "toy", "layers": [
       {"name": "a", "elements": 1000000, "backward_s": 0.01},
       {"name": "b", "elements": 10, "backward_s": 0.001},
-      {"name": "c", "elements": 4000000, "backward_s": 0.02}]})"), &t).ok());
+      {"name": "c", "elements": 4000000, "backward_s": 0.02}]})"),
+                     &t)
+              .ok());
   return t;
 }
 
