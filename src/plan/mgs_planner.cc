@@ -150,10 +150,6 @@ PlannerResult paretoDp(const std::vector<LayerInfo>& layers, const GroupCosts& c
 // The slack absorbs rounding between two evaluations of the same plan.
 double limitFor(double known_s) { return known_s * (1 + 1e-9) + 1e-300; }
 
-// A coarse pass keeps this many states per front; it usually lands within
-// 1e-4 of the optimum, a far tighter bound than the greedy plans.
-constexpr int kCoarseCap = 8;
-
 }  // namespace
 
 PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& allgather,
@@ -162,9 +158,9 @@ PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& a
   if (n == 0) return {};
   // Without bounds the fronts reach thousands of states when communication
   // dominates (BERT-base on 1,024 workers). A known plan's time bounds every
-  // state from above: the best of the authors' rule and the trivial plans,
-  // then, if the fronts still outgrow the cap, of a first DP pass and a
-  // coarse capped pass.
+  // state from above: the best of the authors' rule and the trivial plans.
+  // (A second pass bounded by a first capped pass's plan was tried: it did
+  // not bring capped fronts under the cap on the shipped traces.)
   const GroupCosts cost(layers, allgather, sparsify);
   const SuffixBounds bound = suffixBounds(layers, cost);
   PlannerResult known = planMgsGreedy(layers, allgather, sparsify);
@@ -173,14 +169,6 @@ PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& a
     if (t < known.predicted_s) known.groups = std::move(g), known.predicted_s = t;
   }
   PlannerResult r = paretoDp(layers, cost, bound, limitFor(known.predicted_s), front_cap);
-  if (r.front_capped && front_cap > kCoarseCap) {
-    // Tighten the bound with a coarse capped pass and try again: most
-    // capped fronts shrink under the cap then.
-    PlannerResult coarse = paretoDp(layers, cost, bound, limitFor(known.predicted_s), kCoarseCap);
-    if (!coarse.groups.empty() && coarse.predicted_s < known.predicted_s) known = std::move(coarse);
-    if (!r.groups.empty() && r.predicted_s < known.predicted_s) known = r;
-    r = paretoDp(layers, cost, bound, limitFor(known.predicted_s), front_cap);
-  }
   // Only the cap can lose the optimal path; the known plan is then as good.
   if (r.groups.empty() || r.predicted_s > known.predicted_s) {
     r.groups = std::move(known.groups);
