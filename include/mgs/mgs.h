@@ -238,6 +238,22 @@ MGS_API mgs_status_t mgs_release(mgs_handle_t handle);
 
 /* ------------------------------------------------------------ introspection -- */
 
+/**
+ * Counters of this rank's runtime since mgs_init. Fields are only ever added at
+ * the end; pass sizeof(mgs_stats_t) so older callers keep working.
+ */
+typedef struct mgs_stats {
+  uint64_t negotiation_cycles;       /**< coordinator cycles that had work pending */
+  uint64_t negotiation_fast_cycles;  /**< ... decided by the cached bit-vector allreduce alone */
+  uint64_t negotiation_slow_cycles;  /**< ... that needed the gather to rank 0 */
+  double negotiation_seconds;        /**< time spent negotiating in cycles with work */
+  uint64_t ops_completed;            /**< operations completed (any status) */
+  uint64_t bytes_reduced;            /**< payload bytes of completed allreduces */
+} mgs_stats_t;
+
+/** Copy up to `size` bytes of the current counters into *stats. */
+MGS_API mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size);
+
 /** "MAJOR.MINOR.PATCH" of the library. Never NULL. */
 MGS_API const char* mgs_version(void);
 /** 1 if this library was built with CUDA kernels. */

@@ -1,5 +1,6 @@
 // The C ABI: the only extern "C" definitions. Every entry point catches
 // everything, maps Status to mgs_status_t and keeps the message thread-local.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -303,6 +304,28 @@ mgs_status_t mgs_allgather_copy_output(mgs_handle_t handle, const mgs_tensor_t* 
       return Status(Code::kInvalidArgument, "allgather output data is NULL");
     if (out.onCuda()) return mgs::device::copyFromHost(out, res.data.data(), res.data.size());
     if (!res.data.empty()) std::memcpy(out.data, res.data.data(), res.data.size());
+    return Status::OK();
+  });
+}
+
+mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
+  return guarded([&]() -> Status {
+    if (stats == nullptr) return Status(Code::kInvalidArgument, "mgs_get_stats: stats is NULL");
+    std::shared_ptr<mgs::Runtime> rt;
+    {
+      std::lock_guard<std::mutex> lk(g_mu);
+      rt = g_runtime;
+    }
+    if (!rt) return Status(Code::kNotInitialized, "mgs is not initialized: call mgs_init() first");
+    const mgs::NegotiationStats n = rt->negotiationStats();
+    mgs_stats_t s{};
+    s.negotiation_cycles = n.cycles;
+    s.negotiation_fast_cycles = n.fast_cycles;
+    s.negotiation_slow_cycles = n.slow_cycles;
+    s.negotiation_seconds = n.seconds;
+    s.ops_completed = n.ops_completed;
+    s.bytes_reduced = n.bytes_reduced;
+    std::memcpy(stats, &s, std::min(size, sizeof s));
     return Status::OK();
   });
 }

@@ -51,15 +51,18 @@ MGS_HOST_DEVICE float keyToMagnitude(uint32_t key) {
 }
 
 // randomk keys: a counter-based hash of (seed, index), identical on every rank
-// and device. Larger key = selected first; key 0 is never selected, so the
-// hash is folded into [1, 2^32).
+// and device. For a fixed seed it is a bijection of the 32-bit index (odd
+// multiplies, xor-shifts, xors), so keys never collide (but for the fold of
+// 0 to 1: key 0 is never selected). 32-bit arithmetic keeps it vectorisable.
 MGS_HOST_DEVICE uint32_t randomKey(uint64_t seed, uint64_t index) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull + index + 0x632BE59BD9B4E019ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  const uint32_t h = static_cast<uint32_t>(z >> 32);
-  return h == 0 ? 1u : h;
+  uint32_t x = static_cast<uint32_t>(index) * 0x9E3779B1u + static_cast<uint32_t>(seed);
+  x ^= x >> 16;
+  x *= 0x85EBCA6Bu;
+  x ^= x >> 13;
+  x ^= static_cast<uint32_t>(seed >> 32);
+  x *= 0xC2B2AE35u;
+  x ^= x >> 16;
+  return x == 0 ? 1u : x;
 }
 
 // Bins of one pass: bin b < kHistBins holds keys in [lo + b*2^shift, lo + (b+1)*2^shift),

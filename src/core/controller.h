@@ -52,6 +52,7 @@ class Controller {
   // Requests still pending (after shutdown or a fatal error).
   std::vector<Request> takePending();
   const ControllerStats& stats() const { return stats_; }
+  size_t pendingCount() const { return pending_.size(); }
 
  private:
   struct Pending {

@@ -23,7 +23,7 @@ std::vector<std::vector<size_t>> fusionGroups(const std::vector<const Signature*
   for (size_t i = 0; i < sigs.size(); ++i) {
     const Signature& s = *sigs[i];
     // CUDA tensors are staged one by one until the NCCL path exists.
-    const bool candidate = s.type == OpType::kAllreduce && !s.on_cuda;
+    const bool candidate = s.type == OpType::kAllreduce && !s.on_cuda && bytes[i] < kFusionMaxTensorBytes;
     const size_t wire = bytes[i] / dtypeSize(s.dtype) * dtypeSize(wireType(s.dtype));
     bool placed = false;
     if (candidate && static_cast<int64_t>(wire) <= threshold) {

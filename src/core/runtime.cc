@@ -84,6 +84,8 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
   }
   Controller controller(*comm, config_);
   Executor executor(*comm, config_, timeline.get(), [this](Request& req, Status st) {
+    ops_completed_ += 1;
+    if (st.ok() && req.sig.type == OpType::kAllreduce) bytes_reduced_ += req.input.bytes();
     // Free the name before waking the waiter, so it may reuse the name at once.
     queue_.finish(req.name);
     req.handle->complete(std::move(st));
@@ -96,10 +98,15 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
   while (true) {
     const auto t0 = Clock::now();
     CycleResult result;
+    const ControllerStats before = controller.stats();
     Status st = controller.cycle(queue_.drain(), shutdown_requested_.load(), &result);
-    fast_cycles_ = controller.stats().fast_cycles;
-    slow_cycles_ = controller.stats().slow_cycles;
-    negotiation_s_ = negotiation_s_ + std::chrono::duration<double>(Clock::now() - t0).count();
+    const ControllerStats& after = controller.stats();
+    if (!result.ready.empty() || controller.pendingCount() > 0) {
+      cycles_ += 1;
+      fast_cycles_ += after.fast_cycles - before.fast_cycles;
+      slow_cycles_ += after.slow_cycles - before.slow_cycles;
+      negotiation_s_ = negotiation_s_ + std::chrono::duration<double>(Clock::now() - t0).count();
+    }
     if (!st.ok()) {
       fatal = Status(st.code(), "rank " + std::to_string(rank_) + ": negotiation failed: " + st.message());
       MGS_LOG_ERROR("{}", fatal.message());
@@ -111,7 +118,10 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
       if (!shutdown_requested_) why = "mgs has shut down: another rank called mgs_shutdown";
       break;
     }
-    std::this_thread::sleep_until(t0 + cycle);
+    // Sleep out the cycle, but start the next one as soon as a request arrives:
+    // a rank that negotiates early just waits inside the collective for the
+    // others, and the cycle time no longer adds latency to every operation.
+    queue_.waitUntil(t0 + cycle);
   }
 
   running_ = false;
@@ -131,9 +141,12 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
 
 NegotiationStats Runtime::negotiationStats() const {
   NegotiationStats s;
+  s.cycles = cycles_;
   s.fast_cycles = fast_cycles_;
   s.slow_cycles = slow_cycles_;
   s.seconds = negotiation_s_;
+  s.ops_completed = ops_completed_;
+  s.bytes_reduced = bytes_reduced_;
   return s;
 }
 

@@ -23,10 +23,15 @@
 namespace mgs {
 
 // Negotiation counters, published by the coordinator after every cycle.
+// Only cycles with work pending count, so idle cycles between steps do not
+// dilute the figures.
 struct NegotiationStats {
+  uint64_t cycles = 0;       // cycles with work pending
   uint64_t fast_cycles = 0;  // decided by the bit-vector allreduce alone
   uint64_t slow_cycles = 0;  // needed the gather to rank 0
-  double seconds = 0;        // total time spent negotiating
+  double seconds = 0;        // time spent negotiating in those cycles
+  uint64_t ops_completed = 0;
+  uint64_t bytes_reduced = 0;
 };
 
 class Runtime {
@@ -71,7 +76,8 @@ class Runtime {
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<uint64_t> barrier_count_{0};
-  std::atomic<uint64_t> fast_cycles_{0}, slow_cycles_{0};
+  // Written by the coordinator, read by anyone.
+  std::atomic<uint64_t> cycles_{0}, fast_cycles_{0}, slow_cycles_{0}, ops_completed_{0}, bytes_reduced_{0};
   std::atomic<double> negotiation_s_{0};
   std::thread thread_;
 };
