@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# mgs set-up for a fresh Debian 12 machine:
+#   scripts/setup.sh          install what is missing, build, run the main job
+#   scripts/setup.sh --test   the same, then run every test (ctest)
+# Environment: MGS_BUILD_DIR (default build), MGS_JOBS (default: all cores),
+# MGS_CMAKE_ARGS (extra CMake arguments, e.g. -DMGS_WITH_CUDA=OFF).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+root=$(pwd)
+build=${MGS_BUILD_DIR:-build}
+jobs=${MGS_JOBS:-$(nproc)}
+mode=${1:-run}
+case "$mode" in
+  run|--run) mode=run ;;
+  --test|test) mode=test ;;
+  *) echo "usage: $0 [--test]" >&2; exit 2 ;;
+esac
+
+step() { printf '\n==> %s\n' "$*"; }
+
+# --- 1. Packages (Debian) ----------------------------------------------------
+packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libspdlog-dev libcli11-dev catch2
+          python3-torch python3-numpy python3-sklearn python3-pytest python3-matplotlib)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  step "installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  step "all Debian packages present"
+fi
+
+# Open MPI refuses to start as root unless told it is deliberate (containers, CI).
+if [ "$(id -u)" -eq 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+
+# --- 2. Build -----------------------------------------------------------------
+step "configuring ($build)"
+# shellcheck disable=SC2086
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${MGS_CMAKE_ARGS:-} >"$build.configure.log" 2>&1 ||
+  { cat "$build.configure.log"; exit 1; }
+grep -E "mgs: CUDA" "$build.configure.log" || true
+step "building with $jobs jobs"
+cmake --build "$build" -j "$jobs"
+
+# --- 3. Main job ----------------------------------------------------------------
+export PATH="$root/$build/launcher:$PATH"
+if [ -f examples/pytorch/train_digits.py ]; then
+  step "main job: mgsrun -np 4 -- /usr/bin/python3 examples/pytorch/train_digits.py"
+  MGS_LIBRARY="$root/$build/src/capi/libmgs.so" PYTHONPATH="$root/bindings/python${PYTHONPATH:+:$PYTHONPATH}" \
+    mgsrun -np 4 -- /usr/bin/python3 examples/pytorch/train_digits.py
+else
+  step "main job: mgsrun -np 4 -- $build/examples/collectives_demo"
+  mgsrun -np 4 -- "$build/examples/collectives_demo"
+fi
+
+# --- 4. Tests ---------------------------------------------------------------------
+if [ "$mode" = test ]; then
+  step "running every test"
+  ctest --test-dir "$build" --output-on-failure -j 2 --timeout 600
+fi
