@@ -111,9 +111,9 @@ struct RandKey {
 
 }  // namespace
 
-BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int chunks) {
+BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int chunks, int threads) {
   std::vector<BufferStats> part(chunks);
-#pragma omp parallel for schedule(static, 1)
+#pragma omp parallel for schedule(static, 1) num_threads(threads)
   for (int c = 0; c < chunks; ++c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
     if (dtype == MGS_FLOAT16) {
@@ -138,8 +138,8 @@ BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int ch
   return s;
 }
 
-void zeroNonFinite(float* r, size_t n, int chunks) {
-#pragma omp parallel for schedule(static, 1)
+void zeroNonFinite(float* r, size_t n, int chunks, int threads) {
+#pragma omp parallel for schedule(static, 1) num_threads(threads)
   for (int c = 0; c < chunks; ++c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
     for (size_t i = b; i < e; ++i)
@@ -147,8 +147,8 @@ void zeroNonFinite(float* r, size_t n, int chunks) {
   }
 }
 
-void histogram(const KeySource& keys, size_t n, Window w, int chunks, uint32_t* hist) {
-#pragma omp parallel for schedule(static, 1)
+void histogram(const KeySource& keys, size_t n, Window w, int chunks, int threads, uint32_t* hist) {
+#pragma omp parallel for schedule(static, 1) num_threads(threads)
   for (int c = 0; c < chunks; ++c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
     if (keys.kind == KeyKind::kMagnitude)
@@ -158,7 +158,7 @@ void histogram(const KeySource& keys, size_t n, Window w, int chunks, uint32_t* 
   }
 }
 
-void compact(const KeySource& keys, size_t n, const Selection& sel, int chunks,
+void compact(const KeySource& keys, size_t n, const Selection& sel, int chunks, int threads,
              const uint32_t* hist, float* r, float* values, uint32_t* indices) {
   if (sel.count == 0) return;
   // Offsets and tie quotas per chunk, in chunk order, from the last histograms.
@@ -175,7 +175,7 @@ void compact(const KeySource& keys, size_t n, const Selection& sel, int chunks,
     offset[c] = off;
     off += all + quota[c];
   }
-#pragma omp parallel for schedule(static, 1)
+#pragma omp parallel for schedule(static, 1) num_threads(threads)
   for (int c = 0; c < chunks; ++c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
     if (keys.kind == KeyKind::kMagnitude)
@@ -185,8 +185,8 @@ void compact(const KeySource& keys, size_t n, const Selection& sel, int chunks,
   }
 }
 
-void takeAll(float* r, size_t n, int chunks, float* values, uint32_t* indices) {
-#pragma omp parallel for schedule(static, 1)
+void takeAll(float* r, size_t n, int chunks, int threads, float* values, uint32_t* indices) {
+#pragma omp parallel for schedule(static, 1) num_threads(threads)
   for (int c = 0; c < chunks; ++c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
     std::memcpy(values + b, r + b, (e - b) * sizeof(float));

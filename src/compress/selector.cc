@@ -31,10 +31,10 @@ size_t histBytes(int chunks) { return alignUp(sizeof(uint32_t) * (kHistBins + 1)
 
 // The whole search on the CPU: histogram passes until the search finishes.
 void runSearch(ThresholdSearch* search, const cpu::KeySource& keys, size_t n, int chunks,
-               uint32_t* hist) {
+               int threads, uint32_t* hist) {
   std::vector<uint64_t> total(kHistBins + 1);
   while (!search->done()) {
-    cpu::histogram(keys, n, search->window(), chunks, hist);
+    cpu::histogram(keys, n, search->window(), chunks, threads, hist);
     std::fill(total.begin(), total.end(), 0);
     for (int c = 0; c < chunks; ++c)
       for (uint32_t b = 0; b <= kHistBins; ++b) total[b] += hist[c * (kHistBins + 1) + b];
@@ -98,7 +98,7 @@ size_t Selector::maxCount(size_t n) const {
 }
 
 size_t Selector::workspaceBytes(size_t n) const {
-  size_t b = histBytes(threads_);
+  size_t b = histBytes(cpu::kMaxChunks);
   if (kind_ == SelectorKind::kDgc) b += alignUp(sizeof(uint32_t) * dgcSampleCapacity(n, options_.density));
   return b;
 }
@@ -121,11 +121,11 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
   MGS_ENSURE(a.workspace != nullptr && a.workspaceBytes >= workspaceBytes(n), kInvalidArgument,
              "select '" << a.name << "': workspace " << a.workspaceBytes << " < "
                         << workspaceBytes(n) << " bytes");
-  const int chunks = static_cast<int>(std::min<size_t>(threads_, n));
+  const int chunks = cpu::chunksFor(n);
   const size_t k = kForDensity(n, options_.density);
   result->k = k;
 
-  const cpu::BufferStats bs = cpu::accumulate(a.x, a.dtype, a.residual, n, chunks);
+  const cpu::BufferStats bs = cpu::accumulate(a.x, a.dtype, a.residual, n, chunks, threads_);
   AccStats st{bs.sum, bs.sumSq, bs.sumAbs, bs.maxAbs, bs.nonFinite};
   const Moments m = moments(st, n);
   result->mean = m.mean;
@@ -135,7 +135,7 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
   result->nonFinite = bs.nonFinite;
   result->passes = 1;
   if (bs.nonFinite > 0) {
-    cpu::zeroNonFinite(a.residual, n, chunks);
+    cpu::zeroNonFinite(a.residual, n, chunks, threads_);
     ++result->passes;
     MGS_ENSURE(options_.nonFinite != NonFinitePolicy::kError, kNumeric,
                "non-finite gradient in '" << a.name << "': " << bs.nonFinite << " of " << n
@@ -144,7 +144,7 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
   }
 
   if (kind_ == SelectorKind::kNone || k >= n) {
-    cpu::takeAll(a.residual, n, chunks, a.outValues, a.outIndices);
+    cpu::takeAll(a.residual, n, chunks, threads_, a.outValues, a.outIndices);
     result->count = n;
     result->inBand = true;
     ++result->passes;
@@ -162,7 +162,7 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
     lo = randomStartKey(n, k);
   } else if (kind_ == SelectorKind::kDgc) {
     const DgcSample ds = dgcSample(n, options_.density, options_.seed, a.step);
-    auto* sample = reinterpret_cast<uint32_t*>(static_cast<char*>(a.workspace) + histBytes(threads_));
+    auto* sample = reinterpret_cast<uint32_t*>(static_cast<char*>(a.workspace) + histBytes(cpu::kMaxChunks));
     for (size_t j = 0; j < ds.count; ++j) sample[j] = magnitudeKey(a.residual[ds.start + j * ds.stride]);
     std::nth_element(sample, sample + (ds.kSample - 1), sample + ds.count, std::greater<uint32_t>());
     lo = std::max<uint32_t>(sample[ds.kSample - 1], 1);
@@ -172,9 +172,9 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
   }
   ThresholdSearch search(cfg, kind_ == SelectorKind::kRandomk ? (uint64_t{1} << 32) : top, lo,
                          roundLo);
-  runSearch(&search, keys, n, chunks, hist);
+  runSearch(&search, keys, n, chunks, threads_, hist);
   const Selection& sel = search.selection();
-  cpu::compact(keys, n, sel, chunks, hist, a.residual, a.outValues, a.outIndices);
+  cpu::compact(keys, n, sel, chunks, threads_, hist, a.residual, a.outValues, a.outIndices);
   result->count = sel.count;
   result->passes += search.passes() + 1;
   result->inBand = search.inBand();
