@@ -20,7 +20,7 @@ struct Network {
   double latency_s = 0;
   double bandwidth_bytes_per_s = 0;
 };
-// "1gbe", "10gbe", "25gbe", "100gbe" (documented in docs/simulator.md).
+// "1gbe", "10gbe", "25gbe", "100gbe" (documented in docs/planner.md).
 Status networkByName(const std::string& name, Network* out);
 std::vector<std::string> networkNames();
 

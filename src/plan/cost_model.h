@@ -84,8 +84,8 @@ struct CostModel {
 };
 
 // Named models from the papers' fitted tables, for reproduction (see
-// docs/planner.md for the list): "10gbe-P{2,4,8,16}", "ib56-P{8,16}",
-// "1gbe-P{2,4,8,16}", "gk-1gbe-P{2,4,8,16}". Sets every field but density.
+// docs/planner.md for the list): "10gbe-P{2,4,8,16}", "1gbe-P{2,4,8,16}",
+// "gk-1gbe-P{2,4,8,16}". Sets every field but density.
 Status costModelPreset(const std::string& name, CostModel* out);
 std::vector<std::string> costModelPresetNames();
 
