@@ -1,0 +1,19 @@
+"""mgs: merged-gradient sparsification runtime for distributed deep learning.
+
+The framework adapters live in subpackages (`mgs.torch`); this package only
+loads the C library (libmgs) and exposes what does not depend on a framework.
+"""
+
+__version__ = "0.1.0"
+
+
+def library_path():
+    """The path of the libmgs that the bindings loaded (loading it if needed)."""
+    from ._lib import lib
+    return lib().path
+
+
+def library_version():
+    """The version string reported by the loaded libmgs."""
+    from ._lib import lib
+    return lib().mgs_version().decode()

@@ -1,0 +1,27 @@
+"""mgs.torch: PyTorch adapter with Horovod's API (`import mgs.torch as hvd`).
+
+A thin layer over libmgs's C ABI: tensors are handed to the runtime by
+pointer (CPU) or device pointer + stream + ready event (CUDA); negotiation,
+fusion, sparsification and communication all happen in the runtime.
+"""
+
+from .compression import Compression
+from .functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from .mpi_ops import (Average, Sum, allgather, allgather_async, allreduce, allreduce_, allreduce_async,
+                      allreduce_async_, barrier, broadcast, broadcast_, broadcast_async, broadcast_async_,
+                      cuda_built, gloo_built, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
+                      grouped_allreduce_async_, init, is_initialized, local_rank, local_size, mpi_built,
+                      nccl_built, poll, rank, shutdown, size, synchronize)
+from .optimizer import DistributedOptimizer, compression_stats, reset_compression_stats
+
+__all__ = [
+    "Average", "Sum", "Compression", "DistributedOptimizer",
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
+    "allgather", "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "poll", "synchronize", "barrier",
+    "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
+    "compression_stats", "reset_compression_stats",
+    "mpi_built", "gloo_built", "cuda_built", "nccl_built",
+]

@@ -1,0 +1,140 @@
+"""Model, optimizer and object synchronisation built on the collectives (Horovod's helpers)."""
+
+import pickle
+
+import torch
+
+from . import mpi_ops
+
+
+def broadcast_parameters(params, root_rank, prefix="parameters"):
+    """Overwrite every rank's tensors with root_rank's, in place.
+
+    params: a model's state_dict(), named_parameters(), or a list of (name, tensor)
+    pairs. Names must be the same on every rank; all broadcasts are enqueued
+    before any is waited for.
+    """
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    else:
+        items = list(params)
+        if items and not all(isinstance(i, tuple) and len(i) == 2 for i in items):
+            raise ValueError("broadcast_parameters expects a state_dict or (name, tensor) pairs")
+    handles = []
+    for name, tensor in items:
+        if tensor is None:
+            continue
+        if not torch.is_tensor(tensor):
+            raise ValueError(f"broadcast_parameters: {name!r} is a {type(tensor).__name__}, not a tensor")
+        handles.append(mpi_ops.broadcast_async_(tensor.data, root_rank, name=f"{prefix}.{name}"))
+    _synchronize_all(handles)
+
+
+def _synchronize_all(handles):
+    error = None
+    for h in handles:  # wait for every op before raising: each uses a live buffer
+        try:
+            mpi_ops.synchronize(h)
+        except Exception as e:  # noqa: BLE001 - re-raised below
+            error = error or e
+    if error is not None:
+        raise error
+
+
+class _TensorSpec:
+    """Stands for a tensor in the picklable skeleton of a state dict."""
+
+    def __init__(self, tensor):
+        self.shape = tuple(tensor.shape)
+        self.dtype = tensor.dtype
+
+
+def _skeleton(obj, path, tensors):
+    """A copy of `obj` with every tensor replaced by a _TensorSpec; `tensors` maps path -> tensor."""
+    if torch.is_tensor(obj):
+        tensors[path] = obj
+        return _TensorSpec(obj)
+    if isinstance(obj, dict):
+        return {k: _skeleton(v, path + (k,), tensors) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_skeleton(v, path + (i,), tensors) for i, v in enumerate(obj))
+    return obj
+
+
+def _fill(obj, path, tensors):
+    if isinstance(obj, _TensorSpec):
+        return tensors[path]
+    if isinstance(obj, dict):
+        return {k: _fill(v, path + (k,), tensors) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_fill(v, path + (i,), tensors) for i, v in enumerate(obj))
+    return obj
+
+
+def broadcast_optimizer_state(optimizer, root_rank, prefix="optimizer"):
+    """Make every rank's optimizer state (hyperparameters and per-parameter state) equal to root_rank's.
+
+    Works for any torch optimizer, wrapped by DistributedOptimizer or not, and
+    whether or not a rank's state is initialised yet: the structure and the
+    non-tensor values travel as one pickled broadcast, the tensors as in-place
+    broadcasts into this rank's own state tensors (zeros where it has none).
+    """
+    own = {}
+    skeleton = _skeleton(optimizer.state_dict(), (), own)
+    is_root = mpi_ops.rank() == root_rank
+    skeleton = broadcast_object(skeleton if is_root else None, root_rank, name=f"{prefix}.skeleton")
+    specs = {}
+    _skeleton_specs(skeleton, (), specs)
+    tensors, handles = {}, []
+    for i, (path, spec) in enumerate(specs.items()):
+        t = own.get(path)
+        if t is None or tuple(t.shape) != spec.shape or t.dtype != spec.dtype:
+            t = torch.zeros(spec.shape, dtype=spec.dtype)
+        tensors[path] = t
+        handles.append(mpi_ops.broadcast_async_(t, root_rank, name=f"{prefix}.{i}"))
+    _synchronize_all(handles)
+    if not is_root:
+        optimizer.load_state_dict(_fill(skeleton, (), tensors))
+
+
+def _skeleton_specs(obj, path, out):
+    if isinstance(obj, _TensorSpec):
+        out[path] = obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _skeleton_specs(v, path + (k,), out)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _skeleton_specs(v, path + (i,), out)
+
+
+def _dumps(obj):
+    return torch.frombuffer(bytearray(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)), dtype=torch.uint8)
+
+
+def _loads(data):
+    return pickle.loads(data.numpy().tobytes())
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """root_rank's picklable `obj` on every rank (other ranks' `obj` is ignored)."""
+    base = f"object.{name or 'noname'}"
+    is_root = mpi_ops.rank() == root_rank
+    payload = _dumps(obj) if is_root else None
+    length = torch.tensor([payload.numel() if is_root else 0], dtype=torch.int64)
+    mpi_ops.broadcast_(length, root_rank, name=f"{base}.length")
+    if not is_root:
+        payload = torch.empty(int(length.item()), dtype=torch.uint8)
+    mpi_ops.broadcast_(payload, root_rank, name=f"{base}.payload")
+    return obj if is_root else _loads(payload)
+
+
+def allgather_object(obj, name=None):
+    """A list with every rank's picklable `obj`, in rank order."""
+    base = f"object.{name or 'noname'}"
+    gathered, sizes = mpi_ops._allgather_with_sizes(_dumps(obj), name=base)
+    out, offset = [], 0
+    for n in sizes:
+        out.append(_loads(gathered.narrow(0, offset, n)))
+        offset += n
+    return out
