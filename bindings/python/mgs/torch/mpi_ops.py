@@ -163,10 +163,10 @@ def _enqueue(fn, *args):
 
 def _resolve_op(op, average):
     if average is not None:
-        warnings.warn("the 'average' argument is deprecated; use op=mgs.torch.Average or op=mgs.torch.Sum",
-                      DeprecationWarning, stacklevel=3)
         if op is not None:
             raise ValueError("give either op= or the deprecated average=, not both")
+        warnings.warn("the 'average' argument is deprecated; use op=mgs.torch.Average or op=mgs.torch.Sum",
+                      DeprecationWarning, stacklevel=3)
         return Average if average else Sum
     if op is None:
         return Average
