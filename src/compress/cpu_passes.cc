@@ -84,19 +84,32 @@ void histogramChunk(KeyFn key, size_t b, size_t e, Window w, uint32_t* h) {
 template <typename KeyFn>
 void compactChunk(KeyFn key, size_t b, size_t e, const Selection& sel, size_t quota,
                   size_t off, float* r, float* values, uint32_t* indices) {
-  for (size_t i = b; i < e; ++i) {
-    const uint32_t k = key(i);
-    bool take = k >= sel.keyAll;
-    if (!take && sel.hasTie && quota > 0 && k >= sel.keyTie) {
-      take = true;
-      --quota;
+  // Few entries pass, so skip 32-entry groups whose largest key is below the
+  // lowest selectable key; the max is a vectorisable reduction.
+  constexpr size_t kGroup = 32;
+  const uint64_t floor = sel.hasTie ? sel.keyTie : sel.keyAll;
+  size_t i = b;
+  while (i < e) {
+    const size_t end = std::min(e, i + kGroup);
+    uint32_t top = 0;
+    for (size_t j = i; j < end; ++j) top = std::max(top, key(j));
+    if (top >= floor) {
+      for (size_t j = i; j < end; ++j) {
+        const uint32_t k = key(j);
+        bool take = k >= sel.keyAll;
+        if (!take && sel.hasTie && quota > 0 && k >= sel.keyTie) {
+          take = true;
+          --quota;
+        }
+        if (take) {
+          values[off] = r[j];
+          indices[off] = static_cast<uint32_t>(j);
+          r[j] = 0.0f;
+          ++off;
+        }
+      }
     }
-    if (take) {
-      values[off] = r[i];
-      indices[off] = static_cast<uint32_t>(i);
-      r[i] = 0.0f;
-      ++off;
-    }
+    i = end;
   }
 }
 
