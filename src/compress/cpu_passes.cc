@@ -124,7 +124,7 @@ struct RandKey {
 
 }  // namespace
 
-BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int chunks, int threads) {
+BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int chunks, [[maybe_unused]] int threads) {
   std::vector<BufferStats> part(chunks);
 #pragma omp parallel for schedule(static, 1) num_threads(threads)
   for (int c = 0; c < chunks; ++c) {
@@ -151,7 +151,7 @@ BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int ch
   return s;
 }
 
-void zeroNonFinite(float* r, size_t n, int chunks, int threads) {
+void zeroNonFinite(float* r, size_t n, int chunks, [[maybe_unused]] int threads) {
 #pragma omp parallel for schedule(static, 1) num_threads(threads)
   for (int c = 0; c < chunks; ++c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
@@ -160,7 +160,7 @@ void zeroNonFinite(float* r, size_t n, int chunks, int threads) {
   }
 }
 
-void histogram(const KeySource& keys, size_t n, Window w, int chunks, int threads, uint32_t* hist) {
+void histogram(const KeySource& keys, size_t n, Window w, int chunks, [[maybe_unused]] int threads, uint32_t* hist) {
 #pragma omp parallel for schedule(static, 1) num_threads(threads)
   for (int c = 0; c < chunks; ++c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
@@ -171,7 +171,7 @@ void histogram(const KeySource& keys, size_t n, Window w, int chunks, int thread
   }
 }
 
-void compact(const KeySource& keys, size_t n, const Selection& sel, int chunks, int threads,
+void compact(const KeySource& keys, size_t n, const Selection& sel, int chunks, [[maybe_unused]] int threads,
              const uint32_t* hist, float* r, float* values, uint32_t* indices) {
   if (sel.count == 0) return;
   // Offsets and tie quotas per chunk, in chunk order, from the last histograms.
@@ -198,7 +198,7 @@ void compact(const KeySource& keys, size_t n, const Selection& sel, int chunks, 
   }
 }
 
-void takeAll(float* r, size_t n, int chunks, int threads, float* values, uint32_t* indices) {
+void takeAll(float* r, size_t n, int chunks, [[maybe_unused]] int threads, float* values, uint32_t* indices) {
 #pragma omp parallel for schedule(static, 1) num_threads(threads)
   for (int c = 0; c < chunks; ++c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);

@@ -171,3 +171,33 @@ TEST_CASE("parse names and k", "[compress][selector]") {
 }
 
 }  // namespace mgs::compress::test
+
+namespace mgs::compress::test {
+
+TEST_CASE("error feedback loses nothing over many steps", "[compress][selector]") {
+  // sum of everything sent + the final residual == sum of all gradients
+  // (up to fp32 rounding of the running sums): the residual is the only
+  // place unsent mass goes.
+  const auto name = GENERATE(as<std::string>{}, "topk", "gaussiank", "ldte", "dgc", "randomk");
+  const size_t n = 20011, steps = 30;
+  SelectorOptions o;
+  o.density = 0.01;
+  auto sel = makeSelector(name, o);
+  std::vector<double> sentSum(n, 0.0), gradSum(n, 0.0);
+  std::vector<float> r(n, 0.0f);
+  for (size_t s = 0; s < steps; ++s) {
+    const auto x = makeData(s % 2 ? Dist::kLaplace : Dist::kStudentT3, n, 1000 + s);
+    for (size_t i = 0; i < n; ++i) gradSum[i] += x[i];
+    Run run = runSelect(*sel, x, r, s);
+    REQUIRE(run.status.ok());
+    checkInvariant(run);
+    for (size_t j = 0; j < run.indices.size(); ++j) sentSum[run.indices[j]] += run.values[j];
+    r = run.residual;
+  }
+  double worst = 0;
+  for (size_t i = 0; i < n; ++i)
+    worst = std::max(worst, std::fabs(sentSum[i] + r[i] - gradSum[i]));
+  REQUIRE(worst < 1e-7);  // values ~1e-3..1e-1, 30 fp32 adds
+}
+
+}  // namespace mgs::compress::test
