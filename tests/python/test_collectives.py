@@ -189,12 +189,19 @@ def test_mismatched_op_raises(rank):
 
 
 def test_duplicate_name_raises_value_error(rank, size):
-    x, y = torch.ones(4), torch.ones(4)
-    h = hvd.allreduce_async(x, name="duplicate", op=hvd.Sum)
-    with pytest.raises(ValueError, match="duplicate"):
-        hvd.allreduce_async(y, name="duplicate", op=hvd.Sum)
-    assert torch.equal(hvd.synchronize(h), torch.full((4,), float(size)))
-    # the name is free again once the first op completed
+    for checker in range(size):
+        # The checker's first op cannot complete before the other ranks enqueue it,
+        # which they do only after the barrier: the name is surely in flight.
+        x, y = torch.ones(4), torch.ones(4)
+        if rank == checker:
+            h = hvd.allreduce_async(x, name="duplicate", op=hvd.Sum)
+            with pytest.raises(ValueError, match="duplicate"):
+                hvd.allreduce_async(y, name="duplicate", op=hvd.Sum)
+        hvd.barrier()
+        if rank != checker:
+            h = hvd.allreduce_async(x, name="duplicate", op=hvd.Sum)
+        assert torch.equal(hvd.synchronize(h), torch.full((4,), float(size)))
+    # the name is free again once the op completed
     assert torch.equal(hvd.allreduce(y, name="duplicate", op=hvd.Sum), torch.full((4,), float(size)))
 
 
