@@ -249,10 +249,32 @@ typedef struct mgs_stats {
   double negotiation_seconds;        /**< time spent negotiating in cycles with work */
   uint64_t ops_completed;            /**< operations completed (any status) */
   uint64_t bytes_reduced;            /**< payload bytes of completed allreduces */
+  /* The sparse pipeline (MGS_COMPRESSOR != none), for gradients enqueued with MGS_FLAG_SPARSE_OK. */
+  uint64_t sparse_steps;             /**< training steps seen (a step ends when a gradient name recurs) */
+  uint64_t sparse_buckets;           /**< merged buckets exchanged sparsely */
+  uint64_t sparse_dense_buckets;     /**< buckets the cost model sent as a dense allreduce */
+  uint64_t sparse_selected;          /**< entries this rank selected and sent, summed over buckets */
+  uint64_t sparse_target;            /**< k summed over the same buckets (selected/target ~ 1) */
+  uint64_t sparse_bytes_sent;        /**< bytes this rank sent for gradients (values + indices) */
+  uint64_t sparse_dense_bytes;       /**< bytes a dense allreduce of the same gradients would send */
+  uint64_t plan_buckets;             /**< buckets in the current merge plan (0 while profiling) */
+  uint64_t plans;                    /**< merge plans computed so far */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */
 MGS_API mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size);
+
+/**
+ * Copy this rank's error-feedback residual of gradient `name` (float32, `n` =
+ * the tensor's element count) into `out`: the part of the gradient selected
+ * by no step yet. For checkpoints and for checking what was sent
+ * (sent = input + residual_before - residual_after). MGS_ERR_INVALID_ARGUMENT
+ * if the tensor was never sparsified on this rank or `n` differs.
+ */
+MGS_API mgs_status_t mgs_residual_copy(const char* name, float* out, size_t n);
+
+/** Replace the residual of `name` (e.g. when restoring a checkpoint). */
+MGS_API mgs_status_t mgs_residual_restore(const char* name, const float* values, size_t n);
 
 /** "MAJOR.MINOR.PATCH" of the library. Never NULL. */
 MGS_API const char* mgs_version(void);

@@ -325,8 +325,41 @@ mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
     s.negotiation_seconds = n.seconds;
     s.ops_completed = n.ops_completed;
     s.bytes_reduced = n.bytes_reduced;
+    const mgs::SparseStats sp = rt->sparseStats();
+    s.sparse_steps = sp.steps;
+    s.sparse_buckets = sp.buckets;
+    s.sparse_dense_buckets = sp.dense_buckets;
+    s.sparse_selected = sp.selected;
+    s.sparse_target = sp.target;
+    s.sparse_bytes_sent = sp.bytes_sent;
+    s.sparse_dense_bytes = sp.dense_bytes;
+    s.plan_buckets = sp.plan_buckets;
+    s.plans = sp.plans;
     std::memcpy(stats, &s, std::min(size, sizeof s));
     return Status::OK();
+  });
+}
+
+mgs_status_t mgs_residual_copy(const char* name, float* out, size_t n) {
+  return guarded([&]() -> Status {
+    std::shared_ptr<mgs::Runtime> rt;
+    Status st = runtime(&rt);
+    if (st.ok()) st = checkName(name);
+    if (st.ok() && out == nullptr && n > 0) st = Status(Code::kInvalidArgument, "mgs_residual_copy: out is NULL");
+    if (!st.ok()) return st;
+    return rt->residuals().copyOut(name, out, n);
+  });
+}
+
+mgs_status_t mgs_residual_restore(const char* name, const float* values, size_t n) {
+  return guarded([&]() -> Status {
+    std::shared_ptr<mgs::Runtime> rt;
+    Status st = runtime(&rt);
+    if (st.ok()) st = checkName(name);
+    if (st.ok() && values == nullptr && n > 0)
+      st = Status(Code::kInvalidArgument, "mgs_residual_restore: values is NULL");
+    if (!st.ok()) return st;
+    return rt->residuals().copyIn(name, values, n);
   });
 }
 

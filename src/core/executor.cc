@@ -26,10 +26,15 @@ void Executor::run(std::vector<ReadyOp>& ops) {
   std::vector<Request*> ok;
   std::vector<const Signature*> sigs;
   std::vector<size_t> bytes;
+  std::vector<Request> sparse;
   for (auto& op : ops) {
     if (timeline_) timeline_->span(op.req.name, "NEGOTIATE", op.req.enqueued, now);
     if (!op.status.ok()) {
       complete_(op.req, op.status);
+      continue;
+    }
+    if (sparse_ && sparse_->eligible(op.req.sig)) {
+      sparse.push_back(std::move(op.req));
       continue;
     }
     ok.push_back(&op.req);
@@ -53,6 +58,10 @@ void Executor::run(std::vector<ReadyOp>& ops) {
       st = Status(st.code(), "rank " + std::to_string(comm_.rank()) + ", " + opTypeName(first.sig.type) +
                                  " of tensor '" + first.name + "': " + st.message());
     for (Request* r : group) complete_(*r, st);
+  }
+  if (sparse_) {
+    if (!sparse.empty()) sparse_->submit(std::move(sparse));
+    sparse_->endCycle(ops.empty());
   }
 }
 

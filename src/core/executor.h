@@ -10,6 +10,7 @@
 #include "comm/communicator.h"
 #include "common/params.h"
 #include "core/controller.h"
+#include "core/sparse_pipeline.h"
 #include "core/timeline.h"
 
 namespace mgs {
@@ -19,8 +20,10 @@ class Executor {
   // `complete` is called exactly once per op, after its outputs are final.
   using Complete = std::function<void(Request& req, Status status)>;
 
-  Executor(Communicator& comm, const Config& config, Timeline* timeline, Complete complete)
-      : comm_(comm), config_(config), timeline_(timeline), complete_(std::move(complete)) {}
+  // `sparse` (may be null) takes the allreduces it declares eligible.
+  Executor(Communicator& comm, const Config& config, Timeline* timeline, SparsePipeline* sparse,
+           Complete complete)
+      : comm_(comm), config_(config), timeline_(timeline), sparse_(sparse), complete_(std::move(complete)) {}
 
   void run(std::vector<ReadyOp>& ops);
 
@@ -35,6 +38,7 @@ class Executor {
   Communicator& comm_;
   const Config& config_;
   Timeline* timeline_;
+  SparsePipeline* sparse_;
   Complete complete_;
   std::vector<char> wire_;   // fusion buffer, reused across cycles
   std::vector<char> stage_;  // host staging for CUDA tensors

@@ -13,6 +13,37 @@
 namespace mgs {
 namespace {
 
+// Every rank must run the same math: compare the settings that change what is
+// sent across ranks, and name the variable and the ranks that differ.
+Status checkConfigAgrees(Communicator& comm, const Config& c) {
+  const std::vector<std::pair<const char*, std::string>> fields = {
+      {"MGS_COMPRESSOR", c.compressor},
+      {"MGS_DENSITY", std::to_string(c.density)},
+      {"MGS_PLANNER", c.planner},
+      {"MGS_FUSION_THRESHOLD_BYTES", std::to_string(c.fusion_threshold_bytes)},
+      {"MGS_MIN_SPARSE_ELEMENTS", std::to_string(c.min_sparse_elements)},
+      {"MGS_ERROR_FEEDBACK", std::to_string(c.error_feedback)},
+      {"MGS_WARMUP_STEPS", std::to_string(c.warmup_steps)},
+      {"MGS_PROFILE_STEPS", std::to_string(c.profile_steps)},
+      {"MGS_CALIBRATION", c.calibration}};
+  std::vector<uint64_t> mine;
+  for (const auto& f : fields) mine.push_back(std::hash<std::string>()(f.second));
+  std::vector<uint64_t> all(mine.size() * comm.size());
+  MGS_RETURN_IF_ERROR(comm.allgather(mine.data(), mine.size() * sizeof(uint64_t), all.data()));
+  std::string diff;
+  for (size_t f = 0; f < fields.size(); ++f) {
+    std::string ranks;
+    for (int r = 1; r < comm.size(); ++r)
+      if (all[r * mine.size() + f] != all[f]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    if (!ranks.empty()) diff += std::string(diff.empty() ? "" : "; ") + fields[f].first + " on ranks " + ranks;
+  }
+  MGS_ENSURE(diff.empty(), kConfig,
+             "MGS_* settings differ from rank 0's: " << diff
+                 << " (this rank has " << fields[0].first << "=" << c.compressor
+                 << "); give every rank the same settings, as mgsrun does");
+  return Status::OK();
+}
+
 Status checkTensor(const std::string& name, const char* role, const TensorDesc& t) {
   MGS_ENSURE(dtypeValid(t.dtype), kInvalidArgument,
              "tensor '" << name << "': " << role << " has invalid dtype " << static_cast<int>(t.dtype));
@@ -47,6 +78,14 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
   rt->thread_ = std::thread([self, factory = std::move(factory), &ready] {
     std::unique_ptr<Communicator> comm;
     Status st = factory(&comm);
+    if (st.ok()) st = checkConfigAgrees(*comm, self->config_);
+    if (st.ok() && self->config_.compressor != "none") {
+      // Fail at init, not at the first gradient, if the selector cannot be built.
+      std::unique_ptr<compress::Selector> probe;
+      compress::SelectorOptions opts;
+      opts.density = self->config_.density;
+      st = compress::Selector::create(self->config_.compressor, opts, &probe);
+    }
     if (st.ok()) {
       self->rank_ = comm->rank();
       self->size_ = comm->size();
@@ -83,13 +122,19 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
     if (!st.ok()) MGS_LOG_ERROR("{}", st.message());
   }
   Controller controller(*comm, config_);
-  Executor executor(*comm, config_, timeline.get(), [this](Request& req, Status st) {
+  auto complete = [this](Request& req, Status st) {
     ops_completed_ += 1;
     if (st.ok() && req.sig.type == OpType::kAllreduce) bytes_reduced_ += req.input.bytes();
     // Free the name before waking the waiter, so it may reuse the name at once.
     queue_.finish(req.name);
     req.handle->complete(std::move(st));
-  });
+  };
+  SparsePipeline sparse(*comm, config_, timeline.get(), residuals_, complete);
+  {
+    Status st = sparse.init();  // validated in start(): cannot fail here
+    if (!st.ok()) MGS_LOG_ERROR("{}", st.toString());
+  }
+  Executor executor(*comm, config_, timeline.get(), &sparse, complete);
   const auto cycle = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
 
@@ -113,6 +158,10 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
       break;
     }
     executor.run(result.ready);
+    {
+      std::lock_guard<std::mutex> lk(stats_mu_);
+      sparse_stats_ = sparse.stats();
+    }
     if (timeline) timeline->flush();
     if (result.shutdown) {
       if (!shutdown_requested_) why = "mgs has shut down: another rank called mgs_shutdown";
@@ -132,6 +181,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
     r.handle->complete(Status(final_status.code(),
                               "tensor '" + r.name + "' did not run: " + final_status.message()));
   };
+  sparse.failHeld(Status(final_status.code(), "held in a sparse bucket: " + final_status.message()));
   for (auto& r : controller.takePending()) fail(r);
   for (auto& r : queue_.drain()) fail(r);
   const auto& s = controller.stats();
@@ -148,6 +198,11 @@ NegotiationStats Runtime::negotiationStats() const {
   s.ops_completed = ops_completed_;
   s.bytes_reduced = bytes_reduced_;
   return s;
+}
+
+SparseStats Runtime::sparseStats() const {
+  std::lock_guard<std::mutex> lk(stats_mu_);
+  return sparse_stats_;
 }
 
 Status Runtime::enqueue(Request req, uint64_t* handle) {

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -19,6 +20,8 @@
 #include "common/params.h"
 #include "core/handle_table.h"
 #include "core/request_queue.h"
+#include "core/residual_store.h"
+#include "core/sparse_pipeline.h"
 
 namespace mgs {
 
@@ -63,6 +66,8 @@ class Runtime {
 
   HandleTable& handles() { return handles_; }
   NegotiationStats negotiationStats() const;
+  SparseStats sparseStats() const;
+  ResidualStore& residuals() { return residuals_; }
 
  private:
   explicit Runtime(const Config& config) : config_(config) {}
@@ -79,6 +84,9 @@ class Runtime {
   // Written by the coordinator, read by anyone.
   std::atomic<uint64_t> cycles_{0}, fast_cycles_{0}, slow_cycles_{0}, ops_completed_{0}, bytes_reduced_{0};
   std::atomic<double> negotiation_s_{0};
+  mutable std::mutex stats_mu_;
+  SparseStats sparse_stats_;
+  ResidualStore residuals_;
   std::thread thread_;
 };
 

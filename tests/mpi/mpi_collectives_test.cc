@@ -398,6 +398,160 @@ void scenarioShutdown() {
   EXPECT(mgs_is_initialized(), "restart");
 }
 
+// Deterministic Laplace-like gradient values.
+float gradValue(uint64_t seed) {
+  seed = (seed + 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
+  seed ^= seed >> 31;
+  const double u = ((seed >> 11) * (1.0 / 9007199254740992.0)) - 0.5;
+  return static_cast<float>((u < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(u) + 1e-12) * 1e-2);
+}
+
+std::vector<float> residualOf(const std::string& name, size_t n, bool* has) {
+  std::vector<float> r(n, 0.0f);
+  *has = mgs_residual_copy(name.c_str(), r.data(), n) == MGS_SUCCESS;
+  if (!*has) std::fill(r.begin(), r.end(), 0.0f);
+  return r;
+}
+
+// Gathers `v` (float32, same length on every rank) from all ranks, rank-major.
+std::vector<float> gatherAll(const std::string& name, const std::vector<float>& v) {
+  std::vector<int64_t> shape{1, static_cast<int64_t>(v.size())};
+  mgs_tensor_t t = cpuTensor(const_cast<float*>(v.data()), MGS_FLOAT32, shape);
+  mgs_handle_t h = 0;
+  std::vector<float> all(v.size() * g_size);
+  EXPECT_OK(mgs_allgather_async(name.c_str(), &t, &h));
+  EXPECT_OK(mgs_wait(h));
+  std::vector<int64_t> oshape{g_size, static_cast<int64_t>(v.size())};
+  mgs_tensor_t o = cpuTensor(all.data(), MGS_FLOAT32, oshape);
+  EXPECT_OK(mgs_allgather_copy_output(h, &o));
+  mgs_release(h);
+  return all;
+}
+
+// The sparse pipeline (MGS_COMPRESSOR set by the test): each step, the result
+// on every rank equals the average built from exactly the pairs each rank
+// selected (sent = input + residual_before - residual_after), is identical on
+// all ranks, and small tensors stay dense and exact. Rank 1 sends an all-zero
+// gradient for one tensor, so counts differ per rank (0 is legal).
+void scenarioSparse() {
+  const std::vector<int64_t> sizes = {5000, 20000, 4096, 100000, 8192, 3000};
+  const int kSteps = 10;
+  for (int step = 0; step < kSteps; ++step) {
+    const size_t L = sizes.size();
+    std::vector<std::vector<float>> x(L), out(L), before(L);
+    std::vector<std::vector<int64_t>> shapes(L);
+    std::vector<mgs_handle_t> h(L);
+    std::vector<bool> had(L);
+    for (size_t t = 0; t < L; ++t) {
+      x[t].resize(sizes[t]);
+      const bool zero = g_rank == 1 && t == 2;
+      for (int64_t i = 0; i < sizes[t]; ++i)
+        x[t][i] = zero ? 0.0f : gradValue((uint64_t(step) << 40) ^ (uint64_t(g_rank) << 32) ^ (t << 24) ^ i);
+      out[t].assign(sizes[t], -1.0f);
+      shapes[t] = {sizes[t]};
+      bool has;
+      before[t] = residualOf("g" + std::to_string(t), sizes[t], &has);
+    }
+    for (size_t j = 0; j < L; ++j) {
+      const size_t t = (g_rank % 2) ? L - 1 - j : j;  // ranks enqueue in different orders
+      mgs_tensor_t in = cpuTensor(x[t].data(), MGS_FLOAT32, shapes[t]);
+      mgs_tensor_t o = cpuTensor(out[t].data(), MGS_FLOAT32, shapes[t]);
+      EXPECT_OK(mgs_allreduce_async(("g" + std::to_string(t)).c_str(), &in, &o, MGS_REDUCE_AVERAGE, 1, 1,
+                                    MGS_FLAG_SPARSE_OK, &h[t]));
+    }
+    for (size_t t = 0; t < L; ++t) {
+      EXPECT_OK(mgs_wait(h[t]));
+      mgs_release(h[t]);
+    }
+    for (size_t t = 0; t < L; ++t) {
+      const std::string name = "g" + std::to_string(t);
+      bool has;
+      std::vector<float> after = residualOf(name, sizes[t], &has);
+      std::vector<float> sent(sizes[t]);
+      for (int64_t i = 0; i < sizes[t]; ++i) sent[i] = (x[t][i] + before[t][i]) - after[i];
+      const std::vector<float> all = gatherAll("ref." + name, sent);
+      const std::vector<float> results = gatherAll("res." + name, out[t]);
+      const float inv = static_cast<float>(1.0 / g_size);
+      int bad = 0, differ = 0, nonzero = 0;
+      for (int64_t i = 0; i < sizes[t]; ++i) {
+        float ref = 0.0f;
+        for (int r = 0; r < g_size; ++r) ref += all[r * sizes[t] + i];
+        ref *= inv;
+        nonzero += out[t][i] != 0.0f;
+        if (!(std::fabs(out[t][i] - ref) <= 1e-6f * std::max(1.0f, std::fabs(ref)))) ++bad;
+        for (int r = 1; r < g_size; ++r)
+          if (std::memcmp(&results[i], &results[r * sizes[t] + i], 4) != 0) ++differ;
+      }
+      EXPECT(bad == 0, "step %d %s: %d entries differ from the reference of selected pairs", step, name.c_str(), bad);
+      EXPECT(differ == 0, "step %d %s: %d entries differ across ranks", step, name.c_str(), differ);
+      EXPECT(has == (sizes[t] >= 4096), "step %d %s: residual present = %d", step, name.c_str(), (int)has);
+      // While profiling, buckets are single tensors and density*P < 1 keeps them
+      // sparse; once planned, the cost model may send a bucket dense.
+      const char* ps = std::getenv("MGS_PROFILE_STEPS");
+      if (sizes[t] >= 4096 && step < (ps ? std::atoi(ps) : 5)) EXPECT(nonzero < sizes[t] / 2, "step %d %s: %d of %lld nonzero: not sparse", step,
+                                   name.c_str(), nonzero, (long long)sizes[t]);
+    }
+  }
+  mgs_stats_t st{};
+  EXPECT_OK(mgs_get_stats(&st, sizeof st));
+  EXPECT(st.plans >= 1 && st.plan_buckets >= 1, "plans %llu buckets %llu", (unsigned long long)st.plans,
+         (unsigned long long)st.plan_buckets);
+  EXPECT(st.sparse_buckets > 0 && st.sparse_selected > 0, "sparse buckets %llu selected %llu",
+         (unsigned long long)st.sparse_buckets, (unsigned long long)st.sparse_selected);
+  EXPECT(st.sparse_bytes_sent < st.sparse_dense_bytes, "sent %llu >= dense %llu",
+         (unsigned long long)st.sparse_bytes_sent, (unsigned long long)st.sparse_dense_bytes);
+  if (g_rank == 0)
+    std::printf("sparse: %llu steps, %llu plans, %llu buckets in plan, selected/k = %.3f, bytes %.4f of dense\n",
+                (unsigned long long)st.sparse_steps, (unsigned long long)st.plans,
+                (unsigned long long)st.plan_buckets, double(st.sparse_selected) / double(st.sparse_target),
+                double(st.sparse_bytes_sent) / double(st.sparse_dense_bytes));
+}
+
+// Conservation over 200 steps, across the whole job: everything that went in
+// equals what came out (P x the averaged results) plus what is still kept in
+// the residuals, to float rounding (sums in double).
+void scenarioConservation() {
+  const int64_t n = 20000;
+  const int kSteps = 200;
+  std::vector<double> in_sum(n, 0.0), out_sum(n, 0.0);
+  std::vector<float> x(n), out(n);
+  std::vector<int64_t> shape{n};
+  for (int step = 0; step < kSteps; ++step) {
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = gradValue((uint64_t(step) << 40) ^ (uint64_t(g_rank) << 32) ^ i);
+      in_sum[i] += x[i];
+    }
+    mgs_tensor_t in = cpuTensor(x.data(), MGS_FLOAT32, shape), o = cpuTensor(out.data(), MGS_FLOAT32, shape);
+    mgs_handle_t h = 0;
+    EXPECT_OK(mgs_allreduce_async("w", &in, &o, MGS_REDUCE_SUM, 1, 1, MGS_FLAG_SPARSE_OK, &h));
+    EXPECT_OK(mgs_wait(h));
+    mgs_release(h);
+    for (int64_t i = 0; i < n; ++i) out_sum[i] += out[i];
+  }
+  bool has;
+  std::vector<float> res = residualOf("w", n, &has);
+  EXPECT(has, "no residual kept");
+  // Job-wide sums of the inputs and residuals (dense, exact double allreduce).
+  std::vector<double> totals(2 * n);
+  for (int64_t i = 0; i < n; ++i) {
+    totals[i] = in_sum[i];
+    totals[n + i] = res[i];
+  }
+  std::vector<int64_t> tshape{2 * n};
+  mgs_tensor_t t = cpuTensor(totals.data(), MGS_FLOAT64, tshape);
+  mgs_handle_t h = 0;
+  EXPECT_OK(mgs_allreduce_async("totals", &t, &t, MGS_REDUCE_SUM, 1, 1, 0, &h));
+  EXPECT_OK(mgs_wait(h));
+  mgs_release(h);
+  double worst = 0, scale = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    worst = std::max(worst, std::fabs(out_sum[i] + totals[n + i] - totals[i]));
+    scale = std::max(scale, std::fabs(totals[i]));
+  }
+  EXPECT(worst <= 1e-4 * std::max(scale, 1.0), "conservation error %g (scale %g)", worst, scale);
+  if (g_rank == 0) std::printf("conservation over %d steps: max error %.3g (largest input sum %.3g)\n", kSteps, worst, scale);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -421,7 +575,8 @@ int main(int argc, char** argv) {
   const std::map<std::string, void (*)()> scenarios = {
       {"allreduce", scenarioAllreduce}, {"many", scenarioManyTensors}, {"allgather", scenarioAllgather},
       {"broadcast", scenarioBroadcast}, {"mismatch", scenarioMismatch}, {"duplicate", scenarioDuplicate},
-      {"stall", scenarioStall},         {"killed", scenarioKilled},     {"shutdown", scenarioShutdown}};
+      {"stall", scenarioStall},         {"killed", scenarioKilled},     {"shutdown", scenarioShutdown},
+      {"sparse", scenarioSparse},       {"conservation", scenarioConservation}};
   auto it = scenarios.find(scenario);
   if (it == scenarios.end()) {
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());

@@ -1,0 +1,188 @@
+#include "core/calibration.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "common/check.h"
+#include "common/logging.h"
+
+namespace mgs {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Median of `reps` timed calls after one warm-up.
+template <typename F>
+Status timeCall(int reps, double* out, F&& fn) {
+  MGS_RETURN_IF_ERROR(fn());
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    MGS_RETURN_IF_ERROR(fn());
+    t.push_back(seconds(t0));
+  }
+  std::sort(t.begin(), t.end());
+  *out = t[t.size() / 2];
+  return Status::OK();
+}
+
+Status measure(Communicator& comm, const compress::Selector& selector, plan::CostModel* out) {
+  const int P = comm.size();
+  const std::vector<size_t> ar_bytes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
+  const std::vector<size_t> ag_bytes = {4 << 10, 64 << 10, 1 << 20, 8 << 20};  // per rank
+  const std::vector<size_t> sel_n = {1 << 16, 1 << 20, 1 << 22};
+  std::vector<double> t;  // all timings, max-reduced in one call below
+  std::vector<float> buf(ar_bytes.back() / 4, 0.0f);
+  for (size_t b : ar_bytes) {
+    double s;
+    MGS_RETURN_IF_ERROR(timeCall(3, &s, [&] { return comm.allreduce(buf.data(), b / 4, MGS_FLOAT32, CommOp::kSum); }));
+    t.push_back(s);
+  }
+  std::vector<char> gathered(ag_bytes.back() * P);
+  for (size_t b : ag_bytes) {
+    double s;
+    MGS_RETURN_IF_ERROR(timeCall(3, &s, [&] { return comm.allgather(buf.data(), b, gathered.data()); }));
+    t.push_back(s);
+  }
+  {
+    std::vector<float> x(sel_n.back()), res(sel_n.back(), 0.0f);
+    uint32_t seed = 12345;
+    for (auto& v : x) {  // Laplace-like synthetic gradient
+      seed = seed * 1664525u + 1013904223u;
+      const double u = (seed >> 8) * (1.0 / 16777216.0) - 0.5;
+      v = static_cast<float>((u < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(u) + 1e-12) * 1e-3);
+    }
+    std::vector<float> vals(selector.maxCount(sel_n.back()));
+    std::vector<uint32_t> idx(vals.size());
+    std::vector<char> ws(selector.workspaceBytes(sel_n.back()));
+    for (size_t n : sel_n) {
+      compress::SelectArgs a;
+      a.x = x.data();
+      a.residual = res.data();
+      a.n = n;
+      a.outValues = vals.data();
+      a.outIndices = idx.data();
+      a.workspace = ws.data();
+      a.workspaceBytes = ws.size();
+      a.name = "calibration";
+      double s;
+      compress::SelectResult r;
+      MGS_RETURN_IF_ERROR(timeCall(3, &s, [&] {
+        std::fill(res.begin(), res.begin() + n, 0.0f);
+        return selector.select(a, &r);
+      }));
+      t.push_back(s);
+    }
+  }
+  MGS_RETURN_IF_ERROR(comm.allreduce(t.data(), t.size(), MGS_FLOAT64, CommOp::kMax));
+
+  std::vector<plan::Sample> ar, ag, sel;
+  size_t i = 0;
+  for (size_t b : ar_bytes) ar.emplace_back(double(b), t[i++]);
+  for (size_t b : ag_bytes) ag.emplace_back(double(b) * P, t[i++]);  // the model takes total bytes
+  for (size_t n : sel_n) sel.emplace_back(double(n), t[i++]);
+  MGS_RETURN_IF_ERROR(plan::CommModel::fit(ar, &out->allreduce));
+  MGS_RETURN_IF_ERROR(plan::CommModel::fit(ag, &out->allgather));
+  const auto kind = selector.kind() == compress::SelectorKind::kTopk ? plan::SparsifyModel::Kind::kNLogN
+                                                                      : plan::SparsifyModel::Kind::kLinear;
+  MGS_RETURN_IF_ERROR(plan::SparsifyModel::fit(kind, sel, &out->sparsify));
+  return Status::OK();
+}
+
+double field(const std::string& json, const std::string& object, const std::string& key, bool* ok) {
+  const auto o = json.find("\"" + object + "\"");
+  const auto k = o == std::string::npos ? o : json.find("\"" + key + "\"", o);
+  if (k == std::string::npos) {
+    *ok = false;
+    return 0;
+  }
+  const auto colon = json.find(':', k);
+  char* end = nullptr;
+  const double v = std::strtod(json.c_str() + colon + 1, &end);
+  if (end == json.c_str() + colon + 1) *ok = false;
+  return v;
+}
+
+}  // namespace
+
+std::string costModelToJson(const plan::CostModel& m) {
+  auto line = [](const plan::CommModel& c) {
+    const auto& s = c.segments().empty() ? plan::CommModel::Segment{} : c.segments().front();
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "{\"alpha_s\": %.9g, \"beta_s_per_byte\": %.9g}", s.alpha_s, s.beta_s_per_byte);
+    return std::string(buf);
+  };
+  char sp[128];
+  std::snprintf(sp, sizeof sp, "{\"kind\": \"%s\", \"c_s\": %.9g}",
+                m.sparsify.kind == plan::SparsifyModel::Kind::kLinear ? "linear" : "nlogn", m.sparsify.c_s);
+  return "{\n  \"workers\": " + std::to_string(m.workers) + ",\n  \"allreduce\": " + line(m.allreduce) +
+         ",\n  \"allgather\": " + line(m.allgather) + ",\n  \"sparsify\": " + sp + "\n}\n";
+}
+
+Status costModelFromJson(const std::string& json, plan::CostModel* m) {
+  bool ok = true;
+  const double ara = field(json, "allreduce", "alpha_s", &ok), arb = field(json, "allreduce", "beta_s_per_byte", &ok);
+  const double aga = field(json, "allgather", "alpha_s", &ok), agb = field(json, "allgather", "beta_s_per_byte", &ok);
+  const double c = field(json, "sparsify", "c_s", &ok);
+  MGS_ENSURE(ok, kConfig, "calibration file is not a cost model (needs allreduce/allgather alpha_s and "
+                          "beta_s_per_byte, sparsify c_s)");
+  m->allreduce = plan::CommModel::linear(ara, arb);
+  m->allgather = plan::CommModel::linear(aga, agb);
+  m->sparsify.kind = json.find("\"nlogn\"") != std::string::npos ? plan::SparsifyModel::Kind::kNLogN
+                                                                   : plan::SparsifyModel::Kind::kLinear;
+  m->sparsify.c_s = c;
+  return Status::OK();
+}
+
+Status resolveCostModel(Communicator& comm, const Config& config, const compress::Selector& selector,
+                        plan::CostModel* out) {
+  plan::CostModel m;
+  const int P = comm.size();
+  if (config.calibration == "off") {
+    int preset = 2;
+    for (int p : {4, 8, 16})
+      if (P >= p) preset = p;
+    MGS_RETURN_IF_ERROR(plan::costModelPreset("10gbe-P" + std::to_string(preset), &m));
+  } else if (config.calibration == "auto") {
+    MGS_RETURN_IF_ERROR(measure(comm, selector, &m));
+  } else {
+    // A file: rank 0 reads it (if present) and every rank gets its text.
+    std::string text;
+    if (comm.rank() == 0) {
+      std::ifstream f(config.calibration);
+      if (f.good()) {
+        std::stringstream ss;
+        ss << f.rdbuf();
+        text = ss.str();
+        if (text.empty()) text = " ";
+      }
+    }
+    MGS_RETURN_IF_ERROR(comm.broadcastString(&text, 0));
+    if (!text.empty()) {
+      Status st = costModelFromJson(text, &m);
+      if (!st.ok()) return Status(st.code(), "MGS_CALIBRATION='" + config.calibration + "': " + st.message());
+    } else {
+      MGS_RETURN_IF_ERROR(measure(comm, selector, &m));
+      if (comm.rank() == 0) {
+        std::ofstream f(config.calibration);
+        f << costModelToJson(m);
+        if (!f) MGS_LOG_WARN("could not save the calibration to {}", config.calibration);
+      }
+    }
+  }
+  m.workers = P;
+  m.density = config.density;
+  m.bytes_per_element = 4;
+  *out = m;
+  MGS_LOG_INFO("cost model ({}): {}", config.calibration, costModelToJson(m));
+  return Status::OK();
+}
+
+}  // namespace mgs

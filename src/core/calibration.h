@@ -1,0 +1,27 @@
+// Cost-model calibration (MGS_CALIBRATION): the merge plan is computed from
+// this job's own measured collective and selector times, not from presets.
+//   auto   time allreduce and allgather of 4 KiB..64 MiB and the selector on
+//          64 Ki..4 Mi elements, take the max over ranks, least-squares fit
+//   off    a fixed model (the 10 GbE preset of the papers for this P, or
+//          the nearest one)
+//   <file> load the JSON file if it exists, else measure and save it there
+// Every rank ends with the same model: measurements are max-reduced before the
+// fit, and a file is read by rank 0 and broadcast.
+#pragma once
+
+#include <string>
+
+#include "comm/communicator.h"
+#include "common/params.h"
+#include "compress/selector.h"
+#include "plan/cost_model.h"
+
+namespace mgs {
+
+Status resolveCostModel(Communicator& comm, const Config& config, const compress::Selector& selector,
+                        plan::CostModel* out);
+
+std::string costModelToJson(const plan::CostModel& m);
+Status costModelFromJson(const std::string& json, plan::CostModel* m);
+
+}  // namespace mgs

@@ -1,0 +1,385 @@
+#include "core/sparse_pipeline.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/check.h"
+#include "common/logging.h"
+#include "compress/decompress.h"
+#include "core/calibration.h"
+#include "core/device.h"
+#include "core/handle_table.h"
+#include "core/wire.h"
+#include "plan/plan.h"
+
+namespace mgs {
+namespace {
+
+std::string bucketName(const std::vector<Request>& m) {
+  if (m.size() == 1) return m[0].name;
+  return "bucket[" + m.front().name + " .. " + m.back().name + "] (" + std::to_string(m.size()) + " tensors)";
+}
+
+}  // namespace
+
+SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, Timeline* timeline,
+                               ResidualStore& residuals, Complete complete)
+    : comm_(comm), config_(config), timeline_(timeline), residuals_(residuals), complete_(std::move(complete)) {}
+
+Status SparsePipeline::init() {
+  if (config_.compressor == "none") return Status::OK();
+  compress::SelectorOptions opts;
+  opts.density = config_.density;
+  std::unique_ptr<compress::Selector> sel;
+  MGS_RETURN_IF_ERROR(compress::Selector::create(config_.compressor, opts, &sel));
+  selectors_.emplace(config_.density, std::move(sel));
+  return Status::OK();
+}
+
+bool SparsePipeline::eligible(const Signature& sig) const {
+  if (config_.compressor == "none" || !(sig.flags & MGS_FLAG_SPARSE_OK) || sig.type != OpType::kAllreduce)
+    return false;
+  if (sig.dtype != MGS_FLOAT32 && sig.dtype != MGS_FLOAT16 && sig.dtype != MGS_BFLOAT16) return false;
+  int64_t n = 1;
+  for (int64_t d : sig.shape) n *= d;
+  return n >= config_.min_sparse_elements && n > 0 && n < (int64_t{1} << 32);
+}
+
+double SparsePipeline::currentDensity() const {
+  const double rho = config_.density;
+  if (static_cast<int64_t>(step_) >= config_.warmup_steps) return rho;
+  // DGC warm-up (algorithms.md 8.3): coeff = rho^(1/(W+1)), density = max(coeff^(step+1), rho).
+  const double coeff = std::pow(rho, 1.0 / (config_.warmup_steps + 1));
+  return std::max(std::pow(coeff, static_cast<double>(step_ + 1)), rho);
+}
+
+const compress::Selector& SparsePipeline::selectorFor(double density) {
+  auto it = selectors_.find(density);
+  if (it != selectors_.end()) return *it->second;
+  compress::SelectorOptions opts;
+  opts.density = density;
+  std::unique_ptr<compress::Selector> sel;
+  // The name was validated by init(); only the density differs.
+  (void)compress::Selector::create(config_.compressor, opts, &sel);
+  return *selectors_.emplace(density, std::move(sel)).first->second;
+}
+
+void SparsePipeline::submit(std::vector<Request> reqs) {
+  for (auto& req : reqs) {
+    if (seen_.count(req.name)) onStepBoundary();
+    seen_.insert(req.name);
+    elements_[req.name] = static_cast<int64_t>(req.input.numel());
+    const uint64_t profiled = step_ - profile_start_;
+    if (comm_.rank() == 0 && !have_plan_ && profiled < static_cast<uint64_t>(config_.profile_steps)) {
+      if (profile_.size() <= profiled) profile_.resize(profiled + 1);
+      profile_[profiled].emplace_back(req.name, req.enqueued);
+    }
+    auto it = have_plan_ ? bucket_of_.find(req.name) : bucket_of_.end();
+    if (it == bucket_of_.end()) {
+      if (have_plan_) plan_stale_ = true;  // a tensor the plan does not know: re-plan
+      std::vector<Request> single;
+      single.push_back(std::move(req));
+      runBucket(single);
+      continue;
+    }
+    Bucket& b = buckets_[it->second];
+    std::string name = req.name;
+    b.ready.emplace(std::move(name), std::move(req));
+    if (b.ready.size() == b.members.size()) {
+      std::vector<Request> members;
+      for (const auto& m : b.members) members.push_back(std::move(b.ready[m]));
+      b.ready.clear();
+      runBucket(members);
+    }
+  }
+}
+
+void SparsePipeline::endCycle(bool nothing_ready) {
+  bool holding = false;
+  for (const auto& b : buckets_) holding |= !b.ready.empty();
+  idle_cycles_ = (holding && nothing_ready) ? idle_cycles_ + 1 : 0;
+  if (idle_cycles_ >= kIdleFlushCycles) {
+    MGS_LOG_DEBUG("running partially filled buckets after {} idle cycles", idle_cycles_);
+    flushPartialBuckets();
+    idle_cycles_ = 0;
+  }
+}
+
+void SparsePipeline::onStepBoundary() {
+  // A bucket whose members did not all arrive this step runs with what it
+  // has, so a tensor skipped by the framework cannot hold the others forever.
+  flushPartialBuckets();
+  ++step_;
+  ++stats_.steps;
+  seen_.clear();
+  if (have_plan_ && plan_stale_) {
+    MGS_LOG_INFO("new sparse tensors appeared: dropping the merge plan and profiling again");
+    have_plan_ = plan_stale_ = false;
+    bucket_of_.clear();
+    buckets_.clear();
+    stats_.plan_buckets = 0;
+    profile_start_ = step_;
+    profile_.clear();
+  }
+  if (!have_plan_ && step_ - profile_start_ >= static_cast<uint64_t>(config_.profile_steps)) {
+    Status st = replan();
+    if (!st.ok()) {
+      MGS_LOG_ERROR("merge planning failed, staying layer-wise: {}", st.toString());
+      profile_start_ = step_;  // try again after another profile
+      profile_.clear();
+    }
+  }
+}
+
+void SparsePipeline::flushPartialBuckets() {
+  for (auto& b : buckets_) {
+    if (b.ready.empty()) continue;
+    std::vector<Request> members;
+    for (const auto& m : b.members) {
+      auto it = b.ready.find(m);
+      if (it != b.ready.end()) members.push_back(std::move(it->second));
+    }
+    b.ready.clear();
+    runBucket(members);
+  }
+}
+
+Status SparsePipeline::replan() {
+  if (!have_cost_) {
+    MGS_RETURN_IF_ERROR(resolveCostModel(comm_, config_, selectorFor(config_.density), &cost_));
+    have_cost_ = true;
+  }
+  std::string text;
+  if (comm_.rank() == 0) {
+    // Backward time of a tensor = gap since the previous gradient of the same
+    // step, averaged over the profiled steps (the first one is warm-up when
+    // there are more).
+    const size_t first = profile_.size() > 1 ? 1 : 0;
+    std::unordered_map<std::string, std::pair<double, int>> gaps;
+    std::vector<std::string> order;
+    for (size_t s = first; s < profile_.size(); ++s) {
+      auto step = profile_[s];
+      std::stable_sort(step.begin(), step.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+      if (s + 1 == profile_.size())
+        for (const auto& e : step) order.push_back(e.first);
+      for (size_t i = 1; i < step.size(); ++i) {
+        auto& g = gaps[step[i].first];
+        g.first += std::chrono::duration<double>(step[i].second - step[i - 1].second).count();
+        g.second += 1;
+      }
+    }
+    plan::PlanInput in;
+    in.cost = cost_;
+    in.cost.density = config_.density;
+    in.sparse = true;
+    in.fusion_threshold_bytes = config_.fusion_threshold_bytes;
+    double mean_gap = 0;
+    int counted = 0;
+    for (const auto& name : order) {
+      auto it = gaps.find(name);
+      const double gap = (it != gaps.end() && it->second.second) ? it->second.first / it->second.second : -1;
+      in.layers.push_back({name, elements_[name], gap});
+      if (gap >= 0) {
+        mean_gap += gap;
+        ++counted;
+      }
+    }
+    for (auto& l : in.layers)
+      if (l.backward_s < 0) l.backward_s = counted ? mean_gap / counted : 0;  // the first gradient's gap is unknown
+    plan::Plan plan;
+    Status st = plan::computePlan(config_.effectivePlanner(), in, &plan);
+    if (!st.ok()) {
+      MGS_LOG_ERROR("planner {}: {}", config_.effectivePlanner(), st.toString());
+    } else {
+      if (plan.front_capped) MGS_LOG_WARN("MGS planner hit its Pareto front cap ({}): the plan may not be optimal",
+                                          plan.max_front);
+      MGS_LOG_INFO("merge plan ({}): {} sparse tensors in {} buckets, predicted {:.3f} ms per step",
+                   plan.planner, in.layers.size(), plan.groups.size(), plan.predicted_s * 1e3);
+      WireWriter w;
+      w.put(static_cast<uint32_t>(plan.groups.size()));
+      for (const auto& g : plan.groups) {
+        w.put(static_cast<uint32_t>(g.size()));
+        for (int i : g) w.putString(in.layers[i].name);
+      }
+      text = std::move(w.str());
+    }
+  }
+  MGS_RETURN_IF_ERROR(comm_.broadcastString(&text, 0));
+  MGS_ENSURE(!text.empty(), kInternal, "rank 0 could not compute a merge plan (see its log)");
+  WireReader r(text);
+  uint32_t groups = 0;
+  MGS_ENSURE(r.get(&groups), kInternal, "corrupt plan from rank 0");
+  buckets_.assign(groups, Bucket{});
+  bucket_of_.clear();
+  for (uint32_t g = 0; g < groups; ++g) {
+    uint32_t members = 0;
+    MGS_ENSURE(r.get(&members), kInternal, "corrupt plan from rank 0");
+    for (uint32_t i = 0; i < members; ++i) {
+      std::string name;
+      MGS_ENSURE(r.getString(&name), kInternal, "corrupt plan from rank 0");
+      buckets_[g].members.push_back(name);
+      bucket_of_[name] = g;
+    }
+  }
+  have_plan_ = true;
+  stats_.plan_buckets = groups;
+  ++stats_.plans;
+  return Status::OK();
+}
+
+void SparsePipeline::runBucket(std::vector<Request>& members) {
+  if (members.empty()) return;
+  const auto t0 = Clock::now();
+  size_t n = 0;
+  for (auto& m : members) n += m.input.numel();
+  x_.resize(n);
+  res_.resize(n);
+  Status st;
+  size_t off = 0;
+  for (auto& m : members) {
+    const size_t cnt = m.input.numel();
+    const void* src = m.input.data;
+    if (m.input.onCuda()) {
+      stage_.resize(m.input.bytes());
+      st = device::waitReady(m.input);
+      if (st.ok()) st = device::copyToHost(stage_.data(), m.input, stage_.size());
+      src = stage_.data();
+    }
+    if (!st.ok()) break;
+    toFloat(src, m.input.dtype, cnt, x_.data() + off);
+    if (m.sig.prescale != 1.0) scaleHost(x_.data() + off, MGS_FLOAT32, cnt, m.sig.prescale);
+    if (config_.error_feedback) residuals_.read(m.name, res_.data() + off, cnt);
+    else std::fill(res_.begin() + off, res_.begin() + off + cnt, 0.0f);
+    off += cnt;
+  }
+  if (timeline_)
+    for (auto& m : members) timeline_->span(m.name, "FUSE", t0, Clock::now());
+
+  // Collective part: every rank runs it for this bucket, even after a local
+  // staging error, so that the others are not left waiting.
+  Status ex = exchange(members, currentDensity(), out_);
+  if (st.ok()) st = ex;
+
+  const auto t1 = Clock::now();
+  off = 0;
+  for (auto& m : members) {
+    const size_t cnt = m.input.numel();
+    if (st.ok()) {
+      const double factor = m.sig.postscale / (m.sig.reduce_op == MGS_REDUCE_AVERAGE ? comm_.size() : 1);
+      float* res = out_.data() + off;
+      if (factor != 1.0) scaleHost(res, MGS_FLOAT32, cnt, factor);
+      if (m.output.onCuda()) {
+        stage_.resize(m.output.bytes());
+        fromFloat(res, m.output.dtype, cnt, stage_.data());
+        Status cs = device::copyFromHost(m.output, stage_.data(), stage_.size());
+        if (!cs.ok()) st = cs;
+      } else {
+        fromFloat(res, m.output.dtype, cnt, m.output.data);
+      }
+      if (config_.error_feedback) residuals_.write(m.name, res_.data() + off, cnt);
+    }
+    off += cnt;
+  }
+  if (timeline_)
+    for (auto& m : members) timeline_->span(m.name, "UNFUSE", t1, Clock::now());
+  for (auto& m : members) complete_(m, st);
+}
+
+Status SparsePipeline::exchange(std::vector<Request>& members, double density, std::vector<float>& out) {
+  const size_t n = x_.size();
+  const int P = comm_.size();
+  const size_t k = compress::kForDensity(n, density);
+  out.resize(n);
+  bool dense = density * P >= 1.0;  // the 1/P rule until the cost model is measured
+  if (have_cost_)
+    dense = cost_.allreduce.seconds(4.0 * n) <=
+            cost_.sparsify.seconds(static_cast<int64_t>(n)) + cost_.allgather.seconds(8.0 * P * k);
+  auto span = [&](const char* what, Clock::time_point t0, const std::string& args = "") {
+    if (timeline_)
+      for (auto& m : members) timeline_->span(m.name, what, t0, Clock::now(), args);
+  };
+  stats_.dense_bytes += 4 * n;
+  if (dense) {
+    // Send everything: the residual is folded in and becomes zero.
+    const auto t0 = Clock::now();
+    for (size_t i = 0; i < n; ++i) out[i] = x_[i] + res_[i];
+    std::fill(res_.begin(), res_.end(), 0.0f);
+    MGS_RETURN_IF_ERROR(comm_.allreduce(out.data(), n, MGS_FLOAT32, CommOp::kSum));
+    span("ALLREDUCE_DENSE_BUCKET", t0);
+    ++stats_.dense_buckets;
+    stats_.bytes_sent += 4 * n;
+    return Status::OK();
+  }
+
+  auto t0 = Clock::now();
+  const compress::Selector& sel = selectorFor(density);
+  const size_t cap = sel.maxCount(n);
+  values_.resize(std::max<size_t>(cap, 1));
+  indices_.resize(std::max<size_t>(cap, 1));
+  workspace_.resize(sel.workspaceBytes(n));
+  const std::string name = bucketName(members);
+  compress::SelectArgs a;
+  a.x = x_.data();
+  a.dtype = MGS_FLOAT32;
+  a.residual = res_.data();
+  a.n = n;
+  a.outValues = values_.data();
+  a.outIndices = indices_.data();
+  a.workspace = workspace_.data();
+  a.workspaceBytes = workspace_.size();
+  a.step = step_;
+  a.name = name.c_str();
+  compress::SelectResult r;
+  const Status sel_st = sel.select(a, &r);
+  span("SELECT", t0, "{\"count\":" + std::to_string(r.count) + ",\"k\":" + std::to_string(r.k) + "}");
+
+  // Counts; a failed selection is announced as UINT64_MAX so every rank fails
+  // the bucket together instead of waiting in the allgather.
+  t0 = Clock::now();
+  uint64_t mine = sel_st.ok() ? r.count : UINT64_MAX;
+  std::vector<uint64_t> counts(P);
+  MGS_RETURN_IF_ERROR(comm_.allgather(&mine, sizeof mine, counts.data()));
+  span("COUNT_EXCHANGE", t0);
+  std::string failed;
+  for (int i = 0; i < P; ++i)
+    if (counts[i] == UINT64_MAX) failed += (failed.empty() ? "" : ", ") + std::to_string(i);
+  if (!failed.empty()) {
+    if (!sel_st.ok()) return Status(sel_st.code(), "rank " + std::to_string(comm_.rank()) + ": " + sel_st.message());
+    return Status(Code::kNumeric, "sparse allreduce of " + name + " failed on ranks " + failed +
+                                      " (see their error, e.g. non-finite gradient values)");
+  }
+
+  t0 = Clock::now();
+  size_t total = 0;
+  std::vector<size_t> bytes(P), sizes(P);
+  for (int i = 0; i < P; ++i) {
+    sizes[i] = counts[i];
+    bytes[i] = counts[i] * 4;
+    total += counts[i];
+  }
+  all_values_.resize(std::max<size_t>(total, 1));
+  all_indices_.resize(std::max<size_t>(total, 1));
+  MGS_RETURN_IF_ERROR(comm_.allgatherv(values_.data(), mine * 4, all_values_.data(), bytes));
+  MGS_RETURN_IF_ERROR(comm_.allgatherv(indices_.data(), mine * 4, all_indices_.data(), bytes));
+  span("ALLGATHER", t0, "{\"pairs\":" + std::to_string(total) + "}");
+
+  t0 = Clock::now();
+  MGS_RETURN_IF_ERROR(compress::scatterAdd(all_values_.data(), all_indices_.data(), sizes.data(), P, n, 1.0f,
+                                           out.data()));
+  span("SCATTER_ADD", t0);
+  ++stats_.buckets;
+  stats_.selected += r.count;
+  stats_.target += r.k;
+  stats_.bytes_sent += 8 * r.count;
+  return Status::OK();
+}
+
+void SparsePipeline::failHeld(const Status& st) {
+  for (auto& b : buckets_) {
+    for (auto& [name, req] : b.ready) complete_(req, st);
+    b.ready.clear();
+  }
+}
+
+}  // namespace mgs

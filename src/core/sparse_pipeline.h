@@ -1,0 +1,113 @@
+// The sparse gradient pipeline: plan-driven buckets, selection with error
+// feedback, sparse allgather, scatter-add (algorithms.md sections 5, 7-9).
+//
+// Everything here runs on the coordinator thread and sees the negotiated
+// ready lists, which are identical on every rank; so step boundaries, the
+// moment of (re)planning and bucket completion are decided identically
+// everywhere without extra messages. Only the plan itself (computed on rank
+// 0 from rank 0's recorded gradient timings) is broadcast.
+//
+// Steps: a step ends when a sparse tensor name is seen again. The first
+// MGS_PROFILE_STEPS steps run layer-wise (one bucket per tensor) while rank 0
+// records when each gradient was enqueued; then the cost model is resolved
+// (calibration), the planner runs on rank 0 and the plan is broadcast. A
+// tensor name the plan does not know drops the plan and starts a new
+// profile. Residuals live per tensor (ResidualStore), so they survive this.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "common/params.h"
+#include "compress/selector.h"
+#include "core/request.h"
+#include "core/residual_store.h"
+#include "core/timeline.h"
+#include "plan/cost_model.h"
+
+namespace mgs {
+
+struct SparseStats {
+  uint64_t steps = 0;            // completed steps
+  uint64_t buckets = 0;          // buckets exchanged sparsely
+  uint64_t dense_buckets = 0;    // buckets the cost model sent dense
+  uint64_t selected = 0;         // entries this rank sent
+  uint64_t target = 0;           // k summed over sparse buckets
+  uint64_t bytes_sent = 0;       // values + indices this rank sent (dense buckets: the payload)
+  uint64_t dense_bytes = 0;      // what a dense allreduce would have sent
+  uint64_t plan_buckets = 0;     // buckets in the current plan (0: profiling)
+  uint64_t plans = 0;            // plans computed
+};
+
+class SparsePipeline {
+ public:
+  using Complete = std::function<void(Request& req, Status status)>;
+
+  SparsePipeline(Communicator& comm, const Config& config, Timeline* timeline, ResidualStore& residuals,
+                 Complete complete);
+  Status init();
+
+  // Whether a negotiated allreduce goes through this pipeline (same answer on
+  // every rank: it depends only on negotiated fields and the configuration).
+  bool eligible(const Signature& sig) const;
+  // Ready sparse requests, in negotiated order. Completes handles of the
+  // buckets that are complete; holds the others until their members arrive.
+  void submit(std::vector<Request> reqs);
+  // Called once per coordinator cycle with whether the negotiated ready list
+  // was empty (identical on every rank). After kIdleFlushCycles empty cycles
+  // in a row, partially filled buckets run with what they have: a tensor the
+  // framework never submits this step cannot hold the others forever.
+  void endCycle(bool nothing_ready);
+  static constexpr int kIdleFlushCycles = 100;
+  // Fail everything held (shutdown).
+  void failHeld(const Status& st);
+  SparseStats stats() const { return stats_; }
+
+ private:
+  struct Bucket {
+    std::vector<std::string> members;  // plan order
+    std::map<std::string, Request> ready;
+  };
+
+  void onStepBoundary();
+  void flushPartialBuckets();
+  Status replan();
+  void runBucket(std::vector<Request>& members);
+  Status exchange(std::vector<Request>& members, double density, std::vector<float>& out);
+  double currentDensity() const;
+  const compress::Selector& selectorFor(double density);
+
+  Communicator& comm_;
+  const Config& config_;
+  Timeline* timeline_;
+  ResidualStore& residuals_;
+  Complete complete_;
+
+  uint64_t step_ = 0;
+  int idle_cycles_ = 0;
+  std::unordered_set<std::string> seen_;  // names seen in the current step
+  uint64_t profile_start_ = 0;            // step at which the current profile began
+  // Rank 0: enqueue time of each name, per profiled step.
+  std::vector<std::vector<std::pair<std::string, Clock::time_point>>> profile_;
+  std::unordered_map<std::string, int64_t> elements_;
+  bool have_plan_ = false, plan_stale_ = false;
+  std::unordered_map<std::string, size_t> bucket_of_;
+  std::vector<Bucket> buckets_;
+  bool have_cost_ = false;
+  plan::CostModel cost_;
+  std::map<double, std::unique_ptr<compress::Selector>> selectors_;
+
+  // Reused buffers (no allocation in steady state).
+  std::vector<float> x_, res_, out_, values_, all_values_;
+  std::vector<uint32_t> indices_, all_indices_;
+  std::vector<char> workspace_, stage_;
+  SparseStats stats_;
+};
+
+}  // namespace mgs
