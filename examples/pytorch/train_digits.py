@@ -118,9 +118,9 @@ def main():
             batches += 1
         elapsed = time.perf_counter() - start
         scheduler.step()
+        stats = hvd.compression_stats()  # this epoch's gradient traffic
         mean_loss = hvd.allreduce(torch.tensor(total / batches), name="epoch.loss").item()
         accuracy = evaluate(model, test, rank, size)
-        stats = hvd.compression_stats()
         history.append({"epoch": epoch, "loss": mean_loss, "test_accuracy": accuracy, "epoch_s": elapsed,
                         "compression": stats})
         if rank == 0:

@@ -35,6 +35,36 @@ def test_enum_and_macro_values_match_the_header():
             assert name in mirrored, f"{name} is in the header but not in mgs._abi"
 
 
+def header_struct_fields(struct):
+    text = re.sub(r"/\*.*?\*/", "", HEADER.read_text(), flags=re.S)
+    body = re.search(r"typedef struct %s \{(.*?)\}" % struct, text, flags=re.S)
+    return [] if body is None else re.findall(r"(\w+)\s+(\w+);", body.group(1))
+
+
+def test_stats_struct_matches_the_header():
+    import ctypes
+    from mgs._lib import MgsStats
+    c_names = {"uint64_t": ctypes.c_uint64, "double": ctypes.c_double}
+    header = header_struct_fields("mgs_stats")
+    ours = MgsStats._fields_
+    # Fields are only appended: the common prefix must agree in name and type; a library
+    # with fewer fields leaves ours unwritten (Library.stats drops them).
+    for (ctype, name), (our_name, our_type) in zip(header, ours):
+        assert (name, c_names[ctype]) == (our_name, our_type), f"mgs_stats_t field {name}"
+    if header:
+        assert len(ours) >= len(header), "mgs_stats_t has fields the bindings do not read"
+
+
+def test_runtime_stats_are_counted():
+    stats = mgs.runtime_stats()
+    if stats is None:
+        return  # a library without mgs_get_stats
+    import mgs.torch as hvd
+    before = stats["ops_completed"]
+    hvd.allreduce(torch.ones(3), name="stats.probe")
+    assert mgs.runtime_stats()["ops_completed"] > before
+
+
 def test_status_names_come_from_the_library():
     header = header_constants()
     L = lib()

@@ -17,3 +17,9 @@ def library_version():
     """The version string reported by the loaded libmgs."""
     from ._lib import lib
     return lib().mgs_version().decode()
+
+
+def runtime_stats():
+    """This rank's runtime counters since init (mgs_get_stats) as a dict; None if libmgs lacks them."""
+    from ._lib import lib
+    return lib().stats()

@@ -31,6 +31,29 @@ class MgsTensor(ctypes.Structure):
     ]
 
 
+class MgsStats(ctypes.Structure):
+    """mgs_stats_t. Fields are only ever appended in the header; a library that
+    predates a field leaves it untouched (see Library.stats)."""
+
+    _fields_ = [
+        ("negotiation_cycles", ctypes.c_uint64),
+        ("negotiation_fast_cycles", ctypes.c_uint64),
+        ("negotiation_slow_cycles", ctypes.c_uint64),
+        ("negotiation_seconds", ctypes.c_double),
+        ("ops_completed", ctypes.c_uint64),
+        ("bytes_reduced", ctypes.c_uint64),
+        ("sparse_steps", ctypes.c_uint64),
+        ("sparse_buckets", ctypes.c_uint64),
+        ("sparse_dense_buckets", ctypes.c_uint64),
+        ("sparse_selected", ctypes.c_uint64),
+        ("sparse_target", ctypes.c_uint64),
+        ("sparse_bytes_sent", ctypes.c_uint64),
+        ("sparse_dense_bytes", ctypes.c_uint64),
+        ("plan_buckets", ctypes.c_uint64),
+        ("plans", ctypes.c_uint64),
+    ]
+
+
 class MgsError(Exception):
     """Base of every error raised from an mgs status; `status` is the code's name."""
 
@@ -91,8 +114,16 @@ def _declare(lib):
         "mgs_built_with_cuda": (c_int, []),
         "mgs_built_with_nccl": (c_int, []),
     }
-    for name, (restype, argtypes) in sigs.items():
-        fn = getattr(lib, name)
+    optional = {  # newer entry points: the bindings work without them
+        "mgs_get_stats": (c_int, [ctypes.POINTER(MgsStats), ctypes.c_size_t]),
+    }
+    for name, (restype, argtypes) in list(sigs.items()) + list(optional.items()):
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            if name in optional:
+                continue
+            raise
         fn.restype = restype
         fn.argtypes = argtypes
 
@@ -125,6 +156,26 @@ class Library:
             raise ImportError(f"{self.path} does not look like libmgs (status 0 is {names.get(0)!r})")
         return names
 
+    def stats(self):
+        """This rank's runtime counters as a dict, or None if the library has no mgs_get_stats.
+
+        Fields the library does not know (it is older than these bindings) are left out:
+        the struct is filled with 0xFF bytes first, and a field still all 0xFF was not written.
+        """
+        fn = getattr(self.cdll, "mgs_get_stats", None)
+        if fn is None:
+            return None
+        raw = MgsStats()
+        ctypes.memset(ctypes.byref(raw), 0xFF, ctypes.sizeof(raw))
+        self.check(fn(ctypes.byref(raw), ctypes.sizeof(raw)))
+        out = {}
+        for name, ctype in MgsStats._fields_:
+            field = getattr(MgsStats, name)
+            chunk = ctypes.string_at(ctypes.addressof(raw) + field.offset, field.size)
+            if chunk != b"\xff" * field.size:
+                out[name] = getattr(raw, name)
+        return out
+
     def __getattr__(self, name):
         return getattr(self.cdll, name)
 
@@ -155,6 +206,11 @@ class Library:
 
 _lock = threading.Lock()
 _library = None
+
+
+def loaded():
+    """The Library if it was loaded already, else None (never loads it)."""
+    return _library
 
 
 def lib():
