@@ -128,10 +128,13 @@ def main():
             traffic = (f"sent {sent / 1024:.1f} KiB/step of {stats['dense_bytes_per_step'] / 1024:.1f} KiB dense"
                        if sent is not None else f"dense {stats['dense_bytes_per_step'] / 1024:.1f} KiB/step, "
                        "sent: not reported by this libmgs")
-            selected = stats["selected_over_k"]
+            if stats["selected_over_k"] is not None:
+                traffic += f", selected/k {stats['selected_over_k']:.2f}"
+            if stats["dense_buckets_per_step"] is not None:
+                traffic += (f", buckets/step: {stats['sparse_buckets_per_step']:.1f} sparse, "
+                            f"{stats['dense_buckets_per_step']:.1f} dense")
             print(f"epoch {epoch:2d}  loss {mean_loss:.4f}  test accuracy {accuracy * 100:6.2f}%  "
-                  f"time {elapsed:.2f} s  [{stats['compressor']}: {traffic}"
-                  f"{'' if selected is None else f', selected/k {selected:.2f}'}]", flush=True)
+                  f"time {elapsed:.2f} s  [{stats['compressor']}: {traffic}]", flush=True)
 
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
