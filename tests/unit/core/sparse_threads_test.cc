@@ -1,0 +1,179 @@
+// The sparse pipeline with ranks as threads: reference equality, dense
+// fallback, re-planning on a new tensor set, and partially submitted buckets.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "thread_ranks.h"
+
+using namespace mgs;
+using mgs::test::cpuDesc;
+using mgs::test::runRanks;
+using mgs::test::waitRelease;
+
+namespace {
+
+Config sparseConfig(const std::string& compressor, double density) {
+  Config c;
+  c.compressor = compressor;
+  c.density = density;
+  c.profile_steps = 2;
+  c.min_sparse_elements = 1000;
+  c.calibration = "off";
+  return c;
+}
+
+float laplace(std::mt19937& rng) {
+  std::uniform_real_distribution<double> u(-0.5, 0.5);
+  const double v = u(rng);
+  return static_cast<float>((v < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(v) + 1e-12));
+}
+
+struct RankStep {
+  std::vector<std::vector<float>> sent, out;
+};
+
+// Runs `steps` steps of `sizes` tensors on P thread ranks; records what each
+// rank sent (input + residual before - residual after) and received.
+std::vector<std::vector<RankStep>> run(int P, const Config& config, const std::vector<int64_t>& sizes, int steps,
+                                       std::vector<SparseStats>* stats = nullptr) {
+  std::vector<std::vector<RankStep>> rec(P, std::vector<RankStep>(steps));
+  if (stats) stats->assign(P, SparseStats{});
+  runRanks(P, config, [&](Runtime& rt, int rank) {
+    std::mt19937 rng(rank * 7919 + 1);
+    for (int s = 0; s < steps; ++s) {
+      const size_t L = sizes.size();
+      std::vector<std::vector<float>> x(L), before(L), out(L);
+      std::vector<uint64_t> ids(L);
+      for (size_t t = 0; t < L; ++t) {
+        x[t].resize(sizes[t]);
+        for (auto& v : x[t]) v = laplace(rng);
+        before[t].resize(sizes[t]);
+        rt.residuals().read("t" + std::to_string(t), before[t].data(), sizes[t]);
+        out[t].assign(sizes[t], 0.0f);
+      }
+      for (size_t j = 0; j < L; ++j) {
+        const size_t t = (rank % 2) ? L - 1 - j : j;
+        TensorDesc in = cpuDesc(x[t].data(), MGS_FLOAT32, {sizes[t]});
+        TensorDesc o = cpuDesc(out[t].data(), MGS_FLOAT32, {sizes[t]});
+        if (!rt.enqueueAllreduce("t" + std::to_string(t), in, o, MGS_REDUCE_AVERAGE, 1, 1, MGS_FLAG_SPARSE_OK,
+                                 &ids[t]).ok())
+          return;
+      }
+      for (size_t t = 0; t < L; ++t) waitRelease(rt, ids[t]);
+      for (size_t t = 0; t < L; ++t) {
+        std::vector<float> after(sizes[t]);
+        rt.residuals().read("t" + std::to_string(t), after.data(), sizes[t]);
+        std::vector<float> sent(sizes[t]);
+        for (int64_t i = 0; i < sizes[t]; ++i) sent[i] = (x[t][i] + before[t][i]) - after[i];
+        rec[rank][s].sent.push_back(std::move(sent));
+        rec[rank][s].out.push_back(std::move(out[t]));
+      }
+    }
+    if (stats) (*stats)[rank] = rt.sparseStats();
+  });
+  return rec;
+}
+
+// Max |result - average of what the ranks sent| over all steps, tensors, ranks.
+float referenceError(const std::vector<std::vector<RankStep>>& rec, int P) {
+  float worst = 0;
+  for (size_t s = 0; s < rec[0].size(); ++s)
+    for (size_t t = 0; t < rec[0][s].out.size(); ++t)
+      for (size_t i = 0; i < rec[0][s].out[t].size(); ++i) {
+        float ref = 0.0f;
+        for (int r = 0; r < P; ++r) ref += rec[r][s].sent[t][i];
+        ref *= static_cast<float>(1.0 / P);
+        for (int r = 0; r < P; ++r) worst = std::max(worst, std::fabs(rec[r][s].out[t][i] - ref));
+      }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("sparse results equal the average of the selected pairs, for every selector", "[sparse]") {
+  for (const char* sel : {"topk", "gaussiank", "ldte", "dgc", "randomk"}) {
+    for (int P : {1, 2, 3}) {
+      INFO(sel << " P=" << P);
+      std::vector<SparseStats> stats;
+      auto rec = run(P, sparseConfig(sel, 0.01), {3000, 1200, 5000}, 5, &stats);
+      CHECK(referenceError(rec, P) == 0.0f);
+      for (int r = 0; r < P; ++r) {
+        CHECK(stats[r].plans == 1);          // planned after 2 profile steps
+        CHECK(stats[r].plan_buckets >= 1);
+        CHECK(stats[r].plan_buckets == stats[0].plan_buckets);
+        // Published after each cycle, so it may trail the last completion by one step.
+        CHECK(stats[r].steps >= 3);
+        CHECK(stats[r].steps <= 4);
+        if (P > 1 && stats[r].buckets > 0) CHECK(stats[r].bytes_sent < stats[r].dense_bytes);
+      }
+      // Every rank received exactly the same bits.
+      for (int r = 1; r < P; ++r)
+        for (size_t s = 0; s < rec[0].size(); ++s)
+          for (size_t t = 0; t < rec[0][s].out.size(); ++t)
+            CHECK(std::memcmp(rec[r][s].out[t].data(), rec[0][s].out[t].data(), rec[0][s].out[t].size() * 4) == 0);
+    }
+  }
+}
+
+TEST_CASE("a bucket falls back to dense when density x P >= 1, keeping nothing", "[sparse]") {
+  std::vector<SparseStats> stats;
+  auto rec = run(2, sparseConfig("topk", 0.6), {2000, 4000}, 3, &stats);
+  CHECK(referenceError(rec, 2) <= 1e-6f);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(stats[r].dense_buckets > 0);
+    CHECK(stats[r].buckets == 0);
+    // Dense buckets send everything: what was sent equals the whole input.
+    for (const auto& step : rec[r])
+      for (const auto& sent : step.sent) CHECK(std::none_of(sent.begin(), sent.end(), [](float v) { return v == 0.0f; }));
+  }
+}
+
+TEST_CASE("a new tensor set drops the plan and plans again after profiling", "[sparse]") {
+  const int P = 2;
+  std::vector<SparseStats> stats(P);
+  Config config = sparseConfig("gaussiank", 0.01);
+  runRanks(P, config, [&](Runtime& rt, int rank) {
+    std::vector<float> a(2000, 1.0f), b(3000, 2.0f), c(1500, 3.0f);
+    auto step = [&](bool with_c) {
+      std::vector<uint64_t> ids;
+      for (auto* v : {&a, &b, &c}) {
+        if (v == &c && !with_c) continue;
+        const std::string name = v == &a ? "a" : v == &b ? "b" : "c";
+        TensorDesc d = cpuDesc(v->data(), MGS_FLOAT32, {static_cast<int64_t>(v->size())});
+        uint64_t id;
+        if (rt.enqueueAllreduce(name, d, d, MGS_REDUCE_SUM, 1, 1, MGS_FLAG_SPARSE_OK, &id).ok()) ids.push_back(id);
+      }
+      for (auto id : ids) waitRelease(rt, id);
+    };
+    for (int s = 0; s < 4; ++s) step(false);  // profile 2 steps, plan, 2 planned steps
+    for (int s = 0; s < 5; ++s) step(true);   // "c" is new: re-profile, re-plan
+    stats[rank] = rt.sparseStats();
+  });
+  for (int r = 0; r < P; ++r) {
+    CHECK(stats[r].plans == 2);
+    CHECK(stats[r].plan_buckets >= 1);
+  }
+}
+
+TEST_CASE("a bucket whose member is not submitted still completes", "[sparse]") {
+  const int P = 2;
+  std::vector<int> completed(P, 0);
+  Config config = sparseConfig("topk", 0.01);
+  config.planner = "single";  // one bucket holding every tensor
+  runRanks(P, config, [&](Runtime& rt, int rank) {
+    std::vector<float> a(2000, 1.0f), b(3000, 2.0f);
+    for (int s = 0; s < 5; ++s) {
+      const bool skip_b = s == 4;  // after planning, no rank submits "b"
+      uint64_t ia = 0, ib = 0;
+      TensorDesc da = cpuDesc(a.data(), MGS_FLOAT32, {2000}), db = cpuDesc(b.data(), MGS_FLOAT32, {3000});
+      if (!rt.enqueueAllreduce("a", da, da, MGS_REDUCE_SUM, 1, 1, MGS_FLAG_SPARSE_OK, &ia).ok()) return;
+      if (!skip_b && !rt.enqueueAllreduce("b", db, db, MGS_REDUCE_SUM, 1, 1, MGS_FLAG_SPARSE_OK, &ib).ok()) return;
+      if (waitRelease(rt, ia).ok()) ++completed[rank];
+      if (!skip_b) waitRelease(rt, ib);
+    }
+  });
+  CHECK(completed == std::vector<int>{5, 5});
+}
