@@ -20,7 +20,7 @@ esac
 step() { printf '\n==> %s\n' "$*"; }
 
 # --- 1. Packages (Debian) ----------------------------------------------------
-packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libspdlog-dev libcli11-dev catch2
+packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libspdlog-dev libcli11-dev catch2 nlohmann-json3-dev
           python3-torch python3-numpy python3-sklearn python3-pytest python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
