@@ -1,0 +1,60 @@
+"""CUDA tensors: device pointer + current stream + ready event. Skipped without a GPU or a CUDA libmgs."""
+
+import pytest
+import torch
+from torch import nn
+
+import mgs.torch as hvd
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or not hvd.cuda_built(),
+                                reason="needs a visible GPU and libmgs built with CUDA")
+
+
+@pytest.fixture
+def device():
+    dev = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    return dev
+
+
+def test_cuda_allreduce_allgather_broadcast(device, rank, size):
+    for dtype in (torch.float32, torch.float16, torch.int64):
+        x = torch.full((1000, 3), rank + 1, dtype=dtype, device=device) * 2  # produced by a kernel
+        out = hvd.allreduce(x, op=hvd.Sum)
+        assert out.device == device
+        assert torch.equal(out.cpu(), torch.full((1000, 3), 2 * size * (size + 1) // 2, dtype=dtype))
+        hvd.allreduce_(x, op=hvd.Average)
+        assert torch.allclose(x.double().cpu(), torch.full((1000, 3), float(size + 1), dtype=torch.float64))
+    g = hvd.allgather(torch.full((rank + 1, 2), float(rank), device=device))
+    assert g.device == device
+    assert torch.equal(g.cpu(), torch.cat([torch.full((r + 1, 2), float(r)) for r in range(size)]))
+    b = hvd.broadcast(torch.full((5,), float(rank), device=device), size - 1)
+    assert torch.equal(b.cpu(), torch.full((5,), float(size - 1)))
+
+
+def test_cuda_on_a_side_stream(device, rank, size):
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        x = torch.ones(1 << 20, device=device) * (rank + 1)
+        h = hvd.allreduce_async(x, op=hvd.Sum)
+        out = hvd.synchronize(h)
+        total = out.sum()  # ordered after mgs's work on this stream
+    stream.synchronize()
+    assert total.item() == float((1 << 20) * size * (size + 1) // 2)
+
+
+def test_cuda_distributed_optimizer(device, rank):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to(device)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    g = torch.Generator().manual_seed(rank)
+    for _ in range(3):
+        x = torch.randn(8, 16, generator=g).to(device)
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+    params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    everyone = hvd.allgather(params.unsqueeze(0))
+    assert torch.equal(everyone.cpu(), params.cpu().unsqueeze(0).expand_as(everyone))
