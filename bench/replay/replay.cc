@@ -1,0 +1,328 @@
+// mgs-replay: replays a model trace (tools/traces/*.json) through the real
+// runtime on every rank and times the training step.
+//
+// One process per rank, one strategy per run (MPI cannot be initialised
+// twice): the strategy sets MGS_COMPRESSOR / MGS_PLANNER before mgs_init.
+// Each step: barrier (untimed), optional forward (sleep), then for every
+// layer in backward order sleep until its gradient is ready (absolute
+// deadlines, so oversleeping never accumulates; sleep, not busy-wait, as a
+// GPU computing backward leaves the host CPU free) and enqueue an allreduce
+// with MGS_FLAG_SPARSE_OK; the step ends when every handle has completed.
+// Step time = max over ranks, reported as the median over the timed steps.
+//
+// Rank 0 also predicts the step with the planner library: with the cost
+// model the runtime calibrated (MGS_CALIBRATION=<file>) and with mgs-sim's
+// alpha-beta network model, both on the trace's (scaled) layer times.
+#include <mgs/mgs.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "instance_io.h"
+#include "plan/plan.h"
+#include "simulator.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void die(const std::string& what) {
+  std::fprintf(stderr, "mgs-replay: %s\n", what.c_str());
+  std::fflush(stderr);
+  std::exit(2);
+}
+
+void check(mgs_status_t st, const char* what) {
+  if (st != MGS_SUCCESS) die(std::string(what) + ": " + mgs_status_string(st) + " " + mgs_last_error());
+}
+
+struct Strategy {
+  std::string name, compressor, planner;
+  bool sparse;
+};
+
+Strategy strategyByName(const std::string& name, const std::string& compressor) {
+  if (name == "dense") return {name, "none", "auto", false};
+  if (name == "layerwise" || name == "single" || name == "mgs" || name == "mgs-greedy" || name == "fusion")
+    return {name, compressor, name, true};
+  die("unknown strategy '" + name + "' (dense, layerwise, single, mgs, mgs-greedy, fusion)");
+}
+
+// Heavy-tailed gradient values: real buffers tiled over the whole model.
+std::vector<float> loadValues(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) die("cannot open gradient buffer " + path);
+  f.seekg(0, std::ios::end);
+  const auto bytes = static_cast<size_t>(f.tellg());
+  f.seekg(0);
+  std::vector<float> v(bytes / 4);
+  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
+  if (!f || v.empty()) die("cannot read " + path);
+  return v;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+std::string fmt(double x) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.6g", x);
+  return b;
+}
+
+std::string jsonArray(const std::vector<double>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + fmt(v[i]);
+  return s + "]";
+}
+
+struct Prediction {
+  double seconds = -1;  // forward + end of the last communication
+  int groups = 0;
+};
+
+// Sparse-eligible layers as the runtime's profiler sees them: a tensor below
+// MGS_MIN_SPARSE_ELEMENTS goes dense, and its backward time becomes part of
+// the gap before the next sparse gradient.
+std::vector<mgs::plan::LayerInfo> sparseLayers(const std::vector<mgs::plan::LayerInfo>& all,
+                                               int64_t min_sparse) {
+  std::vector<mgs::plan::LayerInfo> out;
+  double carry = 0;
+  for (const auto& l : all) {
+    carry += l.backward_s;
+    if (l.elements < min_sparse) continue;
+    out.push_back({l.name, l.elements, carry});
+    carry = 0;
+  }
+  return out;
+}
+
+Prediction predict(const Strategy& s, const std::vector<mgs::plan::LayerInfo>& layers, double forward_s,
+                   int64_t min_sparse, int64_t fusion_bytes, const mgs::plan::CostModel& cost) {
+  mgs::plan::PlanInput in;
+  in.cost = cost;
+  in.sparse = s.sparse;
+  in.fusion_threshold_bytes = fusion_bytes;
+  in.layers = s.sparse ? sparseLayers(layers, min_sparse) : layers;
+  mgs::plan::Plan plan;
+  // Dense: the runtime fuses whatever is ready per cycle up to the fusion
+  // threshold; the `fusion` planner on the dense model is the closest plan.
+  const std::string planner = s.sparse ? s.planner : "fusion";
+  mgs::Status st = mgs::plan::computePlan(planner, in, &plan);
+  if (!st.ok()) {
+    std::fprintf(stderr, "mgs-replay: prediction (%s): %s\n", planner.c_str(), st.toString().c_str());
+    return {};
+  }
+  return {forward_s + plan.predicted_s, static_cast<int>(plan.groups.size())};
+}
+
+// The calibration file the runtime wrote (MGS_CALIBRATION=<file>): a linear
+// allreduce, a linear allgather and the selection model.
+bool readCalibration(const std::string& path, int workers, double density, mgs::plan::CostModel* m) {
+  nlohmann::json j;
+  if (!mgs::tools::readJsonFile(path, &j).ok()) return false;
+  try {
+    m->allreduce = mgs::plan::CommModel::linear(j.at("allreduce").at("alpha_s").get<double>(),
+                                                j.at("allreduce").at("beta_s_per_byte").get<double>());
+    m->allgather = mgs::plan::CommModel::linear(j.at("allgather").at("alpha_s").get<double>(),
+                                                j.at("allgather").at("beta_s_per_byte").get<double>());
+    m->sparsify.kind = j.at("sparsify").at("kind").get<std::string>() == "nlogn"
+                           ? mgs::plan::SparsifyModel::Kind::kNLogN
+                           : mgs::plan::SparsifyModel::Kind::kLinear;
+    m->sparsify.c_s = j.at("sparsify").at("c_s").get<double>();
+  } catch (const std::exception&) {
+    return false;
+  }
+  m->workers = workers;
+  m->density = density;
+  m->bytes_per_element = 4;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Replay a model trace through the mgs runtime and time each step"};
+  std::string trace_path = "tools/traces/resnet50.json";
+  std::string data_path = "tests/data/gradients/digits_cnn_step50.f32";
+  std::string strategy_name = "mgs", compressor = "ldte", calibration, label, sim_network = "1gbe";
+  double scale_elements = 1, scale_time = 1, density = 0.001;
+  int steps = 10, warmup = -1, profile_steps = 5;
+  bool no_forward = false;
+  app.add_option("-t,--trace", trace_path, "model trace (tools/traces/*.json)")->capture_default_str();
+  app.add_option("-s,--strategy", strategy_name, "dense | layerwise | single | mgs (also mgs-greedy, fusion)")
+      ->capture_default_str();
+  app.add_option("--compressor", compressor, "MGS_COMPRESSOR for the sparse strategies")->capture_default_str();
+  app.add_option("-d,--density", density, "MGS_DENSITY")->capture_default_str();
+  app.add_option("--scale-elements", scale_elements, "multiply every tensor's element count")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--scale-time", scale_time, "multiply every backward (and forward) time")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--no-forward", no_forward, "do not sleep the trace's forward time inside the step");
+  app.add_option("--steps", steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "untimed steps first (default: profile steps + 3)");
+  app.add_option("--profile-steps", profile_steps, "MGS_PROFILE_STEPS")->capture_default_str();
+  app.add_option("--calibration", calibration,
+                 "MGS_CALIBRATION file: measured once and reused by later runs (default: auto, "
+                 "no calibrated prediction)");
+  app.add_option("--data", data_path, "float32 gradient buffer tiled over the model")->capture_default_str();
+  app.add_option("--sim-network", sim_network, "mgs-sim network preset for the alpha-beta prediction")
+      ->capture_default_str();
+  app.add_option("--label", label, "free text copied into the JSON line (e.g. the setting)");
+  CLI11_PARSE(app, argc, argv);
+  if (warmup < 0) warmup = profile_steps + 3;
+
+  const Strategy strat = strategyByName(strategy_name, compressor);
+  // The runtime reads its configuration from the environment at mgs_init.
+  setenv("MGS_COMPRESSOR", strat.compressor.c_str(), 1);
+  setenv("MGS_PLANNER", strat.planner.c_str(), 1);
+  setenv("MGS_DENSITY", fmt(density).c_str(), 1);
+  setenv("MGS_PROFILE_STEPS", std::to_string(profile_steps).c_str(), 1);
+  if (!calibration.empty()) setenv("MGS_CALIBRATION", calibration.c_str(), 1);
+  int64_t min_sparse = 4096, fusion_bytes = 64ll << 20;
+  if (const char* e = std::getenv("MGS_MIN_SPARSE_ELEMENTS")) min_sparse = std::atoll(e);
+  if (const char* e = std::getenv("MGS_FUSION_THRESHOLD_BYTES")) fusion_bytes = std::atoll(e);
+
+  nlohmann::json tj;
+  mgs::tools::Trace trace;
+  mgs::Status st = mgs::tools::readJsonFile(trace_path, &tj);
+  if (st.ok()) st = mgs::tools::parseTrace(tj, &trace);
+  if (!st.ok()) die(trace_path + ": " + st.message());
+  for (auto& l : trace.layers) {
+    l.elements = std::max<int64_t>(1, std::llround(l.elements * scale_elements));
+    l.backward_s *= scale_time;
+  }
+  const double forward_s = no_forward ? 0.0 : trace.forward_s * scale_time;
+  const std::vector<float> values = loadValues(data_path);
+
+  check(mgs_init(), "mgs_init");
+  int rank = 0, size = 1;
+  check(mgs_rank(&rank), "mgs_rank");
+  check(mgs_size(&size), "mgs_size");
+
+  // Inputs hold the tiled gradient and stay untouched; outputs are separate.
+  const size_t L = trace.layers.size();
+  std::vector<std::vector<float>> in(L), out(L);
+  std::vector<int64_t> shapes(L);
+  size_t offset = static_cast<size_t>(rank) * 7919;  // ranks see different (but equally distributed) values
+  int64_t total_elements = 0;
+  for (size_t i = 0; i < L; ++i) {
+    const int64_t n = trace.layers[i].elements;
+    total_elements += n;
+    shapes[i] = n;
+    in[i].resize(n);
+    out[i].resize(n);
+    for (int64_t j = 0; j < n; ++j) in[i][j] = values[(offset + j) % values.size()];
+    offset += n;
+  }
+  std::vector<mgs_tensor_t> tin(L), tout(L);
+  for (size_t i = 0; i < L; ++i) {
+    tin[i] = mgs_tensor_t{in[i].data(), MGS_FLOAT32, 1, &shapes[i], MGS_DEVICE_CPU, nullptr, nullptr};
+    tout[i] = mgs_tensor_t{out[i].data(), MGS_FLOAT32, 1, &shapes[i], MGS_DEVICE_CPU, nullptr, nullptr};
+  }
+
+  std::vector<double> step_s;
+  mgs_stats_t s0{}, s1{};
+  std::vector<mgs_handle_t> handles(L);
+  for (int step = 0; step < warmup + steps; ++step) {
+    if (step == warmup) check(mgs_get_stats(&s0, sizeof s0), "mgs_get_stats");
+    check(mgs_barrier(), "mgs_barrier");
+    const auto t0 = Clock::now();
+    auto ready = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(forward_s));
+    for (size_t i = 0; i < L; ++i) {
+      ready += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(trace.layers[i].backward_s));
+      std::this_thread::sleep_until(ready);
+      check(mgs_allreduce_async(trace.layers[i].name.c_str(), &tin[i], &tout[i], MGS_REDUCE_AVERAGE, 1.0, 1.0,
+                                MGS_FLAG_SPARSE_OK, &handles[i]),
+            "mgs_allreduce_async");
+    }
+    for (size_t i = 0; i < L; ++i) {
+      const mgs_status_t ws = mgs_wait(handles[i]);
+      if (ws != MGS_SUCCESS) die(trace.layers[i].name + ": " + mgs_handle_error(handles[i]));
+      mgs_release(handles[i]);
+    }
+    const double t = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (step >= warmup) step_s.push_back(t);
+  }
+  check(mgs_get_stats(&s1, sizeof s1), "mgs_get_stats");
+
+  // Max over ranks per step, through the runtime's own allgather.
+  int64_t n_steps = static_cast<int64_t>(step_s.size());
+  mgs_tensor_t tt{step_s.data(), MGS_FLOAT64, 1, &n_steps, MGS_DEVICE_CPU, nullptr, nullptr};
+  mgs_handle_t h = 0;
+  check(mgs_allgather_async("replay.step_times", &tt, &h), "mgs_allgather_async");
+  check(mgs_wait(h), "allgather of step times");
+  std::vector<double> all(static_cast<size_t>(size) * step_s.size());
+  int64_t all_shape = static_cast<int64_t>(all.size());
+  mgs_tensor_t ta{all.data(), MGS_FLOAT64, 1, &all_shape, MGS_DEVICE_CPU, nullptr, nullptr};
+  check(mgs_allgather_copy_output(h, &ta), "mgs_allgather_copy_output");
+  mgs_release(h);
+  std::vector<double> max_s(step_s.size(), 0.0);
+  for (int r = 0; r < size; ++r)
+    for (size_t i = 0; i < step_s.size(); ++i) max_s[i] = std::max(max_s[i], all[r * step_s.size() + i]);
+  check(mgs_shutdown(), "mgs_shutdown");
+
+  if (rank == 0) {
+    double backward = 0;
+    for (const auto& l : trace.layers) backward += l.backward_s;
+    // Predictions: the calibrated model (what the runtime's planner used) and
+    // mgs-sim's alpha-beta network with the calibrated selection time.
+    mgs::plan::CostModel cal;
+    const bool have_cal = !calibration.empty() && readCalibration(calibration, size, density, &cal);
+    Prediction p_cal, p_sim;
+    if (have_cal) p_cal = predict(strat, trace.layers, forward_s, min_sparse, fusion_bytes, cal);
+    mgs::tools::SimOptions so;
+    if (mgs::tools::networkByName(sim_network, &so.network).ok()) {
+      so.density = density;
+      if (have_cal) so.sparsify = cal.sparsify;
+      mgs::plan::CostModel simc = mgs::tools::clusterModel(so, size);
+      p_sim = predict(strat, trace.layers, forward_s, min_sparse, fusion_bytes, simc);
+    }
+    const double med = median(max_s);
+    const double dsteps = static_cast<double>(s1.sparse_steps - s0.sparse_steps);
+    std::ostringstream js;
+    js << "{\"bench\":\"replay\",\"model\":\"" << trace.model << "\",\"strategy\":\"" << strat.name
+       << "\",\"compressor\":\"" << strat.compressor << "\",\"planner\":\"" << strat.planner
+       << "\",\"label\":\"" << label << "\",\"ranks\":" << size << ",\"density\":" << fmt(density)
+       << ",\"scale_elements\":" << fmt(scale_elements) << ",\"scale_time\":" << fmt(scale_time)
+       << ",\"tensors\":" << L << ",\"elements\":" << total_elements << ",\"forward_s\":" << fmt(forward_s)
+       << ",\"backward_s\":" << fmt(backward) << ",\"warmup\":" << warmup << ",\"steps\":" << step_s.size()
+       << ",\"median_s\":" << fmt(med) << ",\"min_s\":" << fmt(*std::min_element(max_s.begin(), max_s.end()))
+       << ",\"max_s\":" << fmt(*std::max_element(max_s.begin(), max_s.end()))
+       << ",\"step_s\":" << jsonArray(max_s) << ",\"plan_buckets\":" << s1.plan_buckets
+       << ",\"plans\":" << s1.plans << ",\"sparse_buckets_per_step\":"
+       << fmt(dsteps > 0 ? (s1.sparse_buckets - s0.sparse_buckets) / dsteps : 0)
+       << ",\"dense_buckets_per_step\":"
+       << fmt(dsteps > 0 ? (s1.sparse_dense_buckets - s0.sparse_dense_buckets) / dsteps : 0)
+       << ",\"selected_over_target\":"
+       << fmt(s1.sparse_target > s0.sparse_target
+                  ? double(s1.sparse_selected - s0.sparse_selected) / double(s1.sparse_target - s0.sparse_target)
+                  : 0)
+       << ",\"sent_over_dense\":"
+       << fmt(s1.sparse_dense_bytes > s0.sparse_dense_bytes
+                  ? double(s1.sparse_bytes_sent - s0.sparse_bytes_sent) /
+                        double(s1.sparse_dense_bytes - s0.sparse_dense_bytes)
+                  : 1)
+       << ",\"predicted_calibrated_s\":" << fmt(p_cal.seconds) << ",\"predicted_calibrated_groups\":" << p_cal.groups
+       << ",\"predicted_sim_s\":" << fmt(p_sim.seconds) << ",\"predicted_sim_groups\":" << p_sim.groups
+       << ",\"sim_network\":\"" << sim_network << "\"}";
+    std::cout << js.str() << std::endl;
+  }
+  return 0;
+}
