@@ -271,6 +271,15 @@ def test_broadcast_optimizer_state_clears_state_the_root_does_not_have(rank):
     assert len(opt.state) == 0
 
 
+def test_broadcast_parameters_rejects_duplicate_names_and_non_tensors():
+    a, b = torch.ones(2), torch.zeros(2)
+    with pytest.raises(ValueError, match="duplicate"):
+        hvd.broadcast_parameters([("w", a), ("w", b)], root_rank=0)
+    with pytest.raises(ValueError, match="not a tensor"):
+        hvd.broadcast_parameters({"lr": 0.1}, root_rank=0)
+    hvd.broadcast_parameters([("w", a), ("v", b)], root_rank=0)  # still works
+
+
 def test_broadcast_parameters_from_another_root(rank, size):
     model = make_model(seed=rank)
     root = size - 1

@@ -20,13 +20,25 @@ def broadcast_parameters(params, root_rank, prefix="parameters"):
         items = list(params)
         if items and not all(isinstance(i, tuple) and len(i) == 2 for i in items):
             raise ValueError("broadcast_parameters expects a state_dict or (name, tensor) pairs")
-    handles = []
     for name, tensor in items:
-        if tensor is None:
-            continue
-        if not torch.is_tensor(tensor):
+        if tensor is not None and not torch.is_tensor(tensor):
             raise ValueError(f"broadcast_parameters: {name!r} is a {type(tensor).__name__}, not a tensor")
-        handles.append(mpi_ops.broadcast_async_(tensor.data, root_rank, name=f"{prefix}.{name}"))
+    names = [name for name, _ in items]
+    dups = sorted({str(n) for n in names if names.count(n) > 1})
+    if dups:
+        raise ValueError(f"broadcast_parameters: duplicate names {', '.join(dups)}")
+    _broadcast_all([(f"{prefix}.{name}", t.data) for name, t in items if t is not None], root_rank)
+
+
+def _broadcast_all(named_tensors, root_rank):
+    """In-place broadcasts of (name, tensor) pairs: all enqueued, then all waited for."""
+    handles = []
+    try:
+        for name, tensor in named_tensors:
+            handles.append(mpi_ops.broadcast_async_(tensor, root_rank, name=name))
+    except Exception:
+        _synchronize_all(handles)  # the ops already enqueued use live buffers: finish them first
+        raise
     _synchronize_all(handles)
 
 
@@ -85,14 +97,13 @@ def broadcast_optimizer_state(optimizer, root_rank, prefix="optimizer"):
     skeleton = broadcast_object(skeleton if is_root else None, root_rank, name=f"{prefix}.skeleton")
     specs = {}
     _skeleton_specs(skeleton, (), specs)
-    tensors, handles = {}, []
-    for i, (path, spec) in enumerate(specs.items()):
+    tensors = {}
+    for path, spec in specs.items():
         t = own.get(path)
         if t is None or tuple(t.shape) != spec.shape or t.dtype != spec.dtype:
             t = torch.zeros(spec.shape, dtype=spec.dtype)
         tensors[path] = t
-        handles.append(mpi_ops.broadcast_async_(t, root_rank, name=f"{prefix}.{i}"))
-    _synchronize_all(handles)
+    _broadcast_all([(f"{prefix}.{i}", t) for i, t in enumerate(tensors.values())], root_rank)
     if not is_root:
         optimizer.load_state_dict(_fill(skeleton, (), tensors))
 

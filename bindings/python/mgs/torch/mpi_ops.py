@@ -438,8 +438,10 @@ def poll(handle):
     """True if the op (or every op of a group handle) has completed; never blocks."""
     if handle < 0:
         with _lock:
-            members = list(_groups.get(handle, ()))
-        return all(poll(h) for h in members)
+            members = _groups.get(handle)
+        if members is None:
+            raise ValueError(f"unknown or already synchronized handle {handle}")
+        return all(poll(h) for h in list(members))
     L = lib()
     done = ctypes.c_int(0)
     L.check(L.mgs_poll(handle, ctypes.byref(done)))
