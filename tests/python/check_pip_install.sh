@@ -7,9 +7,14 @@ set -eu
 python=$1 src=$2 libmgs=$3
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
+# Build from a copy so that nothing is written into the source tree.
 # --no-build-isolation: CI has no index to fetch setuptools from.
+mkdir "$scratch/pkg"
+cp -R "$src/bindings/python/pyproject.toml" "$src/bindings/python/setup.py" "$src/bindings/python/README.md" \
+  "$src/bindings/python/mgs" "$scratch/pkg/"
+rm -f "$scratch/pkg/mgs/libmgs.so"
 MGS_LIBRARY=$libmgs "$python" -m pip install --quiet --no-build-isolation --no-deps --no-cache-dir \
-  --target "$scratch/site" "$src/bindings/python"
+  --target "$scratch/site" "$scratch/pkg"
 test -f "$scratch/site/mgs/libmgs.so"
 cd "$scratch"
 env -u MGS_LIBRARY PYTHONPATH="$scratch/site" "$python" - <<'PY'
