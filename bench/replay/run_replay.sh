@@ -43,7 +43,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # 4 ranks share 2 cores: one selector thread per rank, not an OpenMP team each.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
-echo "# $(date -u +%FT%TZ) $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; launch=$launch ranks=$ranks" \
+echo "# $(date -u +%FT%TZ) $(lscpu | sed -n 's/^Model name: *//p'), $(lscpu | sed -n "s/^CPU(s): *//p") CPUs; launch=$launch ranks=$ranks" \
      "${launch/local/}${launch/emulated/rate=$rate}; args: $*" >&2
 for s in $strategies; do
   label="$launch-$ranks${launch/local/}"
@@ -52,7 +52,7 @@ for s in $strategies; do
   if [ "$launch" = emulated ]; then
     scripts/emulated_cluster.sh -n "$ranks" -r "$rate" -m "-x OMP_NUM_THREADS" -- "${cmd[@]}" | grep '^{' >> "$out"
   else
-    mpirun --oversubscribe -np "$ranks" -x OMP_NUM_THREADS --mca btl self,vader,tcp "${cmd[@]}" | grep '^{' >> "$out"
+    mpirun --oversubscribe -np "$ranks" -x OMP_NUM_THREADS --mca btl self,vader,tcp --mca mpi_yield_when_idle 1 "${cmd[@]}" | grep '^{' >> "$out"
   fi
   tail -n 1 "$out" | cut -c1-200 >&2
 done
