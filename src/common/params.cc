@@ -152,6 +152,28 @@ std::vector<ParamSpec> buildSpecs() {
     };
     s.push_back(std::move(p));
   }
+  {
+    ParamSpec p{"MGS_DENSE_FALLBACK", "bool", "1", "0 or 1",
+                "Let the cost model send a sparse bucket as a dense allreduce when that is predicted "
+                "faster. 0 always sends sparse (ablations, convergence studies).", nullptr};
+    p.apply = [](const std::string& v, Config& c) {
+      if (v == "1") c.dense_fallback = true;
+      else if (v == "0") c.dense_fallback = false;
+      else return bad("MGS_DENSE_FALLBACK", v, "0 or 1");
+      return Status::OK();
+    };
+    s.push_back(std::move(p));
+  }
+  {
+    ParamSpec p{"MGS_LIBRARY", "path", "", "a path to libmgs.so",
+                "Which libmgs the Python bindings load (they search their package, then build/). "
+                "Ignored by the runtime itself.", nullptr};
+    p.apply = [](const std::string& v, Config& c) {
+      c.library = v;
+      return Status::OK();
+    };
+    s.push_back(std::move(p));
+  }
   return s;
 }
 
@@ -217,7 +239,7 @@ std::string describeConfig(const Config& c) {
      << " MGS_PROFILE_STEPS=" << c.profile_steps << " MGS_CYCLE_TIME_MS=" << c.cycle_time_ms
      << " MGS_TIMELINE=" << c.timeline << " MGS_LOG_LEVEL=" << c.log_level
      << " MGS_STALL_WARNING_S=" << c.stall_warning_s << " MGS_STALL_ABORT_S=" << c.stall_abort_s
-     << " MGS_CALIBRATION=" << c.calibration;
+     << " MGS_CALIBRATION=" << c.calibration << " MGS_DENSE_FALLBACK=" << c.dense_fallback;
   return os.str();
 }
 

@@ -30,6 +30,8 @@ struct Config {
   double stall_warning_s = 60.0;
   double stall_abort_s = 0.0;  // 0: never abort
   std::string calibration = "auto";
+  bool dense_fallback = true;
+  std::string library;  // MGS_LIBRARY: read by the Python bindings, ignored by the runtime
 
   // The planner actually used, resolving "auto".
   std::string effectivePlanner() const;

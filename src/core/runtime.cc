@@ -25,7 +25,8 @@ Status checkConfigAgrees(Communicator& comm, const Config& c) {
       {"MGS_ERROR_FEEDBACK", std::to_string(c.error_feedback)},
       {"MGS_WARMUP_STEPS", std::to_string(c.warmup_steps)},
       {"MGS_PROFILE_STEPS", std::to_string(c.profile_steps)},
-      {"MGS_CALIBRATION", c.calibration}};
+      {"MGS_CALIBRATION", c.calibration},
+      {"MGS_DENSE_FALLBACK", std::to_string(c.dense_fallback)}};
   std::vector<uint64_t> mine;
   for (const auto& f : fields) mine.push_back(std::hash<std::string>()(f.second));
   std::vector<uint64_t> all(mine.size() * comm.size());

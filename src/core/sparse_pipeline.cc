@@ -291,8 +291,8 @@ Status SparsePipeline::exchange(std::vector<Request>& members, double density, s
   const int P = comm_.size();
   const size_t k = compress::kForDensity(n, density);
   out.resize(n);
-  bool dense = density * P >= 1.0;  // the 1/P rule until the cost model is measured
-  if (have_cost_)
+  bool dense = config_.dense_fallback && density * P >= 1.0;  // the 1/P rule until the cost model is measured
+  if (have_cost_ && config_.dense_fallback)
     dense = cost_.allreduce.seconds(4.0 * n) <=
             cost_.sparsify.seconds(static_cast<int64_t>(n)) + cost_.allgather.seconds(8.0 * P * k);
   auto span = [&](const char* what, Clock::time_point t0, const std::string& args = "") {
