@@ -81,6 +81,16 @@ Status checkName(const char* name) {
   return Status::OK();
 }
 
+// The common prologue of the enqueue functions: a running runtime, a name,
+// and the tensor converted to a TensorDesc.
+Status prepare(const char* name, const mgs_tensor_t* t, const char* what, std::shared_ptr<mgs::Runtime>* rt,
+               mgs::TensorDesc* desc) {
+  Status st = runtime(rt);
+  if (st.ok()) st = checkName(name);
+  if (st.ok()) st = toDesc(t, what, desc);
+  return st;
+}
+
 void atExit() {
   std::shared_ptr<mgs::Runtime> rt;
   {
@@ -102,6 +112,12 @@ Status handleState(mgs_handle_t h, std::shared_ptr<mgs::HandleState>* out) {
   *out = rt->handles().get(h);
   if (!*out) return Status(Code::kInvalidArgument, "unknown or released handle " + std::to_string(h));
   return Status::OK();
+}
+
+// The handle of a successfully completed allgather.
+Status allgatherResult(mgs_handle_t handle, std::shared_ptr<mgs::HandleState>* out) {
+  Status st = handleState(handle, out);
+  return st.ok() ? (*out)->completedAllgather() : st;
 }
 
 }  // namespace
@@ -176,9 +192,7 @@ mgs_status_t mgs_allreduce_async(const char* name, const mgs_tensor_t* input, co
   return guarded([&]() -> Status {
     std::shared_ptr<mgs::Runtime> rt;
     mgs::TensorDesc in, out;
-    Status st = runtime(&rt);
-    if (st.ok()) st = checkName(name);
-    if (st.ok()) st = toDesc(input, "input", &in);
+    Status st = prepare(name, input, "input", &rt, &in);
     if (st.ok()) st = toDesc(output, "output", &out);
     if (!st.ok()) return st;
     return rt->enqueueAllreduce(name, in, out, op, prescale_factor, postscale_factor, flags, handle);
@@ -189,9 +203,7 @@ mgs_status_t mgs_allgather_async(const char* name, const mgs_tensor_t* input, mg
   return guarded([&]() -> Status {
     std::shared_ptr<mgs::Runtime> rt;
     mgs::TensorDesc in;
-    Status st = runtime(&rt);
-    if (st.ok()) st = checkName(name);
-    if (st.ok()) st = toDesc(input, "input", &in);
+    Status st = prepare(name, input, "input", &rt, &in);
     if (!st.ok()) return st;
     return rt->enqueueAllgather(name, in, handle);
   });
@@ -202,9 +214,7 @@ mgs_status_t mgs_broadcast_async(const char* name, const mgs_tensor_t* tensor, i
   return guarded([&]() -> Status {
     std::shared_ptr<mgs::Runtime> rt;
     mgs::TensorDesc t;
-    Status st = runtime(&rt);
-    if (st.ok()) st = checkName(name);
-    if (st.ok()) st = toDesc(tensor, "tensor", &t);
+    Status st = prepare(name, tensor, "tensor", &rt, &t);
     if (!st.ok()) return st;
     return rt->enqueueBroadcast(name, t, root_rank, handle);
   });
@@ -264,9 +274,7 @@ mgs_status_t mgs_allgather_output_shape(mgs_handle_t handle, int32_t* ndim, int6
     if (ndim == nullptr || shape == nullptr)
       return Status(Code::kInvalidArgument, "mgs_allgather_output_shape: NULL output pointer");
     std::shared_ptr<mgs::HandleState> h;
-    Status st = handleState(handle, &h);
-    if (!st.ok()) return st;
-    st = h->completedAllgather();
+    Status st = allgatherResult(handle, &h);
     if (!st.ok()) return st;
     *ndim = static_cast<int32_t>(h->allgather.shape.size());
     for (size_t i = 0; i < h->allgather.shape.size(); ++i) shape[i] = h->allgather.shape[i];
@@ -278,9 +286,7 @@ mgs_status_t mgs_allgather_rank_sizes(mgs_handle_t handle, int64_t* sizes) {
   return guarded([&]() -> Status {
     if (sizes == nullptr) return Status(Code::kInvalidArgument, "mgs_allgather_rank_sizes: sizes is NULL");
     std::shared_ptr<mgs::HandleState> h;
-    Status st = handleState(handle, &h);
-    if (!st.ok()) return st;
-    st = h->completedAllgather();
+    Status st = allgatherResult(handle, &h);
     if (!st.ok()) return st;
     std::memcpy(sizes, h->allgather.rank_sizes.data(), h->allgather.rank_sizes.size() * sizeof(int64_t));
     return Status::OK();
@@ -291,9 +297,8 @@ mgs_status_t mgs_allgather_copy_output(mgs_handle_t handle, const mgs_tensor_t* 
   return guarded([&]() -> Status {
     std::shared_ptr<mgs::HandleState> h;
     mgs::TensorDesc out;
-    Status st = handleState(handle, &h);
+    Status st = allgatherResult(handle, &h);
     if (st.ok()) st = toDesc(output, "output", &out);
-    if (st.ok()) st = h->completedAllgather();
     if (!st.ok()) return st;
     const auto& res = h->allgather;
     if (out.shape != res.shape || out.bytes() != res.data.size())
