@@ -53,9 +53,11 @@ cmake --build "$build" -j "$jobs"
 # --- 3. Main job ----------------------------------------------------------------
 export PATH="$root/$build/launcher:$PATH"
 if [ -f examples/pytorch/train_digits.py ]; then
-  step "main job: mgsrun -np 4 -- /usr/bin/python3 examples/pytorch/train_digits.py"
+  # A 4-rank CNN training run on scikit-learn's digits with merged-gradient
+  # sparsification (Gaussian_k, 1% density, error feedback).
+  step "main job: mgsrun -np 4 --compressor gaussiank --density 0.01 -- /usr/bin/python3 examples/pytorch/train_digits.py"
   MGS_LIBRARY="$root/$build/src/capi/libmgs.so" PYTHONPATH="$root/bindings/python${PYTHONPATH:+:$PYTHONPATH}" \
-    mgsrun -np 4 -- /usr/bin/python3 examples/pytorch/train_digits.py
+    mgsrun -np 4 --compressor gaussiank --density 0.01 -- /usr/bin/python3 examples/pytorch/train_digits.py
 else
   step "main job: mgsrun -np 4 -- $build/examples/collectives_demo"
   mgsrun -np 4 -- "$build/examples/collectives_demo"
