@@ -120,6 +120,10 @@ while [ "\${1:0:1}" = "-" ]; do shift; done
 host=\$1; shift
 ns=\$(awk -v h="\$host" '\$1 == h { print \$2 }' "$workdir/hosts")
 [ -n "\$ns" ] || { echo "emulated_cluster agent: unknown host \$host" >&2; exit 255; }
+# All namespaces share /tmp and the hostname: a session directory per host,
+# or concurrent daemons race on mkdir /tmp/ompi.<host>.<uid>/jf.<job>.
+mkdir -p "$workdir/tmp/\$ns"
+export OMPI_MCA_orte_tmpdir_base="$workdir/tmp/\$ns"
 exec ip netns exec "\$ns" /bin/sh -c "\$*"
 EOF
 chmod +x "$workdir/agent"
