@@ -2,14 +2,14 @@
 # mgs set-up for a fresh Debian 12 machine:
 #   scripts/setup.sh          install what is missing, build, run the main job
 #   scripts/setup.sh --test   the same, then run every test (ctest)
-# Environment: MGS_BUILD_DIR (default build), MGS_JOBS (default: all cores),
-# MGS_CMAKE_ARGS (extra CMake arguments, e.g. -DMGS_WITH_CUDA=OFF).
+# Environment: SETUP_BUILD_DIR (default build), SETUP_JOBS (default: all cores),
+# SETUP_CMAKE_ARGS (extra CMake arguments, e.g. -DMGS_WITH_CUDA=OFF).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 root=$(pwd)
-build=${MGS_BUILD_DIR:-build}
-jobs=${MGS_JOBS:-$(nproc)}
+build=${SETUP_BUILD_DIR:-build}
+jobs=${SETUP_JOBS:-$(nproc)}
 mode=${1:-run}
 case "$mode" in
   run|--run) mode=run ;;
@@ -44,7 +44,7 @@ fi
 # --- 2. Build -----------------------------------------------------------------
 step "configuring ($build)"
 # shellcheck disable=SC2086
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${MGS_CMAKE_ARGS:-} >"$build.configure.log" 2>&1 ||
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${SETUP_CMAKE_ARGS:-} >"$build.configure.log" 2>&1 ||
   { cat "$build.configure.log"; exit 1; }
 grep -E "mgs: CUDA" "$build.configure.log" || true
 step "building with $jobs jobs"

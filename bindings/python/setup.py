@@ -2,8 +2,8 @@
 
 The library is taken from, in order: $MGS_LIBRARY; the repository's
 build/src/capi/libmgs.so; or a fresh CMake build of the repository (only
-the `mgs` target; extra CMake arguments in $MGS_CMAKE_ARGS, for example
-"-DMGS_WITH_CUDA=ON"). Set MGS_FORCE_BUILD=1 to always build.
+the `mgs` target; extra CMake arguments in $CMAKE_ARGS, for example
+"-DMGS_WITH_CUDA=ON"). Set MGSPY_FORCE_BUILD=1 to always build.
 """
 
 import os
@@ -26,7 +26,7 @@ def _build_libmgs():
     build_dir = HERE / "build" / "cmake"
     configure = ["cmake", "-S", str(REPO), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
                  "-DMGS_BUILD_TESTS=OFF", "-DMGS_BUILD_BENCH=OFF"]
-    configure += shlex.split(os.environ.get("MGS_CMAKE_ARGS", ""))
+    configure += shlex.split(os.environ.get("CMAKE_ARGS", ""))
     jobs = os.environ.get("MGS_BUILD_JOBS", str(os.cpu_count() or 2))
     subprocess.check_call(configure)
     subprocess.check_call(["cmake", "--build", str(build_dir), "--target", "mgs", "-j", jobs])
@@ -40,7 +40,7 @@ def _find_libmgs():
             raise RuntimeError(f"MGS_LIBRARY={env} does not exist")
         return Path(env)
     prebuilt = REPO / "build" / "src" / "capi" / "libmgs.so"
-    if prebuilt.exists() and os.environ.get("MGS_FORCE_BUILD") != "1":
+    if prebuilt.exists() and os.environ.get("MGSPY_FORCE_BUILD") != "1":
         return prebuilt
     return _build_libmgs()
 
