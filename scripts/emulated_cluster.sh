@@ -92,6 +92,10 @@ shape() {  # dev [netns]
   fi
 }
 
+if ip -o -4 addr show | grep -q " $subnet\."; then
+  echo "emulated_cluster: $subnet.0/24 is already in use here (another cluster?); pick another with -s" >&2
+  exit 2
+fi
 ip link add name "$bridge" type bridge
 ip addr add "$subnet.254/24" dev "$bridge"
 ip link set "$bridge" up
