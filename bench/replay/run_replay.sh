@@ -44,7 +44,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 
 echo "# $(date -u +%FT%TZ) load $(cut -d" " -f1-3 /proc/loadavg); $(lscpu | sed -n 's/^Model name: *//p'), $(lscpu | sed -n "s/^CPU(s): *//p") CPUs; launch=$launch ranks=$ranks" \
-     "${launch/local/}${launch/emulated/rate=$rate}; args: $*" >&2
+     "$([ "$launch" = emulated ] && echo "rate=$rate"); args: $*" >&2
 for s in $strategies; do
   label="$launch-$ranks${launch/local/}"
   [ "$launch" = emulated ] && label="emulated-$ranks-$rate"
