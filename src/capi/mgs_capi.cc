@@ -57,17 +57,26 @@ Status runtime(std::shared_ptr<mgs::Runtime>* out) {
   return Status::OK();
 }
 
-Status toDesc(const mgs_tensor_t* t, const char* what, mgs::TensorDesc* out) {
-  if (t == nullptr) return Status(Code::kInvalidArgument, std::string(what) + " tensor pointer is NULL");
+// `what` names the tensor in messages, e.g. "tensor 'fc.weight' input".
+Status toDesc(const mgs_tensor_t* t, const std::string& what, mgs::TensorDesc* out) {
+  if (t == nullptr) return Status(Code::kInvalidArgument, what + ": the tensor pointer is NULL");
   if (t->ndim < 0 || t->ndim > MGS_MAX_DIMS)
-    return Status(Code::kInvalidArgument, std::string(what) + " has ndim " + std::to_string(t->ndim) +
-                                               "; allowed 0.." + std::to_string(MGS_MAX_DIMS));
+    return Status(Code::kInvalidArgument, what + " has ndim " + std::to_string(t->ndim) + "; allowed 0.." +
+                                              std::to_string(MGS_MAX_DIMS));
   if (t->ndim > 0 && t->shape == nullptr)
-    return Status(Code::kInvalidArgument, std::string(what) + " has ndim > 0 but shape is NULL");
+    return Status(Code::kInvalidArgument, what + " has ndim > 0 but shape is NULL");
   if (t->device < MGS_DEVICE_CPU)
-    return Status(Code::kInvalidArgument, std::string(what) + " has invalid device " + std::to_string(t->device));
+    return Status(Code::kInvalidArgument, what + " has invalid device " + std::to_string(t->device));
+  // Read the dtype as an integer: a caller (ctypes) may pass any value, and
+  // loading an out-of-range value as the enum type is undefined behaviour.
+  int32_t dtype = 0;
+  static_assert(sizeof(t->dtype) == sizeof(dtype), "mgs_dtype_t is 32-bit");
+  std::memcpy(&dtype, &t->dtype, sizeof dtype);
+  if (!mgs::dtypeValid(dtype))
+    return Status(Code::kInvalidArgument, what + " has invalid dtype " + std::to_string(dtype) +
+                                              " (expected an mgs_dtype_t value)");
   out->data = t->data;
-  out->dtype = t->dtype;
+  out->dtype = static_cast<mgs_dtype_t>(dtype);
   out->shape.assign(t->shape, t->shape + t->ndim);
   out->device = t->device;
   out->stream = t->stream;
@@ -87,7 +96,7 @@ Status prepare(const char* name, const mgs_tensor_t* t, const char* what, std::s
                mgs::TensorDesc* desc) {
   Status st = runtime(rt);
   if (st.ok()) st = checkName(name);
-  if (st.ok()) st = toDesc(t, what, desc);
+  if (st.ok()) st = toDesc(t, "tensor '" + std::string(name) + "' " + what, desc);
   return st;
 }
 
@@ -193,7 +202,7 @@ mgs_status_t mgs_allreduce_async(const char* name, const mgs_tensor_t* input, co
     std::shared_ptr<mgs::Runtime> rt;
     mgs::TensorDesc in, out;
     Status st = prepare(name, input, "input", &rt, &in);
-    if (st.ok()) st = toDesc(output, "output", &out);
+    if (st.ok()) st = toDesc(output, "tensor '" + std::string(name) + "' output", &out);
     if (!st.ok()) return st;
     return rt->enqueueAllreduce(name, in, out, op, prescale_factor, postscale_factor, flags, handle);
   });
@@ -298,7 +307,7 @@ mgs_status_t mgs_allgather_copy_output(mgs_handle_t handle, const mgs_tensor_t* 
     std::shared_ptr<mgs::HandleState> h;
     mgs::TensorDesc out;
     Status st = allgatherResult(handle, &h);
-    if (st.ok()) st = toDesc(output, "output", &out);
+    if (st.ok()) st = toDesc(output, "allgather output", &out);
     if (!st.ok()) return st;
     const auto& res = h->allgather;
     if (out.shape != res.shape || out.bytes() != res.data.size())

@@ -1,6 +1,7 @@
 #include "core/calibration.h"
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -88,8 +89,11 @@ Status measure(Communicator& comm, const compress::Selector& selector, plan::Cos
   for (size_t b : ar_bytes) ar.emplace_back(double(b), t[i++]);
   for (size_t b : ag_bytes) ag.emplace_back(double(b) * P, t[i++]);  // the model takes total bytes
   for (size_t n : sel_n) sel.emplace_back(double(n), t[i++]);
-  MGS_RETURN_IF_ERROR(plan::CommModel::fit(ar, &out->allreduce));
-  MGS_RETURN_IF_ERROR(plan::CommModel::fit(ag, &out->allgather));
+  // Piecewise-linear through the measured points, not one least-squares line:
+  // a line fitted over 4 KiB..64 MiB is dominated by the large sizes and gets
+  // the per-call startup (what decides small buckets) wrong.
+  MGS_RETURN_IF_ERROR(plan::CommModel::table(ar, &out->allreduce));
+  MGS_RETURN_IF_ERROR(plan::CommModel::table(ag, &out->allgather));
   const auto kind = selector.kind() == compress::SelectorKind::kTopk ? plan::SparsifyModel::Kind::kNLogN
                                                                       : plan::SparsifyModel::Kind::kLinear;
   MGS_RETURN_IF_ERROR(plan::SparsifyModel::fit(kind, sel, &out->sparsify));
@@ -112,29 +116,71 @@ double field(const std::string& json, const std::string& object, const std::stri
 
 }  // namespace
 
+namespace {
+
+// A CommModel as the points that reproduce it through CommModel::table: the
+// start of every segment, plus one more point on the last segment.
+std::string pointsJson(const plan::CommModel& c) {
+  std::vector<plan::Sample> pts;
+  for (const auto& seg : c.segments()) pts.emplace_back(seg.from_bytes, c.seconds(std::max(seg.from_bytes, 1.0)));
+  const double last = c.segments().empty() ? 1.0 : std::max(2 * c.segments().back().from_bytes, 1024.0);
+  pts.emplace_back(last, c.seconds(last));
+  pts.front().first = std::max(pts.front().first, 1.0);
+  std::string out = "{\"points\": [";
+  for (size_t i = 0; i < pts.size(); ++i) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s[%.9g, %.9g]", i ? ", " : "", pts[i].first, pts[i].second);
+    out += buf;
+  }
+  return out + "]}";
+}
+
+// Parses the "points" array of `object`, or its alpha_s/beta_s_per_byte.
+Status parseComm(const std::string& json, const std::string& object, plan::CommModel* out) {
+  const auto o = json.find("\"" + object + "\"");
+  MGS_ENSURE(o != std::string::npos, kConfig, "no \"" << object << "\" entry");
+  const auto close = json.find('}', o);
+  const auto p = json.find("\"points\"", o);
+  if (p != std::string::npos && p < close) {
+    std::vector<plan::Sample> pts;
+    const char* c = json.c_str() + json.find('[', p) + 1;
+    while (*c) {
+      while (*c == ' ' || *c == ',' || *c == '\n') ++c;
+      if (*c != '[') break;
+      char* end;
+      const double b = std::strtod(c + 1, &end);
+      while (*end == ' ' || *end == ',') ++end;
+      const double t = std::strtod(end, &end);
+      pts.emplace_back(b, t);
+      c = std::strchr(end, ']');
+      MGS_ENSURE(c != nullptr, kConfig, "unterminated point in \"" << object << "\"");
+      ++c;
+    }
+    return plan::CommModel::table(pts, out);
+  }
+  bool ok = true;
+  const double a = field(json, object, "alpha_s", &ok), b = field(json, object, "beta_s_per_byte", &ok);
+  MGS_ENSURE(ok, kConfig, "\"" << object << "\" needs \"points\" or alpha_s and beta_s_per_byte");
+  *out = plan::CommModel::linear(a, b);
+  return Status::OK();
+}
+
+}  // namespace
+
 std::string costModelToJson(const plan::CostModel& m) {
-  auto line = [](const plan::CommModel& c) {
-    const auto& s = c.segments().empty() ? plan::CommModel::Segment{} : c.segments().front();
-    char buf[128];
-    std::snprintf(buf, sizeof buf, "{\"alpha_s\": %.9g, \"beta_s_per_byte\": %.9g}", s.alpha_s, s.beta_s_per_byte);
-    return std::string(buf);
-  };
   char sp[128];
   std::snprintf(sp, sizeof sp, "{\"kind\": \"%s\", \"c_s\": %.9g}",
                 m.sparsify.kind == plan::SparsifyModel::Kind::kLinear ? "linear" : "nlogn", m.sparsify.c_s);
-  return "{\n  \"workers\": " + std::to_string(m.workers) + ",\n  \"allreduce\": " + line(m.allreduce) +
-         ",\n  \"allgather\": " + line(m.allgather) + ",\n  \"sparsify\": " + sp + "\n}\n";
+  return "{\n  \"workers\": " + std::to_string(m.workers) + ",\n  \"allreduce\": " + pointsJson(m.allreduce) +
+         ",\n  \"allgather\": " + pointsJson(m.allgather) + ",\n  \"sparsify\": " + sp + "\n}\n";
 }
 
 Status costModelFromJson(const std::string& json, plan::CostModel* m) {
+  MGS_RETURN_IF_ERROR(parseComm(json, "allreduce", &m->allreduce));
+  MGS_RETURN_IF_ERROR(parseComm(json, "allgather", &m->allgather));
   bool ok = true;
-  const double ara = field(json, "allreduce", "alpha_s", &ok), arb = field(json, "allreduce", "beta_s_per_byte", &ok);
-  const double aga = field(json, "allgather", "alpha_s", &ok), agb = field(json, "allgather", "beta_s_per_byte", &ok);
   const double c = field(json, "sparsify", "c_s", &ok);
-  MGS_ENSURE(ok, kConfig, "calibration file is not a cost model (needs allreduce/allgather alpha_s and "
-                          "beta_s_per_byte, sparsify c_s)");
-  m->allreduce = plan::CommModel::linear(ara, arb);
-  m->allgather = plan::CommModel::linear(aga, agb);
+  MGS_ENSURE(ok, kConfig, "calibration file needs \"sparsify\": {\"kind\", \"c_s\"}");
   m->sparsify.kind = json.find("\"nlogn\"") != std::string::npos ? plan::SparsifyModel::Kind::kNLogN
                                                                    : plan::SparsifyModel::Kind::kLinear;
   m->sparsify.c_s = c;
@@ -170,6 +216,7 @@ Status resolveCostModel(Communicator& comm, const Config& config, const compress
       if (!st.ok()) return Status(st.code(), "MGS_CALIBRATION='" + config.calibration + "': " + st.message());
     } else {
       MGS_RETURN_IF_ERROR(measure(comm, selector, &m));
+      m.workers = P;
       if (comm.rank() == 0) {
         std::ofstream f(config.calibration);
         f << costModelToJson(m);

@@ -5,6 +5,7 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "core/calibration.h"
 #include "core/controller.h"
 #include "core/device.h"
 #include "core/executor.h"
@@ -86,6 +87,8 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
       compress::SelectorOptions opts;
       opts.density = self->config_.density;
       st = compress::Selector::create(self->config_.compressor, opts, &probe);
+      if (st.ok()) st = resolveCostModel(*comm, self->config_, *probe, &self->cost_);
+      self->have_cost_ = st.ok();
     }
     if (st.ok()) {
       self->rank_ = comm->rank();
@@ -134,6 +137,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
   {
     Status st = sparse.init();  // validated in start(): cannot fail here
     if (!st.ok()) MGS_LOG_ERROR("{}", st.toString());
+    if (have_cost_) sparse.setCostModel(cost_);
   }
   Executor executor(*comm, config_, timeline.get(), &sparse, complete);
   const auto cycle = std::chrono::duration_cast<Clock::duration>(

@@ -22,6 +22,7 @@
 #include "core/request_queue.h"
 #include "core/residual_store.h"
 #include "core/sparse_pipeline.h"
+#include "plan/cost_model.h"
 
 namespace mgs {
 
@@ -75,6 +76,9 @@ class Runtime {
   void loop(std::unique_ptr<Communicator> comm);
 
   const Config config_;
+  // Sparse jobs calibrate at init, on the coordinator, before the first step.
+  bool have_cost_ = false;
+  plan::CostModel cost_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   RequestQueue queue_;
   HandleTable handles_;

@@ -52,6 +52,11 @@ class SparsePipeline {
   SparsePipeline(Communicator& comm, const Config& config, Timeline* timeline, ResidualStore& residuals,
                  Complete complete);
   Status init();
+  // The cost model measured at init (MGS_CALIBRATION), identical on all ranks.
+  void setCostModel(const plan::CostModel& cost) {
+    cost_ = cost;
+    have_cost_ = true;
+  }
 
   // Whether a negotiated allreduce goes through this pipeline (same answer on
   // every rank: it depends only on negotiated fields and the configuration).

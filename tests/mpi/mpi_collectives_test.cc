@@ -493,10 +493,8 @@ void scenarioSparse() {
       EXPECT(bad == 0, "step %d %s: %d entries differ from the reference of selected pairs", step, name.c_str(), bad);
       EXPECT(differ == 0, "step %d %s: %d entries differ across ranks", step, name.c_str(), differ);
       EXPECT(has == (sizes[t] >= 4096), "step %d %s: residual present = %d", step, name.c_str(), (int)has);
-      // While profiling, buckets are single tensors and density*P < 1 keeps them
-      // sparse; once planned, the cost model may send a bucket dense.
-      const char* ps = std::getenv("MGS_PROFILE_STEPS");
-      if (sizes[t] >= 4096 && step < (ps ? std::atoi(ps) : 5)) EXPECT(nonzero < sizes[t] / 2, "step %d %s: %d of %lld nonzero: not sparse", step,
+      // The test runs with MGS_DENSE_FALLBACK=0, so every bucket is sparse.
+      if (sizes[t] >= 4096) EXPECT(nonzero < sizes[t] / 2, "step %d %s: %d of %lld nonzero: not sparse", step,
                                    name.c_str(), nonzero, (long long)sizes[t]);
     }
   }
