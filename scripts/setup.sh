@@ -43,10 +43,11 @@ fi
 
 # --- 2. Build -----------------------------------------------------------------
 step "configuring ($build)"
+mkdir -p "$build"
 # shellcheck disable=SC2086
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${SETUP_CMAKE_ARGS:-} >"$build.configure.log" 2>&1 ||
-  { cat "$build.configure.log"; exit 1; }
-grep -E "mgs: CUDA" "$build.configure.log" || true
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${SETUP_CMAKE_ARGS:-} >"$build/configure.log" 2>&1 ||
+  { cat "$build/configure.log"; exit 1; }
+grep -E "mgs: CUDA" "$build/configure.log" || true
 step "building with $jobs jobs"
 cmake --build "$build" -j "$jobs"
 
