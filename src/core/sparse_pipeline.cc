@@ -95,11 +95,17 @@ void SparsePipeline::submit(std::vector<Request> reqs) {
   }
 }
 
+int SparsePipeline::idleFlushCycles() const {
+  // Counted in cycles, not seconds: cycles are collective, so every rank
+  // reaches the count in the same cycle. Cycles last at least MGS_CYCLE_TIME_MS.
+  return std::max(100, static_cast<int>(1000.0 / config_.cycle_time_ms));
+}
+
 void SparsePipeline::endCycle(bool nothing_ready) {
   bool holding = false;
   for (const auto& b : buckets_) holding |= !b.ready.empty();
   idle_cycles_ = (holding && nothing_ready) ? idle_cycles_ + 1 : 0;
-  if (idle_cycles_ >= kIdleFlushCycles) {
+  if (idle_cycles_ >= idleFlushCycles()) {
     MGS_LOG_DEBUG("running partially filled buckets after {} idle cycles", idle_cycles_);
     flushPartialBuckets();
     idle_cycles_ = 0;

@@ -65,11 +65,13 @@ class SparsePipeline {
   // buckets that are complete; holds the others until their members arrive.
   void submit(std::vector<Request> reqs);
   // Called once per coordinator cycle with whether the negotiated ready list
-  // was empty (identical on every rank). After kIdleFlushCycles empty cycles
-  // in a row, partially filled buckets run with what they have: a tensor the
-  // framework never submits this step cannot hold the others forever.
+  // was empty (identical on every rank). After about a second of empty cycles
+  // in a row (idleFlushCycles), partially filled buckets run with what they
+  // have: a tensor the framework never submits this step cannot hold the
+  // others forever. A second, because a rank that merely lags behind must not
+  // split buckets (seen with 100 ms on an oversubscribed host).
   void endCycle(bool nothing_ready);
-  static constexpr int kIdleFlushCycles = 100;
+  int idleFlushCycles() const;
   // Fail everything held (shutdown).
   void failHeld(const Status& st);
   SparseStats stats() const { return stats_; }
