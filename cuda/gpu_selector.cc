@@ -78,14 +78,8 @@ Status GpuSelector::workspaceBytes(size_t n, size_t* bytes) const {
 Status GpuSelector::select(const compress::SelectArgs& a, compress::SelectResult* result,
                            void* stream) const {
   using compress::SelectorKind;
-  MGS_ENSURE(result != nullptr, kInvalidArgument, "select: result is null");
-  *result = compress::SelectResult{};
+  MGS_RETURN_IF_ERROR(compress::checkSelectArgs(a, result));
   const size_t n = a.n;
-  MGS_ENSURE(n < (size_t{1} << 32), kInvalidArgument,
-             "select '" << a.name << "': n = " << n << " does not fit uint32 indices");
-  MGS_ENSURE(a.dtype == MGS_FLOAT32 || a.dtype == MGS_FLOAT16 || a.dtype == MGS_BFLOAT16,
-             kInvalidArgument, "select '" << a.name << "': dtype " << dtypeName(a.dtype)
-                                          << " is not float32/float16/bfloat16");
   if (n == 0) {
     result->inBand = true;
     return Status::OK();

@@ -103,15 +103,20 @@ size_t Selector::workspaceBytes(size_t n) const {
   return b;
 }
 
-Status Selector::select(const SelectArgs& a, SelectResult* result) const {
+Status checkSelectArgs(const SelectArgs& a, SelectResult* result) {
   MGS_ENSURE(result != nullptr, kInvalidArgument, "select: result is null");
   *result = SelectResult{};
-  const size_t n = a.n;
-  MGS_ENSURE(n < (size_t{1} << 32), kInvalidArgument,
-             "select '" << a.name << "': n = " << n << " does not fit uint32 indices");
+  MGS_ENSURE(a.n < (size_t{1} << 32), kInvalidArgument,
+             "select '" << a.name << "': n = " << a.n << " does not fit uint32 indices");
   MGS_ENSURE(a.dtype == MGS_FLOAT32 || a.dtype == MGS_FLOAT16 || a.dtype == MGS_BFLOAT16,
              kInvalidArgument, "select '" << a.name << "': dtype " << dtypeName(a.dtype)
                                           << " is not float32/float16/bfloat16");
+  return Status::OK();
+}
+
+Status Selector::select(const SelectArgs& a, SelectResult* result) const {
+  MGS_RETURN_IF_ERROR(checkSelectArgs(a, result));
+  const size_t n = a.n;
   if (n == 0) {
     result->inBand = true;
     return Status::OK();

@@ -82,6 +82,10 @@ struct SelectResult {
   float maxAbs = 0;
 };
 
+// Checks shared by the CPU and GPU select(): resets *result, and rejects a
+// null result, n >= 2^32 and dtypes other than f32/f16/bf16.
+Status checkSelectArgs(const SelectArgs& args, SelectResult* result);
+
 class Selector {
  public:
   static Status create(const std::string& name, const SelectorOptions& options,
