@@ -1,0 +1,23 @@
+"""mgs.tensorflow: TensorFlow 2 adapter with Horovod's API (`import mgs.tensorflow as hvd`).
+
+A thin layer over libmgs's C ABI (loaded by mgs._lib): host tensors are handed
+to the runtime by pointer, eagerly through `.numpy()` and inside tf.function
+through tf.py_function; negotiation, fusion, sparsification and communication
+all happen in the runtime. See docs/tensorflow.md.
+"""
+
+from .callbacks import BroadcastGlobalVariablesCallback
+from .compression import Compression
+from .functions import allgather_object, broadcast_object, broadcast_variables
+from .gradient_tape import DistributedGradientTape
+from .mpi_ops import (Average, Sum, allgather, allreduce, barrier, broadcast, cuda_built, gloo_built,
+                      grouped_allreduce, init, is_initialized, local_rank, local_size, mpi_built, nccl_built,
+                      rank, shutdown, size)
+
+__all__ = [
+    "Average", "Sum", "Compression", "DistributedGradientTape", "BroadcastGlobalVariablesCallback",
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "barrier",
+    "allreduce", "grouped_allreduce", "allgather", "broadcast",
+    "broadcast_variables", "broadcast_object", "allgather_object",
+    "mpi_built", "gloo_built", "cuda_built", "nccl_built",
+]

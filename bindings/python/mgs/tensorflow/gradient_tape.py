@@ -1,0 +1,100 @@
+"""DistributedGradientTape: a tf.GradientTape whose gradient() averages (or sums) over all ranks.
+
+Dense gradients are enqueued together, in one call, with MGS_FLAG_SPARSE_OK:
+with MGS_COMPRESSOR other than "none" the runtime sparsifies and merges them
+(error feedback included). tf.IndexedSlices gradients (embeddings) are
+allgathered, as in Horovod. Each gradient's name comes from its source
+variable (position and name), so it is the same at every step: the runtime
+recognises a step by a gradient name recurring.
+"""
+
+import tensorflow as tf
+
+from .. import _abi
+from . import mpi_ops
+from .compression import Compression
+
+
+def _source_name(i, source):
+    name = getattr(source, "path", None) or getattr(source, "name", None) or "tensor"
+    return f"{i}.{str(name).replace(':', '_')}"
+
+
+class _DistributedGradientTape:
+    """Wraps a tf.GradientTape; every attribute but gradient() is the wrapped tape's."""
+
+    def __init__(self, tape, compression=Compression.none, sparse_as_dense=False, op=mpi_ops.Average,
+                 gradient_predivide_factor=1.0, name=None):
+        if op not in (mpi_ops.Sum, mpi_ops.Average):
+            raise ValueError(f"mgs supports op=Sum and op=Average, got {op!r}")
+        self._tape = tape
+        self._compression = compression
+        self._sparse_as_dense = sparse_as_dense
+        self._op = op
+        self._predivide = float(gradient_predivide_factor)
+        self._name = name or "tape"
+
+    def __getattr__(self, attr):
+        return getattr(self._tape, attr)
+
+    def __enter__(self):
+        self._tape.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._tape.__exit__(*exc)
+
+    def gradient(self, target, sources, output_gradients=None, **kwargs):
+        grads = self._tape.gradient(target, sources, output_gradients=output_gradients, **kwargs)
+        flat_sources = tf.nest.flatten(sources)
+        flat_grads = tf.nest.flatten(grads, expand_composites=False)
+        reduced = self._allreduce(flat_grads, flat_sources)
+        return tf.nest.pack_sequence_as(grads, reduced, expand_composites=False) \
+            if tf.nest.is_nested(grads) else reduced[0]
+
+    def _allreduce(self, grads, sources):
+        if mpi_ops.size() == 1 and self._op == mpi_ops.Average and self._predivide == 1.0:
+            return list(grads)
+        # Horovod's gradient_predivide_factor: scale by 1/f before the sum, f/size after (Average).
+        pre, post = 1.0, 1.0
+        if self._predivide != 1.0:
+            pre, post = 1.0 / self._predivide, self._predivide
+        out = list(grads)
+        dense_idx, dense, names, ctxs = [], [], [], []
+        for i, (g, s) in enumerate(zip(grads, sources)):
+            if g is None:
+                continue
+            label = f"grad.{self._name}.{_source_name(i, s)}"
+            if isinstance(g, tf.IndexedSlices):
+                if self._sparse_as_dense:
+                    g = tf.convert_to_tensor(g)
+                else:
+                    out[i] = mpi_ops._allreduce_indexed_slices(g, label, self._op, pre, post)
+                    continue
+            c, ctx = self._compression.compress(g)
+            dense_idx.append(i)
+            dense.append(c)
+            names.append(f"allreduce.{label}")
+            ctxs.append(ctx)
+        if dense:
+            reduced = mpi_ops.grouped_allreduce_raw(dense, names, self._op, pre, post,
+                                                    flags=_abi.MGS_FLAG_SPARSE_OK)
+            for i, r, ctx in zip(dense_idx, reduced, ctxs):
+                out[i] = self._compression.decompress(r, ctx)
+        return out
+
+
+def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
+                            sparse_as_dense=False, op=mpi_ops.Average, gradient_predivide_factor=1.0,
+                            name=None):
+    """Horovod's DistributedGradientTape: `tape.gradient(...)` returns gradients reduced over all ranks.
+
+        with tf.GradientTape() as tape:
+            loss = ...
+        tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, model.trainable_variables)
+
+    Works eagerly and inside tf.function. `name` distinguishes several tapes
+    used in one step (their gradients need distinct names).
+    """
+    return _DistributedGradientTape(gradtape, compression, sparse_as_dense, op, gradient_predivide_factor, name)

@@ -1,0 +1,409 @@
+"""Collectives on TensorFlow tensors, with Horovod's TF2 names, over the mgs C ABI.
+
+Integration: every collective works on host numpy arrays. An eager tensor is
+handed over with `.numpy()` (for CPU tensors a view of TensorFlow's buffer, no
+copy) and the result is wrapped back with `tf.convert_to_tensor`. Inside a
+`tf.function` the same Python code runs through `tf.py_function`, which calls
+back into the interpreter when the graph executes (see docs/tensorflow.md for
+why this was chosen over a custom op, and its measured cost per step).
+
+Names: as in mgs.torch, an op named "x" goes to the runtime as "<kind>.x";
+unnamed ops get "<kind>.noname.<n>" from a per-kind counter (in a tf.function
+the counter is read when the function is traced, so a traced op keeps its name
+across calls). Ranks must issue unnamed ops of a kind in the same order.
+"""
+
+import atexit
+import ctypes
+import os
+import threading
+import warnings
+
+import numpy as np
+import tensorflow as tf
+
+from .. import _abi
+from .._lib import MgsTensor, MgsValueError, lib
+from .compression import Compression
+
+# Reduction ops (Horovod's names). The values are mgs_reduce_op_t.
+Sum = _abi.MGS_REDUCE_SUM
+Average = _abi.MGS_REDUCE_AVERAGE
+
+# TensorFlow dtypes the runtime can reduce, with their mgs_dtype_t.
+_REDUCIBLE = {
+    tf.float32: _abi.MGS_FLOAT32,
+    tf.float64: _abi.MGS_FLOAT64,
+    tf.float16: _abi.MGS_FLOAT16,
+    tf.bfloat16: _abi.MGS_BFLOAT16,
+    tf.int32: _abi.MGS_INT32,
+    tf.int64: _abi.MGS_INT64,
+    tf.uint8: _abi.MGS_UINT8,
+}
+
+
+def mgs_dtype(dtype):
+    try:
+        return _REDUCIBLE[tf.as_dtype(dtype)]
+    except KeyError:
+        supported = ", ".join(d.name for d in _REDUCIBLE)
+        raise TypeError(f"mgs cannot reduce tensors of type {tf.as_dtype(dtype).name}; "
+                        f"supported: {supported}") from None
+
+
+def _check(status):
+    """L.check, with the error naming this adapter's init()."""
+    L = lib()
+    try:
+        L.check(status)
+    except MgsValueError as e:
+        raise MgsValueError(str(e).replace("mgs.torch.init()", "mgs.tensorflow.init()"), e.status) from None
+
+
+# ----------------------------------------------------------------- lifecycle --
+
+_atexit_registered = False
+
+
+def init(comm=None):
+    """Start the runtime on every rank (collective). Calling it again while running is a no-op."""
+    global _atexit_registered
+    if comm is not None:
+        raise ValueError("mgs.tensorflow.init(): mgs runs on MPI_COMM_WORLD; a communicator cannot be given")
+    L = lib()
+    if L.mgs_is_initialized():
+        return
+    # MGS_LIBRARY is the bindings' variable: hide it while mgs_init validates MGS_* names.
+    library_var = os.environ.pop("MGS_LIBRARY", None)
+    try:
+        status = L.mgs_init()
+    finally:
+        if library_var is not None:
+            os.environ["MGS_LIBRARY"] = library_var
+    _check(status)
+    if not _atexit_registered:
+        atexit.register(shutdown)  # before interpreter teardown frees buffers of ops in flight
+        _atexit_registered = True
+
+
+def shutdown():
+    """Stop the runtime. Operations still pending fail with MGS_ERR_SHUTDOWN. Idempotent."""
+    _check(lib().mgs_shutdown())
+
+
+def is_initialized():
+    return bool(lib().mgs_is_initialized())
+
+
+def _topology(fn_name):
+    def get():
+        out = ctypes.c_int(0)
+        _check(getattr(lib(), fn_name)(ctypes.byref(out)))
+        return out.value
+    get.__name__ = fn_name[len("mgs_"):]
+    get.__doc__ = f"{get.__name__} of this process (ValueError before init())."
+    return get
+
+
+rank = _topology("mgs_rank")
+size = _topology("mgs_size")
+local_rank = _topology("mgs_local_rank")
+local_size = _topology("mgs_local_size")
+
+
+def barrier():
+    """Block until every rank has called barrier()."""
+    _check(lib().mgs_barrier())
+
+
+def mpi_built():
+    return True
+
+
+def gloo_built():
+    return False
+
+
+def cuda_built():
+    return bool(lib().mgs_built_with_cuda())
+
+
+def nccl_built():
+    return bool(lib().mgs_built_with_nccl())
+
+
+# ------------------------------------------------------ numpy-level operations --
+# Each enqueues one op on a contiguous numpy array and returns an _Op; wait_all()
+# waits for a list of them (all enqueued first, so the runtime can fuse and merge).
+
+_lock = threading.Lock()
+_noname = {}
+
+
+def full_name(kind, name):
+    if name is None:
+        with _lock:
+            n = _noname.get(kind, 0)
+            _noname[kind] = n + 1
+        return f"{kind}.noname.{n}"
+    return f"{kind}.{name}"
+
+
+class _Desc:
+    """An mgs_tensor_t for a contiguous numpy array, keeping the array and its shape alive."""
+
+    __slots__ = ("array", "_shape", "c")
+
+    def __init__(self, array, dtype):
+        if array.ndim > _abi.MGS_MAX_DIMS:
+            raise ValueError(f"mgs supports tensors of at most {_abi.MGS_MAX_DIMS} dimensions, got {array.ndim}")
+        self.array = array
+        self._shape = (ctypes.c_int64 * max(array.ndim, 1))(*array.shape)
+        self.c = MgsTensor(array.ctypes.data or None, dtype, array.ndim, self._shape, _abi.MGS_DEVICE_CPU,
+                           None, None)
+
+    def ref(self):
+        return ctypes.byref(self.c)
+
+
+class _Op:
+    __slots__ = ("handle", "keep", "finish")
+
+    def __init__(self, handle, keep, finish):
+        self.handle, self.keep, self.finish = handle, keep, finish
+
+
+def _enqueue(fn, *args):
+    handle = ctypes.c_uint64(0)
+    _check(fn(*args, ctypes.byref(handle)))
+    return handle.value
+
+
+def _as_bytes(array):
+    """A uint8 view of any array (for byte-exact broadcast and allgather), and how to undo it."""
+    if array.ndim == 0:
+        array = array.reshape(1)
+    return np.ascontiguousarray(array).view(np.uint8)
+
+
+def np_allreduce(array, dtype, name, op, prescale_factor=1.0, postscale_factor=1.0, flags=0):
+    """Enqueue an allreduce of `array` (mgs dtype `dtype`) into a new array."""
+    work = np.ascontiguousarray(array)
+    out = np.empty_like(work)
+    dins, douts = _Desc(work, dtype), _Desc(out, dtype)
+    L = lib()
+    handle = _enqueue(L.mgs_allreduce_async, name.encode(), dins.ref(), douts.ref(), int(op),
+                      float(prescale_factor), float(postscale_factor), int(flags))
+    return _Op(handle, (dins, douts), lambda h: out)
+
+
+def np_allgather(array, name):
+    """Enqueue an allgather; its result is (concatenated array, [first dimension of every rank])."""
+    if array.ndim == 0:
+        raise ValueError("allgather needs a tensor with at least one dimension (it concatenates along "
+                         "the first); reshape a scalar to [1]")
+    work = np.ascontiguousarray(array)
+    dtype = work.dtype
+    row_bytes = int(np.prod(work.shape[1:], dtype=np.int64)) * work.itemsize
+    raw = work.reshape(work.shape[0], -1).view(np.uint8) if work.size else \
+        np.empty((work.shape[0], row_bytes), np.uint8)
+    d = _Desc(raw, _abi.MGS_UINT8)
+    L = lib()
+    handle = _enqueue(L.mgs_allgather_async, name.encode(), d.ref())
+
+    def finish(h):
+        ndim, shape = ctypes.c_int32(0), (ctypes.c_int64 * _abi.MGS_MAX_DIMS)()
+        _check(L.mgs_allgather_output_shape(h, ctypes.byref(ndim), shape))
+        sizes = (ctypes.c_int64 * size())()
+        _check(L.mgs_allgather_rank_sizes(h, sizes))
+        total = int(shape[0])
+        out = np.empty((total, row_bytes), np.uint8)
+        _check(L.mgs_allgather_copy_output(h, _Desc(out, _abi.MGS_UINT8).ref()))
+        result = out.view(dtype).reshape((total,) + work.shape[1:]) if row_bytes else \
+            np.empty((total,) + work.shape[1:], dtype)
+        return result, [int(s) for s in sizes]
+    return _Op(handle, (d,), finish)
+
+
+def np_broadcast(array, root_rank, name):
+    """Enqueue a broadcast of root_rank's `array` into a new array."""
+    work = np.array(array, copy=True, order="C")
+    raw = _as_bytes(work)
+    d = _Desc(raw, _abi.MGS_UINT8)
+    L = lib()
+    handle = _enqueue(L.mgs_broadcast_async, name.encode(), d.ref(), int(root_rank))
+    return _Op(handle, (d,), lambda h: work)
+
+
+def wait_all(ops):
+    """Wait for every op (even after a failure: each uses a live buffer); results in order, or raise."""
+    L = lib()
+    results, error = [], None
+    for op in ops:
+        try:
+            status = L.mgs_wait(op.handle)  # ctypes releases the GIL while waiting
+            if status != 0:
+                raise L.error(status, L.mgs_handle_error(op.handle).decode(errors="replace"), at_enqueue=False)
+            results.append(op.finish(op.handle) if error is None else None)
+        except Exception as e:  # noqa: BLE001 - re-raised below
+            error = error or e
+        finally:
+            L.mgs_release(op.handle)
+    if error is not None:
+        raise error
+    return results
+
+
+def enqueue_all(thunks):
+    """Call each thunk (each enqueues an op); if one fails, wait for those already enqueued, then raise."""
+    ops = []
+    try:
+        for t in thunks:
+            ops.append(t())
+    except Exception:
+        try:
+            wait_all(ops)
+        except Exception:  # noqa: BLE001 - the enqueue error is the one to report
+            pass
+        raise
+    return ops
+
+
+# ----------------------------------------------------------- TF integration --
+
+def _to_numpy(t):
+    return t.numpy() if hasattr(t, "numpy") else np.asarray(t)
+
+
+def run_numpy(fn, tensors, out_dtypes, out_shapes):
+    """Run fn(list of numpy arrays) -> list of numpy arrays on tensors, eagerly or inside a graph.
+
+    Eager: `.numpy()` in, `tf.convert_to_tensor` out. In a tf.function: a
+    tf.py_function node; the outputs get `out_shapes` (None entries: unknown).
+    """
+    if tf.executing_eagerly():
+        outs = fn([_to_numpy(t) for t in tensors])
+        return [tf.convert_to_tensor(o, dtype=d) for o, d in zip(outs, out_dtypes)]
+
+    def body(*ts):
+        return fn([t.numpy() for t in ts])
+    outs = tf.py_function(body, inp=list(tensors), Tout=list(out_dtypes))
+    if not isinstance(outs, (list, tuple)):
+        outs = [outs]
+    for o, s in zip(outs, out_shapes):
+        if s is not None:
+            o.set_shape(s)
+    return list(outs)
+
+
+def _resolve_op(op, average):
+    if average is not None:
+        if op is not None:
+            raise ValueError("give either op= or the deprecated average=, not both")
+        warnings.warn("the 'average' argument is deprecated; use op=mgs.tensorflow.Average or Sum",
+                      DeprecationWarning, stacklevel=3)
+        return Average if average else Sum
+    if op is None:
+        return Average
+    if op not in (Sum, Average):
+        raise ValueError(f"mgs supports op=Sum ({Sum}) and op=Average ({Average}), got {op!r}")
+    return op
+
+
+def grouped_allreduce_raw(tensors, names, op, prescale_factor=1.0, postscale_factor=1.0, flags=0):
+    """Allreduce dense tensors under the given full names: all enqueued, then all waited for (one call)."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    codes = [mgs_dtype(t.dtype) for t in tensors]
+
+    def fn(arrays):
+        return wait_all(enqueue_all(
+            [lambda a=a, c=c, n=n: np_allreduce(a, c, n, op, prescale_factor, postscale_factor, flags)
+             for a, c, n in zip(arrays, codes, names)]))
+    return run_numpy(fn, tensors, [t.dtype for t in tensors], [t.shape for t in tensors])
+
+
+def _allgather_raw(tensors, names):
+    """Allgather tensors under the given full names (one call); outputs have an unknown first dimension."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    for t in tensors:
+        if t.shape.rank == 0:
+            raise ValueError("allgather needs a tensor with at least one dimension (it concatenates along "
+                             "the first); reshape a scalar to [1]")
+
+    def fn(arrays):
+        outs = wait_all(enqueue_all([lambda a=a, n=n: np_allgather(a, n) for a, n in zip(arrays, names)]))
+        return [o[0] for o in outs]
+    shapes = [tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank is not None else None
+              for t in tensors]
+    return run_numpy(fn, tensors, [t.dtype for t in tensors], shapes)
+
+
+def _allreduce_indexed_slices(slices, name, op, prescale_factor, postscale_factor):
+    """Horovod's sparse allreduce: allgather the values and the indices (duplicates sum when applied)."""
+    base = full_name("allgather", name if name is None else f"slices.{name}")
+    values, indices = _allgather_raw([slices.values, slices.indices], [f"{base}.values", f"{base}.indices"])
+    scale = prescale_factor * postscale_factor
+    if op == Average:
+        scale /= size()
+    if scale != 1.0:
+        values = values * tf.cast(scale, values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, name=None):
+    """Average (default) or sum `tensor` over all ranks.
+
+    The result is prescale_factor * sum(tensor) * postscale_factor (/ size() for
+    Average). A tf.IndexedSlices is allgathered (values and indices), as Horovod does.
+    """
+    op = _resolve_op(op, average)
+    if isinstance(tensor, tf.IndexedSlices):
+        return _allreduce_indexed_slices(tensor, name, op, prescale_factor, postscale_factor)
+    compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
+    out = grouped_allreduce_raw([compressed], [full_name("allreduce", name)], op, prescale_factor,
+                                postscale_factor)[0]
+    return compression.decompress(out, ctx)
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none,
+                      op=None, prescale_factor=1.0, postscale_factor=1.0, name=None):
+    """Allreduce each tensor of a list, all enqueued before any is waited for."""
+    op = _resolve_op(op, average)
+    if not tensors:
+        return []
+    base = full_name("allreduce", name if name is None else f"group.{name}")
+    pairs = [compression.compress(tf.convert_to_tensor(t)) for t in tensors]
+    outs = grouped_allreduce_raw([p[0] for p in pairs], [f"{base}.{i}" for i in range(len(pairs))], op,
+                                 prescale_factor, postscale_factor)
+    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+
+
+def allgather(tensor, name=None):
+    """Concatenate `tensor` from every rank along the first dimension (which may differ per rank)."""
+    return _allgather_raw([tensor], [full_name("allgather", name)])[0]
+
+
+def broadcast(tensor, root_rank, name=None):
+    """root_rank's `tensor` on every rank, as a new tensor."""
+    tensor = tf.convert_to_tensor(tensor)
+    full = full_name("broadcast", name)
+
+    def fn(arrays):
+        return wait_all([np_broadcast(arrays[0], root_rank, full)])
+    return run_numpy(fn, [tensor], [tensor.dtype], [tensor.shape])[0]
+
+
+def grouped_broadcast(tensors, root_rank, names):
+    """Broadcast a list of tensors under the given full names (one call)."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+
+    def fn(arrays):
+        return wait_all(enqueue_all([lambda a=a, n=n: np_broadcast(a, root_rank, n)
+                                     for a, n in zip(arrays, names)]))
+    return run_numpy(fn, tensors, [t.dtype for t in tensors], [t.shape for t in tensors])
+
