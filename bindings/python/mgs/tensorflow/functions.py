@@ -8,6 +8,7 @@ import tensorflow as tf
 from . import mpi_ops
 
 
+@tf.autograph.experimental.do_not_convert
 def broadcast_variables(variables, root_rank, prefix="variables"):
     """Assign root_rank's values to every rank's `variables` (a list of tf.Variable).
 

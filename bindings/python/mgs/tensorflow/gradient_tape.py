@@ -44,6 +44,7 @@ class _DistributedGradientTape:
     def __exit__(self, *exc):
         return self._tape.__exit__(*exc)
 
+    @tf.autograph.experimental.do_not_convert
     def gradient(self, target, sources, output_gradients=None, **kwargs):
         grads = self._tape.gradient(target, sources, output_gradients=output_gradients, **kwargs)
         flat_sources = tf.nest.flatten(sources)

@@ -26,6 +26,9 @@ from .. import _abi
 from .._lib import MgsTensor, MgsValueError, lib
 from .compression import Compression
 
+# AutoGraph must not rewrite this module's Python when it runs inside a tf.function.
+_no_autograph = tf.autograph.experimental.do_not_convert
+
 # Reduction ops (Horovod's names). The values are mgs_reduce_op_t.
 Sum = _abi.MGS_REDUCE_SUM
 Average = _abi.MGS_REDUCE_AVERAGE
@@ -65,6 +68,7 @@ def _check(status):
 _atexit_registered = False
 
 
+@_no_autograph
 def init(comm=None):
     """Start the runtime on every rank (collective). Calling it again while running is a no-op."""
     global _atexit_registered
@@ -100,6 +104,7 @@ def _topology(fn_name):
         out = ctypes.c_int(0)
         _check(getattr(lib(), fn_name)(ctypes.byref(out)))
         return out.value
+    get = _no_autograph(get)
     get.__name__ = fn_name[len("mgs_"):]
     get.__doc__ = f"{get.__name__} of this process (ValueError before init())."
     return get
@@ -183,12 +188,12 @@ def _as_bytes(array):
     """A uint8 view of any array (for byte-exact broadcast and allgather), and how to undo it."""
     if array.ndim == 0:
         array = array.reshape(1)
-    return np.ascontiguousarray(array).view(np.uint8)
+    return np.asarray(array, order="C").view(np.uint8)
 
 
 def np_allreduce(array, dtype, name, op, prescale_factor=1.0, postscale_factor=1.0, flags=0):
     """Enqueue an allreduce of `array` (mgs dtype `dtype`) into a new array."""
-    work = np.ascontiguousarray(array)
+    work = np.asarray(array, order="C")
     out = np.empty_like(work)
     dins, douts = _Desc(work, dtype), _Desc(out, dtype)
     L = lib()
@@ -202,7 +207,7 @@ def np_allgather(array, name):
     if array.ndim == 0:
         raise ValueError("allgather needs a tensor with at least one dimension (it concatenates along "
                          "the first); reshape a scalar to [1]")
-    work = np.ascontiguousarray(array)
+    work = np.asarray(array, order="C")
     dtype = work.dtype
     row_bytes = int(np.prod(work.shape[1:], dtype=np.int64)) * work.itemsize
     raw = work.reshape(work.shape[0], -1).view(np.uint8) if work.size else \
@@ -275,6 +280,7 @@ def _to_numpy(t):
     return t.numpy() if hasattr(t, "numpy") else np.asarray(t)
 
 
+@_no_autograph
 def run_numpy(fn, tensors, out_dtypes, out_shapes):
     """Run fn(list of numpy arrays) -> list of numpy arrays on tensors, eagerly or inside a graph.
 
@@ -310,6 +316,7 @@ def _resolve_op(op, average):
     return op
 
 
+@_no_autograph
 def grouped_allreduce_raw(tensors, names, op, prescale_factor=1.0, postscale_factor=1.0, flags=0):
     """Allreduce dense tensors under the given full names: all enqueued, then all waited for (one call)."""
     tensors = [tf.convert_to_tensor(t) for t in tensors]
@@ -324,6 +331,7 @@ def grouped_allreduce_raw(tensors, names, op, prescale_factor=1.0, postscale_fac
     return run_numpy(fn, tensors, [t.dtype for t in tensors], [t.shape for t in tensors])
 
 
+@_no_autograph
 def _allgather_raw(tensors, names):
     """Allgather tensors under the given full names (one call); outputs have an unknown first dimension."""
     tensors = [tf.convert_to_tensor(t) for t in tensors]
@@ -340,6 +348,7 @@ def _allgather_raw(tensors, names):
     return run_numpy(fn, tensors, [t.dtype for t in tensors], shapes)
 
 
+@_no_autograph
 def _allreduce_indexed_slices(slices, name, op, prescale_factor, postscale_factor):
     """Horovod's sparse allreduce: allgather the values and the indices (duplicates sum when applied)."""
     base = full_name("allgather", name if name is None else f"slices.{name}")
@@ -352,6 +361,7 @@ def _allreduce_indexed_slices(slices, name, op, prescale_factor, postscale_facto
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
+@_no_autograph
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, name=None):
     """Average (default) or sum `tensor` over all ranks.
@@ -368,6 +378,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     return compression.decompress(out, ctx)
 
 
+@_no_autograph
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=Compression.none,
                       op=None, prescale_factor=1.0, postscale_factor=1.0, name=None):
     """Allreduce each tensor of a list, all enqueued before any is waited for."""
@@ -381,11 +392,13 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
 
+@_no_autograph
 def allgather(tensor, name=None):
     """Concatenate `tensor` from every rank along the first dimension (which may differ per rank)."""
     return _allgather_raw([tensor], [full_name("allgather", name)])[0]
 
 
+@_no_autograph
 def broadcast(tensor, root_rank, name=None):
     """root_rank's `tensor` on every rank, as a new tensor."""
     tensor = tf.convert_to_tensor(tensor)
@@ -396,6 +409,7 @@ def broadcast(tensor, root_rank, name=None):
     return run_numpy(fn, [tensor], [tensor.dtype], [tensor.shape])[0]
 
 
+@_no_autograph
 def grouped_broadcast(tensors, root_rank, names):
     """Broadcast a list of tensors under the given full names (one call)."""
     tensors = [tf.convert_to_tensor(t) for t in tensors]
