@@ -1,0 +1,48 @@
+"""Train examples/tensorflow/train_digits.py dense and with gaussiank at density 0.01 (no dense
+fallback) and check that the sparse run's final test accuracy is within 1 point of the dense one.
+
+Usage: python check_digits.py MPIRUN_AND_ARGS... -- PYTHON [example args]
+e.g.   python check_digits.py mpirun --oversubscribe -np 2 -- .venv-tf/bin/python --epochs 10
+The environment (MGS_LIBRARY, PYTHONPATH, OMPI_*) is passed through.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tensorflow" / "train_digits.py"
+SPARSE = {"MGS_COMPRESSOR": "gaussiank", "MGS_DENSITY": "0.01", "MGS_DENSE_FALLBACK": "0"}
+
+
+def train(mpirun, python, extra, env_extra, label, out):
+    env = {k: v for k, v in os.environ.items() if k not in SPARSE}
+    env.update(env_extra)
+    exports = [a for k in env_extra for a in ("-x", k)]
+    cmd = mpirun + exports + [python, str(EXAMPLE), "--json", str(out)] + extra
+    print(f"== {label}: {' '.join(cmd)}", flush=True)
+    subprocess.run(cmd, env=env, check=True, timeout=600)
+    return json.loads(out.read_text())["history"][-1]["test_accuracy"]
+
+
+def main():
+    argv = sys.argv[1:]
+    split = argv.index("--")
+    mpirun, python, extra = argv[:split], argv[split + 1], argv[split + 2:]
+    with tempfile.TemporaryDirectory() as tmp:
+        dense = train(mpirun, python, extra, {}, "dense", Path(tmp) / "dense.json")
+        sparse = train(mpirun, python, extra, SPARSE, "gaussiank, density 0.01", Path(tmp) / "sparse.json")
+    print(f"final test accuracy: dense {dense * 100:.2f}%, gaussiank(0.01) {sparse * 100:.2f}%", flush=True)
+    if dense < 0.95:
+        print("dense accuracy below 95%", file=sys.stderr)
+        return 1
+    if sparse < dense - 0.01:
+        print("gaussiank is more than 1 point below dense", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
