@@ -42,6 +42,13 @@ def test_allreduce(mode, dtype, op, rank, size):
     np.testing.assert_allclose(out.numpy(), expected.astype(dtype), rtol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.int64, tf.uint8])
+def test_allreduce_other_dtypes(dtype, rank, size):
+    out = hvd.allreduce(tf.cast(tf.fill([2, 3], rank + 1), dtype), op=hvd.Sum, name=f"ar.other.{dtype.name}")
+    assert out.dtype == dtype
+    np.testing.assert_array_equal(tf.cast(out, tf.float64).numpy(), np.full((2, 3), size * (size + 1) / 2))
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_allreduce_scalar_unnamed_and_scaled(mode, rank, size):
     out = run(mode, lambda t: hvd.allreduce(t, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5),
