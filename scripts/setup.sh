@@ -41,6 +41,17 @@ if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 
+# TensorFlow CPU for the mgs.tensorflow tests: from PyPI into a virtual
+# environment (CMake registers those tests only when it exists). TensorFlow
+# brings NumPy 2, which Debian's SciPy/scikit-learn cannot load, so the venv
+# gets its own copies of those too.
+if [ "$mode" = test ] && [ ! -x "$root/.venv-tf/bin/python" ]; then
+  step "creating .venv-tf with tensorflow-cpu (PyPI)"
+  /usr/bin/python3 -m venv --system-site-packages "$root/.venv-tf"
+  "$root/.venv-tf/bin/pip" install -q tensorflow-cpu
+  "$root/.venv-tf/bin/pip" install -q --ignore-installed "numpy>=2" scipy scikit-learn
+fi
+
 # --- 2. Build -----------------------------------------------------------------
 step "configuring ($build)"
 mkdir -p "$build"
