@@ -1,9 +1,10 @@
-"""Run this folder's tests on one rank of an mpirun job.
+"""Run a folder's tests on one rank of an mpirun job (this folder by default).
 
 Rank 0 reports normally. Other ranks write their report (and the runtime's
 stderr) to a temporary file and print it only if they failed, so the ranks'
 outputs do not interleave.
-Usage: mpirun -np N python3 run_pytest.py [pytest args]
+Usage: mpirun -np N python3 run_pytest.py [TEST_DIR] [pytest args]
+(tests/tensorflow runs it with its own folder and the .venv-tf interpreter)
 """
 
 import os
@@ -23,7 +24,11 @@ def world_rank():
 
 
 def main():
-    args = ["-x", "-p", "no:cacheprovider", "--color=no", "--rootdir", HERE, HERE] + sys.argv[1:]
+    rest = sys.argv[1:]
+    folder = HERE
+    if rest and os.path.isdir(rest[0]):
+        folder, rest = os.path.abspath(rest[0]), rest[1:]
+    args = ["-x", "-p", "no:cacheprovider", "--color=no", "--rootdir", folder, folder] + rest
     rank = world_rank()
     if rank == 0:
         return pytest.main(args)

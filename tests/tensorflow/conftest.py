@@ -1,4 +1,4 @@
-"""Every test in this folder runs on all ranks of an mpirun job (see run_pytest.py).
+"""Every test in this folder runs on all ranks of an mpirun job (see tests/python/run_pytest.py).
 
 Tests must make the same collective calls in the same order on every rank, and
 skip on all ranks or none. MGS_COMPRESSOR is read once, at init: tests that
