@@ -43,13 +43,15 @@ fi
 
 # TensorFlow CPU for the mgs.tensorflow tests: from PyPI into a virtual
 # environment (CMake registers those tests only when it exists). TensorFlow
-# brings NumPy 2, which Debian's SciPy/scikit-learn cannot load, so the venv
-# gets its own copies of those too.
-if [ "$mode" = test ] && [ ! -x "$root/.venv-tf/bin/python" ]; then
+# brings NumPy 2, which Debian's compiled SciPy, scikit-learn and matplotlib
+# (Keras imports it) cannot load, so the venv gets its own copies of those.
+# A marker records a complete install, so an interrupted one is redone.
+if [ "$mode" = test ] && [ ! -f "$root/.venv-tf/.mgs-complete" ]; then
   step "creating .venv-tf with tensorflow-cpu (PyPI)"
   /usr/bin/python3 -m venv --system-site-packages "$root/.venv-tf"
   "$root/.venv-tf/bin/pip" install -q tensorflow-cpu
-  "$root/.venv-tf/bin/pip" install -q --ignore-installed "numpy>=2" scipy scikit-learn
+  "$root/.venv-tf/bin/pip" install -q --ignore-installed "numpy>=2" scipy scikit-learn matplotlib
+  touch "$root/.venv-tf/.mgs-complete"
 fi
 
 # --- 2. Build -----------------------------------------------------------------
