@@ -1,48 +1,16 @@
-"""Gradient compression applied in Python before a tensor is handed to mgs (Horovod's Compression).
-
-These are the wire-format casts Horovod offers. mgs's own sparsification
-(MGS_COMPRESSOR) happens inside the runtime and is independent of them.
-"""
+"""Horovod's Compression for mgs.torch (see mgs._compression)."""
 
 import torch
 
-
-class Compressor:
-    """compress(tensor) -> (tensor to send, context); decompress(tensor, context) -> tensor."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
+from .._compression import Compressor, FP16CompressorBase, NoneCompressor  # noqa: F401
 
 
-class NoneCompressor(Compressor):
-    """Send tensors as they are."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class FP16Compressor(Compressor):
+class FP16Compressor(FP16CompressorBase):
     """Send floating-point tensors as float16 and cast the result back."""
 
-    @staticmethod
-    def compress(tensor):
-        if tensor.dtype.is_floating_point and tensor.dtype != torch.float16:
-            return tensor.to(torch.float16), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor if ctx is None else tensor.to(ctx)
+    half = torch.float16
+    is_float = staticmethod(lambda t: t.dtype.is_floating_point)
+    cast = staticmethod(lambda t, dtype: t.to(dtype))
 
 
 class Compression:
