@@ -1,5 +1,5 @@
 """Train examples/tensorflow/train_digits.py dense and with gaussiank at density 0.01 (no dense
-fallback) and check that the sparse run's final test accuracy is within 1 point of the dense one.
+fallback) and check that the sparse run's test accuracy (mean of the last 3 epochs) is within 1 point of the dense one.
 
 Usage: python check_digits.py MPIRUN_AND_ARGS... -- PYTHON [example args]
 e.g.   python check_digits.py mpirun --oversubscribe -np 2 -- .venv-tf/bin/python --epochs 10
@@ -24,7 +24,11 @@ def train(mpirun, python, extra, env_extra, label, out):
     cmd = mpirun + exports + [python, str(EXAMPLE), "--json", str(out)] + extra
     print(f"== {label}: {' '.join(cmd)}", flush=True)
     subprocess.run(cmd, env=env, check=True, timeout=600)
-    return json.loads(out.read_text())["history"][-1]["test_accuracy"]
+    # Mean test accuracy of the last three epochs: one image is 0.28 points,
+    # and the sparse run's plan depends on measured timings, so a single
+    # epoch's figure moves by an image or two between runs.
+    last = json.loads(out.read_text())["history"][-3:]
+    return sum(h["test_accuracy"] for h in last) / len(last)
 
 
 def main():
@@ -34,7 +38,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         dense = train(mpirun, python, extra, {}, "dense", Path(tmp) / "dense.json")
         sparse = train(mpirun, python, extra, SPARSE, "gaussiank, density 0.01", Path(tmp) / "sparse.json")
-    print(f"final test accuracy: dense {dense * 100:.2f}%, gaussiank(0.01) {sparse * 100:.2f}%", flush=True)
+    print(f"test accuracy (mean of the last 3 epochs): dense {dense * 100:.2f}%, gaussiank(0.01) {sparse * 100:.2f}%", flush=True)
     if dense < 0.95:
         print("dense accuracy below 95%", file=sys.stderr)
         return 1
