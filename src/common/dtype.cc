@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace mgs {
 
@@ -142,6 +143,52 @@ void toDouble(const void* src, DataType dtype, size_t n, double* dst) { convertF
 void fromDouble(const double* src, DataType dtype, size_t n, void* dst) { convertTo(src, n, dst, dtype); }
 void toFloat(const void* src, DataType dtype, size_t n, float* dst) { convertFrom(src, n, dst, dtype); }
 void fromFloat(const float* src, DataType dtype, size_t n, void* dst) { convertTo(src, n, dst, dtype); }
+
+namespace {
+template <typename Load>
+void addInto(size_t n, float f, bool overwrite, float* dst, Load load) {
+  if (overwrite && f == 1.0f) {
+    for (size_t i = 0; i < n; ++i) dst[i] = load(i);
+  } else if (overwrite) {
+    for (size_t i = 0; i < n; ++i) dst[i] = load(i) * f;
+  } else if (f == 1.0f) {
+    for (size_t i = 0; i < n; ++i) dst[i] += load(i);
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      const float x = load(i) * f;
+      dst[i] += x;
+    }
+  }
+}
+}  // namespace
+
+void addIntoFloat(const void* src, DataType dtype, size_t n, double prescale, bool overwrite, float* dst) {
+  const float f = static_cast<float>(prescale);
+  switch (dtype) {
+    case MGS_FLOAT32: {
+      auto* s = static_cast<const float*>(src);
+      addInto(n, f, overwrite, dst, [s](size_t i) { return s[i]; });
+      return;
+    }
+    case MGS_FLOAT16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      addInto(n, f, overwrite, dst, [s](size_t i) { return halfToFloat(s[i]); });
+      return;
+    }
+    case MGS_BFLOAT16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      addInto(n, f, overwrite, dst, [s](size_t i) { return bfloat16ToFloat(s[i]); });
+      return;
+    }
+    default: {
+      // Other dtypes never reach the sparse path; convert through a copy.
+      std::vector<float> tmp(n);
+      toFloat(src, dtype, n, tmp.data());
+      addInto(n, f, overwrite, dst, [&tmp](size_t i) { return tmp[i]; });
+      return;
+    }
+  }
+}
 
 void scaleHost(void* data, DataType dtype, size_t n, double factor) {
   if (factor == 1.0) return;

@@ -29,6 +29,10 @@ uint16_t floatToBfloat16(float f);
 void toDouble(const void* src, DataType dtype, size_t n, double* dst);
 void fromDouble(const double* src, DataType dtype, size_t n, void* dst);
 void toFloat(const void* src, DataType dtype, size_t n, float* dst);
+// dst[i] = float(src[i]) * float(prescale) + dst[i] (or without "+ dst[i]"
+// when overwrite): the gradient added into its residual when a bucket fuses.
+// The product is rounded before the sum, as toFloat then scaleHost would.
+void addIntoFloat(const void* src, DataType dtype, size_t n, double prescale, bool overwrite, float* dst);
 void fromFloat(const float* src, DataType dtype, size_t n, void* dst);
 
 // x[i] *= factor for `n` elements of `dtype` on the host (integers: in double,

@@ -1,13 +1,21 @@
-// Error-feedback residuals, one fp32 buffer per tensor name. Residuals are
-// per tensor (not per bucket) so they survive re-planning: a bucket gathers
-// its members' residuals, the selector updates them, and they are written
-// back. The coordinator is the only writer; framework threads may read a
-// copy (mgs_residual_copy) for checkpoints and tests.
+// Error-feedback residuals, one fp32 slice per tensor name. Residuals are
+// per tensor (not per bucket) so they survive re-planning, but they are
+// stored in slabs laid out like the bucket that last used them: a bucket asks
+// for contiguous() storage of its members and gets the slab itself when the
+// layout already matches (every step once the plan is stable), so the
+// pipeline adds gradients into it and the selector works on it in place, with
+// no gather or scatter copies. A new layout (a new plan, a partial bucket)
+// moves the members' residuals into a new slab once.
+//
+// The coordinator is the only writer and holds lock() while it updates a slab;
+// framework threads read or restore copies (mgs_residual_copy/restore).
 #pragma once
 
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -16,6 +24,18 @@ namespace mgs {
 
 class ResidualStore {
  public:
+  struct Member {
+    const std::string* name;
+    size_t n;
+  };
+
+  // Held by the coordinator around contiguous() and the in-place update.
+  std::unique_lock<std::mutex> lock() const { return std::unique_lock<std::mutex>(mu_); }
+  // Contiguous storage for the residuals of `members`, in this order (zeros
+  // for a name without a residual of that size). Valid until the next call;
+  // the caller holds lock().
+  float* contiguous(const std::vector<Member>& members);
+
   // Copy the residual of `name` (zeros if none yet) into dst[0..n).
   void read(const std::string& name, float* dst, size_t n) const;
   // Store src[0..n) as the residual of `name`.
@@ -25,8 +45,15 @@ class ResidualStore {
   Status copyIn(const std::string& name, const float* src, size_t n);
 
  private:
+  struct Slot {
+    std::shared_ptr<std::vector<float>> slab;
+    size_t offset = 0, n = 0;
+    float* data() const { return slab->data() + offset; }
+  };
+  void writeLocked(const std::string& name, const float* src, size_t n);
+
   mutable std::mutex mu_;
-  std::unordered_map<std::string, std::vector<float>> map_;
+  std::unordered_map<std::string, Slot> map_;
 };
 
 }  // namespace mgs

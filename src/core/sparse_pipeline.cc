@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -239,146 +240,260 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   const auto t0 = Clock::now();
   size_t n = 0;
   for (auto& m : members) n += m.input.numel();
-  x_.resize(n);
-  res_.resize(n);
-  Status st;
-  size_t off = 0;
-  for (auto& m : members) {
-    const size_t cnt = m.input.numel();
-    const void* src = m.input.data;
-    if (m.input.onCuda()) {
-      stage_.resize(m.input.bytes());
-      st = device::waitReady(m.input);
-      if (st.ok()) st = device::copyToHost(stage_.data(), m.input, stage_.size());
-      src = stage_.data();
-    }
-    if (!st.ok()) break;
-    toFloat(src, m.input.dtype, cnt, x_.data() + off);
-    if (m.sig.prescale != 1.0) scaleHost(x_.data() + off, MGS_FLOAT32, cnt, m.sig.prescale);
-    if (config_.error_feedback) residuals_.read(m.name, res_.data() + off, cnt);
-    else std::fill(res_.begin() + off, res_.begin() + off + cnt, 0.0f);
-    off += cnt;
-  }
-  if (timeline_)
-    for (auto& m : members) timeline_->span(m.name, "FUSE", t0, Clock::now());
-
-  // Collective part: every rank runs it for this bucket, even after a local
-  // staging error, so that the others are not left waiting.
-  Status ex = exchange(members, currentDensity(), out_);
-  if (st.ok()) st = ex;
-
-  const auto t1 = Clock::now();
-  off = 0;
-  for (auto& m : members) {
-    const size_t cnt = m.input.numel();
-    if (st.ok()) {
-      const double factor = m.sig.postscale / (m.sig.reduce_op == MGS_REDUCE_AVERAGE ? comm_.size() : 1);
-      float* res = out_.data() + off;
-      if (factor != 1.0) scaleHost(res, MGS_FLOAT32, cnt, factor);
-      if (m.output.onCuda()) {
-        stage_.resize(m.output.bytes());
-        fromFloat(res, m.output.dtype, cnt, stage_.data());
-        Status cs = device::copyFromHost(m.output, stage_.data(), stage_.size());
-        if (!cs.ok()) st = cs;
-      } else {
-        fromFloat(res, m.output.dtype, cnt, m.output.data);
-      }
-      if (config_.error_feedback) residuals_.write(m.name, res_.data() + off, cnt);
-    }
-    off += cnt;
-  }
-  if (timeline_)
-    for (auto& m : members) timeline_->span(m.name, "UNFUSE", t1, Clock::now());
-  for (auto& m : members) complete_(m, st);
-}
-
-Status SparsePipeline::exchange(std::vector<Request>& members, double density, std::vector<float>& out) {
-  const size_t n = x_.size();
+  const double density = currentDensity();
   const int P = comm_.size();
-  const size_t k = compress::kForDensity(n, density);
-  out.resize(n);
+  const std::string name = bucketName(members);
   bool dense = config_.dense_fallback && density * P >= 1.0;  // the 1/P rule until the cost model is measured
   if (have_cost_ && config_.dense_fallback)
     dense = cost_.allreduce.seconds(4.0 * n) <=
-            cost_.sparsify.seconds(static_cast<int64_t>(n)) + cost_.allgather.seconds(8.0 * P * k);
+            cost_.sparsify.seconds(static_cast<int64_t>(n)) +
+                cost_.allgather.seconds(8.0 * P * compress::kForDensity(n, density));
+
+  // Local part, under the residual lock: add the gradients into the bucket's
+  // residual slab (acc = gradient + residual), then select in place, or for a
+  // dense bucket move acc out and zero the residual. A local error (staging
+  // a CUDA tensor, a non-finite gradient) is announced in the collective part
+  // so that every rank fails the bucket together.
+  Status local;
+  size_t count = 0;
+  compress::SelectResult sel_res;
+  {
+    std::unique_lock<std::mutex> lk;
+    float* r;
+    if (config_.error_feedback) {
+      lk = residuals_.lock();
+      std::vector<ResidualStore::Member> ms;
+      for (auto& m : members) ms.push_back({&m.name, m.input.numel()});
+      r = residuals_.contiguous(ms);
+    } else {
+      res_.resize(n);
+      r = res_.data();
+    }
+    // One f32 host tensor: the selector reads it directly (acc = x + r in its pass).
+    const Request& m0 = members[0];
+    const void* x = nullptr;
+    if (members.size() == 1 && config_.error_feedback && !m0.input.onCuda() && m0.input.dtype == MGS_FLOAT32 &&
+        m0.sig.prescale == 1.0) {
+      x = m0.input.data;
+    } else {
+      size_t off = 0;
+      for (auto& m : members) {
+        const size_t cnt = m.input.numel();
+        const void* src = m.input.data;
+        if (m.input.onCuda()) {
+          stage_.resize(m.input.bytes());
+          local = device::waitReady(m.input);
+          if (local.ok()) local = device::copyToHost(stage_.data(), m.input, stage_.size());
+          src = stage_.data();
+        }
+        if (!local.ok()) {
+          local = Status(local.code(), "rank " + std::to_string(comm_.rank()) + ", tensor '" + m.name +
+                                           "': " + local.message());
+          break;
+        }
+        addIntoFloat(src, m.input.dtype, cnt, m.sig.prescale, !config_.error_feedback, r + off);
+        off += cnt;
+      }
+    }
+    if (timeline_)
+      for (auto& m : members) timeline_->span(m.name, "FUSE", t0, Clock::now());
+
+    if (dense) {
+      out_.resize(n);
+      if (x) {
+        const float* xf = static_cast<const float*>(x);
+        for (size_t i = 0; i < n; ++i) out_[i] = xf[i] + r[i];
+      } else if (n) {
+        std::memcpy(out_.data(), r, n * sizeof(float));
+      }
+      std::fill(r, r + n, 0.0f);  // everything is sent
+    } else if (local.ok()) {
+      const auto ts = Clock::now();
+      const compress::Selector& sel = selectorFor(density);
+      cap_ = std::max<size_t>(sel.maxCount(n), 1);
+      send_.resize(8 * cap_);
+      workspace_.resize(sel.workspaceBytes(n));
+      compress::SelectArgs a;
+      a.x = x;
+      a.dtype = MGS_FLOAT32;
+      a.residual = r;
+      a.n = n;
+      a.outValues = reinterpret_cast<float*>(send_.data());
+      a.outIndices = reinterpret_cast<uint32_t*>(send_.data() + 4 * cap_);
+      a.workspace = workspace_.data();
+      a.workspaceBytes = workspace_.size();
+      a.step = step_;
+      a.name = name.c_str();
+      local = sel.select(a, &sel_res);
+      if (local.ok()) {
+        count = sel_res.count;
+        // Pack as [values | indices] for one allgatherv.
+        if (count) std::memmove(send_.data() + 4 * count, send_.data() + 4 * cap_, 4 * count);
+      } else {
+        local = Status(local.code(), "rank " + std::to_string(comm_.rank()) + ": " + local.message());
+      }
+      if (timeline_)
+        for (auto& m : members)
+          timeline_->span(m.name, "SELECT", ts, Clock::now(),
+                          "{\"count\":" + std::to_string(sel_res.count) + ",\"k\":" + std::to_string(sel_res.k) +
+                              "}");
+    }
+  }
+
+  // Collective part: every rank runs it for this bucket.
+  Status st = dense ? exchangeDense(members, n, local) : exchangeSparse(members, n, count, sel_res, local);
+  if (st.ok() && !local.ok()) st = local;
+  for (auto& m : members) complete_(m, st);
+}
+
+Status SparsePipeline::exchangeDense(std::vector<Request>& members, size_t n, const Status& local) {
+  auto t0 = Clock::now();
+  stats_.dense_bytes += 4 * n;
+  MGS_RETURN_IF_ERROR(comm_.allreduce(out_.data(), n, MGS_FLOAT32, CommOp::kSum));
+  if (timeline_)
+    for (auto& m : members) timeline_->span(m.name, "ALLREDUCE_DENSE_BUCKET", t0, Clock::now());
+  ++stats_.dense_buckets;
+  stats_.bytes_sent += 4 * n;
+  if (!local.ok()) return local;
+  t0 = Clock::now();
+  size_t off = 0;
+  Status st;
+  for (auto& m : members) {
+    const size_t cnt = m.input.numel();
+    float* res = out_.data() + off;
+    scaleHost(res, MGS_FLOAT32, cnt, outputFactor(m));
+    Status ws = writeOutput(m, res, cnt);
+    if (st.ok()) st = ws;
+    off += cnt;
+  }
+  if (timeline_)
+    for (auto& m : members) timeline_->span(m.name, "UNFUSE", t0, Clock::now());
+  return st;
+}
+
+double SparsePipeline::outputFactor(const Request& m) const {
+  return m.sig.postscale / (m.sig.reduce_op == MGS_REDUCE_AVERAGE ? comm_.size() : 1);
+}
+
+Status SparsePipeline::writeOutput(const Request& m, const float* src, size_t cnt) {
+  if (m.output.onCuda()) {
+    stage_.resize(m.output.bytes());
+    fromFloat(src, m.output.dtype, cnt, stage_.data());
+    return device::copyFromHost(m.output, stage_.data(), stage_.size());
+  }
+  if (static_cast<const void*>(src) != m.output.data) fromFloat(src, m.output.dtype, cnt, m.output.data);
+  return Status::OK();
+}
+
+Status SparsePipeline::exchangeSparse(std::vector<Request>& members, size_t n, size_t count,
+                                      const compress::SelectResult& sel, const Status& local) {
+  const int P = comm_.size();
+  const std::string name = bucketName(members);
   auto span = [&](const char* what, Clock::time_point t0, const std::string& args = "") {
     if (timeline_)
       for (auto& m : members) timeline_->span(m.name, what, t0, Clock::now(), args);
   };
   stats_.dense_bytes += 4 * n;
-  if (dense) {
-    // Send everything: the residual is folded in and becomes zero.
-    const auto t0 = Clock::now();
-    for (size_t i = 0; i < n; ++i) out[i] = x_[i] + res_[i];
-    std::fill(res_.begin(), res_.end(), 0.0f);
-    MGS_RETURN_IF_ERROR(comm_.allreduce(out.data(), n, MGS_FLOAT32, CommOp::kSum));
-    span("ALLREDUCE_DENSE_BUCKET", t0);
-    ++stats_.dense_buckets;
-    stats_.bytes_sent += 4 * n;
-    return Status::OK();
-  }
 
+  // Counts; a failed rank announces UINT64_MAX so every rank fails the bucket
+  // together instead of waiting in the allgather.
   auto t0 = Clock::now();
-  const compress::Selector& sel = selectorFor(density);
-  const size_t cap = sel.maxCount(n);
-  values_.resize(std::max<size_t>(cap, 1));
-  indices_.resize(std::max<size_t>(cap, 1));
-  workspace_.resize(sel.workspaceBytes(n));
-  const std::string name = bucketName(members);
-  compress::SelectArgs a;
-  a.x = x_.data();
-  a.dtype = MGS_FLOAT32;
-  a.residual = res_.data();
-  a.n = n;
-  a.outValues = values_.data();
-  a.outIndices = indices_.data();
-  a.workspace = workspace_.data();
-  a.workspaceBytes = workspace_.size();
-  a.step = step_;
-  a.name = name.c_str();
-  compress::SelectResult r;
-  const Status sel_st = sel.select(a, &r);
-  span("SELECT", t0, "{\"count\":" + std::to_string(r.count) + ",\"k\":" + std::to_string(r.k) + "}");
-
-  // Counts; a failed selection is announced as UINT64_MAX so every rank fails
-  // the bucket together instead of waiting in the allgather.
-  t0 = Clock::now();
-  uint64_t mine = sel_st.ok() ? r.count : UINT64_MAX;
-  std::vector<uint64_t> counts(P);
-  MGS_RETURN_IF_ERROR(comm_.allgather(&mine, sizeof mine, counts.data()));
+  uint64_t mine = local.ok() ? count : UINT64_MAX;
+  counts_.resize(P);
+  MGS_RETURN_IF_ERROR(comm_.allgather(&mine, sizeof mine, counts_.data()));
   span("COUNT_EXCHANGE", t0);
   std::string failed;
   for (int i = 0; i < P; ++i)
-    if (counts[i] == UINT64_MAX) failed += (failed.empty() ? "" : ", ") + std::to_string(i);
+    if (counts_[i] == UINT64_MAX) failed += (failed.empty() ? "" : ", ") + std::to_string(i);
   if (!failed.empty()) {
-    if (!sel_st.ok()) return Status(sel_st.code(), "rank " + std::to_string(comm_.rank()) + ": " + sel_st.message());
+    if (!local.ok()) return local;
     return Status(Code::kNumeric, "sparse allreduce of " + name + " failed on ranks " + failed +
                                       " (see their error, e.g. non-finite gradient values)");
   }
 
+  // One allgatherv of [values | indices] per rank.
   t0 = Clock::now();
   size_t total = 0;
-  std::vector<size_t> bytes(P), sizes(P);
+  std::vector<size_t> bytes(P);
   for (int i = 0; i < P; ++i) {
-    sizes[i] = counts[i];
-    bytes[i] = counts[i] * 4;
-    total += counts[i];
+    MGS_ENSURE(counts_[i] <= n, kInternal, "rank " << i << " announced " << counts_[i] << " pairs for " << name
+                                                   << " of " << n << " elements");
+    bytes[i] = counts_[i] * 8;
+    total += counts_[i];
   }
-  all_values_.resize(std::max<size_t>(total, 1));
-  all_indices_.resize(std::max<size_t>(total, 1));
-  MGS_RETURN_IF_ERROR(comm_.allgatherv(values_.data(), mine * 4, all_values_.data(), bytes));
-  MGS_RETURN_IF_ERROR(comm_.allgatherv(indices_.data(), mine * 4, all_indices_.data(), bytes));
+  recv_.resize(std::max<size_t>(8 * total, 8));
+  MGS_RETURN_IF_ERROR(comm_.allgatherv(send_.data(), 8 * count, recv_.data(), bytes));
   span("ALLGATHER", t0, "{\"pairs\":" + std::to_string(total) + "}");
 
+  // Scatter-add straight into the outputs (host float32) or a staging slice,
+  // in rank order from +0, then scale every touched entry once: bitwise the
+  // same on every rank, and the same as compress::scatterAdd.
   t0 = Clock::now();
-  MGS_RETURN_IF_ERROR(compress::scatterAdd(all_values_.data(), all_indices_.data(), sizes.data(), P, n, 1.0f,
-                                           out.data()));
+  const size_t M = members.size();
+  dest_.resize(M);
+  offsets_.resize(M + 1);
+  offsets_[0] = 0;
+  bool staged = false;
+  for (size_t i = 0; i < M; ++i) offsets_[i + 1] = offsets_[i] + members[i].input.numel();
+  for (size_t i = 0; i < M; ++i) {
+    const Request& m = members[i];
+    if (!m.output.onCuda() && m.output.dtype == MGS_FLOAT32) {
+      dest_[i] = static_cast<float*>(m.output.data);
+    } else {
+      if (!staged) out_.resize(n);
+      staged = true;
+      dest_[i] = out_.data() + offsets_[i];
+    }
+    std::fill(dest_[i], dest_[i] + (offsets_[i + 1] - offsets_[i]), 0.0f);
+  }
+  auto memberOf = [&](uint32_t idx) {
+    return static_cast<size_t>(std::upper_bound(offsets_.begin() + 1, offsets_.end(), idx) - offsets_.begin() - 1);
+  };
+  touched_.resize((n + 63) / 64, 0);
+  size_t pos = 0;
+  for (int r = 0; r < P; ++r) {
+    const size_t c = counts_[r];
+    const float* v = reinterpret_cast<const float*>(recv_.data() + pos);
+    const uint32_t* idx = reinterpret_cast<const uint32_t*>(recv_.data() + pos + 4 * c);
+    for (size_t j = 0; j < c; ++j) {
+      const uint32_t i = idx[j];
+      MGS_ENSURE(i < n, kInternal, "rank " << r << " sent index " << i << " for " << name << " of " << n
+                                          << " elements");
+      const size_t b = memberOf(i);
+      dest_[b][i - offsets_[b]] += v[j];
+      touched_[i >> 6] |= uint64_t{1} << (i & 63);
+    }
+    pos += 8 * c;
+  }
+  pos = 0;
+  for (int r = 0; r < P; ++r) {
+    const size_t c = counts_[r];
+    const uint32_t* idx = reinterpret_cast<const uint32_t*>(recv_.data() + pos + 4 * c);
+    for (size_t j = 0; j < c; ++j) {
+      const uint32_t i = idx[j];
+      const uint64_t bit = uint64_t{1} << (i & 63);
+      if (!(touched_[i >> 6] & bit)) continue;  // already scaled (a duplicate)
+      touched_[i >> 6] &= ~bit;                  // leaves the bitmap all zero
+      const size_t b = memberOf(i);
+      const float f = static_cast<float>(outputFactor(members[b]));
+      if (f != 1.0f) dest_[b][i - offsets_[b]] *= f;
+    }
+    pos += 8 * c;
+  }
+  Status st;
+  if (staged) {
+    for (size_t i = 0; i < M; ++i) {
+      if (dest_[i] == members[i].output.data) continue;
+      Status ws = writeOutput(members[i], dest_[i], offsets_[i + 1] - offsets_[i]);
+      if (st.ok()) st = ws;
+    }
+  }
   span("SCATTER_ADD", t0);
   ++stats_.buckets;
-  stats_.selected += r.count;
-  stats_.target += r.k;
-  stats_.bytes_sent += 8 * r.count;
-  return Status::OK();
+  stats_.selected += count;
+  stats_.target += sel.k;
+  stats_.bytes_sent += 8 * count;
+  return st;
 }
 
 void SparsePipeline::failHeld(const Status& st) {

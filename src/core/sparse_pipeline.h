@@ -86,7 +86,11 @@ class SparsePipeline {
   void flushPartialBuckets();
   Status replan();
   void runBucket(std::vector<Request>& members);
-  Status exchange(std::vector<Request>& members, double density, std::vector<float>& out);
+  Status exchangeDense(std::vector<Request>& members, size_t n, const Status& local);
+  Status exchangeSparse(std::vector<Request>& members, size_t n, size_t count, const compress::SelectResult& sel,
+                        const Status& local);
+  double outputFactor(const Request& m) const;
+  Status writeOutput(const Request& m, const float* src, size_t cnt);
   double currentDensity() const;
   const compress::Selector& selectorFor(double density);
 
@@ -111,8 +115,12 @@ class SparsePipeline {
   std::map<double, std::unique_ptr<compress::Selector>> selectors_;
 
   // Reused buffers (no allocation in steady state).
-  std::vector<float> x_, res_, out_, values_, all_values_;
-  std::vector<uint32_t> indices_, all_indices_;
+  std::vector<float> res_, out_;          // residual without error feedback; dense/staged outputs
+  std::vector<char> send_, recv_;         // [values | indices] of this rank / of all ranks
+  size_t cap_ = 0;                        // selector output capacity in send_
+  std::vector<uint64_t> counts_, touched_;  // per-rank counts; bitmap of scaled entries (kept zero)
+  std::vector<float*> dest_;              // per member: where its result goes
+  std::vector<size_t> offsets_;           // member offsets in the bucket (M + 1)
   std::vector<char> workspace_, stage_;
   SparseStats stats_;
 };
