@@ -2,9 +2,10 @@
 // buffer and against an exact top-k baseline, measured in the same run.
 //   mgs-bench-compress --device cpu --selector ldte --n 16777216 --density 0.001 --json
 //   mgs-bench-compress --sweep            (n = 2^16..2^26, rho 0.1% and 1%, all selectors)
+//   mgs-bench-compress --inplace ...      (CPU: x = nullptr, the residual holds acc = x)
 // One JSON object per measurement (--json), else a table. Fields:
 //   selector device dist n k count count_err median_ms passes gbps copy_ms copy_ratio
-//   baseline baseline_ms speedup
+//   baseline baseline_ms speedup inplace
 // gbps: input bytes (n * 4) per second. copy_ms: one read+write pass of the
 // same n floats (memcpy / cudaMemcpy D2D). copy_ratio = median_ms / copy_ms.
 // baseline: CPU std::nth_element on |acc| (on a copy; the copy is not timed);
@@ -25,9 +26,11 @@
 namespace mgs::bench {
 namespace {
 
-// CPU: select() from the same residual every repetition (restored untimed).
+// CPU: select() from the same residual every repetition (restored untimed):
+// zero with x as the gradient, or (inplace) x itself with SelectArgs::x null,
+// as the runtime calls it after adding the gradient into the residual.
 Row runCpu(const std::string& name, const std::string& dist, size_t n, double density, int reps,
-           const std::vector<float>& x, int threads) {
+           const std::vector<float>& x, int threads, bool inplace) {
   compress::SelectorOptions o;
   o.density = density;
   o.numThreads = threads;
@@ -37,11 +40,11 @@ Row runCpu(const std::string& name, const std::string& dist, size_t n, double de
     std::fprintf(stderr, "%s\n", st.toString().c_str());
     std::exit(2);
   }
-  std::vector<float> r(n), r0(n, 0.0f), values(sel->maxCount(n));
+  std::vector<float> r(n), r0(inplace ? x : std::vector<float>(n, 0.0f)), values(sel->maxCount(n));
   std::vector<uint32_t> idx(values.size());
   std::vector<std::max_align_t> ws(sel->workspaceBytes(n) / sizeof(std::max_align_t) + 1);
   compress::SelectArgs a;
-  a.x = x.data();
+  a.x = inplace ? nullptr : x.data();
   a.residual = r.data();
   a.n = n;
   a.outValues = values.data();
@@ -65,6 +68,7 @@ Row runCpu(const std::string& name, const std::string& dist, size_t n, double de
   row.count = res.count;
   row.ms = median(t);
   row.passes = res.passes;
+  row.inplace = inplace;
   return row;
 }
 
@@ -102,7 +106,7 @@ int main(int argc, char** argv) {
   std::vector<size_t> ns = {size_t{1} << 24};
   std::vector<double> densities = {0.001};
   int reps = 5, threads = 0;
-  bool json = false, sweep = false;
+  bool json = false, sweep = false, inplace = false;
   app.add_option("--device", device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--selector", selector, "topk, gaussiank, ldte, dgc, randomk, none or all");
   app.add_option("--n", ns, "buffer sizes");
@@ -111,6 +115,7 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed repetitions (median reported)");
   app.add_option("--threads", threads, "CPU threads (0: OpenMP default)");
   app.add_flag("--json", json, "one JSON object per line");
+  app.add_flag("--inplace", inplace, "CPU: in-place mode (x = nullptr, the residual holds acc)");
   app.add_flag("--sweep", sweep, "n = 2^16..2^26 (x4), rho = 0.001 and 0.01");
   CLI11_PARSE(app, argc, argv);
   if (sweep) {
@@ -120,12 +125,16 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> names = {"topk", "gaussiank", "ldte", "dgc", "randomk", "none"};
   if (selector != "all") names = {selector};
+  if (device == "cuda" && inplace) {
+    std::fprintf(stderr, "mgs-bench-compress: --inplace is a CPU mode (the GPU selector needs x)\n");
+    return 2;
+  }
   if (device == "cuda" && !gpuAvailable()) {
     std::fprintf(stderr, "mgs-bench-compress: --device cuda needs a build with CUDA and a visible GPU\n");
     return 77;
   }
   if (!json)
-    std::printf("%-9s %-4s %-7s %9s %7s %7s %6s %9s %3s %7s %8s %6s %9s %7s\n", "selector", "dev",
+    std::printf("%-9s %-5s %-7s %9s %7s %7s %6s %9s %3s %7s %8s %6s %9s %7s\n", "selector", "dev",
                 "dist", "n", "k", "count", "err", "ms", "ps", "GB/s", "copy_ms", "x_copy",
                 "base_ms", "speedup");
   for (size_t n : ns) {
@@ -139,7 +148,7 @@ int main(int argc, char** argv) {
       const double copyMs = cpuCopyMs(x, reps);
       const double baseMs = cpuNthElementMs(x, k, std::min(reps, 3));
       for (const auto& name : names) {
-        Row row = runCpu(name, dist, n, rho, reps, x, threads);
+        Row row = runCpu(name, dist, n, rho, reps, x, threads, inplace);
         row.copyMs = copyMs;
         row.baseline = "std::nth_element";
         row.baselineMs = baseMs;

@@ -6,6 +6,10 @@
 #include <limits>
 #include <vector>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace mgs::compress::cpu {
 namespace {
 
@@ -15,14 +19,27 @@ constexpr size_t kStride = kHistBins + 1;
 // statistics over the same block (still in L1) in float (omp simd lanes),
 // flushed to double per block; no branches (non-finite entries are masked to
 // 0 on their bits). Float partial sums of 512 values lose nothing the threshold's
-// estimate could notice.
-template <typename Load>
-BufferStats accumulateChunk(Load load, float* r, size_t b, size_t e) {
+// estimate could notice. kHasX = false: r already holds acc (read only).
+// kCand: also append the finite entries with key >= tc to cv/ci (count in
+// *cnt, stores only below cap): a 32-entry group is scanned only when its
+// largest masked magnitude, a vectorisable float max, reaches tcf = the float
+// of tc (monotone in the key; under denormals-are-zero the float test can
+// only over-admit a group, and the scan compares integer keys).
+template <bool kHasX, bool kCand, typename Load>
+inline __attribute__((always_inline)) BufferStats fusedChunk(Load load, float* r, size_t b,
+                                                             size_t e, uint32_t tc, float* cv,
+                                                             uint32_t* ci, size_t cap,
+                                                             size_t* cnt) {
   constexpr size_t kBlock = 512;
+  constexpr size_t kGroup = 32;
   BufferStats s;
+  const float tcf = keyToMagnitude(tc);
+  size_t c = kCand ? *cnt : 0;
   for (size_t blk = b; blk < e; blk += kBlock) {
     const size_t end = std::min(e, blk + kBlock);
-    for (size_t i = blk; i < end; ++i) r[i] = load(i) + r[i];
+    if constexpr (kHasX) {
+      for (size_t i = blk; i < end; ++i) r[i] = load(i) + r[i];
+    }
     // omp simd licenses the reassociation the vectoriser needs for these sums.
     float sum = 0, sq = 0, ab = 0, mx = 0;
     uint32_t bad = 0;
@@ -48,6 +65,66 @@ BufferStats accumulateChunk(Load load, float* r, size_t b, size_t e) {
     s.sumAbs += ab;
     s.maxAbs = std::max(s.maxAbs, mx);
     s.nonFinite += bad;
+    if constexpr (kCand) {
+      if (!(mx >= tcf)) continue;  // nothing in this block reaches tc
+      for (size_t g = blk; g < end; g += kGroup) {
+        const size_t ge = std::min(end, g + kGroup);
+        float gm = 0;
+#pragma omp simd reduction(max : gm)
+        for (size_t i = g; i < ge; ++i) {
+          uint32_t u;
+          std::memcpy(&u, &r[i], 4);
+          const uint32_t a = u & 0x7fffffffu;
+          const uint32_t mbits = a < 0x7f800000u ? a : 0u;
+          float m;
+          std::memcpy(&m, &mbits, 4);
+          gm = gm > m ? gm : m;
+        }
+        if (!(gm >= tcf)) continue;
+        for (size_t i = g; i < ge; ++i) {
+          const uint32_t key = magnitudeKey(r[i]);
+          if (key >= tc && key < 0x7f800000u) {
+            if (c < cap) {
+              cv[c] = r[i];
+              ci[c] = static_cast<uint32_t>(i);
+            }
+            ++c;
+          }
+        }
+      }
+    }
+  }
+  if (kCand) *cnt = c;
+  return s;
+}
+
+template <bool kCand>
+BufferStats fusedChunkAny(const void* x, DataType dtype, float* r, size_t b, size_t e,
+                          uint32_t tc, float* cv, uint32_t* ci, size_t cap, size_t* cnt) {
+  if (x == nullptr)
+    return fusedChunk<false, kCand>([](size_t) { return 0.0f; }, r, b, e, tc, cv, ci, cap, cnt);
+  if (dtype == MGS_FLOAT16) {
+    const auto* h = static_cast<const uint16_t*>(x);
+    return fusedChunk<true, kCand>([h](size_t i) { return halfToFloat(h[i]); }, r, b, e, tc, cv,
+                                   ci, cap, cnt);
+  }
+  if (dtype == MGS_BFLOAT16) {
+    const auto* h = static_cast<const uint16_t*>(x);
+    return fusedChunk<true, kCand>([h](size_t i) { return bfloat16ToFloat(h[i]); }, r, b, e, tc,
+                                   cv, ci, cap, cnt);
+  }
+  const auto* f = static_cast<const float*>(x);
+  return fusedChunk<true, kCand>([f](size_t i) { return f[i]; }, r, b, e, tc, cv, ci, cap, cnt);
+}
+
+BufferStats reduceInChunkOrder(const std::vector<BufferStats>& part) {
+  BufferStats s;
+  for (const auto& p : part) {  // chunk order: same sums for any thread count
+    s.sum += p.sum;
+    s.sumSq += p.sumSq;
+    s.sumAbs += p.sumAbs;
+    s.maxAbs = std::max(s.maxAbs, p.maxAbs);
+    s.nonFinite += p.nonFinite;
   }
   return s;
 }
@@ -124,31 +201,119 @@ struct RandKey {
 
 }  // namespace
 
+std::atomic<size_t> testCandidateCapLimit{0};
+
 BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int chunks, [[maybe_unused]] int threads) {
   std::vector<BufferStats> part(chunks);
 #pragma omp parallel for schedule(static, 1) num_threads(threads)
   for (int c = 0; c < chunks; ++c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
-    if (dtype == MGS_FLOAT16) {
-      const auto* h = static_cast<const uint16_t*>(x);
-      part[c] = accumulateChunk([h](size_t i) { return halfToFloat(h[i]); }, r, b, e);
-    } else if (dtype == MGS_BFLOAT16) {
-      const auto* h = static_cast<const uint16_t*>(x);
-      part[c] = accumulateChunk([h](size_t i) { return bfloat16ToFloat(h[i]); }, r, b, e);
-    } else {
-      const auto* f = static_cast<const float*>(x);
-      part[c] = accumulateChunk([f](size_t i) { return f[i]; }, r, b, e);
+    part[c] = fusedChunkAny<false>(x, dtype, r, b, e, 0, nullptr, nullptr, 0, nullptr);
+  }
+  return reduceInChunkOrder(part);
+}
+
+BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t n, int chunks,
+                                 [[maybe_unused]] int threads, uint32_t tc, Candidates* cand) {
+  std::vector<BufferStats> part(chunks);
+  std::fill(cand->count, cand->count + cand->regions, size_t{0});
+  const int team = std::max(1, std::min(threads, cand->regions));
+#pragma omp parallel num_threads(team)
+  {
+    int t = 0, nt = 1;
+#ifdef _OPENMP
+    t = omp_get_thread_num();
+    nt = omp_get_num_threads();
+#endif
+    // Contiguous chunk ranges in thread order: region t's indices precede region t+1's.
+    const int c0 = static_cast<int>(int64_t{chunks} * t / nt);
+    const int c1 = static_cast<int>(int64_t{chunks} * (t + 1) / nt);
+    float* cv = cand->values + cand->cap * t;
+    uint32_t* ci = cand->indices + cand->cap * t;
+    size_t cnt = 0;
+    for (int c = c0; c < c1; ++c) {
+      const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
+      part[c] = fusedChunkAny<true>(x, dtype, r, b, e, tc, cv, ci, cand->cap, &cnt);
+    }
+    cand->count[t] = cnt;
+  }
+  cand->overflow = false;
+  for (int t = 0; t < cand->regions; ++t)
+    if (cand->count[t] > cand->cap) cand->overflow = true;
+  return reduceInChunkOrder(part);
+}
+
+namespace {
+template <typename Load>
+size_t sampleRange(Load load, const float* r, size_t b, size_t e, uint32_t* keys) {
+  size_t m = 0;
+  for (size_t i = b; i < e; ++i) {
+    const uint32_t k = magnitudeKey(load(i) + r[i]);
+    keys[m] = k;
+    m += k < 0x7f800000u;  // finite only
+  }
+  return m;
+}
+template <typename Load>
+size_t sampleAll(Load load, const float* r, size_t n, uint32_t* keys) {
+  if (n <= kSampleMax) return sampleRange(load, r, 0, n, keys);
+  constexpr size_t blocks = kSampleMax / kSampleBlock;
+  const size_t step = n / blocks;  // >= kSampleBlock
+  size_t m = 0;
+  for (size_t j = 0; j < blocks; ++j) m += sampleRange(load, r, j * step, j * step + kSampleBlock, keys + m);
+  return m;
+}
+}  // namespace
+
+size_t sampleKeys(const void* x, DataType dtype, const float* r, size_t n, uint32_t* keys) {
+  if (x == nullptr) return sampleAll([](size_t) { return 0.0f; }, r, n, keys);
+  if (dtype == MGS_FLOAT16) {
+    const auto* h = static_cast<const uint16_t*>(x);
+    return sampleAll([h](size_t i) { return halfToFloat(h[i]); }, r, n, keys);
+  }
+  if (dtype == MGS_BFLOAT16) {
+    const auto* h = static_cast<const uint16_t*>(x);
+    return sampleAll([h](size_t i) { return bfloat16ToFloat(h[i]); }, r, n, keys);
+  }
+  const auto* f = static_cast<const float*>(x);
+  return sampleAll([f](size_t i) { return f[i]; }, r, n, keys);
+}
+
+void candidateHistogram(const Candidates& cand, Window w, uint64_t* hist) {
+  std::fill(hist, hist + kStride, uint64_t{0});
+  for (int t = 0; t < cand.regions; ++t) {
+    const float* v = cand.values + cand.cap * t;
+    const size_t m = std::min(cand.count[t], cand.cap);
+    for (size_t j = 0; j < m; ++j) {
+      const int b = binOf(magnitudeKey(v[j]), w);
+      if (b >= 0) ++hist[b];
     }
   }
-  BufferStats s;
-  for (const auto& p : part) {  // chunk order: same sums for any thread count
-    s.sum += p.sum;
-    s.sumSq += p.sumSq;
-    s.sumAbs += p.sumAbs;
-    s.maxAbs = std::max(s.maxAbs, p.maxAbs);
-    s.nonFinite += p.nonFinite;
+}
+
+size_t compactCandidates(const Candidates& cand, const Selection& sel, float* r, float* values,
+                         uint32_t* indices) {
+  size_t off = 0, quota = sel.hasTie ? sel.quota : 0;
+  for (int t = 0; t < cand.regions; ++t) {
+    const float* v = cand.values + cand.cap * t;
+    const uint32_t* ix = cand.indices + cand.cap * t;
+    const size_t m = std::min(cand.count[t], cand.cap);
+    for (size_t j = 0; j < m; ++j) {
+      const uint32_t k = magnitudeKey(v[j]);
+      bool take = k >= sel.keyAll;
+      if (!take && quota > 0 && k >= sel.keyTie) {
+        take = true;
+        --quota;
+      }
+      if (take) {
+        values[off] = v[j];
+        indices[off] = ix[j];
+        r[ix[j]] = 0.0f;
+        ++off;
+      }
+    }
   }
-  return s;
+  return off;
 }
 
 void zeroNonFinite(float* r, size_t n, int chunks, [[maybe_unused]] int threads) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -29,8 +30,42 @@ inline size_t chunkBegin(size_t n, int chunks, int c) {
   return n / chunks * c + std::min<size_t>(c, n % chunks);
 }
 
-// r[i] = float(x[i]) + r[i]; returns the statistics of the new r.
+// r[i] = float(x[i]) + r[i]; returns the statistics of the new r. x == nullptr:
+// r already holds acc (in-place mode), nothing is written.
 BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int chunks, int threads);
+
+// Candidate list of the single-pass path: thread t of the fused pass owns the
+// contiguous chunk range [chunks*t/T, chunks*(t+1)/T) (T: threads in the
+// team) and appends to region t = [t*cap, (t+1)*cap) of values/indices, so
+// regions 0, 1, ... read in order are ascending by index. count[t] keeps
+// counting past cap (then overflow is true and the list is incomplete).
+struct Candidates {
+  float* values = nullptr;
+  uint32_t* indices = nullptr;
+  size_t cap = 0;       // entries per region
+  int regions = 0;      // >= the fused pass's thread count
+  size_t* count = nullptr;  // `regions` counters
+  bool overflow = false;
+  size_t total() const {
+    size_t t = 0;
+    for (int i = 0; i < regions; ++i) t += count[i];
+    return t;
+  }
+};
+
+// The fused pass: accumulate (as above; x == nullptr: in place, read only)
+// plus the candidate list of every finite entry with magnitudeKey >= tc
+// (tc >= 1). Statistics are reduced in chunk order as in accumulate(), so
+// they are bitwise those of accumulate() for any thread count.
+BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t n, int chunks,
+                                 int threads, uint32_t tc, Candidates* cand);
+
+// Keys of acc = float(x) + r (x == nullptr: r) at the sample positions
+// (samplePositions below), written nowhere else: finite entries only.
+// Returns how many keys were stored in `keys` (capacity kSampleMax).
+constexpr size_t kSampleMax = 65536;
+constexpr size_t kSampleBlock = 256;
+size_t sampleKeys(const void* x, DataType dtype, const float* r, size_t n, uint32_t* keys);
 // r[i] = 0 where r[i] is NaN or +-Inf.
 void zeroNonFinite(float* r, size_t n, int chunks, int threads);
 
@@ -48,6 +83,20 @@ void histogram(const KeySource& keys, size_t n, Window w, int chunks, int thread
 // `hist` is the per-chunk histogram of the window the search finished in.
 void compact(const KeySource& keys, size_t n, const Selection& sel, int chunks, int threads,
              const uint32_t* hist, float* r, float* values, uint32_t* indices);
+
+// Histogram of window `w` over the candidate list (single thread): the same
+// counts as histogram() over the whole buffer as long as w.lo >= tc and the
+// list is complete.
+void candidateHistogram(const Candidates& cand, Window w, uint64_t* hist);
+// Compaction from the candidate list: every candidate with key >= keyAll plus
+// the first `quota` (index order) with key in [keyTie, keyAll); values and
+// indices ascending, r zeroed at those indices. Returns the count written.
+size_t compactCandidates(const Candidates& cand, const Selection& sel, float* r, float* values,
+                         uint32_t* indices);
+
+// Tests only: when nonzero, caps the entries per candidate region (the
+// workspace keeps its size), which forces the overflow fallback.
+extern std::atomic<size_t> testCandidateCapLimit;
 
 // Dense path (none, k >= n): values = r, indices = 0..n-1, r = 0.
 void takeAll(float* r, size_t n, int chunks, int threads, float* values, uint32_t* indices);

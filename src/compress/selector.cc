@@ -29,18 +29,25 @@ constexpr size_t kAlign = 64;
 size_t alignUp(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 size_t histBytes(int chunks) { return alignUp(sizeof(uint32_t) * (kHistBins + 1) * chunks); }
 
-// The whole search on the CPU: histogram passes until the search finishes.
-void runSearch(ThresholdSearch* search, const cpu::KeySource& keys, size_t n, int chunks,
-               int threads, uint32_t* hist) {
-  std::vector<uint64_t> total(kHistBins + 1);
-  while (!search->done()) {
-    cpu::histogram(keys, n, search->window(), chunks, threads, hist);
-    std::fill(total.begin(), total.end(), 0);
-    for (int c = 0; c < chunks; ++c)
-      for (uint32_t b = 0; b <= kHistBins; ++b) total[b] += hist[c * (kHistBins + 1) + b];
-    search->consume(total.data());
-  }
+static_assert(cpu::kSampleMax * sizeof(uint32_t) <= sizeof(uint32_t) * (kHistBins + 1) * cpu::kMaxChunks,
+              "the sample keys reuse the histogram workspace");
+
+// One full-buffer histogram pass of the search's window, summed over chunks.
+void fullHistogram(const ThresholdSearch& search, const cpu::KeySource& keys, size_t n,
+                   int chunks, int threads, uint32_t* hist, uint64_t* total) {
+  cpu::histogram(keys, n, search.window(), chunks, threads, hist);
+  std::fill(total, total + kHistBins + 1, uint64_t{0});
+  for (int c = 0; c < chunks; ++c)
+    for (uint32_t b = 0; b <= kHistBins; ++b) total[b] += hist[c * (kHistBins + 1) + b];
 }
+
+// Candidate list sizing: the sample aims at ~kCandTarget * kHigh entries with
+// key >= tc; a thread's region holds kCandSlack * kHigh + 4096 (all of them
+// even when one thread's range holds every candidate), shrunk to 2/threads of
+// that (+4096) on many threads so that the workspace stays ~2x one list.
+constexpr size_t kCandTarget = 3;
+constexpr size_t kCandSlack = 8;
+constexpr size_t kCandMinSample = 16;
 
 }  // namespace
 
@@ -97,9 +104,23 @@ size_t Selector::maxCount(size_t n) const {
   return std::min(n, searchConfig(kind_, options_, k).kHigh);
 }
 
+size_t Selector::candidateCapacity(size_t n) const {
+  if (kind_ == SelectorKind::kNone || kind_ == SelectorKind::kRandomk) return 0;
+  const size_t k = kForDensity(n, options_.density);
+  if (k >= n) return 0;
+  const size_t kHigh = searchConfig(kind_, options_, k).kHigh;
+  if (kCandSlack * kHigh > n / 4) return 0;  // dense: the candidates would not pay
+  const size_t all = kCandSlack * kHigh + 4096;
+  return std::min(all, 2 * all / static_cast<size_t>(threads_) + 4096);
+}
+
 size_t Selector::workspaceBytes(size_t n) const {
   size_t b = histBytes(cpu::kMaxChunks);
   if (kind_ == SelectorKind::kDgc) b += alignUp(sizeof(uint32_t) * dgcSampleCapacity(n, options_.density));
+  if (const size_t cap = candidateCapacity(n)) {
+    b += alignUp(sizeof(size_t) * threads_);
+    b += 2 * alignUp(sizeof(float) * cap * threads_);
+  }
   return b;
 }
 
@@ -121,7 +142,7 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
     result->inBand = true;
     return Status::OK();
   }
-  MGS_ENSURE(a.x && a.residual && a.outValues && a.outIndices, kInvalidArgument,
+  MGS_ENSURE(a.residual && a.outValues && a.outIndices, kInvalidArgument,
              "select '" << a.name << "': null buffer");
   MGS_ENSURE(a.workspace != nullptr && a.workspaceBytes >= workspaceBytes(n), kInvalidArgument,
              "select '" << a.name << "': workspace " << a.workspaceBytes << " < "
@@ -129,8 +150,43 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
   const int chunks = cpu::chunksFor(n);
   const size_t k = kForDensity(n, options_.density);
   result->k = k;
+  char* ws = static_cast<char*>(a.workspace);
+  auto* hist = reinterpret_cast<uint32_t*>(ws);
+  size_t wsOff = histBytes(cpu::kMaxChunks);
+  uint32_t* dgcKeys = nullptr;
+  if (kind_ == SelectorKind::kDgc) {
+    dgcKeys = reinterpret_cast<uint32_t*>(ws + wsOff);
+    wsOff += alignUp(sizeof(uint32_t) * dgcSampleCapacity(n, options_.density));
+  }
+  const SearchConfig cfgBase = searchConfig(kind_, options_, k);
 
-  const cpu::BufferStats bs = cpu::accumulate(a.x, a.dtype, a.residual, n, chunks, threads_);
+  // Candidate floor tc from a sample of acc (nothing written): the key whose
+  // share of the sample is kCandTarget * kHigh / n. 0 = no candidate list.
+  uint32_t tc = 0;
+  cpu::Candidates cand;
+  if (const size_t cap = candidateCapacity(n)) {
+    auto* keys = hist;  // the histograms are not in use yet
+    const size_t s = cpu::sampleKeys(a.x, a.dtype, a.residual, n, keys);
+    const double share = static_cast<double>(kCandTarget * cfgBase.kHigh) / static_cast<double>(n);
+    const size_t want = std::max(kCandMinSample, static_cast<size_t>(std::ceil(share * s)));
+    if (want <= s) {
+      std::nth_element(keys, keys + (want - 1), keys + s, std::greater<uint32_t>());
+      tc = std::max<uint32_t>(keys[want - 1], 1);
+      cand.count = reinterpret_cast<size_t*>(ws + wsOff);
+      wsOff += alignUp(sizeof(size_t) * threads_);
+      cand.values = reinterpret_cast<float*>(ws + wsOff);
+      wsOff += alignUp(sizeof(float) * cap * threads_);
+      cand.indices = reinterpret_cast<uint32_t*>(ws + wsOff);
+      const size_t limit = cpu::testCandidateCapLimit.load();
+      cand.cap = limit ? std::min(cap, limit) : cap;
+      cand.regions = threads_;
+    }
+  }
+
+  // The one full pass: acc (unless in place), statistics, candidates.
+  const cpu::BufferStats bs =
+      tc ? cpu::accumulateCandidates(a.x, a.dtype, a.residual, n, chunks, threads_, tc, &cand)
+         : cpu::accumulate(a.x, a.dtype, a.residual, n, chunks, threads_);
   AccStats st{bs.sum, bs.sumSq, bs.sumAbs, bs.maxAbs, bs.nonFinite};
   const Moments m = moments(st, n);
   result->mean = m.mean;
@@ -156,8 +212,7 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
     return Status::OK();
   }
 
-  auto* hist = static_cast<uint32_t*>(a.workspace);
-  const SearchConfig cfg = searchConfig(kind_, options_, k);
+  SearchConfig cfg = cfgBase;
   cpu::KeySource keys{cpu::KeyKind::kMagnitude, a.residual, 0};
   const uint64_t top = uint64_t{magnitudeKey(bs.maxAbs)} + (bs.maxAbs > 0 ? 1 : 0);
   uint32_t lo = 1;
@@ -167,21 +222,52 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
     lo = randomStartKey(n, k);
   } else if (kind_ == SelectorKind::kDgc) {
     const DgcSample ds = dgcSample(n, options_.density, options_.seed, a.step);
-    auto* sample = reinterpret_cast<uint32_t*>(static_cast<char*>(a.workspace) + histBytes(cpu::kMaxChunks));
-    for (size_t j = 0; j < ds.count; ++j) sample[j] = magnitudeKey(a.residual[ds.start + j * ds.stride]);
-    std::nth_element(sample, sample + (ds.kSample - 1), sample + ds.count, std::greater<uint32_t>());
-    lo = std::max<uint32_t>(sample[ds.kSample - 1], 1);
+    for (size_t j = 0; j < ds.count; ++j) dgcKeys[j] = magnitudeKey(a.residual[ds.start + j * ds.stride]);
+    std::nth_element(dgcKeys, dgcKeys + (ds.kSample - 1), dgcKeys + ds.count, std::greater<uint32_t>());
+    lo = std::max<uint32_t>(dgcKeys[ds.kSample - 1], 1);
     roundLo = false;
   } else {
     lo = startKey(kind_, options_, n, k, m);
+    if (tc && top > 1) {
+      // The estimate's window as ThresholdSearch would round it, raised to
+      // the candidate floor; a move down from above tc stops at tc first.
+      lo = std::max(roundDownToOctave(static_cast<uint32_t>(std::min<uint64_t>(lo, top - 1))), tc);
+      roundLo = false;
+      cfg.stopKey = tc;
+    }
   }
+  // Histograms over the candidate list while the window lies at or above tc
+  // (then they equal the full-buffer ones), else full passes over r = acc.
+  // Either way the search sees the same histograms, so the selection is that
+  // of the full-buffer search from the same lo: independent of the thread
+  // count and of whether a candidate region overflowed.
   ThresholdSearch search(cfg, kind_ == SelectorKind::kRandomk ? (uint64_t{1} << 32) : top, lo,
                          roundLo);
-  runSearch(&search, keys, n, chunks, threads_, hist);
+  bool fromCandidates = tc != 0 && !cand.overflow;
+  int fullPasses = 0;
+  std::vector<uint64_t> total(kHistBins + 1);
+  while (!search.done()) {
+    if (fromCandidates && search.window().lo >= tc) {
+      cpu::candidateHistogram(cand, search.window(), total.data());
+    } else {
+      fromCandidates = false;
+      fullHistogram(search, keys, n, chunks, threads_, hist, total.data());
+      ++fullPasses;
+    }
+    search.consume(total.data());
+  }
   const Selection& sel = search.selection();
-  cpu::compact(keys, n, sel, chunks, threads_, hist, a.residual, a.outValues, a.outIndices);
+  if (fromCandidates) {
+    const size_t written = cpu::compactCandidates(cand, sel, a.residual, a.outValues, a.outIndices);
+    MGS_ENSURE(written == sel.count, kInternal,
+               "select '" << a.name << "': candidate compaction wrote " << written << " of "
+                          << sel.count);
+  } else {
+    cpu::compact(keys, n, sel, chunks, threads_, hist, a.residual, a.outValues, a.outIndices);
+    ++fullPasses;
+  }
   result->count = sel.count;
-  result->passes += search.passes() + 1;
+  result->passes += fullPasses;
   result->inBand = search.inBand();
   result->exact = search.exact();
   if (kind_ != SelectorKind::kRandomk && sel.count > 0)

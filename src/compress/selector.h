@@ -106,6 +106,9 @@ class Selector {
   Status select(const SelectArgs& args, SelectResult* result) const;
 
  private:
+  // Entries per thread region of the candidate list (0: the multi-pass path).
+  size_t candidateCapacity(size_t n) const;
+
   SelectorKind kind_;
   SelectorOptions options_;
   int threads_;

@@ -65,6 +65,7 @@ void ThresholdSearch::consume(const uint64_t* hist) {
       next = static_cast<uint64_t>(static_cast<double>(lo) * cfg_.lowerFactor);
     }
     next = std::max<uint64_t>(1, std::min(next, lo - 1));
+    if (lo > cfg_.stopKey && next < cfg_.stopKey) next = cfg_.stopKey;
     setWindow(next, lo);
     return;
   }
@@ -98,6 +99,11 @@ void ThresholdSearch::consume(const uint64_t* hist) {
     return;
   }
   setWindow(edge(b), edge(b + 1));
+}
+
+uint32_t roundDownToOctave(uint32_t lo) {
+  const uint32_t l = lo - static_cast<uint32_t>(lo % kOctave);
+  return l < 1 ? 1 : l;
 }
 
 uint32_t thresholdKey(double t) {

@@ -98,6 +98,10 @@ struct SearchConfig {
   int maxPasses = 8;     // histogram passes before the fallback
   double lowerFactor = 1.0 / 256.0;  // how far a window moves down when it holds < acceptLow
   bool magnitudeKeys = true;         // keys are float bit patterns (else: plain integers)
+  // A move down from a window whose lo is above stopKey goes no lower than
+  // stopKey (the CPU's candidate floor, so that an estimate that was too high
+  // lands on the keys it holds); later moves are unaffected. 0: off.
+  uint32_t stopKey = 0;
 };
 
 class ThresholdSearch {
@@ -133,6 +137,10 @@ class ThresholdSearch {
   bool inBand_ = false;
   bool exact_ = true;
 };
+
+// lo rounded down to a multiple of 2^23 (an octave for magnitude keys), at
+// least 1: what ThresholdSearch does to lo with roundLo.
+uint32_t roundDownToOctave(uint32_t lo);
 
 // Key of the float magnitude `t` (t <= 0 or NaN give 1, +Inf gives key(+Inf)).
 uint32_t thresholdKey(double t);
