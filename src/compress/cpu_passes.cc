@@ -10,111 +10,195 @@
 #include <omp.h>
 #endif
 
+// 32-byte vector types in functions of the baseline build: all internal
+// (inlined or file-local), so the ABI note GCC attaches to them is moot.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+
 namespace mgs::compress::cpu {
 namespace {
 
 constexpr size_t kStride = kHistBins + 1;
 
-// Written for the auto-vectoriser: the add runs over a block, then the
-// statistics over the same block (still in L1) in float (omp simd lanes),
-// flushed to double per block; no branches (non-finite entries are masked to
-// 0 on their bits). Float partial sums of 512 values lose nothing the threshold's
-// estimate could notice. kHasX = false: r already holds acc (read only).
-// kCand: also append the finite entries with key >= tc to cv/ci (count in
-// *cnt, stores only below cap): a 32-entry group is scanned only when its
-// largest masked magnitude, a vectorisable float max, reaches tcf = the float
-// of tc (monotone in the key; under denormals-are-zero the float test can
-// only over-admit a group, and the scan compares integer keys).
-template <bool kHasX, bool kCand, typename Load>
-inline __attribute__((always_inline)) BufferStats fusedChunk(Load load, float* r, size_t b,
-                                                             size_t e, uint32_t tc, float* cv,
-                                                             uint32_t* ci, size_t cap,
-                                                             size_t* cnt) {
-  constexpr size_t kBlock = 512;
-  constexpr size_t kGroup = 32;
-  BufferStats s;
-  const float tcf = keyToMagnitude(tc);
-  size_t c = kCand ? *cnt : 0;
-  for (size_t blk = b; blk < e; blk += kBlock) {
-    const size_t end = std::min(e, blk + kBlock);
-    if constexpr (kHasX) {
-      for (size_t i = blk; i < end; ++i) r[i] = load(i) + r[i];
-    }
-    // omp simd licenses the reassociation the vectoriser needs for these sums.
-    float sum = 0, sq = 0, ab = 0, mx = 0;
-    uint32_t bad = 0;
-#pragma omp simd reduction(+ : sum, sq, ab, bad) reduction(max : mx)
-    for (size_t i = blk; i < end; ++i) {
-      // Finite test and masking on the bits: selects, not branches.
-      uint32_t u;
-      std::memcpy(&u, &r[i], 4);
-      const uint32_t fin = (u & 0x7fffffffu) < 0x7f800000u;
-      const uint32_t keep = u & (0u - fin);
-      float f, m;
-      std::memcpy(&f, &keep, 4);
-      const uint32_t mbits = keep & 0x7fffffffu;
-      std::memcpy(&m, &mbits, 4);
-      sum += f;
-      sq += f * f;
-      ab += m;
-      mx = mx > m ? mx : m;
-      bad += 1u - fin;
-    }
-    s.sum += sum;
-    s.sumSq += sq;
-    s.sumAbs += ab;
-    s.maxAbs = std::max(s.maxAbs, mx);
-    s.nonFinite += bad;
-    if constexpr (kCand) {
-      if (!(mx >= tcf)) continue;  // nothing in this block reaches tc
-      for (size_t g = blk; g < end; g += kGroup) {
-        const size_t ge = std::min(end, g + kGroup);
-        float gm = 0;
-#pragma omp simd reduction(max : gm)
-        for (size_t i = g; i < ge; ++i) {
-          uint32_t u;
-          std::memcpy(&u, &r[i], 4);
-          const uint32_t a = u & 0x7fffffffu;
-          const uint32_t mbits = a < 0x7f800000u ? a : 0u;
-          float m;
-          std::memcpy(&m, &mbits, 4);
-          gm = gm > m ? gm : m;
-        }
-        if (!(gm >= tcf)) continue;
-        for (size_t i = g; i < ge; ++i) {
-          const uint32_t key = magnitudeKey(r[i]);
-          if (key >= tc && key < 0x7f800000u) {
-            if (c < cap) {
-              cv[c] = r[i];
-              ci[c] = static_cast<uint32_t>(i);
-            }
-            ++c;
-          }
-        }
+// The fused pass, written with GCC/Clang vector extensions in 8 lanes: the
+// same lane arithmetic whichever instructions carry it (two SSE2 halves in
+// the baseline build, one AVX2 register in the avx2 clone that GCC's
+// target_clones dispatches to at run time), so the statistics are bitwise the
+// same on every x86-64. Per block of 512: acc = x + r stored to r (unless in
+// place), the statistics of acc in float lanes (non-finite entries masked to
+// 0 on their bits: selects, not branches), flushed to double per block; float
+// partial sums of 512 values lose nothing the threshold's estimate could
+// notice. Candidates: per group of 32 a lane-wise OR of "key >= tc" on the
+// integer keys; only groups that hold one are scanned (scalar) and appended.
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+constexpr size_t kBlock = 512;
+constexpr size_t kGroup = 32;
+constexpr size_t kLanes = 8;
+constexpr int32_t kNoCandidates = 0x7fffffff;  // above every finite key
+
+struct CandOut {
+  float* values = nullptr;
+  uint32_t* indices = nullptr;
+  size_t cap = 0;
+  size_t count = 0;
+};
+
+struct Lanes {
+  v8f sum{}, sq{}, ab{}, mx{};
+  v8i bad{};
+};
+
+inline __attribute__((always_inline)) v8f loadv(const float* p) {
+  v8f v;
+  __builtin_memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline __attribute__((always_inline)) v8i asInt(v8f v) {
+  v8i u;
+  __builtin_memcpy(&u, &v, sizeof(u));
+  return u;
+}
+inline __attribute__((always_inline)) v8f asFloat(v8i u) {
+  v8f v;
+  __builtin_memcpy(&v, &u, sizeof(v));
+  return v;
+}
+
+// Appends the finite entries of r[i0, i1) with key >= tc (scalar; rare).
+inline void scanGroup(const float* r, size_t i0, size_t i1, int32_t tc, CandOut* out) {
+  for (size_t i = i0; i < i1; ++i) {
+    const uint32_t key = magnitudeKey(r[i]);
+    if (key >= static_cast<uint32_t>(tc) && key < 0x7f800000u) {
+      if (out->count < out->cap) {
+        out->values[out->count] = r[i];
+        out->indices[out->count] = static_cast<uint32_t>(i);
       }
+      ++out->count;
     }
   }
-  if (kCand) *cnt = c;
+}
+
+// One block [b, b + len) (len <= kBlock): r = x + r when kHasX, statistics
+// into `s`, candidates into `out`. xb points at x[b] (ignored without kHasX).
+template <bool kHasX>
+inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r, size_t b,
+                                                      size_t len, int32_t tc, BufferStats* s,
+                                                      CandOut* out) {
+  const v8i absMask = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff,
+                       0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff};
+  const v8i infKey = {0x7f800000, 0x7f800000, 0x7f800000, 0x7f800000,
+                      0x7f800000, 0x7f800000, 0x7f800000, 0x7f800000};
+  v8i tcv = {};
+  tcv += tc;
+  Lanes l;
+  float* rb = r + b;
+  const size_t full = len / kGroup * kGroup;
+  for (size_t g = 0; g < full; g += kGroup) {
+    v8i hit = {};
+    for (size_t v = g; v < g + kGroup; v += kLanes) {
+      v8f a = loadv(rb + v);
+      if constexpr (kHasX) {
+        a = loadv(xb + v) + a;
+        __builtin_memcpy(rb + v, &a, sizeof(a));
+      }
+      const v8i u = asInt(a);
+      const v8i key = u & absMask;
+      const v8i fin = key < infKey;  // -1 or 0 per lane
+      const v8f f = asFloat(u & fin);
+      const v8i mk = key & fin;  // finite key, else 0
+      const v8f m = asFloat(mk);
+      l.sum += f;
+      l.sq += f * f;
+      l.ab += m;
+      const v8i gt = l.mx > m;
+      l.mx = asFloat((asInt(l.mx) & gt) | (mk & ~gt));
+      l.bad += fin;  // counts down by one per finite lane
+      hit |= mk >= tcv;
+    }
+    uint64_t h[4];
+    __builtin_memcpy(h, &hit, sizeof(h));
+    if ((h[0] | h[1] | h[2] | h[3]) != 0) scanGroup(r, b + g, b + g + kGroup, tc, out);
+  }
+  // Horizontal sums in a fixed lane order, then the scalar tail in the same way.
+  float sum = 0, sq = 0, ab = 0, mx = 0;
+  int64_t fin = 0;
+  for (size_t j = 0; j < kLanes; ++j) {
+    sum += l.sum[j];
+    sq += l.sq[j];
+    ab += l.ab[j];
+    mx = std::max(mx, l.mx[j]);
+    fin -= l.bad[j];
+  }
+  for (size_t i = full; i < len; ++i) {
+    float a = rb[i];
+    if constexpr (kHasX) {
+      a = xb[i] + a;
+      rb[i] = a;
+    }
+    if (std::isfinite(a)) {
+      sum += a;
+      sq += a * a;
+      ab += std::fabs(a);
+      mx = std::max(mx, std::fabs(a));
+      ++fin;
+    }
+  }
+  if (full < len) scanGroup(r, b + full, b + len, tc, out);
+  s->sum += sum;
+  s->sumSq += sq;
+  s->sumAbs += ab;
+  s->maxAbs = std::max(s->maxAbs, mx);
+  s->nonFinite += len - static_cast<size_t>(fin);
+}
+
+template <bool kHasX>
+inline __attribute__((always_inline)) BufferStats fusedRange(const float* x, float* r, size_t b,
+                                                             size_t e, int32_t tc, CandOut* out) {
+  BufferStats s;
+  for (size_t blk = b; blk < e; blk += kBlock)
+    fusedBlock<kHasX>(kHasX ? x + blk : nullptr, r, blk, std::min(kBlock, e - blk), tc, &s, out);
   return s;
 }
 
-template <bool kCand>
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MGS_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MGS_CLONES
+#endif
+
+// f32 input (x != nullptr) or in place (x == nullptr).
+MGS_CLONES BufferStats fusedRangeF32(const float* x, float* r, size_t b, size_t e, int32_t tc,
+                                     CandOut* out) {
+  return x ? fusedRange<true>(x, r, b, e, tc, out) : fusedRange<false>(nullptr, r, b, e, tc, out);
+}
+
+// f16/bf16: widened a block at a time into a float buffer, then as f32.
+template <typename Widen>
+BufferStats fusedRangeWiden(Widen widen, float* r, size_t b, size_t e, int32_t tc, CandOut* out) {
+  BufferStats s;
+  float xf[kBlock];
+  for (size_t blk = b; blk < e; blk += kBlock) {
+    const size_t len = std::min(kBlock, e - blk);
+    for (size_t j = 0; j < len; ++j) xf[j] = widen(blk + j);
+    fusedBlock<true>(xf, r, blk, len, tc, &s, out);
+  }
+  return s;
+}
+
 BufferStats fusedChunkAny(const void* x, DataType dtype, float* r, size_t b, size_t e,
-                          uint32_t tc, float* cv, uint32_t* ci, size_t cap, size_t* cnt) {
-  if (x == nullptr)
-    return fusedChunk<false, kCand>([](size_t) { return 0.0f; }, r, b, e, tc, cv, ci, cap, cnt);
-  if (dtype == MGS_FLOAT16) {
+                          int32_t tc, CandOut* out) {
+  if (x != nullptr && dtype == MGS_FLOAT16) {
     const auto* h = static_cast<const uint16_t*>(x);
-    return fusedChunk<true, kCand>([h](size_t i) { return halfToFloat(h[i]); }, r, b, e, tc, cv,
-                                   ci, cap, cnt);
+    return fusedRangeWiden([h](size_t i) { return halfToFloat(h[i]); }, r, b, e, tc, out);
   }
-  if (dtype == MGS_BFLOAT16) {
+  if (x != nullptr && dtype == MGS_BFLOAT16) {
     const auto* h = static_cast<const uint16_t*>(x);
-    return fusedChunk<true, kCand>([h](size_t i) { return bfloat16ToFloat(h[i]); }, r, b, e, tc,
-                                   cv, ci, cap, cnt);
+    return fusedRangeWiden([h](size_t i) { return bfloat16ToFloat(h[i]); }, r, b, e, tc, out);
   }
-  const auto* f = static_cast<const float*>(x);
-  return fusedChunk<true, kCand>([f](size_t i) { return f[i]; }, r, b, e, tc, cv, ci, cap, cnt);
+  return fusedRangeF32(static_cast<const float*>(x), r, b, e, tc, out);
 }
 
 BufferStats reduceInChunkOrder(const std::vector<BufferStats>& part) {
@@ -208,7 +292,8 @@ BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int ch
 #pragma omp parallel for schedule(static, 1) num_threads(threads)
   for (int c = 0; c < chunks; ++c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
-    part[c] = fusedChunkAny<false>(x, dtype, r, b, e, 0, nullptr, nullptr, 0, nullptr);
+    CandOut none;
+    part[c] = fusedChunkAny(x, dtype, r, b, e, kNoCandidates, &none);
   }
   return reduceInChunkOrder(part);
 }
@@ -228,14 +313,15 @@ BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t
     // Contiguous chunk ranges in thread order: region t's indices precede region t+1's.
     const int c0 = static_cast<int>(int64_t{chunks} * t / nt);
     const int c1 = static_cast<int>(int64_t{chunks} * (t + 1) / nt);
-    float* cv = cand->values + cand->cap * t;
-    uint32_t* ci = cand->indices + cand->cap * t;
-    size_t cnt = 0;
+    CandOut out;
+    out.values = cand->values + cand->cap * t;
+    out.indices = cand->indices + cand->cap * t;
+    out.cap = cand->cap;
     for (int c = c0; c < c1; ++c) {
       const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
-      part[c] = fusedChunkAny<true>(x, dtype, r, b, e, tc, cv, ci, cand->cap, &cnt);
+      part[c] = fusedChunkAny(x, dtype, r, b, e, static_cast<int32_t>(tc), &out);
     }
-    cand->count[t] = cnt;
+    cand->count[t] = out.count;
   }
   cand->overflow = false;
   for (int t = 0; t < cand->regions; ++t)
@@ -244,39 +330,60 @@ BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t
 }
 
 namespace {
+// keys[i - b] = key of acc[i], or 0 for a non-finite acc[i]; returns how many were non-finite.
 template <typename Load>
 size_t sampleRange(Load load, const float* r, size_t b, size_t e, uint32_t* keys) {
-  size_t m = 0;
+  size_t bad = 0;
   for (size_t i = b; i < e; ++i) {
     const uint32_t k = magnitudeKey(load(i) + r[i]);
-    keys[m] = k;
-    m += k < 0x7f800000u;  // finite only
+    const bool fin = k < 0x7f800000u;
+    keys[i - b] = fin ? k : 0u;
+    bad += !fin;
   }
-  return m;
+  return bad;
 }
+// Blocks of the sample read in parallel (scattered reads: latency-bound).
 template <typename Load>
-size_t sampleAll(Load load, const float* r, size_t n, uint32_t* keys) {
-  if (n <= kSampleMax) return sampleRange(load, r, 0, n, keys);
-  constexpr size_t blocks = kSampleMax / kSampleBlock;
+size_t sampleAll(Load load, const float* r, size_t n, int threads, uint32_t* keys) {
+  if (n <= kSampleMax) return n - sampleRange(load, r, 0, n, keys);
+  constexpr long blocks = kSampleMax / kSampleBlock;
   const size_t step = n / blocks;  // >= kSampleBlock
-  size_t m = 0;
-  for (size_t j = 0; j < blocks; ++j) m += sampleRange(load, r, j * step, j * step + kSampleBlock, keys + m);
-  return m;
+  size_t bad = 0;
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : bad)
+  for (long j = 0; j < blocks; ++j)
+    bad += sampleRange(load, r, j * step, j * step + kSampleBlock, keys + j * kSampleBlock);
+  return kSampleMax - bad;
 }
 }  // namespace
 
-size_t sampleKeys(const void* x, DataType dtype, const float* r, size_t n, uint32_t* keys) {
-  if (x == nullptr) return sampleAll([](size_t) { return 0.0f; }, r, n, keys);
+size_t sampleKeys(const void* x, DataType dtype, const float* r, size_t n, [[maybe_unused]] int threads,
+                  uint32_t* keys) {
+  if (x == nullptr) return sampleAll([](size_t) { return 0.0f; }, r, n, threads, keys);
   if (dtype == MGS_FLOAT16) {
     const auto* h = static_cast<const uint16_t*>(x);
-    return sampleAll([h](size_t i) { return halfToFloat(h[i]); }, r, n, keys);
+    return sampleAll([h](size_t i) { return halfToFloat(h[i]); }, r, n, threads, keys);
   }
   if (dtype == MGS_BFLOAT16) {
     const auto* h = static_cast<const uint16_t*>(x);
-    return sampleAll([h](size_t i) { return bfloat16ToFloat(h[i]); }, r, n, keys);
+    return sampleAll([h](size_t i) { return bfloat16ToFloat(h[i]); }, r, n, threads, keys);
   }
   const auto* f = static_cast<const float*>(x);
-  return sampleAll([f](size_t i) { return f[i]; }, r, n, keys);
+  return sampleAll([f](size_t i) { return f[i]; }, r, n, threads, keys);
+}
+
+uint32_t kthLargestKey(uint32_t* keys, size_t s, size_t want) {
+  constexpr uint32_t kShift = 20;  // keys < 2^31: 2^11 bins
+  std::vector<uint32_t> h(size_t{1} << (31 - kShift), 0);
+  for (size_t j = 0; j < s; ++j) ++h[keys[j] >> kShift];
+  size_t above = 0;
+  uint32_t bin = static_cast<uint32_t>(h.size() - 1);
+  while (above + h[bin] < want) above += h[bin--];  // stops: the counts sum to s >= want
+  size_t m = 0;
+  for (size_t j = 0; j < s; ++j)
+    if ((keys[j] >> kShift) == bin) keys[m++] = keys[j];
+  const size_t r = want - above;  // 1 <= r <= m
+  std::nth_element(keys, keys + (r - 1), keys + m, std::greater<uint32_t>());
+  return keys[r - 1];
 }
 
 void candidateHistogram(const Candidates& cand, Window w, uint64_t* hist) {

@@ -60,12 +60,19 @@ struct Candidates {
 BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t n, int chunks,
                                  int threads, uint32_t tc, Candidates* cand);
 
-// Keys of acc = float(x) + r (x == nullptr: r) at the sample positions
-// (samplePositions below), written nowhere else: finite entries only.
-// Returns how many keys were stored in `keys` (capacity kSampleMax).
+// Keys of acc = float(x) + r (x == nullptr: r) at the sample positions,
+// written nowhere else: all of [0, n) when n <= kSampleMax, else
+// kSampleMax / kSampleBlock blocks of kSampleBlock entries starting at
+// j * (n / blocks). keys[j] (capacity min(n, kSampleMax)) gets the key, or 0
+// for a non-finite entry; returns the number of finite entries.
 constexpr size_t kSampleMax = 65536;
 constexpr size_t kSampleBlock = 256;
-size_t sampleKeys(const void* x, DataType dtype, const float* r, size_t n, uint32_t* keys);
+size_t sampleKeys(const void* x, DataType dtype, const float* r, size_t n, int threads,
+                  uint32_t* keys);
+// The want-th largest of keys[0, s) (1 <= want <= s, keys < 2^31), as
+// std::nth_element would find it, by a 2048-bin histogram of the top key
+// bits and a selection among the keys of the crossing bin; reorders keys.
+uint32_t kthLargestKey(uint32_t* keys, size_t s, size_t want);
 // r[i] = 0 where r[i] is NaN or +-Inf.
 void zeroNonFinite(float* r, size_t n, int chunks, int threads);
 

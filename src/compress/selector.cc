@@ -166,12 +166,12 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
   cpu::Candidates cand;
   if (const size_t cap = candidateCapacity(n)) {
     auto* keys = hist;  // the histograms are not in use yet
-    const size_t s = cpu::sampleKeys(a.x, a.dtype, a.residual, n, keys);
+    const size_t sampled = std::min(n, cpu::kSampleMax);
+    const size_t finite = cpu::sampleKeys(a.x, a.dtype, a.residual, n, threads_, keys);
     const double share = static_cast<double>(kCandTarget * cfgBase.kHigh) / static_cast<double>(n);
-    const size_t want = std::max(kCandMinSample, static_cast<size_t>(std::ceil(share * s)));
-    if (want <= s) {
-      std::nth_element(keys, keys + (want - 1), keys + s, std::greater<uint32_t>());
-      tc = std::max<uint32_t>(keys[want - 1], 1);
+    const size_t want = std::max(kCandMinSample, static_cast<size_t>(std::ceil(share * finite)));
+    if (want <= finite) {  // then the want-th largest key is a finite entry's
+      tc = std::max<uint32_t>(cpu::kthLargestKey(keys, sampled, want), 1);
       cand.count = reinterpret_cast<size_t*>(ws + wsOff);
       wsOff += alignUp(sizeof(size_t) * threads_);
       cand.values = reinterpret_cast<float*>(ws + wsOff);
