@@ -1,6 +1,22 @@
 #include "comm/communicator.h"
 
 namespace mgs {
+namespace {
+class FinishedCollective final : public PendingCollective {
+ public:
+  Status test(bool* done) override {
+    *done = true;
+    return Status::OK();
+  }
+  Status wait() override { return Status::OK(); }
+};
+}  // namespace
+
+Status Communicator::startAllgather(const void* send, size_t bytes, void* recv,
+                                    std::unique_ptr<PendingCollective>* op) {
+  op->reset(new FinishedCollective);
+  return allgather(send, bytes, recv);
+}
 
 Status Communicator::broadcastString(std::string* s, int root) {
   uint64_t n = s->size();

@@ -1,12 +1,13 @@
 // Communicator: the narrow interface every collective algorithm in mgs is
 // written against. Backends: MPI (mpi/), threads in one process (fake/, for
-// tests), NCCL later. All calls are blocking and collective: every rank of the
+// tests), NCCL later. All calls are collective, and blocking but for startAllgather: every rank of the
 // communicator must make the same calls in the same order. Only the
 // coordinator thread of a rank uses its communicator.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,16 @@
 namespace mgs {
 
 enum class CommOp { kSum, kMax, kMin, kBitAnd };
+
+// A collective started without waiting (Communicator::startAllgather).
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  // Sets *done once the operation has completed (its buffers may be reused).
+  virtual Status test(bool* done) = 0;
+  // Blocks until the operation has completed.
+  virtual Status wait() = 0;
+};
 
 class Communicator {
  public:
@@ -35,6 +46,11 @@ class Communicator {
   // them back to back in rank order.
   virtual Status allgatherv(const void* send, size_t send_bytes, void* recv,
                             const std::vector<size_t>& recv_bytes) = 0;
+  // Nonblocking allgather: the contract of allgather(), but it returns at
+  // once; `send` and `recv` stay untouched by the caller until *op reports
+  // completion. Other collectives may be issued meanwhile (same order on
+  // every rank). The default runs allgather() now and returns a finished op.
+  virtual Status startAllgather(const void* send, size_t bytes, void* recv, std::unique_ptr<PendingCollective>* op);
   // Variable-size byte strings gathered to `root`; `out` is filled on root only.
   virtual Status gatherStrings(const std::string& send, int root, std::vector<std::string>* out) = 0;
   virtual Status broadcast(void* buf, size_t bytes, int root) = 0;

@@ -163,6 +163,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
       break;
     }
     executor.run(result.ready);
+    sparse.poll();
     {
       std::lock_guard<std::mutex> lk(stats_mu_);
       sparse_stats_ = sparse.stats();
@@ -186,6 +187,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
     r.handle->complete(Status(final_status.code(),
                               "tensor '" + r.name + "' did not run: " + final_status.message()));
   };
+  if (fatal.ok()) sparse.drain();  // shutdown was negotiated: every rank finishes the same exchanges
   sparse.failHeld(Status(final_status.code(), "held in a sparse bucket: " + final_status.message()));
   for (auto& r : controller.takePending()) fail(r);
   for (auto& r : queue_.drain()) fail(r);

@@ -255,7 +255,8 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   // a CUDA tensor, a non-finite gradient) is announced in the collective part
   // so that every rank fails the bucket together.
   Status local;
-  size_t count = 0;
+  size_t count = 0, cap = 1;
+  std::vector<char> block;
   compress::SelectResult sel_res;
   {
     std::unique_lock<std::mutex> lk;
@@ -310,16 +311,16 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
     } else if (local.ok()) {
       const auto ts = Clock::now();
       const compress::Selector& sel = selectorFor(density);
-      cap_ = std::max<size_t>(sel.maxCount(n), 1);
-      send_.resize(8 * cap_);
+      cap = std::max<size_t>(sel.maxCount(n), 1);
+      block = takeBuffer(blockBytes(cap));
       workspace_.resize(sel.workspaceBytes(n));
       compress::SelectArgs a;
       a.x = x;
       a.dtype = MGS_FLOAT32;
       a.residual = r;
       a.n = n;
-      a.outValues = reinterpret_cast<float*>(send_.data());
-      a.outIndices = reinterpret_cast<uint32_t*>(send_.data() + 4 * cap_);
+      a.outValues = reinterpret_cast<float*>(block.data() + 8);
+      a.outIndices = reinterpret_cast<uint32_t*>(block.data() + 8 + 4 * cap);
       a.workspace = workspace_.data();
       a.workspaceBytes = workspace_.size();
       a.step = step_;
@@ -327,8 +328,6 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
       local = sel.select(a, &sel_res);
       if (local.ok()) {
         count = sel_res.count;
-        // Pack as [values | indices] for one allgatherv.
-        if (count) std::memmove(send_.data() + 4 * count, send_.data() + 4 * cap_, 4 * count);
       } else {
         local = Status(local.code(), "rank " + std::to_string(comm_.rank()) + ": " + local.message());
       }
@@ -341,9 +340,90 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   }
 
   // Collective part: every rank runs it for this bucket.
-  Status st = dense ? exchangeDense(members, n, local) : exchangeSparse(members, n, count, sel_res, local);
-  if (st.ok() && !local.ok()) st = local;
-  for (auto& m : members) complete_(m, st);
+  if (dense) {
+    Status st = exchangeDense(members, n, local);
+    if (st.ok() && !local.ok()) st = local;
+    for (auto& m : members) complete_(m, st);
+    return;
+  }
+  startSparse(members, n, cap, count, sel_res.k, local, std::move(block));
+}
+
+size_t SparsePipeline::blockBytes(size_t cap) { return 8 + 8 * cap; }
+
+std::vector<char> SparsePipeline::takeBuffer(size_t bytes) {
+  std::vector<char> b;
+  if (!pool_.empty()) {
+    b = std::move(pool_.back());
+    pool_.pop_back();
+  }
+  if (b.size() < bytes) b.resize(bytes, 0);  // zero-filled: padding is sent but never read
+  return b;
+}
+
+void SparsePipeline::giveBuffer(std::vector<char>&& b) {
+  if (!b.empty() && pool_.size() < 2 * kMaxInFlight + 2) pool_.push_back(std::move(b));
+}
+
+void SparsePipeline::startSparse(std::vector<Request>& members, size_t n, size_t cap, size_t count, size_t k,
+                                 const Status& local, std::vector<char>&& block) {
+  // One allgather of fixed-size blocks [count | values[cap] | indices[cap]]:
+  // cap is the selector's bound (k, or the band's top), so padding costs at
+  // most the band width and the count exchange round trip disappears. A rank
+  // whose local part failed announces UINT64_MAX, so every rank fails the
+  // bucket together instead of waiting. The exchange runs while the
+  // coordinator goes on (the next bucket's selection, negotiation); it is
+  // finished in order by poll(), or when too many are in flight.
+  const int P = comm_.size();
+  if (block.empty()) block = takeBuffer(blockBytes(cap));
+  const uint64_t header = local.ok() ? count : UINT64_MAX;
+  std::memcpy(block.data(), &header, sizeof header);
+  InFlight f;
+  f.members = std::move(members);
+  f.n = n;
+  f.cap = cap;
+  f.count = count;
+  f.k = k;
+  f.local = local;
+  f.send = std::move(block);
+  f.recv = takeBuffer(blockBytes(cap) * P);
+  f.started = Clock::now();
+  f.start = comm_.startAllgather(f.send.data(), blockBytes(cap), f.recv.data(), &f.op);
+  inflight_.push_back(std::move(f));
+  while (inflight_.size() > kMaxInFlight) finishOldest();
+  poll();
+}
+
+void SparsePipeline::poll() {
+  while (!inflight_.empty()) {
+    InFlight& f = inflight_.front();
+    if (f.start.ok() && f.op) {
+      bool done = false;
+      Status st = f.op->test(&done);
+      if (st.ok() && !done) return;
+    }
+    finishOldest();
+  }
+}
+
+void SparsePipeline::drain() {
+  while (!inflight_.empty()) finishOldest();
+}
+
+void SparsePipeline::finishOldest() {
+  InFlight f = std::move(inflight_.front());
+  inflight_.pop_front();
+  Status st = f.start;
+  if (st.ok() && f.op) st = f.op->wait();
+  f.op.reset();
+  if (timeline_)
+    for (auto& m : f.members)
+      timeline_->span(m.name, "ALLGATHER", f.started, Clock::now(), "{\"cap\":" + std::to_string(f.cap) + "}");
+  if (st.ok()) st = finishSparse(f);
+  if (st.ok() && !f.local.ok()) st = f.local;
+  for (auto& m : f.members) complete_(m, st);
+  giveBuffer(std::move(f.send));
+  giveBuffer(std::move(f.recv));
 }
 
 Status SparsePipeline::exchangeDense(std::vector<Request>& members, size_t n, const Status& local) {
@@ -385,50 +465,36 @@ Status SparsePipeline::writeOutput(const Request& m, const float* src, size_t cn
   return Status::OK();
 }
 
-Status SparsePipeline::exchangeSparse(std::vector<Request>& members, size_t n, size_t count,
-                                      const compress::SelectResult& sel, const Status& local) {
+Status SparsePipeline::finishSparse(InFlight& f) {
   const int P = comm_.size();
+  std::vector<Request>& members = f.members;
+  const size_t n = f.n;
   const std::string name = bucketName(members);
   auto span = [&](const char* what, Clock::time_point t0, const std::string& args = "") {
     if (timeline_)
       for (auto& m : members) timeline_->span(m.name, what, t0, Clock::now(), args);
   };
   stats_.dense_bytes += 4 * n;
-
-  // Counts; a failed rank announces UINT64_MAX so every rank fails the bucket
-  // together instead of waiting in the allgather.
-  auto t0 = Clock::now();
-  uint64_t mine = local.ok() ? count : UINT64_MAX;
+  const size_t bb = blockBytes(f.cap);
   counts_.resize(P);
-  MGS_RETURN_IF_ERROR(comm_.allgather(&mine, sizeof mine, counts_.data()));
-  span("COUNT_EXCHANGE", t0);
   std::string failed;
-  for (int i = 0; i < P; ++i)
+  for (int i = 0; i < P; ++i) {
+    std::memcpy(&counts_[i], f.recv.data() + i * bb, sizeof(uint64_t));
     if (counts_[i] == UINT64_MAX) failed += (failed.empty() ? "" : ", ") + std::to_string(i);
+  }
   if (!failed.empty()) {
-    if (!local.ok()) return local;
+    if (!f.local.ok()) return f.local;
     return Status(Code::kNumeric, "sparse allreduce of " + name + " failed on ranks " + failed +
                                       " (see their error, e.g. non-finite gradient values)");
   }
-
-  // One allgatherv of [values | indices] per rank.
-  t0 = Clock::now();
-  size_t total = 0;
-  std::vector<size_t> bytes(P);
-  for (int i = 0; i < P; ++i) {
-    MGS_ENSURE(counts_[i] <= n, kInternal, "rank " << i << " announced " << counts_[i] << " pairs for " << name
-                                                   << " of " << n << " elements");
-    bytes[i] = counts_[i] * 8;
-    total += counts_[i];
-  }
-  recv_.resize(std::max<size_t>(8 * total, 8));
-  MGS_RETURN_IF_ERROR(comm_.allgatherv(send_.data(), 8 * count, recv_.data(), bytes));
-  span("ALLGATHER", t0, "{\"pairs\":" + std::to_string(total) + "}");
+  for (int i = 0; i < P; ++i)
+    MGS_ENSURE(counts_[i] <= f.cap, kInternal, "rank " << i << " announced " << counts_[i] << " pairs for "
+                                                        << name << " (at most " << f.cap << ")");
 
   // Scatter-add straight into the outputs (host float32) or a staging slice,
   // in rank order from +0, then scale every touched entry once: bitwise the
   // same on every rank, and the same as compress::scatterAdd.
-  t0 = Clock::now();
+  const auto t0 = Clock::now();
   const size_t M = members.size();
   dest_.resize(M);
   offsets_.resize(M + 1);
@@ -450,11 +516,10 @@ Status SparsePipeline::exchangeSparse(std::vector<Request>& members, size_t n, s
     return static_cast<size_t>(std::upper_bound(offsets_.begin() + 1, offsets_.end(), idx) - offsets_.begin() - 1);
   };
   touched_.resize((n + 63) / 64, 0);
-  size_t pos = 0;
   for (int r = 0; r < P; ++r) {
     const size_t c = counts_[r];
-    const float* v = reinterpret_cast<const float*>(recv_.data() + pos);
-    const uint32_t* idx = reinterpret_cast<const uint32_t*>(recv_.data() + pos + 4 * c);
+    const float* v = reinterpret_cast<const float*>(f.recv.data() + r * bb + 8);
+    const uint32_t* idx = reinterpret_cast<const uint32_t*>(f.recv.data() + r * bb + 8 + 4 * f.cap);
     for (size_t j = 0; j < c; ++j) {
       const uint32_t i = idx[j];
       MGS_ENSURE(i < n, kInternal, "rank " << r << " sent index " << i << " for " << name << " of " << n
@@ -463,22 +528,19 @@ Status SparsePipeline::exchangeSparse(std::vector<Request>& members, size_t n, s
       dest_[b][i - offsets_[b]] += v[j];
       touched_[i >> 6] |= uint64_t{1} << (i & 63);
     }
-    pos += 8 * c;
   }
-  pos = 0;
   for (int r = 0; r < P; ++r) {
     const size_t c = counts_[r];
-    const uint32_t* idx = reinterpret_cast<const uint32_t*>(recv_.data() + pos + 4 * c);
+    const uint32_t* idx = reinterpret_cast<const uint32_t*>(f.recv.data() + r * bb + 8 + 4 * f.cap);
     for (size_t j = 0; j < c; ++j) {
       const uint32_t i = idx[j];
       const uint64_t bit = uint64_t{1} << (i & 63);
       if (!(touched_[i >> 6] & bit)) continue;  // already scaled (a duplicate)
       touched_[i >> 6] &= ~bit;                  // leaves the bitmap all zero
       const size_t b = memberOf(i);
-      const float f = static_cast<float>(outputFactor(members[b]));
-      if (f != 1.0f) dest_[b][i - offsets_[b]] *= f;
+      const float fac = static_cast<float>(outputFactor(members[b]));
+      if (fac != 1.0f) dest_[b][i - offsets_[b]] *= fac;
     }
-    pos += 8 * c;
   }
   Status st;
   if (staged) {
@@ -490,13 +552,22 @@ Status SparsePipeline::exchangeSparse(std::vector<Request>& members, size_t n, s
   }
   span("SCATTER_ADD", t0);
   ++stats_.buckets;
-  stats_.selected += count;
-  stats_.target += sel.k;
-  stats_.bytes_sent += 8 * count;
+  stats_.selected += f.count;
+  stats_.target += f.k;
+  stats_.bytes_sent += 8 * f.count;
   return st;
 }
 
 void SparsePipeline::failHeld(const Status& st) {
+  // Exchanges still in flight after a fatal error are abandoned, not waited
+  // for (a peer may be gone): their requests and buffers are left to MPI.
+  for (auto& f : inflight_) {
+    for (auto& m : f.members) complete_(m, st);
+    (void)f.op.release();
+    (void)new std::vector<char>(std::move(f.recv));
+    (void)new std::vector<char>(std::move(f.send));
+  }
+  inflight_.clear();
   for (auto& b : buckets_) {
     for (auto& [name, req] : b.ready) complete_(req, st);
     b.ready.clear();

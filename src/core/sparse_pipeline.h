@@ -15,6 +15,7 @@
 // profile. Residuals live per tensor (ResidualStore), so they survive this.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -72,6 +73,10 @@ class SparsePipeline {
   // split buckets (seen with 100 ms on an oversubscribed host).
   void endCycle(bool nothing_ready);
   int idleFlushCycles() const;
+  // Finish the buckets whose exchange has completed (called every cycle).
+  void poll();
+  // Finish every bucket in flight (before shutdown).
+  void drain();
   // Fail everything held (shutdown).
   void failHeld(const Status& st);
   SparseStats stats() const { return stats_; }
@@ -87,8 +92,23 @@ class SparsePipeline {
   Status replan();
   void runBucket(std::vector<Request>& members);
   Status exchangeDense(std::vector<Request>& members, size_t n, const Status& local);
-  Status exchangeSparse(std::vector<Request>& members, size_t n, size_t count, const compress::SelectResult& sel,
-                        const Status& local);
+  // A sparse bucket whose allgather is in flight.
+  struct InFlight {
+    std::vector<Request> members;
+    size_t n = 0, cap = 1, count = 0, k = 0;
+    Status local, start;
+    std::vector<char> send, recv;
+    std::unique_ptr<PendingCollective> op;
+    Clock::time_point started;
+  };
+  static constexpr size_t kMaxInFlight = 4;
+  static size_t blockBytes(size_t cap);
+  std::vector<char> takeBuffer(size_t bytes);
+  void giveBuffer(std::vector<char>&& b);
+  void startSparse(std::vector<Request>& members, size_t n, size_t cap, size_t count, size_t k, const Status& local,
+                   std::vector<char>&& block);
+  void finishOldest();
+  Status finishSparse(InFlight& f);
   double outputFactor(const Request& m) const;
   Status writeOutput(const Request& m, const float* src, size_t cnt);
   double currentDensity() const;
@@ -116,8 +136,8 @@ class SparsePipeline {
 
   // Reused buffers (no allocation in steady state).
   std::vector<float> res_, out_;          // residual without error feedback; dense/staged outputs
-  std::vector<char> send_, recv_;         // [values | indices] of this rank / of all ranks
-  size_t cap_ = 0;                        // selector output capacity in send_
+  std::deque<InFlight> inflight_;          // started in order, finished in order
+  std::vector<std::vector<char>> pool_;   // exchange blocks for reuse
   std::vector<uint64_t> counts_, touched_;  // per-rank counts; bitmap of scaled entries (kept zero)
   std::vector<float*> dest_;              // per member: where its result goes
   std::vector<size_t> offsets_;           // member offsets in the bucket (M + 1)

@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
+#include <memory>
 #include <sstream>
+#include <thread>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -128,6 +131,52 @@ Status MpiCommunicator::allgather(const void* send, size_t bytes, void* recv) {
              "allgather of " << bytes << " bytes per rank exceeds MPI's 2 GiB total limit");
   MGS_MPI_CHECK(MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes),
                               MPI_BYTE, comm_));
+  return Status::OK();
+}
+
+namespace {
+// MPI_Iallgather's request. wait() polls with MPI_Test and sleeps between
+// polls after a short spin: on an oversubscribed host a rank that waits must
+// give its core to the ranks still working (MPI_Wait would busy-poll).
+class MpiPending final : public PendingCollective {
+ public:
+  MpiPending() = default;
+  // An operation still active here was abandoned after a fatal error (a
+  // peer is gone): waiting could hang, so its request is left to MPI.
+  ~MpiPending() override = default;
+  MPI_Request* request() { return &req_; }
+  Status test(bool* done) override {
+    int flag = 1;
+    if (req_ != MPI_REQUEST_NULL) MGS_MPI_CHECK(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE));
+    *done = flag != 0;
+    return Status::OK();
+  }
+  Status wait() override {
+    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    auto pause = std::chrono::microseconds(10);
+    while (true) {
+      bool done = false;
+      Status st = test(&done);
+      if (!st.ok() || done) return st;
+      if (std::chrono::steady_clock::now() < spin_until) continue;
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(200));
+    }
+  }
+
+ private:
+  MPI_Request req_ = MPI_REQUEST_NULL;
+};
+}  // namespace
+
+Status MpiCommunicator::startAllgather(const void* send, size_t bytes, void* recv,
+                                       std::unique_ptr<PendingCollective>* op) {
+  MGS_ENSURE(bytes <= kMaxChunk && bytes * static_cast<size_t>(size_) <= INT_MAX, kUnsupported,
+             "allgather of " << bytes << " bytes per rank exceeds MPI's 2 GiB total limit");
+  auto p = std::make_unique<MpiPending>();
+  MGS_MPI_CHECK(MPI_Iallgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
+                               comm_, p->request()));
+  *op = std::move(p);
   return Status::OK();
 }
 
