@@ -1,6 +1,12 @@
 // GPU selectors and decompression against the CPU oracle (src/compress):
 // same count, same threshold, same indices, bitwise-equal values and residual,
 // for f32/f16/bf16 input and n in {0, 1, 1000, 2^20 + 3, 2^26}, k = n included.
+// Exception: gaussiank/ldte. The CPU's single-pass path starts its search at
+// the candidate floor of a sample (docs/compressors.md), the GPU at the
+// estimate's octave, so they may stop at different thresholds inside the
+// band. What must still hold: both in band, and the two sets nested (each is
+// "key >= K plus a prefix of the tie block in index order"), with equal bits
+// wherever they agree.
 // Exits 77 (ctest SKIP_RETURN_CODE) when no CUDA device is visible.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
@@ -137,9 +143,24 @@ void compare(const std::string& name, DataType dtype, size_t n, double density) 
   REQUIRE(gpu->select(g, &gr, nullptr).ok());
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
 
-  REQUIRE(gr.count == c.result.count);
+  const bool band = name == "gaussiank" || name == "ldte";
+  if (!band) {
+    REQUIRE(gr.count == c.result.count);
+    REQUIRE(bits(gr.threshold) == bits(c.result.threshold));
+  } else {
+    const size_t k = c.result.k, kHigh = cap;
+    REQUIRE(gr.inBand == c.result.inBand);
+    if (c.result.inBand && n > 0 && k < n) {
+      REQUIRE(gr.count >= k);
+      REQUIRE(gr.count <= kHigh);
+      REQUIRE(c.result.count >= k);
+      REQUIRE(c.result.count <= kHigh);
+    }
+    // The larger set has the lower (or equal) threshold.
+    if (gr.count > c.result.count) REQUIRE(gr.threshold <= c.result.threshold);
+    if (gr.count < c.result.count) REQUIRE(gr.threshold >= c.result.threshold);
+  }
   REQUIRE(gr.k == c.result.k);
-  REQUIRE(bits(gr.threshold) == bits(c.result.threshold));
   REQUIRE(gr.maxAbs == c.result.maxAbs);
   // The CPU sums in float blocks of 512 then double, the GPU in double: close, not equal.
   REQUIRE(gr.mean == Approx(c.result.mean).margin(1e-9));
@@ -150,13 +171,52 @@ void compare(const std::string& name, DataType dtype, size_t n, double density) 
   const auto gi = di.download(count);
   const auto gv = dv.download(count);
   const auto grs = dr.download(n);
-  size_t idxDiff = 0, valDiff = 0, resDiff = 0;
-  for (size_t j = 0; j < count; ++j) {
-    idxDiff += gi[j] != c.indices[j];
-    valDiff += bits(gv[j]) != bits(c.values[j]);
+  c.indices.resize(c.result.count);
+  c.values.resize(c.result.count);
+  if (!band) {
+    size_t idxDiff = 0, valDiff = 0, resDiff = 0;
+    for (size_t j = 0; j < count; ++j) {
+      idxDiff += gi[j] != c.indices[j];
+      valDiff += bits(gv[j]) != bits(c.values[j]);
+    }
+    for (size_t i = 0; i < n; ++i) resDiff += bits(grs[i]) != bits(c.residual[i]);
+    REQUIRE(idxDiff == 0);
+    REQUIRE(valDiff == 0);
+    REQUIRE(resDiff == 0);
+    return;
   }
-  for (size_t i = 0; i < n; ++i) resDiff += bits(grs[i]) != bits(c.residual[i]);
-  REQUIRE(idxDiff == 0);
+  // Nested sets: the smaller one is contained in the larger one; every
+  // selected value is acc; a residual differs only where one side sent the
+  // entry (that side holds 0, the other the sent value).
+  const bool gpuLarger = gi.size() >= c.indices.size();
+  const auto& bigI = gpuLarger ? gi : c.indices;
+  const auto& bigV = gpuLarger ? gv : c.values;
+  const auto& smallI = gpuLarger ? c.indices : gi;
+  const auto& smallV = gpuLarger ? c.values : gv;
+  const auto& bigR = gpuLarger ? grs : c.residual;
+  const auto& smallR = gpuLarger ? c.residual : grs;
+  std::map<uint32_t, uint32_t> big;  // index -> value bits
+  for (size_t j = 0; j < bigI.size(); ++j) big[bigI[j]] = bits(bigV[j]);
+  size_t notNested = 0, valDiff = 0, resDiff = 0;
+  for (size_t j = 0; j < smallI.size(); ++j) {
+    auto it = big.find(smallI[j]);
+    if (it == big.end()) {
+      ++notNested;
+      continue;
+    }
+    valDiff += it->second != bits(smallV[j]);
+  }
+  std::vector<char> inSmall(n, 0);
+  for (uint32_t i : smallI) inSmall[i] = 1;
+  for (size_t i = 0; i < n; ++i) {
+    auto it = big.find(static_cast<uint32_t>(i));
+    if (it != big.end() && !inSmall[i]) {
+      resDiff += bits(bigR[i]) != 0 || bits(smallR[i]) != it->second;
+    } else {
+      resDiff += bits(grs[i]) != bits(c.residual[i]);
+    }
+  }
+  REQUIRE(notNested == 0);
   REQUIRE(valDiff == 0);
   REQUIRE(resDiff == 0);
 }
