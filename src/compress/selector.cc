@@ -105,11 +105,14 @@ size_t Selector::maxCount(size_t n) const {
 }
 
 size_t Selector::candidateCapacity(size_t n) const {
-  if (kind_ == SelectorKind::kNone || kind_ == SelectorKind::kRandomk) return 0;
-  const size_t k = kForDensity(n, options_.density);
-  if (k >= n) return 0;
-  const size_t kHigh = searchConfig(kind_, options_, k).kHigh;
-  if (kCandSlack * kHigh > n / 4) return 0;  // dense: the candidates would not pay
+  if (kind_ == SelectorKind::kNone || kind_ == SelectorKind::kRandomk || n == 0) return 0;
+  // Dense (the candidates would not pay): decided on the density alone, so
+  // that the capacity, like workspaceBytes(n), never shrinks as n grows.
+  constexpr size_t kBig = size_t{1} << 30;
+  const double highShare = static_cast<double>(searchConfig(kind_, options_, kBig).kHigh) /
+                           static_cast<double>(kBig) * options_.density;
+  if (kCandSlack * highShare > 0.25) return 0;
+  const size_t kHigh = searchConfig(kind_, options_, kForDensity(n, options_.density)).kHigh;
   const size_t all = kCandSlack * kHigh + 4096;
   return std::min(all, 2 * all / static_cast<size_t>(threads_) + 4096);
 }
@@ -164,7 +167,8 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
   // share of the sample is kCandTarget * kHigh / n. 0 = no candidate list.
   uint32_t tc = 0;
   cpu::Candidates cand;
-  if (const size_t cap = candidateCapacity(n)) {
+  const size_t cap = k < n ? candidateCapacity(n) : 0;
+  if (cap > 0) {
     auto* keys = hist;  // the histograms are not in use yet
     const size_t sampled = std::min(n, cpu::kSampleMax);
     const size_t finite = cpu::sampleKeys(a.x, a.dtype, a.residual, n, threads_, keys);

@@ -13,6 +13,24 @@
 //   out_values = acc[S], out_indices = S (ascending), residual = acc with residual[S] = 0
 // so that out_values scattered onto the new residual equal acc bit for bit.
 //
+// In-place mode (CPU Selector only): SelectArgs::x == nullptr means the
+// residual buffer already holds acc (the runtime added the gradient into it
+// when it fused the bucket). Then the call only reads the residual (statistics,
+// non-finite check, candidates) and writes nothing to it but the zeros at the
+// sent indices (and at non-finite entries). The selection is bitwise the same
+// as a call with x and a residual whose float(x) + residual equals that acc.
+//
+// CPU algorithm (docs/compressors.md): for the magnitude selectors at
+// densities with 8 * (1 + bandEps) * density <= 1/4 (band selectors; 8 *
+// density for the others), a sample of acc (up to 65536
+// entries, read only) fixes a candidate floor tc, one fused pass writes acc
+// and its statistics and lists the entries with key >= tc, and the threshold
+// search and the compaction run on that list: one full pass in all. When the
+// search would need keys below tc, or a candidate region overflowed, it falls
+// back to full histogram passes and a compaction pass over the residual,
+// with the same result. Other cases: the fused pass, histogram passes, and a
+// compaction pass.
+//
 // Thread-safety: a Selector is immutable after create(); select() may run
 // concurrently on different buffers as long as each call has its own
 // workspace. The CPU path uses OpenMP threads inside one call.
@@ -57,7 +75,9 @@ struct SelectorOptions {
 size_t kForDensity(size_t n, double density);
 
 struct SelectArgs {
-  const void* x = nullptr;           // n gradient values of `dtype` (f32, f16 or bf16)
+  const void* x = nullptr;           // n gradient values of `dtype` (f32, f16 or bf16);
+                                     // nullptr (CPU): in place, the residual holds acc
+
   DataType dtype = MGS_FLOAT32;
   float* residual = nullptr;         // n floats, read and rewritten (must not alias x)
   size_t n = 0;                      // < 2^32 (indices are uint32)
@@ -73,7 +93,8 @@ struct SelectResult {
   size_t count = 0;       // entries written to outValues/outIndices
   size_t k = 0;           // target k for this n
   float threshold = 0;    // smallest magnitude selected in bulk (key threshold), 0 if none
-  int passes = 0;         // full passes over the buffer (accumulate, histograms, compaction)
+  int passes = 0;         // full passes over the buffer (accumulate, histograms, compaction);
+                          // the CPU's sample of <= 65536 entries is not counted
   bool inBand = false;    // count within the selector's documented band
   bool exact = true;      // topk: the set is the exact top-k (ties by lower index)
   size_t nonFinite = 0;   // non-finite entries found in acc (dropped from the residual)
@@ -100,6 +121,8 @@ class Selector {
   // floor((1+eps)k) for gaussiank/ldte without exactTrim, k otherwise.
   size_t maxCount(size_t n) const;
   // Workspace for select() on buffers of up to n elements (query once, reuse).
+  // The CPU's includes the candidate list: threads * min(C, 2C / threads + 4096)
+  // * 8 bytes, C = 8 * maxCount(n) + 4096 (none on the dense paths).
   size_t workspaceBytes(size_t n) const;
   // No allocation; errors: kInvalidArgument (null/short buffers, n >= 2^32,
   // dtype), kNumeric (non-finite input under NonFinitePolicy::kError).

@@ -318,3 +318,31 @@ TEST_CASE("candidates never hold NaN or Inf", "[compress][candidates]") {
 }
 
 }  // namespace mgs::compress::test
+
+namespace mgs::compress::test {
+
+// dgc is left out: its strided sample's capacity (dgcSampleCapacity) follows
+// the stride plan and is not monotone in n (a known limitation, not the
+// candidate list's).
+TEST_CASE("workspaceBytes never shrinks as n grows", "[compress][candidates]") {
+  for (const char* name : {"topk", "gaussiank", "ldte", "randomk", "none"}) {
+    for (double rho : {0.5, 0.03, 0.01, 0.001, 0.0001}) {
+      for (int threads : {1, 2, 5}) {
+        CAPTURE(name, rho, threads);
+        SelectorOptions o;
+        o.density = rho;
+        o.numThreads = threads;
+        auto sel = makeSelector(name, o);
+        size_t prev = 0, bad = 0;
+        for (size_t n = 1; n < (size_t{1} << 24); n = n * 5 / 4 + 1) {
+          const size_t b = sel->workspaceBytes(n);
+          bad += b < prev;
+          prev = b;
+        }
+        REQUIRE(bad == 0);
+      }
+    }
+  }
+}
+
+}  // namespace mgs::compress::test
