@@ -158,16 +158,25 @@ double predictSerial(const Strategy& s, const std::vector<mgs::plan::LayerInfo>&
   return forward_s + t;
 }
 
-// The calibration file the runtime wrote (MGS_CALIBRATION=<file>): a linear
-// allreduce, a linear allgather and the selection model.
+// The calibration file the runtime wrote (MGS_CALIBRATION=<file>): allreduce
+// and allgather as measured points ({"points": [[bytes, s], ...]},
+// interpolated) or as a line ({"alpha_s", "beta_s_per_byte"}), and the
+// selection model.
+bool readComm(const nlohmann::json& j, mgs::plan::CommModel* m) {
+  if (j.contains("points")) {
+    std::vector<mgs::plan::Sample> pts;
+    for (const auto& p : j.at("points")) pts.emplace_back(p.at(0).get<double>(), p.at(1).get<double>());
+    return mgs::plan::CommModel::table(pts, m).ok();
+  }
+  *m = mgs::plan::CommModel::linear(j.at("alpha_s").get<double>(), j.at("beta_s_per_byte").get<double>());
+  return true;
+}
+
 bool readCalibration(const std::string& path, int workers, double density, mgs::plan::CostModel* m) {
   nlohmann::json j;
   if (!mgs::tools::readJsonFile(path, &j).ok()) return false;
   try {
-    m->allreduce = mgs::plan::CommModel::linear(j.at("allreduce").at("alpha_s").get<double>(),
-                                                j.at("allreduce").at("beta_s_per_byte").get<double>());
-    m->allgather = mgs::plan::CommModel::linear(j.at("allgather").at("alpha_s").get<double>(),
-                                                j.at("allgather").at("beta_s_per_byte").get<double>());
+    if (!readComm(j.at("allreduce"), &m->allreduce) || !readComm(j.at("allgather"), &m->allgather)) return false;
     m->sparsify.kind = j.at("sparsify").at("kind").get<std::string>() == "nlogn"
                            ? mgs::plan::SparsifyModel::Kind::kNLogN
                            : mgs::plan::SparsifyModel::Kind::kLinear;
