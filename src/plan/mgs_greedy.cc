@@ -6,7 +6,7 @@
 namespace mgs::plan {
 
 PlannerResult planMgsGreedy(const std::vector<LayerInfo>& layers, const ElementCost& allgather,
-                            const ElementCost& sparsify, bool released) {
+                            const ElementCost& sparsify, bool released, Selection selection) {
   const int n = static_cast<int>(layers.size());
   PlannerResult r;
   if (n == 0) return r;
@@ -50,7 +50,7 @@ PlannerResult planMgsGreedy(const std::vector<LayerInfo>& layers, const ElementC
     lengths.erase(lengths.begin());
   }
   r.groups = groupsFromLengths(lengths);
-  r.predicted_s = sparseTime(layers, r.groups, allgather, sparsify);
+  r.predicted_s = sparseTime(layers, r.groups, allgather, sparsify, selection);
   return r;
 }
 

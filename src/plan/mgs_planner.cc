@@ -8,12 +8,32 @@
 namespace mgs::plan {
 namespace {
 
-// A state after planning a prefix of layers: compute-stream time (backward
-// plus selection so far) and the end of the last communication. `prev` and
-// `from` point at the state it extends: front[prev][from].
+// A state after planning a prefix of layers: the end of the stage before
+// communication and the end of the last communication. The first stage is
+// the compute stream (backward plus selection so far) under
+// Selection::kCompute, the selection stage under kSeparate; the field keeps
+// the name `compute`. `prev` and `from` point at the state it extends:
+// front[prev][from].
 struct State {
   double compute, comm;
   int prev, from;
+};
+
+// The one place the two selection models differ: the first stage's end
+// after appending group [s, e) to a prefix whose first stage ends at
+// `stage`. `backward` is the backward time of layers s..e-1, `ready` the
+// time layer e-1 finishes backward with backward untouched, `select` the
+// group's selection time. Both are non-decreasing in `stage`, which is all
+// the Pareto argument and the early exits below need.
+struct ComputeStreamStage {  // §3.2: selection delays the rest of backward
+  double operator()(double stage, double backward, double /*ready*/, double select) const {
+    return stage + backward + select;
+  }
+};
+struct SeparateStage {  // selection on its own stage, one group at a time
+  double operator()(double stage, double /*backward*/, double ready, double select) const {
+    return std::max(stage, ready) + select;
+  }
 };
 
 // Adds `c` to a Pareto front kept sorted by compute ascending (so comm is
@@ -68,13 +88,14 @@ class GroupCosts {
 
 // Lower bounds on what layers e..n-1 still add to a state, over every way of
 // grouping them: communications are serial, so at least the least total
-// allgather time; the compute stream at least their backward plus the least
-// total selection time. Exact O(L^2) DPs, valid for any cost functions.
+// allgather time; the first stage at least the least total selection time
+// (selections are serial under both models), plus, on the compute stream,
+// their backward. Exact O(L^2) DPs, valid for any cost functions.
 struct SuffixBounds {
   std::vector<double> comm, compute;
 };
 
-SuffixBounds suffixBounds(const std::vector<LayerInfo>& layers, const GroupCosts& cost) {
+SuffixBounds suffixBounds(const std::vector<LayerInfo>& layers, const GroupCosts& cost, Selection selection) {
   const int n = static_cast<int>(layers.size());
   const double inf = std::numeric_limits<double>::infinity();
   SuffixBounds b{std::vector<double>(n + 1, inf), std::vector<double>(n + 1, 0.0)};
@@ -90,19 +111,25 @@ SuffixBounds suffixBounds(const std::vector<LayerInfo>& layers, const GroupCosts
   }
   double backward = 0;
   for (int s = n - 1; s >= 0; --s) {
-    backward += layers[s].backward_s;
+    if (selection == Selection::kCompute) backward += layers[s].backward_s;
     b.compute[s] = backward + select[s];
   }
   return b;
 }
 
-// One pass of the DP. States whose lower bound on the final comm end exceeds
-// `limit` (a known plan's) are not kept: they cannot be on a better path.
-// Returns no groups if the cap emptied the final front.
+// One pass of the DP; `next` is the first stage's transition (above).
+// States whose lower bound on the final comm end exceeds `limit` (a known
+// plan's) are not kept: they cannot be on a better path. Returns no groups if
+// the cap emptied the final front.
+template <typename NextStage>
 PlannerResult paretoDp(const std::vector<LayerInfo>& layers, const GroupCosts& cost,
-                       const SuffixBounds& bound, double limit, int front_cap) {
+                       const SuffixBounds& bound, double limit, int front_cap, NextStage next) {
   const int n = static_cast<int>(layers.size());
   PlannerResult r;
+  // ready[e]: end of backward of layers 0..e-1, accumulated in layer order
+  // as the timeline does, so both give bit-identical times.
+  std::vector<double> ready(n + 1, 0.0);
+  for (int i = 0; i < n; ++i) ready[i + 1] = ready[i] + layers[i].backward_s;
   // fronts[e]: Pareto-minimal states over plans of layers 0..e-1. The rest
   // of the timeline is non-decreasing in both coordinates, so a dominated
   // state can never lead to a better plan.
@@ -116,12 +143,13 @@ PlannerResult paretoDp(const std::vector<LayerInfo>& layers, const GroupCosts& c
       const double select = cost.select(s, e), comm = cost.comm(s, e);
       const std::vector<State>& prev = fronts[s];
       for (int i = 0; i < static_cast<int>(prev.size()); ++i) {
-        const double compute = prev[i].compute + backward + select;
+        const double compute = next(prev[i].compute, backward, ready[e], select);
         if (compute + bound.compute[e] > limit) break;  // later states compute longer
         const double end = std::max(prev[i].comm, compute) + comm;
         if (end + bound.comm[e] <= limit) insertPareto(front, {compute, end, s, i});
-        // Later states of `prev` have larger compute; once communication
-        // waits for compute, they only give states dominated by this one.
+        // Later states of `prev` have no smaller first stage and a smaller
+        // comm end; once communication waits for the first stage, they only
+        // give states dominated by this one.
         if (compute >= prev[i].comm) break;
       }
     }
@@ -153,22 +181,26 @@ double limitFor(double known_s) { return known_s * (1 + 1e-9) + 1e-300; }
 }  // namespace
 
 PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& allgather,
-                      const ElementCost& sparsify, int front_cap) {
+                      const ElementCost& sparsify, int front_cap, Selection selection) {
   const int n = static_cast<int>(layers.size());
   if (n == 0) return {};
   // Without bounds the fronts reach thousands of states when communication
   // dominates (BERT-base on 1,024 workers). A known plan's time bounds every
-  // state from above: the best of the authors' rule and the trivial plans.
+  // state from above: the best of the authors' rule and the trivial plans,
+  // evaluated on the model being planned.
   // (A second pass bounded by a first capped pass's plan was tried: it did
   // not bring capped fronts under the cap on the shipped traces.)
   const GroupCosts cost(layers, allgather, sparsify);
-  const SuffixBounds bound = suffixBounds(layers, cost);
-  PlannerResult known = planMgsGreedy(layers, allgather, sparsify);
+  const SuffixBounds bound = suffixBounds(layers, cost, selection);
+  PlannerResult known = planMgsGreedy(layers, allgather, sparsify, false, selection);
   for (Groups g : {planLayerwise(n), planSingle(n)}) {
-    const double t = sparseTime(layers, g, allgather, sparsify);
+    const double t = sparseTime(layers, g, allgather, sparsify, selection);
     if (t < known.predicted_s) known.groups = std::move(g), known.predicted_s = t;
   }
-  PlannerResult r = paretoDp(layers, cost, bound, limitFor(known.predicted_s), front_cap);
+  const double limit = limitFor(known.predicted_s);
+  PlannerResult r = selection == Selection::kCompute
+                        ? paretoDp(layers, cost, bound, limit, front_cap, ComputeStreamStage{})
+                        : paretoDp(layers, cost, bound, limit, front_cap, SeparateStage{});
   // Only the cap can lose the optimal path; the known plan is then as good.
   if (r.groups.empty() || r.predicted_s > known.predicted_s) {
     r.groups = std::move(known.groups);

@@ -57,6 +57,8 @@ Status validatePlanInput(const PlanInput& in) {
   MGS_ENSURE(in.fusion_threshold_bytes >= 0, kInvalidArgument,
              "fusion threshold must be >= 0 bytes, got " << in.fusion_threshold_bytes);
   MGS_ENSURE(in.front_cap >= 1, kInvalidArgument, "front cap must be >= 1, got " << in.front_cap);
+  MGS_ENSURE(in.selection == Selection::kCompute || in.selection == Selection::kSeparate, kInvalidArgument,
+             "selection must be kCompute or kSeparate, got " << static_cast<int>(in.selection));
   return Status::OK();
 }
 
@@ -72,10 +74,11 @@ Status computePlan(const std::string& planner, const PlanInput& in, Plan* plan) 
   Plan out;
   out.planner = planner;
   out.sparse = plannerIsSparse(planner, in.sparse);
+  out.selection = in.selection;
   if (planner == "mgs" || planner == "mgs-greedy" || planner == "mgwfbp" || planner == "mgwfbp-greedy") {
     PlannerResult r;
-    if (planner == "mgs") r = planMgs(in.layers, f.allgather, f.sparsify, in.front_cap);
-    if (planner == "mgs-greedy") r = planMgsGreedy(in.layers, f.allgather, f.sparsify);
+    if (planner == "mgs") r = planMgs(in.layers, f.allgather, f.sparsify, in.front_cap, in.selection);
+    if (planner == "mgs-greedy") r = planMgsGreedy(in.layers, f.allgather, f.sparsify, false, in.selection);
     if (planner == "mgwfbp") r = planMgwfbp(in.layers, f.allreduce);
     if (planner == "mgwfbp-greedy") r = planMgwfbpGreedy(in.layers, f.allreduce, in.cost.allreduce.startup());
     out.groups = std::move(r.groups);
@@ -97,7 +100,7 @@ Status planTimeline(const PlanInput& in, const Groups& groups, bool sparse,
                     std::vector<GroupTiming>* timeline) {
   MGS_RETURN_IF_ERROR(validateGroups(groups, static_cast<int>(in.layers.size())));
   const Costs f = costsOf(in.cost);
-  *timeline = sparse ? sparseTimeline(in.layers, groups, f.allgather, f.sparsify)
+  *timeline = sparse ? sparseTimeline(in.layers, groups, f.allgather, f.sparsify, in.selection)
                      : denseTimeline(in.layers, groups, f.allreduce);
   return Status::OK();
 }

@@ -12,6 +12,7 @@
 //   in.cost.allgather = CommModel::linear(1.7e-4, 1.4e-10);
 //   in.cost.sparsify = {SparsifyModel::Kind::kLinear, 1e-10};
 //   in.cost.workers = 8; in.cost.density = 0.001;
+//   in.selection = Selection::kSeparate;  // selection off the compute stream
 //   Plan plan;
 //   MGS_RETURN_IF_ERROR(computePlan("mgs", in, &plan));
 //   // plan.groups = {{0, 1, 2}, {3}, ...}: indices into in.layers
@@ -35,6 +36,12 @@ struct PlanInput {
   // on: sparse = selection + allgather (§3.2), dense = allreduce (§3.1).
   // mgs* planners always use the sparse model, mgwfbp* the dense one.
   bool sparse = true;
+  // Where the sparse model runs selection (timeline.h): kCompute, the MGS
+  // paper's compute stream (selection delays backward), or kSeparate, the
+  // runtime's coordinator thread / a side stream (backward untouched,
+  // selection and allgather pipelined). Used by mgs, mgs-greedy's
+  // prediction, the baselines when sparse, evaluatePlan and planTimeline.
+  Selection selection = Selection::kCompute;
   int64_t fusion_threshold_bytes = 64ll << 20;  // for "fusion"
   int front_cap = kDefaultFrontCap;             // for "mgs"
 };
@@ -44,6 +51,7 @@ struct Plan {
   Groups groups;              // indices into PlanInput::layers, in backward order
   double predicted_s = 0;     // end of the last communication, backward starting at 0
   bool sparse = true;         // which model predicted_s is under
+  Selection selection = Selection::kCompute;  // and, when sparse, which selection placement
   bool front_capped = false;  // "mgs" only: the result may not be optimal
   int max_front = 0;          // "mgs" only
 };
@@ -64,7 +72,8 @@ Status validatePlanInput(const PlanInput& input);
 // message lists the valid ones) or an invalid input.
 Status computePlan(const std::string& planner, const PlanInput& input, Plan* plan);
 
-// The objective (§3) of any plan under the input's cost model.
+// The objective (§3) of any plan under the input's cost model (and, when
+// `sparse`, the input's selection placement).
 Status evaluatePlan(const PlanInput& input, const Groups& groups, bool sparse, double* seconds);
 // Per-group timeline of a plan, for explaining it.
 Status planTimeline(const PlanInput& input, const Groups& groups, bool sparse,

@@ -32,18 +32,25 @@ PlannerResult planMgwfbpGreedy(const std::vector<LayerInfo>& layers, const Eleme
 // Default cap on each Pareto front of planMgs (algorithms.md §5.4).
 constexpr int kDefaultFrontCap = 256;
 
-// Exact MGS (§5.4): Pareto DP over (compute-stream time, comm end) states;
-// minimises sparseTime(). If a front outgrows `front_cap`, the points with
-// the largest comm end are dropped, the result becomes a heuristic, and
-// front_capped says so. Ties: fewest groups at the end of the plan first.
+// Exact MGS (§5.4): Pareto DP over (first-stage end, comm end) states;
+// minimises sparseTime(..., selection). The first stage is the compute
+// stream under Selection::kCompute and the selection stage under kSeparate
+// (timeline.h); the same DP with a different transition. If a front outgrows
+// `front_cap`, states are dropped (spread evenly along the front), the
+// result becomes a heuristic, and front_capped says so. Ties: fewest groups
+// at the end of the plan first.
 PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& allgather,
-                      const ElementCost& sparsify, int front_cap = kDefaultFrontCap);
+                      const ElementCost& sparsify, int front_cap = kDefaultFrontCap,
+                      Selection selection = Selection::kCompute);
 
 // The authors' MGS rule (§5.2), with the off-by-one fixed. `released`
 // reproduces the released code instead, which always puts the first two
 // gradients (the paper's L-1 and L-2) in one group without evaluating it.
+// The merge decisions always follow the paper's compute-stream model;
+// `selection` only picks the model predicted_s is evaluated on.
 PlannerResult planMgsGreedy(const std::vector<LayerInfo>& layers, const ElementCost& allgather,
-                            const ElementCost& sparsify, bool released = false);
+                            const ElementCost& sparsify, bool released = false,
+                            Selection selection = Selection::kCompute);
 
 // Horovod/DDP-style fusion (§6): close a group once it holds at least
 // `threshold_bytes`; 0 gives one group per layer.

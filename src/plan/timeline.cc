@@ -19,7 +19,7 @@ std::vector<GroupTiming> denseTimeline(const std::vector<LayerInfo>& layers, con
       ready += layers[i].backward_s;
       t.elements += layers[i].elements;
     }
-    t.ready_s = t.sparsified_s = ready;
+    t.ready_s = t.select_start_s = t.sparsified_s = ready;
     t.comm_start_s = std::max(comm_end, ready);
     t.comm_end_s = comm_end = t.comm_start_s + allreduce(t.elements);
     out.push_back(t);
@@ -28,21 +28,32 @@ std::vector<GroupTiming> denseTimeline(const std::vector<LayerInfo>& layers, con
 }
 
 std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, const Groups& groups,
-                                        const ElementCost& allgather, const ElementCost& sparsify) {
+                                        const ElementCost& allgather, const ElementCost& sparsify,
+                                        Selection selection) {
   std::vector<GroupTiming> out;
   out.reserve(groups.size());
-  double compute = 0, comm_end = 0;  // compute stream = backward + selection
+  // kCompute: `compute` is the compute stream (backward + selection) and
+  // `ready` follows it. kSeparate: `ready` is backward alone and `selected`
+  // the end of the selection stage.
+  double compute = 0, ready = 0, selected = 0, comm_end = 0;
   for (const Group& g : groups) {
     GroupTiming t;
     t.first = g.front();
     t.last = g.back();
     for (int i : g) {
       compute += layers[i].backward_s;
+      ready += layers[i].backward_s;
       t.elements += layers[i].elements;
     }
-    t.ready_s = compute;
-    t.sparsified_s = compute = compute + sparsify(t.elements);
-    t.comm_start_s = std::max(comm_end, compute);
+    if (selection == Selection::kCompute) {
+      t.ready_s = t.select_start_s = compute;
+      t.sparsified_s = compute = compute + sparsify(t.elements);
+    } else {
+      t.ready_s = ready;
+      t.select_start_s = std::max(ready, selected);
+      t.sparsified_s = selected = t.select_start_s + sparsify(t.elements);
+    }
+    t.comm_start_s = std::max(comm_end, t.sparsified_s);
     t.comm_end_s = comm_end = t.comm_start_s + allgather(t.elements);
     out.push_back(t);
   }
@@ -55,9 +66,24 @@ double denseTime(const std::vector<LayerInfo>& layers, const Groups& groups, con
 }
 
 double sparseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allgather,
-                  const ElementCost& sparsify) {
-  const auto t = sparseTimeline(layers, groups, allgather, sparsify);
+                  const ElementCost& sparsify, Selection selection) {
+  const auto t = sparseTimeline(layers, groups, allgather, sparsify, selection);
   return t.empty() ? 0.0 : t.back().comm_end_s;
+}
+
+const char* selectionName(Selection selection) {
+  return selection == Selection::kSeparate ? "separate" : "compute";
+}
+
+bool parseSelection(const std::string& name, Selection* out) {
+  if (name == "compute") {
+    *out = Selection::kCompute;
+  } else if (name == "separate") {
+    *out = Selection::kSeparate;
+  } else {
+    return false;
+  }
+  return true;
 }
 
 Status validateGroups(const Groups& groups, int num_layers) {

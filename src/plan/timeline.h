@@ -28,29 +28,52 @@ using Groups = std::vector<Group>;
 // Cost of one call on a group of `elements` (communication or selection).
 using ElementCost = std::function<double(int64_t elements)>;
 
-// Where one group sits in time. Compute-stream times: the group's last layer
-// finished backward at `ready_s`; selection (sparse model only) then runs on
-// the compute stream from `ready_s` to `sparsified_s`, delaying the rest of
-// backward. Communication runs from `comm_start_s` to `comm_end_s`.
+// Where the sparse model runs each group's selection (top-k or threshold).
+//  kCompute:  on the compute stream right after the group's last backward,
+//             delaying the rest of backward (§3.2, the MGS paper's GPU model).
+//  kSeparate: on a stage of its own (mgs's coordinator thread, or a GPU side
+//             stream) while backward goes on untouched: a two-stage pipeline,
+//             selection of one group at a time, then its allgather, which
+//             overlaps the selection of the next group.
+enum class Selection { kCompute, kSeparate };
+
+// Where one group sits in time. The group's last layer finished backward at
+// `ready_s`. Selection (sparse model only) runs from `select_start_s` to
+// `sparsified_s`: under kCompute on the compute stream, starting at
+// `ready_s` and delaying the rest of backward; under kSeparate on its own
+// stage, starting once the group is ready and the previous selection is done.
+// Communication runs from `comm_start_s` to `comm_end_s`. Dense model:
+// select_start_s = sparsified_s = ready_s.
 struct GroupTiming {
   int first = 0, last = 0;  // layer indices, inclusive
   int64_t elements = 0;
   double ready_s = 0, sparsified_s = 0, comm_start_s = 0, comm_end_s = 0;
+  double select_start_s = 0;
 };
 
 // §3.1, WFBP with merging: backward never waits; group g starts its allreduce
 // when it is ready and the previous allreduce has finished.
 std::vector<GroupTiming> denseTimeline(const std::vector<LayerInfo>& layers, const Groups& groups,
                                        const ElementCost& allreduce);
-// §3.2, MGS: each group is sparsified on the compute stream right after its
-// last backward, then allgathered on the communication stream.
+// §3.2, MGS: each group is sparsified, then allgathered on the
+// communication stream. kCompute: selection on the compute stream right
+// after the group's last backward (compute_g = compute_{g-1} + backward +
+// t_s). kSeparate: backward untouched; ready_g = sum of backward up to the
+// group's last layer, sel_end_g = max(ready_g, sel_end_{g-1}) + t_s,
+// comm_end_g = max(sel_end_g, comm_end_{g-1}) + T_ag.
 std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, const Groups& groups,
-                                        const ElementCost& allgather, const ElementCost& sparsify);
+                                        const ElementCost& allgather, const ElementCost& sparsify,
+                                        Selection selection = Selection::kCompute);
 
 // End of the last communication (the objective); 0 for no layers.
 double denseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allreduce);
 double sparseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allgather,
-                  const ElementCost& sparsify);
+                  const ElementCost& sparsify, Selection selection = Selection::kCompute);
+
+// "compute" / "separate", for tools, logs and configuration.
+const char* selectionName(Selection selection);
+// Parses "compute" or "separate"; false (and *out unchanged) otherwise.
+bool parseSelection(const std::string& name, Selection* out);
 
 // OK iff `groups` are non-empty runs of consecutive indices covering 0..L-1.
 Status validateGroups(const Groups& groups, int num_layers);

@@ -27,17 +27,17 @@ int randomLength(std::mt19937_64& rng) {
 // strictly worse than the optimum (the DP must never be beaten).
 template <typename Planner, typename Greedy>
 int checkAgainstOracle(std::mt19937_64& rng, bool sparse, const ElementCost& comm, const ElementCost& select,
-                       Planner plan, Greedy greedy) {
+                       Planner plan, Greedy greedy, Selection selection = Selection::kCompute) {
   int greedy_worse = 0;
   for (int t = 0; t < kInstances; ++t) {
     const auto layers = randomLayers(rng, randomLength(rng));
     const PlannerResult r = plan(layers);
-    const auto oracle = bruteForce(layers, comm, select, sparse);
+    const auto oracle = bruteForce(layers, comm, select, sparse, selection);
     INFO("instance " << t << ", L = " << layers.size());
     REQUIRE(validateGroups(r.groups, static_cast<int>(layers.size())).ok());
     REQUIRE(relClose(r.predicted_s, oracle.best));
-    const double own =
-        sparse ? sparseTime(layers, r.groups, comm, select) : denseTime(layers, r.groups, comm);
+    const double own = sparse ? sparseTime(layers, r.groups, comm, select, selection)
+                              : denseTime(layers, r.groups, comm);
     REQUIRE(relClose(own, r.predicted_s));
     REQUIRE_FALSE(r.front_capped);
     const PlannerResult g = greedy(layers);
@@ -94,10 +94,25 @@ TEST_CASE("mgs DP equals brute force, c*n*log2(n) selection, linear allgather", 
   CHECK(worse > 0);  // §5.3: the fixed rule loses on many instances
 }
 
-TEST_CASE("mgs DP equals brute force, table allgather, both selection kinds", "[plan][dp]") {
-  std::mt19937_64 rng(4);
+TEST_CASE("mgs DP, separate selection, equals brute force, c*n*log2(n) selection", "[plan][dp][selection]") {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> ua(0.05, 3.0), ub(1e-4, 2e-3), uc(1e-4, 2e-3);
+  const double a = ua(rng), b = ub(rng);
+  const SparsifyModel ts{SparsifyModel::Kind::kNLogN, uc(rng)};
+  const ElementCost ag = [a, b](int64_t n) { return n > 0 ? a + b * n : 0.0; };
+  const ElementCost sel = [ts](int64_t n) { return ts.seconds(n); };
+  const Selection sep = Selection::kSeparate;
+  const int worse = checkAgainstOracle(
+      rng, true, ag, sel, [&](const auto& l) { return planMgs(l, ag, sel, kDefaultFrontCap, sep); },
+      [&](const auto& l) { return planMgsGreedy(l, ag, sel, false, sep); }, sep);
+  // The greedy decides on the compute-stream model: no match for this one.
+  CHECK(worse > 0);
+}
+
+// kInstances with linear selection, then kInstances with c*n*log2(n), on
+// random allgather tables, a new cost model every 50 instances.
+void tableInstances(std::mt19937_64& rng, Selection selection) {
   std::uniform_real_distribution<double> uc(1e-4, 2e-3);
-  // kInstances with linear selection, then kInstances with c*n*log2(n).
   for (int block = 0; block < 40; ++block) {
     const CommModel table = test::randomTable(rng);
     const auto kind = block < 20 ? SparsifyModel::Kind::kLinear : SparsifyModel::Kind::kNLogN;
@@ -106,13 +121,23 @@ TEST_CASE("mgs DP equals brute force, table allgather, both selection kinds", "[
     const ElementCost sel = [ts](int64_t n) { return ts.seconds(n); };
     for (int t = 0; t < kInstances / 20; ++t) {
       const auto layers = randomLayers(rng, randomLength(rng));
-      const auto r = planMgs(layers, ag, sel);
-      const auto oracle = bruteForce(layers, ag, sel, true);
+      const auto r = planMgs(layers, ag, sel, kDefaultFrontCap, selection);
+      const auto oracle = bruteForce(layers, ag, sel, true, selection);
       REQUIRE(relClose(r.predicted_s, oracle.best));
-      REQUIRE(relClose(sparseTime(layers, r.groups, ag, sel), oracle.best));
+      REQUIRE(relClose(sparseTime(layers, r.groups, ag, sel, selection), oracle.best));
       REQUIRE_FALSE(r.front_capped);
     }
   }
+}
+
+TEST_CASE("mgs DP equals brute force, table allgather, both selection kinds", "[plan][dp]") {
+  std::mt19937_64 rng(4);
+  tableInstances(rng, Selection::kCompute);
+}
+
+TEST_CASE("mgs DP, separate selection, equals brute force, table allgather", "[plan][dp][selection]") {
+  std::mt19937_64 rng(8);
+  tableInstances(rng, Selection::kSeparate);
 }
 
 TEST_CASE("both DPs stay exact for a non-monotone cost (GK's table switch)", "[plan][dp]") {
@@ -126,13 +151,19 @@ TEST_CASE("both DPs stay exact for a non-monotone cost (GK's table switch)", "[p
     const auto layers = randomLayers(rng, randomLength(rng));
     REQUIRE(relClose(planMgwfbp(layers, comm).predicted_s, bruteForce(layers, comm, sel, false).best));
     REQUIRE(relClose(planMgs(layers, comm, sel).predicted_s, bruteForce(layers, comm, sel, true).best));
+    REQUIRE(relClose(planMgs(layers, comm, sel, kDefaultFrontCap, Selection::kSeparate).predicted_s,
+                     bruteForce(layers, comm, sel, true, Selection::kSeparate).best));
   }
 }
 
 // The §5.4 pseudocode as written: every candidate, sorted, then filtered.
 // No bounds, no early exits, no cap: the reference for L beyond brute force.
-double plainParetoDp(const std::vector<LayerInfo>& layers, const ElementCost& ag, const ElementCost& ts) {
+// Under kSeparate, T is the end of the selection stage.
+double plainParetoDp(const std::vector<LayerInfo>& layers, const ElementCost& ag, const ElementCost& ts,
+                     Selection selection = Selection::kCompute) {
   const int n = static_cast<int>(layers.size());
+  std::vector<double> ready(n + 1, 0.0);
+  for (int i = 0; i < n; ++i) ready[i + 1] = ready[i] + layers[i].backward_s;
   std::vector<std::vector<std::pair<double, double>>> front(n + 1);
   front[0] = {{0.0, 0.0}};
   for (int e = 1; e <= n; ++e) {
@@ -143,7 +174,7 @@ double plainParetoDp(const std::vector<LayerInfo>& layers, const ElementCost& ag
       S += layers[s].elements;
       B += layers[s].backward_s;
       for (const auto& [T, C] : front[s]) {
-        const double T2 = T + B + ts(S);
+        const double T2 = selection == Selection::kCompute ? T + B + ts(S) : std::max(T, ready[e]) + ts(S);
         cand.push_back({T2, std::max(C, T2) + ag(S)});
       }
     }
@@ -155,8 +186,8 @@ double plainParetoDp(const std::vector<LayerInfo>& layers, const ElementCost& ag
   return front[n].back().second;
 }
 
-TEST_CASE("mgs DP with its bounds equals the plain Pareto DP up to L = 60", "[plan][dp]") {
-  std::mt19937_64 rng(6);
+// Returns the largest front the bounded DP kept.
+int checkAgainstPlainDp(std::mt19937_64& rng, Selection selection) {
   std::uniform_real_distribution<double> ua(0.05, 3.0), ub(1e-4, 2e-3), uc(1e-5, 3e-4);
   int largest_front = 0;
   for (int t = 0; t < 150; ++t) {
@@ -165,13 +196,23 @@ TEST_CASE("mgs DP with its bounds equals the plain Pareto DP up to L = 60", "[pl
     const ElementCost ag = [a, b](int64_t n) { return n > 0 ? a + b * n : 0.0; };
     const ElementCost ts = [sm](int64_t n) { return sm.seconds(n); };
     const auto layers = randomLayers(rng, std::uniform_int_distribution<int>(15, 60)(rng));
-    const auto r = planMgs(layers, ag, ts, 1 << 20);
+    const auto r = planMgs(layers, ag, ts, 1 << 20, selection);
     REQUIRE_FALSE(r.front_capped);
-    REQUIRE(relClose(r.predicted_s, plainParetoDp(layers, ag, ts)));
-    REQUIRE(relClose(sparseTime(layers, r.groups, ag, ts), r.predicted_s));
+    REQUIRE(relClose(r.predicted_s, plainParetoDp(layers, ag, ts, selection)));
+    REQUIRE(relClose(sparseTime(layers, r.groups, ag, ts, selection), r.predicted_s));
     largest_front = std::max(largest_front, r.max_front);
   }
-  CHECK(largest_front > 1);  // the instances do exercise the Pareto fronts
+  return largest_front;
+}
+
+TEST_CASE("mgs DP with its bounds equals the plain Pareto DP up to L = 60", "[plan][dp]") {
+  std::mt19937_64 rng(6);
+  CHECK(checkAgainstPlainDp(rng, Selection::kCompute) > 1);  // the instances do exercise the Pareto fronts
+}
+
+TEST_CASE("mgs DP, separate selection, equals the plain Pareto DP up to L = 60", "[plan][dp][selection]") {
+  std::mt19937_64 rng(9);
+  CHECK(checkAgainstPlainDp(rng, Selection::kSeparate) > 1);
 }
 
 }  // namespace

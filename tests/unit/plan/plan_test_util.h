@@ -59,9 +59,10 @@ struct Oracle {
 };
 
 // Exhaustive search over every cut mask. `sparse` picks §3.2 (comm =
-// allgather, with selection on the compute stream) or §3.1 (comm = allreduce).
+// allgather, with selection where `selection` says) or §3.1 (comm =
+// allreduce). Written from the recurrences, not from timeline.cc.
 inline Oracle bruteForce(const std::vector<LayerInfo>& layers, const ElementCost& comm,
-                         const ElementCost& select, bool sparse) {
+                         const ElementCost& select, bool sparse, Selection selection = Selection::kCompute) {
   const int n = static_cast<int>(layers.size());
   Oracle o;
   if (n == 0) return Oracle{0.0, {}};
@@ -76,13 +77,20 @@ inline Oracle bruteForce(const std::vector<LayerInfo>& layers, const ElementCost
     }
   }
   for (uint32_t mask = 0; mask < (1u << (n - 1)); ++mask) {
-    double compute = 0, end = 0;
+    // compute: backward (+ selection under kCompute); selected: end of the
+    // separate selection stage (kSeparate only).
+    double compute = 0, selected = 0, end = 0;
     int start = 0;
     for (int i = 0; i < n; ++i) {
       compute += layers[i].backward_s;
       if (i == n - 1 || (mask >> i & 1u)) {  // cut after layer i
-        compute += s[start][i + 1];
-        end = std::max(end, compute) + c[start][i + 1];
+        if (sparse && selection == Selection::kSeparate) {
+          selected = std::max(selected, compute) + s[start][i + 1];
+          end = std::max(end, selected) + c[start][i + 1];
+        } else {
+          compute += s[start][i + 1];
+          end = std::max(end, compute) + c[start][i + 1];
+        }
         start = i + 1;
       }
     }
