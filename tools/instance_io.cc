@@ -85,6 +85,11 @@ Status parseInstance(const json& j, plan::PlanInput* out) {
       return st;
     if (j.contains("sparsify") && !(st = parseSparsify(j["sparsify"], &in.cost.sparsify)).ok()) return st;
     in.sparse = j.value("sparse", in.cost.density < 1.0);
+    if (j.contains("selection")) {
+      const std::string sel = j.at("selection").get<std::string>();
+      if (!plan::parseSelection(sel, &in.selection))
+        return invalid("'selection' must be \"compute\" or \"separate\", got \"" + sel + "\"");
+    }
     in.fusion_threshold_bytes = j.value("fusion_threshold_bytes", in.fusion_threshold_bytes);
     in.front_cap = j.value("front_cap", in.front_cap);
     st = plan::validatePlanInput(in);
@@ -119,6 +124,7 @@ json planToJson(const plan::Plan& plan) {
   j["groups"] = plan.groups;
   j["predicted_s"] = plan.predicted_s;
   j["model"] = plan.sparse ? "sparse" : "dense";
+  if (plan.sparse) j["selection"] = plan::selectionName(plan.selection);
   if (plan.planner == "mgs") {
     j["front_capped"] = plan.front_capped;
     j["max_front"] = plan.max_front;

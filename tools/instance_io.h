@@ -29,7 +29,8 @@ Status parseTrace(const nlohmann::json& j, Trace* out);
 // Shared by both: a layers array of {"name", "elements", "backward_s"}.
 Status parseLayers(const nlohmann::json& j, std::vector<plan::LayerInfo>* out);
 
-// {"planner", "groups", "predicted_s", "model", "front_capped", "max_front"}.
+// {"planner", "groups", "predicted_s", "model", "selection" (sparse model
+// only), "front_capped", "max_front" (mgs only)}.
 nlohmann::json planToJson(const plan::Plan& plan);
 
 Status readJsonFile(const std::string& path, nlohmann::json* out);

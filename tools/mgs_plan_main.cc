@@ -18,22 +18,39 @@ using mgs::plan::PlanInput;
 void explain(const PlanInput& in, const Plan& plan) {
   std::vector<GroupTiming> t;
   if (!mgs::plan::planTimeline(in, plan.groups, plan.sparse, &t).ok()) return;
-  std::fprintf(stderr, "%s: %zu groups over %zu layers, %s model, predicted %.6f s\n", plan.planner.c_str(),
-               t.size(), in.layers.size(), plan.sparse ? "sparse" : "dense", plan.predicted_s);
-  std::fprintf(stderr, "%5s  %-9s %12s %12s %12s %12s %12s %10s  %s\n", "group", "layers", "elements",
-               "ready_s", plan.sparse ? "selected_s" : "", "comm_start_s", "comm_end_s", "waited_s",
-               "first .. last");
+  const bool separate = plan.sparse && plan.selection == mgs::plan::Selection::kSeparate;
+  std::fprintf(stderr, "%s: %zu groups over %zu layers, %s model%s, predicted %.6f s\n", plan.planner.c_str(),
+               t.size(), in.layers.size(), plan.sparse ? "sparse" : "dense",
+               !plan.sparse ? "" : separate ? " (selection separate)" : " (selection on compute)",
+               plan.predicted_s);
+  // sel_start_s (separate selection only): when the selection stage took
+  // the group up, after it was ready and the previous selection ended.
+  std::fprintf(stderr, "%5s  %-9s %12s %12s", "group", "layers", "elements", "ready_s");
+  if (separate) std::fprintf(stderr, " %12s", "sel_start_s");
+  std::fprintf(stderr, " %12s %12s %12s %10s  %s\n", plan.sparse ? "selected_s" : "", "comm_start_s",
+               "comm_end_s", "waited_s", "first .. last");
   double prev_end = 0;
   for (size_t g = 0; g < t.size(); ++g) {
     const GroupTiming& x = t[g];
     const std::string range = std::to_string(x.first) + ".." + std::to_string(x.last);
+    std::fprintf(stderr, "%5zu  %-9s %12lld %12.6f", g, range.c_str(), static_cast<long long>(x.elements),
+                 x.ready_s);
+    if (separate) std::fprintf(stderr, " %12.6f", x.select_start_s);
     // waited_s: how long the ready group waited for the previous communication.
-    std::fprintf(stderr, "%5zu  %-9s %12lld %12.6f %12s %12.6f %12.6f %10.6f  %s .. %s\n", g, range.c_str(),
-                 static_cast<long long>(x.elements), x.ready_s,
+    std::fprintf(stderr, " %12s %12.6f %12.6f %10.6f  %s .. %s\n",
                  plan.sparse ? std::to_string(x.sparsified_s).c_str() : "", x.comm_start_s, x.comm_end_s,
                  x.comm_start_s - x.sparsified_s, in.layers[x.first].name.c_str(),
                  in.layers[x.last].name.c_str());
     prev_end = x.comm_end_s;
+  }
+  if (separate) {
+    // Backward is untouched; the selection stage ends after it.
+    const double backward = t.empty() ? 0.0 : t.back().ready_s;
+    const double selected = t.empty() ? 0.0 : t.back().sparsified_s;
+    std::fprintf(stderr,
+                 "backward ends %.6f s; selection ends %.6f s; communication ends %.6f s (%.6f s exposed)\n",
+                 backward, selected, prev_end, prev_end - backward);
+    return;
   }
   const double compute = t.empty() ? 0.0 : t.back().sparsified_s;
   std::fprintf(stderr, "compute stream ends %.6f s; communication ends %.6f s (%.6f s exposed)\n", compute,
@@ -44,13 +61,18 @@ void explain(const PlanInput& in, const Plan& plan) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Plan gradient merging for one model and cluster (mgs merge planner)"};
-  std::string input, planner;
+  std::string input, planner, selection;
   bool show = false;
   app.add_option("-i,--input", input, "instance JSON (docs/planner.md)")->required();
   std::string names = "all";
   for (const auto& n : mgs::plan::plannerNames()) names += ", " + n;
   app.add_option("-p,--planner", planner,
                  "one of: " + names + " (default: mgs for a sparse instance, mgwfbp for a dense one)");
+  app.add_option("--selection", selection,
+                 "sparse model: compute (selection on the compute stream, delaying backward: the MGS paper) or "
+                 "separate (selection on the runtime's coordinator thread / a side stream, pipelined with the "
+                 "allgather); overrides the instance's \"selection\" (default compute)")
+      ->check(CLI::IsMember({"compute", "separate"}));
   app.add_flag("--explain", show, "print the plan's timeline to stderr");
   CLI11_PARSE(app, argc, argv);
 
@@ -62,6 +84,7 @@ int main(int argc, char** argv) {
     std::cerr << "mgs-plan: " << input << ": " << st.message() << "\n";
     return 2;
   }
+  if (!selection.empty()) (void)mgs::plan::parseSelection(selection, &in.selection);  // checked by CLI11
   if (planner.empty()) planner = in.sparse ? "mgs" : "mgwfbp";
   std::vector<std::string> run = {planner};
   if (planner == "all") run = mgs::plan::plannerNames();

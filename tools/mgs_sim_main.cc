@@ -43,7 +43,8 @@ void printTable(const std::vector<SimPoint>& pts, const std::string& metric) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Trace-based scaling simulator for merged-gradient communication"};
-  std::string trace_path, network = "10gbe", json_path, metric = "speedup", sparsify = "nlogn";
+  std::string trace_path, network = "10gbe", json_path, metric = "speedup", sparsify = "nlogn",
+              selection = "compute";
   double latency_us = -1, bandwidth_gbps = -1, fusion_mib = 64;
   mgs::tools::SimOptions opt;
   app.add_option("-t,--trace", trace_path, "model trace JSON (tools/traces/*.json)")->required();
@@ -58,6 +59,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"nlogn", "linear"}));
   app.add_option("--sparsify-c", opt.sparsify.c_s, "seconds per element (linear) or per n*log2(n) (nlogn)")
       ->capture_default_str();
+  app.add_option("--selection", selection,
+                 "where sparse strategies select: compute (on the compute stream, delaying backward: the MGS "
+                 "paper) or separate (a coordinator thread / side stream, pipelined with the allgather: mgs's "
+                 "runtime)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"compute", "separate"}));
   app.add_option("--fusion-mib", fusion_mib, "fusion buffer size")->capture_default_str();
   app.add_option("-P,--workers", opt.workers, "worker counts")->capture_default_str();
   app.add_option("--metric", metric, "table metric: speedup, efficiency or time (ms)")
@@ -80,6 +87,7 @@ int main(int argc, char** argv) {
   opt.sparsify.kind =
       sparsify == "linear" ? mgs::plan::SparsifyModel::Kind::kLinear : mgs::plan::SparsifyModel::Kind::kNLogN;
   opt.fusion_threshold_bytes = static_cast<int64_t>(fusion_mib * (1 << 20));
+  (void)mgs::plan::parseSelection(selection, &opt.selection);  // checked by CLI11 above
 
   std::vector<SimPoint> pts;
   st = mgs::tools::simulate(trace, opt, &pts);
@@ -92,10 +100,10 @@ int main(int argc, char** argv) {
   for (const auto& l : trace.layers) params += l.elements, backward += l.backward_s;
   std::printf("# %s: %zu tensors, %lld parameters, forward %.1f ms, backward %.1f ms\n", trace.model.c_str(),
               trace.layers.size(), static_cast<long long>(params), trace.forward_s * 1e3, backward * 1e3);
-  std::printf("# network %s: latency %.1f us, %.1f Gbit/s; density %g; t_s %s c=%g; %s\n",
+  std::printf("# network %s: latency %.1f us, %.1f Gbit/s; density %g; t_s %s c=%g; selection %s; %s\n",
               opt.network.name.c_str(), opt.network.latency_s * 1e6,
               opt.network.bandwidth_bytes_per_s * 8 / 1e9, opt.density, sparsify.c_str(), opt.sparsify.c_s,
-              metric.c_str());
+              selection.c_str(), metric.c_str());
   printTable(pts, metric);
 
   if (!json_path.empty()) {
@@ -106,6 +114,7 @@ int main(int argc, char** argv) {
                       {"bandwidth_bytes_per_s", opt.network.bandwidth_bytes_per_s}};
     out["density"] = opt.density;
     out["sparsify"] = {{"kind", sparsify}, {"c_s", opt.sparsify.c_s}};
+    out["selection"] = selection;
     for (const auto& s : mgs::tools::simStrategies())
       out["strategies"].push_back({{"name", s.name}, {"planner", s.planner}, {"doc", s.doc}});
     for (const auto& p : pts)

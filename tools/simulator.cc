@@ -69,6 +69,7 @@ Status simulate(const Trace& trace, const SimOptions& o, std::vector<SimPoint>* 
     in.layers = trace.layers;
     in.cost = clusterModel(o, p);
     in.fusion_threshold_bytes = o.fusion_threshold_bytes;
+    in.selection = o.selection;
     for (const Strategy& s : simStrategies()) {
       in.sparse = s.sparse;
       plan::Plan plan;

@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "instance_io.h"
 #include "plan/cost_model.h"
+#include "plan/timeline.h"
 
 namespace mgs::tools {
 
@@ -31,6 +32,8 @@ struct SimOptions {
   int bytes_per_element = 4;
   plan::SparsifyModel sparsify{plan::SparsifyModel::Kind::kNLogN, 2.18896957e-10};
   int64_t fusion_threshold_bytes = 64ll << 20;
+  // Where the sparse strategies run selection (plan/timeline.h).
+  plan::Selection selection = plan::Selection::kCompute;
 };
 
 // The cost model of `workers` ranks on `options.network`.

@@ -72,6 +72,32 @@ TEST_CASE("bad instances name the problem", "[plan][tools]") {
   CHECK(parseInstance(j, &in).code() == Code::kInvalidArgument);
 }
 
+TEST_CASE("instance and plan JSON carry the selection placement", "[plan][tools][selection]") {
+  json j = v1();
+  j["density"] = 0.5;
+  j["allgather"] = json::parse(R"({"alpha_s": 1.0, "beta_s_per_byte": 0.01})");
+  j["sparsify"] = json::parse(R"({"kind": "linear", "c_s": 0.5})");
+  plan::PlanInput in;
+  REQUIRE(parseInstance(j, &in).ok());
+  CHECK(in.selection == plan::Selection::kCompute);  // the default
+  plan::Plan p;
+  REQUIRE(plan::computePlan("mgs", in, &p).ok());
+  CHECK(planToJson(p)["selection"] == "compute");
+  j["selection"] = "separate";
+  REQUIRE(parseInstance(j, &in).ok());
+  CHECK(in.selection == plan::Selection::kSeparate);
+  plan::Plan q;
+  REQUIRE(plan::computePlan("mgs", in, &q).ok());
+  CHECK(planToJson(q)["selection"] == "separate");
+  CHECK(q.predicted_s <= p.predicted_s);  // selection no longer delays backward
+  REQUIRE(plan::computePlan("mgwfbp", in, &q).ok());
+  CHECK_FALSE(planToJson(q).contains("selection"));  // dense: no selection
+  j["selection"] = "gpu";
+  const Status st = parseInstance(j, &in);
+  CHECK(st.code() == Code::kInvalidArgument);
+  CHECK(st.message().find("selection") != std::string::npos);
+}
+
 Trace smallTrace() {
   Trace t;
   REQUIRE(parseTrace(json::parse(R"({"model": "toy", "layers": [
@@ -114,6 +140,31 @@ TEST_CASE("simulate: one point per strategy and worker count, consistent", "[pla
   // More workers: dense allreduce moves the same bytes per rank, sparse
   // allgather moves P times more, so sparse loses ground.
   CHECK(by[{64, "lags"}].iteration_s > by[{4, "lags"}].iteration_s);
+}
+
+TEST_CASE("simulate: a separate selection stage helps only the sparse strategies", "[plan][tools][selection]") {
+  SimOptions opt;
+  REQUIRE(networkByName("10gbe", &opt.network).ok());
+  opt.workers = {4, 64};
+  std::vector<SimPoint> com, sep;
+  REQUIRE(simulate(smallTrace(), opt, &com).ok());
+  opt.selection = plan::Selection::kSeparate;
+  REQUIRE(simulate(smallTrace(), opt, &sep).ok());
+  REQUIRE(com.size() == sep.size());
+  int faster = 0;
+  for (size_t i = 0; i < com.size(); ++i) {
+    INFO(com[i].strategy << " P=" << com[i].workers);
+    bool sparse = false;
+    for (const auto& s : simStrategies())
+      if (s.name == com[i].strategy) sparse = s.sparse;
+    if (!sparse) {
+      CHECK(sep[i].iteration_s == com[i].iteration_s);
+    } else {
+      CHECK(sep[i].iteration_s <= com[i].iteration_s * (1 + 1e-12));
+      if (sep[i].iteration_s < com[i].iteration_s * (1 - 1e-9)) ++faster;
+    }
+  }
+  CHECK(faster > 0);
 }
 
 TEST_CASE("cluster model: alpha-beta with log2(P) latency steps", "[plan][tools]") {
