@@ -39,11 +39,19 @@ constexpr size_t kGroup = 32;
 constexpr size_t kLanes = 8;
 constexpr int32_t kNoCandidates = 0x7fffffff;  // above every finite key
 
+typedef uint32_t v8u __attribute__((vector_size(32)));
+
+// Where one thread's candidates go. Magnitude keys: finite entries with
+// magnitudeKey >= tc (tc < 2^31; kNoCandidates lists none). random: entries
+// with randomKey(seed, i) >= tc, whatever their value (randomk sends zeros).
 struct CandOut {
   float* values = nullptr;
   uint32_t* indices = nullptr;
   size_t cap = 0;
   size_t count = 0;
+  uint32_t tc = kNoCandidates;
+  bool random = false;
+  uint64_t seed = 0;
 };
 
 struct Lanes {
@@ -67,11 +75,24 @@ inline __attribute__((always_inline)) v8f asFloat(v8i u) {
   return v;
 }
 
-// Appends the finite entries of r[i0, i1) with key >= tc (scalar; rare).
-inline void scanGroup(const float* r, size_t i0, size_t i1, int32_t tc, CandOut* out) {
+// randomKey of 8 consecutive indices i0.. (the same arithmetic as randomKey).
+inline __attribute__((always_inline)) v8u randomKeys(uint64_t seed, size_t i0) {
+  const v8u lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  v8u x = (lane + static_cast<uint32_t>(i0)) * 0x9E3779B1u + static_cast<uint32_t>(seed);
+  x ^= x >> 16;
+  x *= 0x85EBCA6Bu;
+  x ^= x >> 13;
+  x ^= static_cast<uint32_t>(seed >> 32);
+  x *= 0xC2B2AE35u;
+  x ^= x >> 16;
+  return x;  // 0 stays 0 here (randomKey folds it to 1): below every tc >= 1 either way
+}
+
+// Appends the entries of r[i0, i1) that pass (scalar; rare).
+inline void scanGroup(const float* r, size_t i0, size_t i1, CandOut* out) {
   for (size_t i = i0; i < i1; ++i) {
-    const uint32_t key = magnitudeKey(r[i]);
-    if (key >= static_cast<uint32_t>(tc) && key < 0x7f800000u) {
+    const uint32_t key = out->random ? randomKey(out->seed, i) : magnitudeKey(r[i]);
+    if (key >= out->tc && (out->random || key < 0x7f800000u)) {
       if (out->count < out->cap) {
         out->values[out->count] = r[i];
         out->indices[out->count] = static_cast<uint32_t>(i);
@@ -83,14 +104,15 @@ inline void scanGroup(const float* r, size_t i0, size_t i1, int32_t tc, CandOut*
 
 // One block [b, b + len) (len <= kBlock): r = x + r when kHasX, statistics
 // into `s`, candidates into `out`. xb points at x[b] (ignored without kHasX).
-template <bool kHasX>
+template <bool kHasX, bool kRandom>
 inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r, size_t b,
-                                                      size_t len, int32_t tc, BufferStats* s,
-                                                      CandOut* out) {
+                                                      size_t len, BufferStats* s, CandOut* out) {
   const v8i absMask = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff,
                        0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff};
   const v8i infKey = {0x7f800000, 0x7f800000, 0x7f800000, 0x7f800000,
                       0x7f800000, 0x7f800000, 0x7f800000, 0x7f800000};
+  // Random keys are compared as signed after flipping the top bit.
+  const int32_t tc = static_cast<int32_t>(kRandom ? out->tc ^ 0x80000000u : out->tc);
   v8i tcv = {};
   tcv += tc;
   Lanes l;
@@ -116,11 +138,18 @@ inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r,
       const v8i gt = l.mx > m;
       l.mx = asFloat((asInt(l.mx) & gt) | (mk & ~gt));
       l.bad += fin;  // counts down by one per finite lane
-      hit |= mk >= tcv;
+      if constexpr (kRandom) {
+        const v8u rk = randomKeys(out->seed, b + v) ^ 0x80000000u;
+        v8i rs;
+        __builtin_memcpy(&rs, &rk, sizeof(rs));
+        hit |= rs >= tcv;
+      } else {
+        hit |= mk >= tcv;
+      }
     }
     uint64_t h[4];
     __builtin_memcpy(h, &hit, sizeof(h));
-    if ((h[0] | h[1] | h[2] | h[3]) != 0) scanGroup(r, b + g, b + g + kGroup, tc, out);
+    if ((h[0] | h[1] | h[2] | h[3]) != 0) scanGroup(r, b + g, b + g + kGroup, out);
   }
   // Horizontal sums in a fixed lane order, then the scalar tail in the same way.
   float sum = 0, sq = 0, ab = 0, mx = 0;
@@ -146,7 +175,7 @@ inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r,
       ++fin;
     }
   }
-  if (full < len) scanGroup(r, b + full, b + len, tc, out);
+  if (full < len) scanGroup(r, b + full, b + len, out);
   s->sum += sum;
   s->sumSq += sq;
   s->sumAbs += ab;
@@ -156,10 +185,16 @@ inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r,
 
 template <bool kHasX>
 inline __attribute__((always_inline)) BufferStats fusedRange(const float* x, float* r, size_t b,
-                                                             size_t e, int32_t tc, CandOut* out) {
+                                                             size_t e, CandOut* out) {
   BufferStats s;
-  for (size_t blk = b; blk < e; blk += kBlock)
-    fusedBlock<kHasX>(kHasX ? x + blk : nullptr, r, blk, std::min(kBlock, e - blk), tc, &s, out);
+  for (size_t blk = b; blk < e; blk += kBlock) {
+    const float* xb = kHasX ? x + blk : nullptr;
+    const size_t len = std::min(kBlock, e - blk);
+    if (out->random)
+      fusedBlock<kHasX, true>(xb, r, blk, len, &s, out);
+    else
+      fusedBlock<kHasX, false>(xb, r, blk, len, &s, out);
+  }
   return s;
 }
 
@@ -170,35 +205,37 @@ inline __attribute__((always_inline)) BufferStats fusedRange(const float* x, flo
 #endif
 
 // f32 input (x != nullptr) or in place (x == nullptr).
-MGS_CLONES BufferStats fusedRangeF32(const float* x, float* r, size_t b, size_t e, int32_t tc,
-                                     CandOut* out) {
-  return x ? fusedRange<true>(x, r, b, e, tc, out) : fusedRange<false>(nullptr, r, b, e, tc, out);
+MGS_CLONES BufferStats fusedRangeF32(const float* x, float* r, size_t b, size_t e, CandOut* out) {
+  return x ? fusedRange<true>(x, r, b, e, out) : fusedRange<false>(nullptr, r, b, e, out);
 }
 
 // f16/bf16: widened a block at a time into a float buffer, then as f32.
 template <typename Widen>
-BufferStats fusedRangeWiden(Widen widen, float* r, size_t b, size_t e, int32_t tc, CandOut* out) {
+BufferStats fusedRangeWiden(Widen widen, float* r, size_t b, size_t e, CandOut* out) {
   BufferStats s;
   float xf[kBlock];
   for (size_t blk = b; blk < e; blk += kBlock) {
     const size_t len = std::min(kBlock, e - blk);
     for (size_t j = 0; j < len; ++j) xf[j] = widen(blk + j);
-    fusedBlock<true>(xf, r, blk, len, tc, &s, out);
+    if (out->random)
+      fusedBlock<true, true>(xf, r, blk, len, &s, out);
+    else
+      fusedBlock<true, false>(xf, r, blk, len, &s, out);
   }
   return s;
 }
 
 BufferStats fusedChunkAny(const void* x, DataType dtype, float* r, size_t b, size_t e,
-                          int32_t tc, CandOut* out) {
+                          CandOut* out) {
   if (x != nullptr && dtype == MGS_FLOAT16) {
     const auto* h = static_cast<const uint16_t*>(x);
-    return fusedRangeWiden([h](size_t i) { return halfToFloat(h[i]); }, r, b, e, tc, out);
+    return fusedRangeWiden([h](size_t i) { return halfToFloat(h[i]); }, r, b, e, out);
   }
   if (x != nullptr && dtype == MGS_BFLOAT16) {
     const auto* h = static_cast<const uint16_t*>(x);
-    return fusedRangeWiden([h](size_t i) { return bfloat16ToFloat(h[i]); }, r, b, e, tc, out);
+    return fusedRangeWiden([h](size_t i) { return bfloat16ToFloat(h[i]); }, r, b, e, out);
   }
-  return fusedRangeF32(static_cast<const float*>(x), r, b, e, tc, out);
+  return fusedRangeF32(static_cast<const float*>(x), r, b, e, out);
 }
 
 BufferStats reduceInChunkOrder(const std::vector<BufferStats>& part) {
@@ -293,7 +330,7 @@ BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int ch
   for (int c = 0; c < chunks; ++c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
     CandOut none;
-    part[c] = fusedChunkAny(x, dtype, r, b, e, kNoCandidates, &none);
+    part[c] = fusedChunkAny(x, dtype, r, b, e, &none);
   }
   return reduceInChunkOrder(part);
 }
@@ -317,9 +354,12 @@ BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t
     out.values = cand->values + cand->cap * t;
     out.indices = cand->indices + cand->cap * t;
     out.cap = cand->cap;
+    out.tc = tc;
+    out.random = cand->random;
+    out.seed = cand->seed;
     for (int c = c0; c < c1; ++c) {
       const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
-      part[c] = fusedChunkAny(x, dtype, r, b, e, static_cast<int32_t>(tc), &out);
+      part[c] = fusedChunkAny(x, dtype, r, b, e, &out);
     }
     cand->count[t] = out.count;
   }
@@ -390,9 +430,10 @@ void candidateHistogram(const Candidates& cand, Window w, uint64_t* hist) {
   std::fill(hist, hist + kStride, uint64_t{0});
   for (int t = 0; t < cand.regions; ++t) {
     const float* v = cand.values + cand.cap * t;
+    const uint32_t* ix = cand.indices + cand.cap * t;
     const size_t m = std::min(cand.count[t], cand.cap);
     for (size_t j = 0; j < m; ++j) {
-      const int b = binOf(magnitudeKey(v[j]), w);
+      const int b = binOf(cand.random ? randomKey(cand.seed, ix[j]) : magnitudeKey(v[j]), w);
       if (b >= 0) ++hist[b];
     }
   }
@@ -406,14 +447,15 @@ size_t compactCandidates(const Candidates& cand, const Selection& sel, float* r,
     const uint32_t* ix = cand.indices + cand.cap * t;
     const size_t m = std::min(cand.count[t], cand.cap);
     for (size_t j = 0; j < m; ++j) {
-      const uint32_t k = magnitudeKey(v[j]);
+      const uint32_t k = cand.random ? randomKey(cand.seed, ix[j]) : magnitudeKey(v[j]);
       bool take = k >= sel.keyAll;
       if (!take && quota > 0 && k >= sel.keyTie) {
         take = true;
         --quota;
       }
       if (take) {
-        values[off] = v[j];
+        // r, not v: a random candidate may have been non-finite and zeroed since.
+        values[off] = r[ix[j]];
         indices[off] = ix[j];
         r[ix[j]] = 0.0f;
         ++off;

@@ -46,6 +46,8 @@ struct Candidates {
   int regions = 0;      // >= the fused pass's thread count
   size_t* count = nullptr;  // `regions` counters
   bool overflow = false;
+  bool random = false;      // randomk: keys randomKey(seed, index), any value
+  uint64_t seed = 0;
   size_t total() const {
     size_t t = 0;
     for (int i = 0; i < regions; ++i) t += count[i];
@@ -55,7 +57,8 @@ struct Candidates {
 
 // The fused pass: accumulate (as above; x == nullptr: in place, read only)
 // plus the candidate list of every finite entry with magnitudeKey >= tc
-// (tc >= 1). Statistics are reduced in chunk order as in accumulate(), so
+// (1 <= tc < 2^31), or with cand->random of every entry with
+// randomKey(seed, i) >= tc (tc >= 1). Statistics are reduced in chunk order as in accumulate(), so
 // they are bitwise those of accumulate() for any thread count.
 BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t n, int chunks,
                                  int threads, uint32_t tc, Candidates* cand);

@@ -105,7 +105,7 @@ size_t Selector::maxCount(size_t n) const {
 }
 
 size_t Selector::candidateCapacity(size_t n) const {
-  if (kind_ == SelectorKind::kNone || kind_ == SelectorKind::kRandomk || n == 0) return 0;
+  if (kind_ == SelectorKind::kNone || n == 0) return 0;
   // Dense (the candidates would not pay): decided on the density alone, so
   // that the capacity, like workspaceBytes(n), never shrinks as n grows.
   constexpr size_t kBig = size_t{1} << 30;
@@ -163,19 +163,28 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
   }
   const SearchConfig cfgBase = searchConfig(kind_, options_, k);
 
-  // Candidate floor tc from a sample of acc (nothing written): the key whose
-  // share of the sample is kCandTarget * kHigh / n. 0 = no candidate list.
+  // Candidate floor tc: magnitude selectors take it from a sample of acc
+  // (nothing written): the key whose share of the sample is kCandTarget *
+  // kHigh / n. randomk's keys are a hash of the index, uniform over 32 bits:
+  // tc = 2^32 (1 - kCandTarget * k / n), no sample. 0 = no candidate list.
   uint32_t tc = 0;
   cpu::Candidates cand;
   const size_t cap = k < n ? candidateCapacity(n) : 0;
   if (cap > 0) {
-    auto* keys = hist;  // the histograms are not in use yet
-    const size_t sampled = std::min(n, cpu::kSampleMax);
-    const size_t finite = cpu::sampleKeys(a.x, a.dtype, a.residual, n, threads_, keys);
     const double share = static_cast<double>(kCandTarget * cfgBase.kHigh) / static_cast<double>(n);
-    const size_t want = std::max(kCandMinSample, static_cast<size_t>(std::ceil(share * finite)));
-    if (want <= finite) {  // then the want-th largest key is a finite entry's
-      tc = std::max<uint32_t>(cpu::kthLargestKey(keys, sampled, want), 1);
+    if (kind_ == SelectorKind::kRandomk) {
+      tc = static_cast<uint32_t>(std::max(1.0, std::floor(4294967296.0 * (1.0 - share))));
+      cand.random = true;
+      cand.seed = stepSeed(options_.seed, a.step);
+    } else {
+      auto* keys = hist;  // the histograms are not in use yet
+      const size_t sampled = std::min(n, cpu::kSampleMax);
+      const size_t finite = cpu::sampleKeys(a.x, a.dtype, a.residual, n, threads_, keys);
+      const size_t want = std::max(kCandMinSample, static_cast<size_t>(std::ceil(share * finite)));
+      if (want <= finite)  // then the want-th largest key is a finite entry's
+        tc = std::max<uint32_t>(cpu::kthLargestKey(keys, sampled, want), 1);
+    }
+    if (tc) {
       cand.count = reinterpret_cast<size_t*>(ws + wsOff);
       wsOff += alignUp(sizeof(size_t) * threads_);
       cand.values = reinterpret_cast<float*>(ws + wsOff);
@@ -232,21 +241,22 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
     roundLo = false;
   } else {
     lo = startKey(kind_, options_, n, k, m);
-    if (tc && top > 1) {
-      // The estimate's window as ThresholdSearch would round it, raised to
-      // the candidate floor; a move down from above tc stops at tc first.
-      lo = std::max(roundDownToOctave(static_cast<uint32_t>(std::min<uint64_t>(lo, top - 1))), tc);
-      roundLo = false;
-      cfg.stopKey = tc;
-    }
+  }
+  const uint64_t searchTop = kind_ == SelectorKind::kRandomk ? (uint64_t{1} << 32) : top;
+  if (tc && roundLo && searchTop > 1) {
+    // The estimate's window as ThresholdSearch would round it, raised to the
+    // candidate floor; a move down from above tc stops at tc first. (Not
+    // dgc: its first window and its x0.8 steps are its definition.)
+    lo = std::max(roundDownToOctave(static_cast<uint32_t>(std::min<uint64_t>(lo, searchTop - 1))), tc);
+    roundLo = false;
+    cfg.stopKey = tc;
   }
   // Histograms over the candidate list while the window lies at or above tc
   // (then they equal the full-buffer ones), else full passes over r = acc.
   // Either way the search sees the same histograms, so the selection is that
   // of the full-buffer search from the same lo: independent of the thread
   // count and of whether a candidate region overflowed.
-  ThresholdSearch search(cfg, kind_ == SelectorKind::kRandomk ? (uint64_t{1} << 32) : top, lo,
-                         roundLo);
+  ThresholdSearch search(cfg, searchTop, lo, roundLo);
   bool fromCandidates = tc != 0 && !cand.overflow;
   int fullPasses = 0;
   std::vector<uint64_t> total(kHistBins + 1);

@@ -10,6 +10,7 @@
 #include <numeric>
 
 #include "compress/cpu_passes.h"
+#include "compress/selector_plan.h"
 #include "test_util.h"
 
 namespace mgs::compress::test {
@@ -94,6 +95,8 @@ void checkGuarantees(const std::string& name, const Run& run) {
     REQUIRE(count <= k);
     REQUIRE(count >= static_cast<size_t>(std::ceil(0.8 * k)));
     checkTopOrder(run);
+  } else if (name == "randomk") {
+    REQUIRE(count == k);
   }
 }
 
@@ -125,7 +128,7 @@ TEST_CASE("candidates: one full pass on ordinary data", "[compress][candidates]"
   const auto rho = GENERATE(0.01, 0.001);
   const size_t n = (size_t{1} << 21) + 5;
   const auto x = makeData(dist, n, 21);
-  for (const char* name : kMagnitude) {
+  for (const char* name : {"topk", "gaussiank", "ldte", "dgc", "randomk"}) {
     CAPTURE(distName(dist), rho, name);
     SelectorOptions o;
     o.density = rho;
@@ -133,6 +136,20 @@ TEST_CASE("candidates: one full pass on ordinary data", "[compress][candidates]"
     checkGuarantees(name, run);
     REQUIRE(run.result.passes == 1);
     if (std::string(name) == "topk") REQUIRE(run.indices == referenceTopk(run.acc, run.result.k));
+    if (std::string(name) == "randomk") {
+      // The hash-key candidates give randomk's documented set: the k largest keys.
+      std::vector<uint32_t> order(n);
+      std::iota(order.begin(), order.end(), 0u);
+      const uint64_t seed = stepSeed(o.seed, 0);
+      auto key = [&](uint32_t i) { return randomKey(seed, i); };
+      std::nth_element(order.begin(), order.begin() + (run.result.k - 1), order.end(),
+                       [&](uint32_t a, uint32_t b) { return key(a) > key(b); });
+      std::vector<uint32_t> ref(order.begin(), order.begin() + run.result.k);
+      std::sort(ref.begin(), ref.end());
+      REQUIRE(run.indices == ref);
+      CapLimit limit(1);
+      requireSame(run, runSelect(*makeSelector(name, o), x));
+    }
   }
 }
 
