@@ -87,10 +87,15 @@ class GroupCosts {
 };
 
 // Lower bounds on what layers e..n-1 still add to a state, over every way of
-// grouping them: communications are serial, so at least the least total
-// allgather time; the first stage at least the least total selection time
-// (selections are serial under both models), plus, on the compute stream,
-// their backward. Exact O(L^2) DPs, valid for any cost functions.
+// grouping them, from exact O(L^2) suffix DPs valid for any cost functions.
+// `comm`, added to the comm end: communications are serial, so at least the
+// least total allgather time. `compute`, added to the first stage's end, a
+// bound on the final comm end:
+//  - kCompute: the compute stream still runs their backward and (serial)
+//    selections, so at least their backward plus the least total selection.
+//  - kSeparate: the two-stage pipeline's flow-shop bounds, the larger of
+//    (a) every selection, then the last group's allgather, and (b) the first
+//    group's selection, then every allgather.
 struct SuffixBounds {
   std::vector<double> comm, compute;
 };
@@ -99,20 +104,29 @@ SuffixBounds suffixBounds(const std::vector<LayerInfo>& layers, const GroupCosts
   const int n = static_cast<int>(layers.size());
   const double inf = std::numeric_limits<double>::infinity();
   SuffixBounds b{std::vector<double>(n + 1, inf), std::vector<double>(n + 1, 0.0)};
-  std::vector<double> select(n + 1, inf);
-  b.comm[n] = select[n] = 0;
+  // select: least total selection; sel_last: (a); sel_first: (b).
+  std::vector<double> select(n + 1, inf), sel_last(n + 1, inf), sel_first(n + 1, inf);
+  b.comm[n] = select[n] = sel_last[n] = sel_first[n] = 0;
   // Pushed from each finished suffix e to every shorter one, so the costs
   // are read in storage order (row e).
   for (int e = n; e >= 1; --e) {
     for (int s = e - 1; s >= 0; --s) {
       b.comm[s] = std::min(b.comm[s], cost.comm(s, e) + b.comm[e]);
       select[s] = std::min(select[s], cost.select(s, e) + select[e]);
+      if (selection == Selection::kSeparate) {
+        sel_last[s] = std::min(sel_last[s], cost.select(s, e) + (e == n ? cost.comm(s, e) : sel_last[e]));
+        sel_first[s] = std::min(sel_first[s], cost.select(s, e) + cost.comm(s, e) + b.comm[e]);
+      }
     }
   }
   double backward = 0;
   for (int s = n - 1; s >= 0; --s) {
-    if (selection == Selection::kCompute) backward += layers[s].backward_s;
-    b.compute[s] = backward + select[s];
+    if (selection == Selection::kCompute) {
+      backward += layers[s].backward_s;
+      b.compute[s] = backward + select[s];
+    } else {
+      b.compute[s] = std::max(sel_last[s], sel_first[s]);
+    }
   }
   return b;
 }
