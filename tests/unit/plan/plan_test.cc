@@ -8,18 +8,7 @@
 namespace mgs::plan {
 namespace {
 
-PlanInput randomInput(uint64_t seed, int n) {
-  std::mt19937_64 rng(seed);
-  PlanInput in;
-  in.layers = test::randomLayers(rng, n);
-  in.cost.workers = 8;
-  in.cost.density = 0.01;
-  in.cost.bytes_per_element = 4;
-  in.cost.allreduce = CommModel::linear(1.0, 1e-4);
-  in.cost.allgather = CommModel::linear(0.5, 1e-3);
-  in.cost.sparsify = {SparsifyModel::Kind::kNLogN, 1e-4};
-  return in;
-}
+using test::randomInput;
 
 TEST_CASE("every planner name gives a valid plan with its own objective", "[plan]") {
   const PlanInput in = randomInput(21, 40);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "plan/cost_model.h"
+#include "plan/plan.h"
 #include "plan/timeline.h"
 
 namespace mgs::plan::test {
@@ -35,6 +36,20 @@ inline std::vector<LayerInfo> randomLayers(std::mt19937_64& rng, int n) {
     layers[i].backward_s = tb(rng);
   }
   return layers;
+}
+
+// A PlanInput of `n` random layers on fixed linear costs, 8 workers.
+inline PlanInput randomInput(uint64_t seed, int n) {
+  std::mt19937_64 rng(seed);
+  PlanInput in;
+  in.layers = randomLayers(rng, n);
+  in.cost.workers = 8;
+  in.cost.density = 0.01;
+  in.cost.bytes_per_element = 4;
+  in.cost.allreduce = CommModel::linear(1.0, 1e-4);
+  in.cost.allgather = CommModel::linear(0.5, 1e-3);
+  in.cost.sparsify = {SparsifyModel::Kind::kNLogN, 1e-4};
+  return in;
 }
 
 // A random piecewise-linear table over element counts, non-decreasing, with

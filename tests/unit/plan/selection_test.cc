@@ -93,14 +93,7 @@ TEST_CASE("a separate selection stage never ends later than the compute stream",
 }
 
 PlanInput randomInput(uint64_t seed, int n, Selection selection) {
-  std::mt19937_64 rng(seed);
-  PlanInput in;
-  in.layers = test::randomLayers(rng, n);
-  in.cost.workers = 8;
-  in.cost.density = 0.01;
-  in.cost.allreduce = CommModel::linear(1.0, 1e-4);
-  in.cost.allgather = CommModel::linear(0.5, 1e-3);
-  in.cost.sparsify = {SparsifyModel::Kind::kNLogN, 1e-4};
+  PlanInput in = test::randomInput(seed, n);
   in.selection = selection;
   return in;
 }
