@@ -120,6 +120,7 @@ inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r,
   const size_t full = len / kGroup * kGroup;
   for (size_t g = 0; g < full; g += kGroup) {
     v8i hit = {};
+    v8i hv[kGroup / kLanes];  // per-vector lane masks of "is a candidate"
     for (size_t v = g; v < g + kGroup; v += kLanes) {
       v8f a = loadv(rb + v);
       if constexpr (kHasX) {
@@ -142,14 +143,29 @@ inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r,
         const v8u rk = randomKeys(out->seed, b + v) ^ 0x80000000u;
         v8i rs;
         __builtin_memcpy(&rs, &rk, sizeof(rs));
-        hit |= rs >= tcv;
+        hv[(v - g) / kLanes] = rs >= tcv;
       } else {
-        hit |= mk >= tcv;
+        hv[(v - g) / kLanes] = mk >= tcv;
       }
+      hit |= hv[(v - g) / kLanes];
     }
     uint64_t h[4];
     __builtin_memcpy(h, &hit, sizeof(h));
-    if ((h[0] | h[1] | h[2] | h[3]) != 0) scanGroup(r, b + g, b + g + kGroup, out);
+    if ((h[0] | h[1] | h[2] | h[3]) == 0) continue;
+    // Rare: append the lanes the masks name, in index order.
+    for (size_t q = 0; q < kGroup / kLanes; ++q) {
+      __builtin_memcpy(h, &hv[q], sizeof(h));
+      if ((h[0] | h[1] | h[2] | h[3]) == 0) continue;
+      for (size_t j = 0; j < kLanes; ++j) {
+        if (hv[q][j] == 0) continue;
+        const size_t i = b + g + q * kLanes + j;
+        if (out->count < out->cap) {
+          out->values[out->count] = r[i];
+          out->indices[out->count] = static_cast<uint32_t>(i);
+        }
+        ++out->count;
+      }
+    }
   }
   // Horizontal sums in a fixed lane order, then the scalar tail in the same way.
   float sum = 0, sq = 0, ab = 0, mx = 0;

@@ -173,7 +173,7 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
   if (cap > 0) {
     const double share = static_cast<double>(kCandTarget * cfgBase.kHigh) / static_cast<double>(n);
     if (kind_ == SelectorKind::kRandomk) {
-      tc = static_cast<uint32_t>(std::max(1.0, std::floor(4294967296.0 * (1.0 - share))));
+      tc = static_cast<uint32_t>(std::max(2.0, std::floor(4294967296.0 * (1.0 - share))));
       cand.random = true;
       cand.seed = stepSeed(options_.seed, a.step);
     } else {
