@@ -20,10 +20,10 @@
 // sent indices (and at non-finite entries). The selection is bitwise the same
 // as a call with x and a residual whose float(x) + residual equals that acc.
 //
-// CPU algorithm (docs/compressors.md): for the magnitude selectors at
+// CPU algorithm (docs/compressors.md): for every selector but none at
 // densities with 8 * (1 + bandEps) * density <= 1/4 (band selectors; 8 *
-// density for the others), a sample of acc (up to 65536
-// entries, read only) fixes a candidate floor tc, one fused pass writes acc
+// density for the others), a sample of acc (up to 65536 entries, read only;
+// randomk needs none) fixes a candidate floor tc, one fused pass writes acc
 // and its statistics and lists the entries with key >= tc, and the threshold
 // search and the compaction run on that list: one full pass in all. When the
 // search would need keys below tc, or a candidate region overflowed, it falls
