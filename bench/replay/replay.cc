@@ -12,7 +12,9 @@
 //
 // Rank 0 also predicts the step with the planner library: with the cost
 // model the runtime calibrated (MGS_CALIBRATION=<file>) and with mgs-sim's
-// alpha-beta network model, both on the trace's (scaled) layer times.
+// alpha-beta network model, both on the trace's (scaled) layer times and on
+// the runtime's timeline (selection beside backward, --selection separate);
+// mgs-sim also on the MGS paper's (selection on the compute stream).
 #include <mgs/mgs.h>
 
 #include <CLI/CLI.hpp>
@@ -112,10 +114,12 @@ std::vector<mgs::plan::LayerInfo> sparseLayers(const std::vector<mgs::plan::Laye
 }
 
 Prediction predict(const Strategy& s, const std::vector<mgs::plan::LayerInfo>& layers, double forward_s,
-                   int64_t min_sparse, int64_t fusion_bytes, const mgs::plan::CostModel& cost) {
+                   int64_t min_sparse, int64_t fusion_bytes, const mgs::plan::CostModel& cost,
+                   mgs::plan::Selection selection) {
   mgs::plan::PlanInput in;
   in.cost = cost;
   in.sparse = s.sparse;
+  in.selection = selection;
   in.fusion_threshold_bytes = fusion_bytes;
   in.layers = s.sparse ? sparseLayers(layers, min_sparse) : layers;
   mgs::plan::Plan plan;
@@ -128,34 +132,6 @@ Prediction predict(const Strategy& s, const std::vector<mgs::plan::LayerInfo>& l
     return {};
   }
   return {forward_s + plan.predicted_s, static_cast<int>(plan.groups.size())};
-}
-
-// The same groups on the runtime's CPU pipeline as it is built: the
-// coordinator thread selects a bucket and then exchanges it (count allgather
-// + two allgatherv), one bucket after the other, while backward (a sleep)
-// goes on untouched. That is the dense timeline of section 3.1 with
-// T(n) = t_s(n) + 3 alpha_ag + beta_ag * P * k * 8. Linear selectors only.
-double predictSerial(const Strategy& s, const std::vector<mgs::plan::LayerInfo>& layers, double forward_s,
-                     int64_t min_sparse, int64_t fusion_bytes, const mgs::plan::CostModel& cost) {
-  if (!s.sparse || cost.sparsify.kind != mgs::plan::SparsifyModel::Kind::kLinear ||
-      cost.allgather.segments().empty())
-    return -1;
-  mgs::plan::PlanInput in;
-  in.cost = cost;
-  in.sparse = true;
-  in.fusion_threshold_bytes = fusion_bytes;
-  in.layers = sparseLayers(layers, min_sparse);
-  mgs::plan::Plan plan;
-  if (!mgs::plan::computePlan(s.planner, in, &plan).ok()) return -1;
-  const auto& ag = cost.allgather.segments().front();
-  mgs::plan::PlanInput serial = in;
-  serial.sparse = false;
-  serial.cost.bytes_per_element = 4;
-  serial.cost.allreduce = mgs::plan::CommModel::linear(
-      3 * ag.alpha_s, cost.sparsify.c_s / 4 + ag.beta_s_per_byte * cost.workers * cost.density * 8 / 4);
-  double t = -1;
-  if (!mgs::plan::evaluatePlan(serial, plan.groups, false, &t).ok()) return -1;
-  return forward_s + t;
 }
 
 // The calibration file the runtime wrote (MGS_CALIBRATION=<file>): allreduce
@@ -322,18 +298,18 @@ int main(int argc, char** argv) {
     // mgs-sim's alpha-beta network with the calibrated selection time.
     mgs::plan::CostModel cal;
     const bool have_cal = !calibration.empty() && readCalibration(calibration, size, density, &cal);
-    Prediction p_cal, p_sim;
-    double p_serial = -1;
-    if (have_cal) {
-      p_cal = predict(strat, trace.layers, forward_s, min_sparse, fusion_bytes, cal);
-      p_serial = predictSerial(strat, trace.layers, forward_s, min_sparse, fusion_bytes, cal);
-    }
+    // The runtime's model (selection on the coordinator, beside backward) and,
+    // for mgs-sim, also the MGS paper's (selection on the compute stream).
+    const auto kSep = mgs::plan::Selection::kSeparate, kComp = mgs::plan::Selection::kCompute;
+    Prediction p_cal, p_sim, p_sim_compute;
+    if (have_cal) p_cal = predict(strat, trace.layers, forward_s, min_sparse, fusion_bytes, cal, kSep);
     mgs::tools::SimOptions so;
     if (mgs::tools::networkByName(sim_network, &so.network).ok()) {
       so.density = density;
       if (have_cal) so.sparsify = cal.sparsify;
       mgs::plan::CostModel simc = mgs::tools::clusterModel(so, size);
-      p_sim = predict(strat, trace.layers, forward_s, min_sparse, fusion_bytes, simc);
+      p_sim = predict(strat, trace.layers, forward_s, min_sparse, fusion_bytes, simc, kSep);
+      p_sim_compute = predict(strat, trace.layers, forward_s, min_sparse, fusion_bytes, simc, kComp);
     }
     const double med = median(max_s);
     const double dsteps = static_cast<double>(s1.sparse_steps - s0.sparse_steps);
@@ -361,7 +337,8 @@ int main(int argc, char** argv) {
                         double(s1.sparse_dense_bytes - s0.sparse_dense_bytes)
                   : 1)
        << ",\"predicted_calibrated_s\":" << fmt(p_cal.seconds) << ",\"predicted_calibrated_groups\":" << p_cal.groups
-       << ",\"predicted_serial_s\":" << fmt(p_serial) << ",\"predicted_sim_s\":" << fmt(p_sim.seconds) << ",\"predicted_sim_groups\":" << p_sim.groups
+       << ",\"predicted_sim_s\":" << fmt(p_sim.seconds) << ",\"predicted_sim_groups\":" << p_sim.groups
+       << ",\"predicted_sim_compute_s\":" << fmt(p_sim_compute.seconds)
        << ",\"sim_network\":\"" << sim_network << "\"}";
     std::cout << js.str() << std::endl;
   }

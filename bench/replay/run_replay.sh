@@ -63,13 +63,14 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 by = {r["strategy"]: r for r in rows}
 base = by.get("dense")
-print("| strategy | median step ms | min..max ms | vs dense | buckets/step (sparse+dense) | sent/dense bytes | predicted ms (planner, calibrated) | pred/meas | predicted ms (mgs-sim %s) | pred/meas | predicted ms (serial pipeline) | pred/meas |"
-      % (rows[0]["sim_network"] if rows else ""))
+net = rows[0]["sim_network"] if rows else ""
+print("| strategy | median step ms | min..max ms | vs dense | buckets/step (sparse+dense) | sent/dense bytes | predicted ms (planner, calibrated) | pred/meas | predicted ms (mgs-sim %s) | pred/meas | predicted ms (mgs-sim %s, selection on compute stream) | pred/meas |"
+      % (net, net))
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     m = r["median_s"]
     vs = "%.2f×" % (base["median_s"] / m) if base else "-"
-    pc, ps, pl = r["predicted_calibrated_s"], r["predicted_sim_s"], r.get("predicted_serial_s", -1)
+    pc, ps, pl = r["predicted_calibrated_s"], r["predicted_sim_s"], r.get("predicted_sim_compute_s", -1)
     print("| %s | %.1f | %.1f..%.1f | %s | %s | %.4f | %s | %s | %s | %s | %s | %s |" % (
         r["strategy"], m * 1e3, r["min_s"] * 1e3, r["max_s"] * 1e3, vs,
         "%g+%g" % (r["sparse_buckets_per_step"], r["dense_buckets_per_step"]) if r["strategy"] != "dense" else "-",

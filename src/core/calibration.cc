@@ -60,12 +60,14 @@ Status measure(Communicator& comm, const compress::Selector& selector, plan::Cos
       const double u = (seed >> 8) * (1.0 / 16777216.0) - 0.5;
       v = static_cast<float>((u < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(u) + 1e-12) * 1e-3);
     }
-    std::vector<float> vals(selector.maxCount(sel_n.back()));
+    // What the pipeline does locally per bucket: add the gradient into the
+    // residual, select in place, zero the output.
+    std::vector<float> vals(selector.maxCount(sel_n.back())), outbuf(sel_n.back());
     std::vector<uint32_t> idx(vals.size());
     std::vector<char> ws(selector.workspaceBytes(sel_n.back()));
     for (size_t n : sel_n) {
       compress::SelectArgs a;
-      a.x = x.data();
+      a.x = nullptr;  // in place: res holds gradient + residual
       a.residual = res.data();
       a.n = n;
       a.outValues = vals.data();
@@ -76,8 +78,10 @@ Status measure(Communicator& comm, const compress::Selector& selector, plan::Cos
       double s;
       compress::SelectResult r;
       MGS_RETURN_IF_ERROR(timeCall(3, &s, [&] {
-        std::fill(res.begin(), res.begin() + n, 0.0f);
-        return selector.select(a, &r);
+        addIntoFloat(x.data(), MGS_FLOAT32, n, 1.0, false, res.data());
+        Status st = selector.select(a, &r);
+        std::fill(outbuf.begin(), outbuf.begin() + n, 0.0f);
+        return st;
       }));
       t.push_back(s);
     }
@@ -94,9 +98,8 @@ Status measure(Communicator& comm, const compress::Selector& selector, plan::Cos
   // the per-call startup (what decides small buckets) wrong.
   MGS_RETURN_IF_ERROR(plan::CommModel::table(ar, &out->allreduce));
   MGS_RETURN_IF_ERROR(plan::CommModel::table(ag, &out->allgather));
-  const auto kind = selector.kind() == compress::SelectorKind::kTopk ? plan::SparsifyModel::Kind::kNLogN
-                                                                      : plan::SparsifyModel::Kind::kLinear;
-  MGS_RETURN_IF_ERROR(plan::SparsifyModel::fit(kind, sel, &out->sparsify));
+  // Every CPU selector (exact top-k included) is a constant number of passes: linear.
+  MGS_RETURN_IF_ERROR(plan::SparsifyModel::fit(plan::SparsifyModel::Kind::kLinear, sel, &out->sparsify));
   return Status::OK();
 }
 

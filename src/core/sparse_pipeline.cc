@@ -180,6 +180,9 @@ Status SparsePipeline::replan() {
     in.cost = cost_;
     in.cost.density = config_.density;
     in.sparse = true;
+    // The coordinator selects while backward goes on, and a bucket's
+    // allgather overlaps the next bucket's selection: the two-stage model.
+    in.selection = plan::Selection::kSeparate;
     in.fusion_threshold_bytes = config_.fusion_threshold_bytes;
     double mean_gap = 0;
     int counted = 0;
