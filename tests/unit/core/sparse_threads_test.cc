@@ -40,6 +40,7 @@ struct RankStep {
 std::vector<std::vector<RankStep>> run(int P, const Config& config, const std::vector<int64_t>& sizes, int steps,
                                        std::vector<SparseStats>* stats = nullptr) {
   std::vector<std::vector<RankStep>> rec(P, std::vector<RankStep>(steps));
+  std::vector<int> failed(P, 0);  // ops that completed with an error (checked after the threads)
   if (stats) stats->assign(P, SparseStats{});
   runRanks(P, config, [&](Runtime& rt, int rank) {
     std::mt19937 rng(rank * 7919 + 1);
@@ -62,7 +63,7 @@ std::vector<std::vector<RankStep>> run(int P, const Config& config, const std::v
                                  &ids[t]).ok())
           return;
       }
-      for (size_t t = 0; t < L; ++t) waitRelease(rt, ids[t]);
+      for (size_t t = 0; t < L; ++t) failed[rank] += !waitRelease(rt, ids[t]).ok();
       for (size_t t = 0; t < L; ++t) {
         std::vector<float> after(sizes[t]);
         rt.residuals().read("t" + std::to_string(t), after.data(), sizes[t]);
@@ -74,6 +75,7 @@ std::vector<std::vector<RankStep>> run(int P, const Config& config, const std::v
     }
     if (stats) (*stats)[rank] = rt.sparseStats();
   });
+  CHECK(failed == std::vector<int>(P, 0));
   return rec;
 }
 
@@ -135,6 +137,7 @@ TEST_CASE("a new tensor set drops the plan and plans again after profiling", "[s
   const int P = 2;
   std::vector<SparseStats> stats(P);
   Config config = sparseConfig("gaussiank", 0.01);
+  std::vector<int> failed(P, 0);
   runRanks(P, config, [&](Runtime& rt, int rank) {
     std::vector<float> a(2000, 1.0f), b(3000, 2.0f), c(1500, 3.0f);
     auto step = [&](bool with_c) {
@@ -146,12 +149,13 @@ TEST_CASE("a new tensor set drops the plan and plans again after profiling", "[s
         uint64_t id;
         if (rt.enqueueAllreduce(name, d, d, MGS_REDUCE_SUM, 1, 1, MGS_FLAG_SPARSE_OK, &id).ok()) ids.push_back(id);
       }
-      for (auto id : ids) waitRelease(rt, id);
+      for (auto id : ids) failed[rank] += !waitRelease(rt, id).ok();
     };
     for (int s = 0; s < 4; ++s) step(false);  // profile 2 steps, plan, 2 planned steps
     for (int s = 0; s < 5; ++s) step(true);   // "c" is new: re-profile, re-plan
     stats[rank] = rt.sparseStats();
   });
+  CHECK(failed == std::vector<int>(P, 0));
   for (int r = 0; r < P; ++r) {
     CHECK(stats[r].plans == 2);
     CHECK(stats[r].plan_buckets >= 1);
@@ -172,8 +176,8 @@ TEST_CASE("a bucket whose member is not submitted still completes", "[sparse]") 
       if (!rt.enqueueAllreduce("a", da, da, MGS_REDUCE_SUM, 1, 1, MGS_FLAG_SPARSE_OK, &ia).ok()) return;
       if (!skip_b && !rt.enqueueAllreduce("b", db, db, MGS_REDUCE_SUM, 1, 1, MGS_FLAG_SPARSE_OK, &ib).ok()) return;
       if (waitRelease(rt, ia).ok()) ++completed[rank];
-      if (!skip_b) waitRelease(rt, ib);
+      if (!skip_b && waitRelease(rt, ib).ok()) ++completed[rank];
     }
   });
-  CHECK(completed == std::vector<int>{5, 5});
+  CHECK(completed == std::vector<int>{9, 9});  // 5 of "a", 4 of "b"
 }
