@@ -214,7 +214,7 @@ inline __attribute__((always_inline)) BufferStats fusedRange(const float* x, flo
   return s;
 }
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(MGS_NO_TARGET_CLONES)
 #define MGS_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define MGS_CLONES
