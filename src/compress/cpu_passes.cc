@@ -10,12 +10,6 @@
 #include <omp.h>
 #endif
 
-// 32-byte vector types in functions of the baseline build: all internal
-// (inlined or file-local), so the ABI note GCC attaches to them is moot.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
-
 namespace mgs::compress::cpu {
 namespace {
 
@@ -59,24 +53,13 @@ struct Lanes {
   v8i bad{};
 };
 
-inline __attribute__((always_inline)) v8f loadv(const float* p) {
-  v8f v;
-  __builtin_memcpy(&v, p, sizeof(v));
-  return v;
-}
-inline __attribute__((always_inline)) v8i asInt(v8f v) {
-  v8i u;
-  __builtin_memcpy(&u, &v, sizeof(u));
-  return u;
-}
-inline __attribute__((always_inline)) v8f asFloat(v8i u) {
-  v8f v;
-  __builtin_memcpy(&v, &u, sizeof(v));
-  return v;
-}
+// Vector casts between same-size vector types reinterpret the bits (GCC and
+// Clang); loads and stores go through memcpy (unaligned).
+#define MGS_LOADV(dst, p) __builtin_memcpy(&(dst), (p), sizeof(dst))
 
 // randomKey of 8 consecutive indices i0.. (the same arithmetic as randomKey).
-inline __attribute__((always_inline)) v8u randomKeys(uint64_t seed, size_t i0) {
+// (0 stays 0 here where randomKey folds it to 1: below every tc >= 2 either way.)
+inline __attribute__((always_inline)) void randomKeys(uint64_t seed, size_t i0, v8u* out) {
   const v8u lane = {0, 1, 2, 3, 4, 5, 6, 7};
   v8u x = (lane + static_cast<uint32_t>(i0)) * 0x9E3779B1u + static_cast<uint32_t>(seed);
   x ^= x >> 16;
@@ -85,7 +68,7 @@ inline __attribute__((always_inline)) v8u randomKeys(uint64_t seed, size_t i0) {
   x ^= static_cast<uint32_t>(seed >> 32);
   x *= 0xC2B2AE35u;
   x ^= x >> 16;
-  return x;  // 0 stays 0 here (randomKey folds it to 1): below every tc >= 1 either way
+  *out = x;
 }
 
 // Appends the entries of r[i0, i1) that pass (scalar; rare).
@@ -122,28 +105,30 @@ inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r,
     v8i hit = {};
     v8i hv[kGroup / kLanes];  // per-vector lane masks of "is a candidate"
     for (size_t v = g; v < g + kGroup; v += kLanes) {
-      v8f a = loadv(rb + v);
+      v8f a;
+      MGS_LOADV(a, rb + v);
       if constexpr (kHasX) {
-        a = loadv(xb + v) + a;
+        v8f xv;
+        MGS_LOADV(xv, xb + v);
+        a = xv + a;
         __builtin_memcpy(rb + v, &a, sizeof(a));
       }
-      const v8i u = asInt(a);
+      const v8i u = (v8i)a;
       const v8i key = u & absMask;
       const v8i fin = key < infKey;  // -1 or 0 per lane
-      const v8f f = asFloat(u & fin);
+      const v8f f = (v8f)(u & fin);
       const v8i mk = key & fin;  // finite key, else 0
-      const v8f m = asFloat(mk);
+      const v8f m = (v8f)mk;
       l.sum += f;
       l.sq += f * f;
       l.ab += m;
       const v8i gt = l.mx > m;
-      l.mx = asFloat((asInt(l.mx) & gt) | (mk & ~gt));
+      l.mx = (v8f)(((v8i)l.mx & gt) | (mk & ~gt));
       l.bad += fin;  // counts down by one per finite lane
       if constexpr (kRandom) {
-        const v8u rk = randomKeys(out->seed, b + v) ^ 0x80000000u;
-        v8i rs;
-        __builtin_memcpy(&rs, &rk, sizeof(rs));
-        hv[(v - g) / kLanes] = rs >= tcv;
+        v8u rk;
+        randomKeys(out->seed, b + v, &rk);
+        hv[(v - g) / kLanes] = (v8i)(rk ^ 0x80000000u) >= tcv;
       } else {
         hv[(v - g) / kLanes] = mk >= tcv;
       }
