@@ -138,6 +138,10 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
     Status st = sparse.init();  // validated in start(): cannot fail here
     if (!st.ok()) MGS_LOG_ERROR("{}", st.toString());
     if (have_cost_) sparse.setCostModel(cost_);
+    sparse.setStatsSink([this](const SparseStats& s) {
+      std::lock_guard<std::mutex> lk(stats_mu_);
+      sparse_stats_ = s;
+    });
   }
   Executor executor(*comm, config_, timeline.get(), &sparse, complete);
   const auto cycle = std::chrono::duration_cast<Clock::duration>(

@@ -346,6 +346,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   if (dense) {
     Status st = exchangeDense(members, n, local);
     if (st.ok() && !local.ok()) st = local;
+    publishStats();
     for (auto& m : members) complete_(m, st);
     return;
   }
@@ -424,6 +425,7 @@ void SparsePipeline::finishOldest() {
       timeline_->span(m.name, "ALLGATHER", f.started, Clock::now(), "{\"cap\":" + std::to_string(f.cap) + "}");
   if (st.ok()) st = finishSparse(f);
   if (st.ok() && !f.local.ok()) st = f.local;
+  publishStats();
   for (auto& m : f.members) complete_(m, st);
   giveBuffer(std::move(f.send));
   giveBuffer(std::move(f.recv));
@@ -559,6 +561,10 @@ Status SparsePipeline::finishSparse(InFlight& f) {
   stats_.target += f.k;
   stats_.bytes_sent += 8 * f.count;
   return st;
+}
+
+void SparsePipeline::publishStats() {
+  if (publish_) publish_(stats_);
 }
 
 void SparsePipeline::failHeld(const Status& st) {

@@ -80,6 +80,9 @@ class SparsePipeline {
   // Fail everything held (shutdown).
   void failHeld(const Status& st);
   SparseStats stats() const { return stats_; }
+  // Called with the statistics before a bucket's handles complete, so a
+  // caller woken by them reads statistics that include that bucket.
+  void setStatsSink(std::function<void(const SparseStats&)> publish) { publish_ = std::move(publish); }
 
  private:
   struct Bucket {
@@ -108,6 +111,7 @@ class SparsePipeline {
   void startSparse(std::vector<Request>& members, size_t n, size_t cap, size_t count, size_t k, const Status& local,
                    std::vector<char>&& block);
   void finishOldest();
+  void publishStats();
   Status finishSparse(InFlight& f);
   double outputFactor(const Request& m) const;
   Status writeOutput(const Request& m, const float* src, size_t cnt);
@@ -143,6 +147,7 @@ class SparsePipeline {
   std::vector<size_t> offsets_;           // member offsets in the bucket (M + 1)
   std::vector<char> workspace_, stage_;
   SparseStats stats_;
+  std::function<void(const SparseStats&)> publish_;
 };
 
 }  // namespace mgs
