@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #ifdef _OPENMP
@@ -25,15 +26,38 @@ constexpr size_t kStride = kHistBins + 1;
 // partial sums of 512 values lose nothing the threshold's estimate could
 // notice. Candidates: per group of 32 a lane-wise OR of "key >= tc" on the
 // integer keys; only groups that hold one are scanned (scalar) and appended.
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-
+// The fused pass, written with GCC/Clang vector extensions over 8 logical
+// lanes: lane j of every statistic accumulates elements i with i % 8 == j of
+// each block, held in two 4-wide vectors (SSE2, the baseline build) or one
+// 8-wide vector (AVX2, picked at run time with __builtin_cpu_supports), so the
+// statistics are bitwise the same on every x86-64. Per block of 512: acc =
+// x + r stored to r (unless in place), the statistics of acc in float lanes
+// (non-finite entries masked to 0 on their bits: selects, not branches),
+// flushed to double per block; float partial sums of 512 values lose nothing
+// the threshold's estimate could notice. Candidates: per group of 32 an OR of
+// the per-vector "key >= tc" masks; only groups with a hit look at their
+// masks' lanes (rare) and append those entries in index order.
 constexpr size_t kBlock = 512;
 constexpr size_t kGroup = 32;
 constexpr size_t kLanes = 8;
 constexpr int32_t kNoCandidates = 0x7fffffff;  // above every finite key
 
-typedef uint32_t v8u __attribute__((vector_size(32)));
+template <int W>
+struct Vec;
+template <>
+struct Vec<4> {
+  typedef float F __attribute__((vector_size(16)));
+  typedef int32_t I __attribute__((vector_size(16)));
+  typedef uint32_t U __attribute__((vector_size(16)));
+  static constexpr U lane = {0, 1, 2, 3};
+};
+template <>
+struct Vec<8> {
+  typedef float F __attribute__((vector_size(32)));
+  typedef int32_t I __attribute__((vector_size(32)));
+  typedef uint32_t U __attribute__((vector_size(32)));
+  static constexpr U lane = {0, 1, 2, 3, 4, 5, 6, 7};
+};
 
 // Where one thread's candidates go. Magnitude keys: finite entries with
 // magnitudeKey >= tc (tc < 2^31; kNoCandidates lists none). random: entries
@@ -48,119 +72,109 @@ struct CandOut {
   uint64_t seed = 0;
 };
 
-struct Lanes {
-  v8f sum{}, sq{}, ab{}, mx{};
-  v8i bad{};
-};
-
-// Vector casts between same-size vector types reinterpret the bits (GCC and
-// Clang); loads and stores go through memcpy (unaligned).
-#define MGS_LOADV(dst, p) __builtin_memcpy(&(dst), (p), sizeof(dst))
-
-// randomKey of 8 consecutive indices i0.. (the same arithmetic as randomKey).
-// (0 stays 0 here where randomKey folds it to 1: below every tc >= 2 either way.)
-inline __attribute__((always_inline)) void randomKeys(uint64_t seed, size_t i0, v8u* out) {
-  const v8u lane = {0, 1, 2, 3, 4, 5, 6, 7};
-  v8u x = (lane + static_cast<uint32_t>(i0)) * 0x9E3779B1u + static_cast<uint32_t>(seed);
-  x ^= x >> 16;
-  x *= 0x85EBCA6Bu;
-  x ^= x >> 13;
-  x ^= static_cast<uint32_t>(seed >> 32);
-  x *= 0xC2B2AE35u;
-  x ^= x >> 16;
-  *out = x;
+inline void append(const float* r, size_t i, CandOut* out) {
+  if (out->count < out->cap) {
+    out->values[out->count] = r[i];
+    out->indices[out->count] = static_cast<uint32_t>(i);
+  }
+  ++out->count;
 }
 
-// Appends the entries of r[i0, i1) that pass (scalar; rare).
-inline void scanGroup(const float* r, size_t i0, size_t i1, CandOut* out) {
+// Appends the entries of r[i0, i1) that pass (scalar: the block's tail).
+inline void scanRange(const float* r, size_t i0, size_t i1, CandOut* out) {
   for (size_t i = i0; i < i1; ++i) {
     const uint32_t key = out->random ? randomKey(out->seed, i) : magnitudeKey(r[i]);
-    if (key >= out->tc && (out->random || key < 0x7f800000u)) {
-      if (out->count < out->cap) {
-        out->values[out->count] = r[i];
-        out->indices[out->count] = static_cast<uint32_t>(i);
-      }
-      ++out->count;
-    }
+    if (key >= out->tc && (out->random || key < 0x7f800000u)) append(r, i, out);
   }
+}
+
+template <typename V>
+inline __attribute__((always_inline)) bool anyLane(const V& v) {
+  uint64_t h[sizeof(V) / 8];
+  __builtin_memcpy(h, &v, sizeof(h));
+  uint64_t o = 0;
+  for (size_t j = 0; j < sizeof(V) / 8; ++j) o |= h[j];
+  return o != 0;
 }
 
 // One block [b, b + len) (len <= kBlock): r = x + r when kHasX, statistics
 // into `s`, candidates into `out`. xb points at x[b] (ignored without kHasX).
-template <bool kHasX, bool kRandom>
+// Vector casts between same-size vector types reinterpret the bits.
+template <int W, bool kHasX, bool kRandom>
 inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r, size_t b,
                                                       size_t len, BufferStats* s, CandOut* out) {
-  const v8i absMask = {0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff,
-                       0x7fffffff, 0x7fffffff, 0x7fffffff, 0x7fffffff};
-  const v8i infKey = {0x7f800000, 0x7f800000, 0x7f800000, 0x7f800000,
-                      0x7f800000, 0x7f800000, 0x7f800000, 0x7f800000};
+  typedef typename Vec<W>::F F;
+  typedef typename Vec<W>::I I;
+  typedef typename Vec<W>::U U;
+  constexpr size_t P = kLanes / W;  // vectors per 8 logical lanes
+  I absMask = {}, infKey = {}, tcv = {};
+  absMask += 0x7fffffff;
+  infKey += 0x7f800000;
   // Random keys are compared as signed after flipping the top bit.
-  const int32_t tc = static_cast<int32_t>(kRandom ? out->tc ^ 0x80000000u : out->tc);
-  v8i tcv = {};
-  tcv += tc;
-  Lanes l;
+  tcv += static_cast<int32_t>(kRandom ? out->tc ^ 0x80000000u : out->tc);
+  F sumv[P] = {}, sqv[P] = {}, abv[P] = {}, mxv[P] = {};
+  I badv[P] = {};
   float* rb = r + b;
   const size_t full = len / kGroup * kGroup;
   for (size_t g = 0; g < full; g += kGroup) {
-    v8i hit = {};
-    v8i hv[kGroup / kLanes];  // per-vector lane masks of "is a candidate"
-    for (size_t v = g; v < g + kGroup; v += kLanes) {
-      v8f a;
-      MGS_LOADV(a, rb + v);
+    I hit = {};
+    I hv[kGroup / W];  // per-vector lane masks of "is a candidate"
+    for (size_t q = 0; q < kGroup / W; ++q) {
+      const size_t v = g + q * W;
+      const size_t p = q % P;
+      F a;
+      __builtin_memcpy(&a, rb + v, sizeof(a));
       if constexpr (kHasX) {
-        v8f xv;
-        MGS_LOADV(xv, xb + v);
+        F xv;
+        __builtin_memcpy(&xv, xb + v, sizeof(xv));
         a = xv + a;
         __builtin_memcpy(rb + v, &a, sizeof(a));
       }
-      const v8i u = (v8i)a;
-      const v8i key = u & absMask;
-      const v8i fin = key < infKey;  // -1 or 0 per lane
-      const v8f f = (v8f)(u & fin);
-      const v8i mk = key & fin;  // finite key, else 0
-      const v8f m = (v8f)mk;
-      l.sum += f;
-      l.sq += f * f;
-      l.ab += m;
-      const v8i gt = l.mx > m;
-      l.mx = (v8f)(((v8i)l.mx & gt) | (mk & ~gt));
-      l.bad += fin;  // counts down by one per finite lane
+      const I u = (I)a;
+      const I key = u & absMask;
+      const I fin = key < infKey;  // -1 or 0 per lane
+      const F f = (F)(u & fin);
+      const I mk = key & fin;  // finite key, else 0
+      const F m = (F)mk;
+      sumv[p] += f;
+      sqv[p] += f * f;
+      abv[p] += m;
+      const I gt = mxv[p] > m;
+      mxv[p] = (F)(((I)mxv[p] & gt) | (mk & ~gt));
+      badv[p] += fin;  // counts down by one per finite lane
       if constexpr (kRandom) {
-        v8u rk;
-        randomKeys(out->seed, b + v, &rk);
-        hv[(v - g) / kLanes] = (v8i)(rk ^ 0x80000000u) >= tcv;
+        // randomKey of W consecutive indices (0 stays 0 here where randomKey
+        // folds it to 1: below every tc >= 2 either way).
+        U x = (Vec<W>::lane + static_cast<uint32_t>(b + v)) * 0x9E3779B1u +
+              static_cast<uint32_t>(out->seed);
+        x ^= x >> 16;
+        x *= 0x85EBCA6Bu;
+        x ^= x >> 13;
+        x ^= static_cast<uint32_t>(out->seed >> 32);
+        x *= 0xC2B2AE35u;
+        x ^= x >> 16;
+        hv[q] = (I)(x ^ 0x80000000u) >= tcv;
       } else {
-        hv[(v - g) / kLanes] = mk >= tcv;
+        hv[q] = mk >= tcv;
       }
-      hit |= hv[(v - g) / kLanes];
+      hit |= hv[q];
     }
-    uint64_t h[4];
-    __builtin_memcpy(h, &hit, sizeof(h));
-    if ((h[0] | h[1] | h[2] | h[3]) == 0) continue;
-    // Rare: append the lanes the masks name, in index order.
-    for (size_t q = 0; q < kGroup / kLanes; ++q) {
-      __builtin_memcpy(h, &hv[q], sizeof(h));
-      if ((h[0] | h[1] | h[2] | h[3]) == 0) continue;
-      for (size_t j = 0; j < kLanes; ++j) {
-        if (hv[q][j] == 0) continue;
-        const size_t i = b + g + q * kLanes + j;
-        if (out->count < out->cap) {
-          out->values[out->count] = r[i];
-          out->indices[out->count] = static_cast<uint32_t>(i);
-        }
-        ++out->count;
-      }
+    if (!anyLane(hit)) continue;
+    for (size_t q = 0; q < kGroup / W; ++q) {  // rare: the lanes the masks name, in order
+      if (!anyLane(hv[q])) continue;
+      for (size_t j = 0; j < W; ++j)
+        if (hv[q][j] != 0) append(r, b + g + q * W + j, out);
     }
   }
-  // Horizontal sums in a fixed lane order, then the scalar tail in the same way.
+  // Horizontal sums in the fixed logical lane order, then the scalar tail.
   float sum = 0, sq = 0, ab = 0, mx = 0;
   int64_t fin = 0;
   for (size_t j = 0; j < kLanes; ++j) {
-    sum += l.sum[j];
-    sq += l.sq[j];
-    ab += l.ab[j];
-    mx = std::max(mx, l.mx[j]);
-    fin -= l.bad[j];
+    sum += sumv[j / W][j % W];
+    sq += sqv[j / W][j % W];
+    ab += abv[j / W][j % W];
+    mx = std::max(mx, mxv[j / W][j % W]);
+    fin -= badv[j / W][j % W];
   }
   for (size_t i = full; i < len; ++i) {
     float a = rb[i];
@@ -176,7 +190,7 @@ inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r,
       ++fin;
     }
   }
-  if (full < len) scanGroup(r, b + full, b + len, out);
+  if (full < len) scanRange(r, b + full, b + len, out);
   s->sum += sum;
   s->sumSq += sq;
   s->sumAbs += ab;
@@ -184,59 +198,62 @@ inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r,
   s->nonFinite += len - static_cast<size_t>(fin);
 }
 
-template <bool kHasX>
-inline __attribute__((always_inline)) BufferStats fusedRange(const float* x, float* r, size_t b,
-                                                             size_t e, CandOut* out) {
-  BufferStats s;
-  for (size_t blk = b; blk < e; blk += kBlock) {
-    const float* xb = kHasX ? x + blk : nullptr;
-    const size_t len = std::min(kBlock, e - blk);
-    if (out->random)
-      fusedBlock<kHasX, true>(xb, r, blk, len, &s, out);
-    else
-      fusedBlock<kHasX, false>(xb, r, blk, len, &s, out);
-  }
-  return s;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(MGS_NO_TARGET_CLONES)
-#define MGS_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define MGS_CLONES
-#endif
-
-// f32 input (x != nullptr) or in place (x == nullptr).
-MGS_CLONES BufferStats fusedRangeF32(const float* x, float* r, size_t b, size_t e, CandOut* out) {
-  return x ? fusedRange<true>(x, r, b, e, out) : fusedRange<false>(nullptr, r, b, e, out);
-}
-
-// f16/bf16: widened a block at a time into a float buffer, then as f32.
-template <typename Widen>
-BufferStats fusedRangeWiden(Widen widen, float* r, size_t b, size_t e, CandOut* out) {
+// x == nullptr: in place. widen (f16/bf16) fills a float block first.
+template <int W, typename Widen>
+inline __attribute__((always_inline)) BufferStats fusedRangeW(const float* x, Widen widen,
+                                                              float* r, size_t b, size_t e,
+                                                              CandOut* out) {
   BufferStats s;
   float xf[kBlock];
   for (size_t blk = b; blk < e; blk += kBlock) {
     const size_t len = std::min(kBlock, e - blk);
-    for (size_t j = 0; j < len; ++j) xf[j] = widen(blk + j);
-    if (out->random)
-      fusedBlock<true, true>(xf, r, blk, len, &s, out);
-    else
-      fusedBlock<true, false>(xf, r, blk, len, &s, out);
+    const float* xb = x ? x + blk : nullptr;
+    if constexpr (!std::is_same_v<Widen, std::nullptr_t>) {
+      for (size_t j = 0; j < len; ++j) xf[j] = widen(blk + j);
+      xb = xf;
+    }
+    if (xb == nullptr) {
+      if (out->random)
+        fusedBlock<W, false, true>(nullptr, r, blk, len, &s, out);
+      else
+        fusedBlock<W, false, false>(nullptr, r, blk, len, &s, out);
+    } else {
+      if (out->random)
+        fusedBlock<W, true, true>(xb, r, blk, len, &s, out);
+      else
+        fusedBlock<W, true, false>(xb, r, blk, len, &s, out);
+    }
   }
   return s;
 }
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(MGS_NO_AVX2_PATH)
+#define MGS_AVX2_PATH 1
+__attribute__((target("avx2"))) BufferStats fusedRangeAvx2(const float* x, float* r, size_t b,
+                                                           size_t e, CandOut* out) {
+  return fusedRangeW<8>(x, nullptr, r, b, e, out);
+}
+bool haveAvx2() {
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+}
+#endif
 
 BufferStats fusedChunkAny(const void* x, DataType dtype, float* r, size_t b, size_t e,
                           CandOut* out) {
   if (x != nullptr && dtype == MGS_FLOAT16) {
     const auto* h = static_cast<const uint16_t*>(x);
-    return fusedRangeWiden([h](size_t i) { return halfToFloat(h[i]); }, r, b, e, out);
+    return fusedRangeW<4>(nullptr, [h](size_t i) { return halfToFloat(h[i]); }, r, b, e, out);
   }
   if (x != nullptr && dtype == MGS_BFLOAT16) {
     const auto* h = static_cast<const uint16_t*>(x);
-    return fusedRangeWiden([h](size_t i) { return bfloat16ToFloat(h[i]); }, r, b, e, out);
+    return fusedRangeW<4>(nullptr, [h](size_t i) { return bfloat16ToFloat(h[i]); }, r, b, e, out);
   }
-  return fusedRangeF32(static_cast<const float*>(x), r, b, e, out);
+  const auto* f = static_cast<const float*>(x);
+#ifdef MGS_AVX2_PATH
+  if (haveAvx2()) return fusedRangeAvx2(f, r, b, e, out);
+#endif
+  return fusedRangeW<4>(f, nullptr, r, b, e, out);
 }
 
 BufferStats reduceInChunkOrder(const std::vector<BufferStats>& part) {
