@@ -251,7 +251,8 @@ BufferStats fusedChunkAny(const void* x, DataType dtype, float* r, size_t b, siz
   }
   const auto* f = static_cast<const float*>(x);
 #ifdef MGS_AVX2_PATH
-  if (haveAvx2()) return fusedRangeAvx2(f, r, b, e, out);
+  if (haveAvx2() && !testForceBaseline.load(std::memory_order_relaxed))
+    return fusedRangeAvx2(f, r, b, e, out);
 #endif
   return fusedRangeW<4>(f, nullptr, r, b, e, out);
 }
@@ -341,6 +342,7 @@ struct RandKey {
 }  // namespace
 
 std::atomic<size_t> testCandidateCapLimit{0};
+std::atomic<bool> testForceBaseline{false};
 
 BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int chunks, [[maybe_unused]] int threads) {
   std::vector<BufferStats> part(chunks);

@@ -107,6 +107,9 @@ size_t compactCandidates(const Candidates& cand, const Selection& sel, float* r,
 // Tests only: when nonzero, caps the entries per candidate region (the
 // workspace keeps its size), which forces the overflow fallback.
 extern std::atomic<size_t> testCandidateCapLimit;
+// Tests only: when true, the fused pass uses its baseline (SSE2 / generic)
+// code even where AVX2 is available.
+extern std::atomic<bool> testForceBaseline;
 
 // Dense path (none, k >= n): values = r, indices = 0..n-1, r = 0.
 void takeAll(float* r, size_t n, int chunks, int threads, float* values, uint32_t* indices);

@@ -363,3 +363,33 @@ TEST_CASE("workspaceBytes never shrinks as n grows", "[compress][candidates]") {
 }
 
 }  // namespace mgs::compress::test
+
+namespace mgs::compress::test {
+
+TEST_CASE("the AVX2 and the baseline fused pass give bitwise the same result",
+          "[compress][candidates]") {
+  // On a machine without AVX2 both runs take the baseline path (still equal).
+  const auto name = GENERATE(as<std::string>{}, "topk", "gaussiank", "ldte", "dgc", "randomk",
+                             "none");
+  const auto rho = GENERATE(0.1, 0.001);
+  const size_t n = (size_t{1} << 20) + 13;
+  auto x = makeData(Dist::kStudentT3, n, 61);
+  const auto r0 = makeData(Dist::kNormal, n, 62, 1e-4f);
+  x[12345] = NAN;
+  CAPTURE(name, rho);
+  SelectorOptions o;
+  o.density = rho;
+  o.nonFinite = NonFinitePolicy::kZero;
+  auto sel = makeSelector(name, o);
+  Run fast = runSelect(*sel, x, r0);
+  cpu::testForceBaseline = true;
+  Run base = runSelect(*sel, x, r0);
+  Run baseInplace = runInplace(*sel, base.acc);
+  cpu::testForceBaseline = false;
+  REQUIRE(fast.result.nonFinite == 1);
+  requireSame(fast, base);
+  REQUIRE(baseInplace.indices == base.indices);
+  REQUIRE(allBits(baseInplace.residual) == allBits(base.residual));
+}
+
+}  // namespace mgs::compress::test
