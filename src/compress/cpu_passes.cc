@@ -16,16 +16,6 @@ namespace {
 
 constexpr size_t kStride = kHistBins + 1;
 
-// The fused pass, written with GCC/Clang vector extensions in 8 lanes: the
-// same lane arithmetic whichever instructions carry it (two SSE2 halves in
-// the baseline build, one AVX2 register in the avx2 clone that GCC's
-// target_clones dispatches to at run time), so the statistics are bitwise the
-// same on every x86-64. Per block of 512: acc = x + r stored to r (unless in
-// place), the statistics of acc in float lanes (non-finite entries masked to
-// 0 on their bits: selects, not branches), flushed to double per block; float
-// partial sums of 512 values lose nothing the threshold's estimate could
-// notice. Candidates: per group of 32 a lane-wise OR of "key >= tc" on the
-// integer keys; only groups that hold one are scanned (scalar) and appended.
 // The fused pass, written with GCC/Clang vector extensions over 8 logical
 // lanes: lane j of every statistic accumulates elements i with i % 8 == j of
 // each block, held in two 4-wide vectors (SSE2, the baseline build) or one
