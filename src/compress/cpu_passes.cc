@@ -224,7 +224,10 @@ __attribute__((target("avx2"))) BufferStats fusedRangeAvx2(const float* x, float
   return fusedRangeW<8>(x, nullptr, r, b, e, out);
 }
 bool haveAvx2() {
-  static const bool yes = __builtin_cpu_supports("avx2");
+  static const bool yes = [] {
+    __builtin_cpu_init();  // in case this runs from a static constructor
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
   return yes;
 }
 #endif
