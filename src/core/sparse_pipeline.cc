@@ -258,6 +258,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   // a CUDA tensor, a non-finite gradient) is announced in the collective part
   // so that every rank fails the bucket together.
   Status local;
+  int bad_member = -1;  // a member with non-finite values, if selection failed on them
   size_t count = 0, cap = 1;
   std::vector<char> block;
   compress::SelectResult sel_res;
@@ -331,6 +332,15 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
       local = sel.select(a, &sel_res);
       if (local.ok()) {
         count = sel_res.count;
+      } else if (local.code() == Code::kNumeric) {
+        // Name the tensor that holds the non-finite values, here and (through
+        // the failure code) on every other rank.
+        bad_member = firstNonFinite(members);
+        const std::string what = bad_member >= 0 ? "tensor '" + members[bad_member].name + "'" : name;
+        local = Status(Code::kNumeric, "rank " + std::to_string(comm_.rank()) + ": non-finite gradient in " + what +
+                                           (members.size() > 1 ? " (bucket " + name + ")" : "") + ": " +
+                                           std::to_string(sel_res.nonFinite) + " of " + std::to_string(n) +
+                                           " values are NaN or Inf (dropped from the residual)");
       } else {
         local = Status(local.code(), "rank " + std::to_string(comm_.rank()) + ": " + local.message());
       }
@@ -350,10 +360,30 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
     for (auto& m : members) complete_(m, st);
     return;
   }
-  startSparse(members, n, cap, count, sel_res.k, local, std::move(block));
+  startSparse(members, n, cap, count, sel_res.k, local, bad_member, std::move(block));
+}
+
+int SparsePipeline::firstNonFinite(const std::vector<Request>& members) const {
+  for (size_t i = 0; i < members.size(); ++i) {
+    const TensorDesc& t = members[i].input;
+    if (t.onCuda()) continue;  // its host copy is gone; the bucket name still says where
+    const size_t cnt = t.numel();
+    for (size_t j = 0; j < cnt; ++j) {
+      float v;
+      toFloat(static_cast<const char*>(t.data) + j * dtypeSize(t.dtype), t.dtype, 1, &v);
+      if (!std::isfinite(v)) return static_cast<int>(i);
+    }
+  }
+  return -1;
 }
 
 size_t SparsePipeline::blockBytes(size_t cap) { return 8 + 8 * cap; }
+
+// Block headers above any count (counts are < 2^32): UINT64_MAX for a failure
+// without details, UINT64_MAX - 1 - m for non-finite values in member m.
+uint64_t SparsePipeline::failureCode(int bad_member) {
+  return bad_member < 0 ? UINT64_MAX : UINT64_MAX - 1 - static_cast<uint64_t>(bad_member);
+}
 
 std::vector<char> SparsePipeline::takeBuffer(size_t bytes) {
   std::vector<char> b;
@@ -370,7 +400,7 @@ void SparsePipeline::giveBuffer(std::vector<char>&& b) {
 }
 
 void SparsePipeline::startSparse(std::vector<Request>& members, size_t n, size_t cap, size_t count, size_t k,
-                                 const Status& local, std::vector<char>&& block) {
+                                 const Status& local, int bad_member, std::vector<char>&& block) {
   // One allgather of fixed-size blocks [count | values[cap] | indices[cap]]:
   // cap is the selector's bound (k, or the band's top), so padding costs at
   // most the band width and the count exchange round trip disappears. A rank
@@ -380,7 +410,7 @@ void SparsePipeline::startSparse(std::vector<Request>& members, size_t n, size_t
   // finished in order by poll(), or when too many are in flight.
   const int P = comm_.size();
   if (block.empty()) block = takeBuffer(blockBytes(cap));
-  const uint64_t header = local.ok() ? count : UINT64_MAX;
+  const uint64_t header = local.ok() ? count : failureCode(bad_member);
   std::memcpy(block.data(), &header, sizeof header);
   InFlight f;
   f.members = std::move(members);
@@ -410,6 +440,19 @@ void SparsePipeline::poll() {
   }
 }
 
+void SparsePipeline::restoreSent(const InFlight& f) {
+  // The bucket failed elsewhere: put what this rank had selected back into
+  // its residual (the selector zeroed those entries), so nothing is lost.
+  if (!config_.error_feedback || f.count == 0) return;
+  auto lk = residuals_.lock();
+  std::vector<ResidualStore::Member> ms;
+  for (const auto& m : f.members) ms.push_back({&m.name, m.input.numel()});
+  float* r = residuals_.contiguous(ms);
+  const float* v = reinterpret_cast<const float*>(f.send.data() + 8);
+  const uint32_t* idx = reinterpret_cast<const uint32_t*>(f.send.data() + 8 + 4 * f.cap);
+  for (size_t j = 0; j < f.count; ++j) r[idx[j]] += v[j];
+}
+
 void SparsePipeline::drain() {
   while (!inflight_.empty()) finishOldest();
 }
@@ -425,6 +468,7 @@ void SparsePipeline::finishOldest() {
       timeline_->span(m.name, "ALLGATHER", f.started, Clock::now(), "{\"cap\":" + std::to_string(f.cap) + "}");
   if (st.ok()) st = finishSparse(f);
   if (st.ok() && !f.local.ok()) st = f.local;
+  if (!st.ok() && f.local.ok()) restoreSent(f);
   publishStats();
   for (auto& m : f.members) complete_(m, st);
   giveBuffer(std::move(f.send));
@@ -485,16 +529,17 @@ Status SparsePipeline::finishSparse(InFlight& f) {
   std::string failed;
   for (int i = 0; i < P; ++i) {
     std::memcpy(&counts_[i], f.recv.data() + i * bb, sizeof(uint64_t));
-    if (counts_[i] == UINT64_MAX) failed += (failed.empty() ? "" : ", ") + std::to_string(i);
+    if (counts_[i] <= f.cap) continue;
+    const uint64_t m = UINT64_MAX - 1 - counts_[i];  // wraps to huge for UINT64_MAX
+    failed += std::string(failed.empty() ? "" : "; ") + "rank " + std::to_string(i) +
+              (counts_[i] != UINT64_MAX && m < members.size()
+                   ? ": non-finite gradient in tensor '" + members[m].name + "'"
+                   : ": local error (see that rank's log)");
   }
   if (!failed.empty()) {
     if (!f.local.ok()) return f.local;
-    return Status(Code::kNumeric, "sparse allreduce of " + name + " failed on ranks " + failed +
-                                      " (see their error, e.g. non-finite gradient values)");
+    return Status(Code::kNumeric, "sparse allreduce of " + name + " failed: " + failed);
   }
-  for (int i = 0; i < P; ++i)
-    MGS_ENSURE(counts_[i] <= f.cap, kInternal, "rank " << i << " announced " << counts_[i] << " pairs for "
-                                                        << name << " (at most " << f.cap << ")");
 
   // Scatter-add straight into the outputs (host float32) or a staging slice,
   // in rank order from +0, then scale every touched entry once: bitwise the

@@ -108,8 +108,11 @@ class SparsePipeline {
   static size_t blockBytes(size_t cap);
   std::vector<char> takeBuffer(size_t bytes);
   void giveBuffer(std::vector<char>&& b);
+  static uint64_t failureCode(int bad_member);
+  int firstNonFinite(const std::vector<Request>& members) const;
   void startSparse(std::vector<Request>& members, size_t n, size_t cap, size_t count, size_t k, const Status& local,
-                   std::vector<char>&& block);
+                   int bad_member, std::vector<char>&& block);
+  void restoreSent(const InFlight& f);
   void finishOldest();
   void publishStats();
   Status finishSparse(InFlight& f);
