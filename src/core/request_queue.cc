@@ -37,6 +37,11 @@ void RequestQueue::close(const std::string& why) {
   cv_.notify_all();
 }
 
+std::string RequestQueue::closedReason() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return closed_ ? closed_why_ : std::string();
+}
+
 void RequestQueue::waitUntil(Clock::time_point deadline) {
   std::unique_lock<std::mutex> lk(mu_);
   cv_.wait_until(lk, deadline, [&] { return closed_ || !queue_.empty(); });

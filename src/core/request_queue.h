@@ -23,6 +23,8 @@ class RequestQueue {
   void finish(const std::string& name);
   // Reject further pushes with kShutdown and `why`.
   void close(const std::string& why);
+  // The reason given to close(), or "" while open.
+  std::string closedReason();
   // Wait until something is queued, close() is called, or `deadline` passes.
   void waitUntil(Clock::time_point deadline);
 

@@ -183,8 +183,9 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
     queue_.waitUntil(t0 + cycle);
   }
 
-  running_ = false;
+  // Close first: an enqueue that finds running_ false then reads the reason.
   queue_.close(fatal.ok() ? why : fatal.message());
+  running_ = false;
   const Status final_status = fatal.ok() ? Status(Code::kShutdown, why) : fatal;
   auto fail = [&](Request& r) {
     queue_.finish(r.name);
@@ -218,7 +219,11 @@ SparseStats Runtime::sparseStats() const {
 
 Status Runtime::enqueue(Request req, uint64_t* handle) {
   MGS_ENSURE(handle != nullptr, kInvalidArgument, "handle output pointer is NULL");
-  MGS_ENSURE(running_, kShutdown, "mgs is not running (it was shut down) on rank " << rank_);
+  if (!running_) {
+    const std::string why = queue_.closedReason();
+    return Status(Code::kShutdown, why.empty() ? "mgs is not running (it was shut down) on rank " + std::to_string(rank_)
+                                               : "rank " + std::to_string(rank_) + ": " + why);
+  }
   req.handle = std::make_shared<HandleState>();
   req.enqueued = Clock::now();
   auto state = req.handle;
