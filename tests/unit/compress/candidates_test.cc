@@ -32,29 +32,7 @@ std::vector<float> splitData(size_t n, float scaleIn, float scaleOut, uint64_t s
 
 // One select() in place: the residual holds acc, x is null.
 Run runInplace(const Selector& sel, const std::vector<float>& acc) {
-  const size_t n = acc.size();
-  Run run;
-  run.acc = acc;
-  run.residual = acc;
-  const size_t cap = sel.maxCount(n);
-  run.values.assign(cap + 1, -7.0f);
-  run.indices.assign(cap + 1, 0xDEADBEEFu);
-  std::vector<std::max_align_t> ws(sel.workspaceBytes(n) / sizeof(std::max_align_t) + 1);
-  SelectArgs a;
-  a.x = nullptr;
-  a.residual = run.residual.data();
-  a.n = n;
-  a.outValues = run.values.data();
-  a.outIndices = run.indices.data();
-  a.workspace = ws.data();
-  a.workspaceBytes = ws.size() * sizeof(std::max_align_t);
-  a.name = "inplace";
-  run.status = sel.select(a, &run.result);
-  REQUIRE(run.values[cap] == -7.0f);
-  REQUIRE(run.indices[cap] == 0xDEADBEEFu);
-  run.values.resize(run.result.count);
-  run.indices.resize(run.result.count);
-  return run;
+  return runSelectRaw(sel, nullptr, acc, 0, "inplace");
 }
 
 std::vector<uint32_t> allBits(const std::vector<float>& v) {

@@ -59,21 +59,21 @@ inline std::unique_ptr<Selector> makeSelector(const std::string& name, SelectorO
   return s;
 }
 
-// One select() on f32 input x with residual r0 (empty = zeros).
-inline Run runSelect(const Selector& sel, const std::vector<float>& x, std::vector<float> r0 = {},
-                     uint64_t step = 0, const char* name = "bucket0") {
-  const size_t n = x.size();
-  if (r0.empty()) r0.assign(n, 0.0f);
+// One select() on f32 input x (nullptr: in place, the residual already holds
+// acc) with residual r0; run.acc is the expected acc = x + r0.
+inline Run runSelectRaw(const Selector& sel, const float* x, std::vector<float> r0, uint64_t step,
+                        const char* name) {
+  const size_t n = r0.size();
   Run run;
   run.acc.resize(n);
-  for (size_t i = 0; i < n; ++i) run.acc[i] = x[i] + r0[i];
-  run.residual = r0;
+  for (size_t i = 0; i < n; ++i) run.acc[i] = x ? x[i] + r0[i] : r0[i];
+  run.residual = std::move(r0);
   const size_t cap = sel.maxCount(n);
   run.values.assign(cap + 1, -7.0f);  // +1 sentinel: overruns are caught below
   run.indices.assign(cap + 1, 0xDEADBEEFu);
   std::vector<std::max_align_t> ws(sel.workspaceBytes(n) / sizeof(std::max_align_t) + 1);
   SelectArgs a;
-  a.x = x.data();
+  a.x = x;
   a.residual = run.residual.data();
   a.n = n;
   a.outValues = run.values.data();
@@ -88,6 +88,13 @@ inline Run runSelect(const Selector& sel, const std::vector<float>& x, std::vect
   run.values.resize(run.result.count);
   run.indices.resize(run.result.count);
   return run;
+}
+
+// One select() on f32 input x with residual r0 (empty = zeros).
+inline Run runSelect(const Selector& sel, const std::vector<float>& x, std::vector<float> r0 = {},
+                     uint64_t step = 0, const char* name = "bucket0") {
+  if (r0.empty()) r0.assign(x.size(), 0.0f);
+  return runSelectRaw(sel, x.data(), std::move(r0), step, name);
 }
 
 // sent + new residual == acc bit for bit; sent entries zeroed; indices
