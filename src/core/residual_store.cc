@@ -57,11 +57,6 @@ void ResidualStore::writeLocked(const std::string& name, const float* src, size_
   map_[name] = Slot{std::make_shared<std::vector<float>>(src, src + n), 0, n};
 }
 
-void ResidualStore::write(const std::string& name, const float* src, size_t n) {
-  std::lock_guard<std::mutex> lk(mu_);
-  writeLocked(name, src, n);
-}
-
 Status ResidualStore::copyOut(const std::string& name, float* dst, size_t n) const {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = map_.find(name);

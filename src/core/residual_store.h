@@ -38,8 +38,6 @@ class ResidualStore {
 
   // Copy the residual of `name` (zeros if none yet) into dst[0..n).
   void read(const std::string& name, float* dst, size_t n) const;
-  // Store src[0..n) as the residual of `name`.
-  void write(const std::string& name, const float* src, size_t n);
   // For callers: kInvalidArgument if the tensor has no residual or n differs.
   Status copyOut(const std::string& name, float* dst, size_t n) const;
   Status copyIn(const std::string& name, const float* src, size_t n);

@@ -90,6 +90,8 @@ class SparsePipeline {
     std::map<std::string, Request> ready;
   };
 
+  // "name" for one tensor, "bucket[first .. last] (n tensors)" otherwise.
+  static std::string bucketName(const std::vector<Request>& members);
   void onStepBoundary();
   void flushPartialBuckets();
   Status replan();

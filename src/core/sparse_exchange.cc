@@ -1,0 +1,247 @@
+// The exchange half of the sparse pipeline: the fixed-size block each rank
+// sends per bucket, the allgathers in flight and their completion (failure
+// codes, scatter-add into the outputs, scaling), and the dense fallback.
+// The local half (fusing into the residual slab, selection) and the step and
+// plan logic are in sparse_pipeline.cc.
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "common/check.h"
+#include "core/device.h"
+#include "core/sparse_pipeline.h"
+
+namespace mgs {
+
+size_t SparsePipeline::blockBytes(size_t cap) { return 8 + 8 * cap; }
+
+// Block headers above any count (counts are < 2^32): UINT64_MAX for a failure
+// without details, UINT64_MAX - 1 - m for non-finite values in member m.
+uint64_t SparsePipeline::failureCode(int bad_member) {
+  return bad_member < 0 ? UINT64_MAX : UINT64_MAX - 1 - static_cast<uint64_t>(bad_member);
+}
+
+std::vector<char> SparsePipeline::takeBuffer(size_t bytes) {
+  std::vector<char> b;
+  if (!pool_.empty()) {
+    b = std::move(pool_.back());
+    pool_.pop_back();
+  }
+  if (b.size() < bytes) b.resize(bytes, 0);  // zero-filled: padding is sent but never read
+  return b;
+}
+
+void SparsePipeline::giveBuffer(std::vector<char>&& b) {
+  if (!b.empty() && pool_.size() < 2 * kMaxInFlight + 2) pool_.push_back(std::move(b));
+}
+
+void SparsePipeline::startSparse(std::vector<Request>& members, size_t n, size_t cap, size_t count, size_t k,
+                                 const Status& local, int bad_member, std::vector<char>&& block) {
+  // One allgather of fixed-size blocks [count | values[cap] | indices[cap]]:
+  // cap is the selector's bound (k, or the band's top), so padding costs at
+  // most the band width and the count exchange round trip disappears. A rank
+  // whose local part failed announces UINT64_MAX, so every rank fails the
+  // bucket together instead of waiting. The exchange runs while the
+  // coordinator goes on (the next bucket's selection, negotiation); it is
+  // finished in order by poll(), or when too many are in flight.
+  const int P = comm_.size();
+  if (block.empty()) block = takeBuffer(blockBytes(cap));
+  const uint64_t header = local.ok() ? count : failureCode(bad_member);
+  std::memcpy(block.data(), &header, sizeof header);
+  InFlight f;
+  f.members = std::move(members);
+  f.n = n;
+  f.cap = cap;
+  f.count = count;
+  f.k = k;
+  f.local = local;
+  f.send = std::move(block);
+  f.recv = takeBuffer(blockBytes(cap) * P);
+  f.started = Clock::now();
+  f.start = comm_.startAllgather(f.send.data(), blockBytes(cap), f.recv.data(), &f.op);
+  inflight_.push_back(std::move(f));
+  while (inflight_.size() > kMaxInFlight) finishOldest();
+  poll();
+}
+
+void SparsePipeline::poll() {
+  while (!inflight_.empty()) {
+    InFlight& f = inflight_.front();
+    if (f.start.ok() && f.op) {
+      bool done = false;
+      Status st = f.op->test(&done);
+      if (st.ok() && !done) return;
+    }
+    finishOldest();
+  }
+}
+
+void SparsePipeline::restoreSent(const InFlight& f) {
+  // The bucket failed elsewhere: put what this rank had selected back into
+  // its residual (the selector zeroed those entries), so nothing is lost.
+  if (!config_.error_feedback || f.count == 0) return;
+  auto lk = residuals_.lock();
+  std::vector<ResidualStore::Member> ms;
+  for (const auto& m : f.members) ms.push_back({&m.name, m.input.numel()});
+  float* r = residuals_.contiguous(ms);
+  const float* v = reinterpret_cast<const float*>(f.send.data() + 8);
+  const uint32_t* idx = reinterpret_cast<const uint32_t*>(f.send.data() + 8 + 4 * f.cap);
+  for (size_t j = 0; j < f.count; ++j) r[idx[j]] += v[j];
+}
+
+void SparsePipeline::drain() {
+  while (!inflight_.empty()) finishOldest();
+}
+
+void SparsePipeline::finishOldest() {
+  InFlight f = std::move(inflight_.front());
+  inflight_.pop_front();
+  Status st = f.start;
+  if (st.ok() && f.op) st = f.op->wait();
+  f.op.reset();
+  if (timeline_)
+    for (auto& m : f.members)
+      timeline_->span(m.name, "ALLGATHER", f.started, Clock::now(), "{\"cap\":" + std::to_string(f.cap) + "}");
+  if (st.ok()) st = finishSparse(f);
+  if (st.ok() && !f.local.ok()) st = f.local;
+  if (!st.ok() && f.local.ok()) restoreSent(f);
+  publishStats();
+  for (auto& m : f.members) complete_(m, st);
+  giveBuffer(std::move(f.send));
+  giveBuffer(std::move(f.recv));
+}
+
+Status SparsePipeline::exchangeDense(std::vector<Request>& members, size_t n, const Status& local) {
+  auto t0 = Clock::now();
+  stats_.dense_bytes += 4 * n;
+  MGS_RETURN_IF_ERROR(comm_.allreduce(out_.data(), n, MGS_FLOAT32, CommOp::kSum));
+  if (timeline_)
+    for (auto& m : members) timeline_->span(m.name, "ALLREDUCE_DENSE_BUCKET", t0, Clock::now());
+  ++stats_.dense_buckets;
+  stats_.bytes_sent += 4 * n;
+  if (!local.ok()) return local;
+  t0 = Clock::now();
+  size_t off = 0;
+  Status st;
+  for (auto& m : members) {
+    const size_t cnt = m.input.numel();
+    float* res = out_.data() + off;
+    scaleHost(res, MGS_FLOAT32, cnt, outputFactor(m));
+    Status ws = writeOutput(m, res, cnt);
+    if (st.ok()) st = ws;
+    off += cnt;
+  }
+  if (timeline_)
+    for (auto& m : members) timeline_->span(m.name, "UNFUSE", t0, Clock::now());
+  return st;
+}
+
+double SparsePipeline::outputFactor(const Request& m) const {
+  return m.sig.postscale / (m.sig.reduce_op == MGS_REDUCE_AVERAGE ? comm_.size() : 1);
+}
+
+Status SparsePipeline::writeOutput(const Request& m, const float* src, size_t cnt) {
+  if (m.output.onCuda()) {
+    stage_.resize(m.output.bytes());
+    fromFloat(src, m.output.dtype, cnt, stage_.data());
+    return device::copyFromHost(m.output, stage_.data(), stage_.size());
+  }
+  if (static_cast<const void*>(src) != m.output.data) fromFloat(src, m.output.dtype, cnt, m.output.data);
+  return Status::OK();
+}
+
+Status SparsePipeline::finishSparse(InFlight& f) {
+  const int P = comm_.size();
+  std::vector<Request>& members = f.members;
+  const size_t n = f.n;
+  const std::string name = bucketName(members);
+  auto span = [&](const char* what, Clock::time_point t0, const std::string& args = "") {
+    if (timeline_)
+      for (auto& m : members) timeline_->span(m.name, what, t0, Clock::now(), args);
+  };
+  stats_.dense_bytes += 4 * n;
+  const size_t bb = blockBytes(f.cap);
+  counts_.resize(P);
+  std::string failed;
+  for (int i = 0; i < P; ++i) {
+    std::memcpy(&counts_[i], f.recv.data() + i * bb, sizeof(uint64_t));
+    if (counts_[i] <= f.cap) continue;
+    const uint64_t m = UINT64_MAX - 1 - counts_[i];  // wraps to huge for UINT64_MAX
+    failed += std::string(failed.empty() ? "" : "; ") + "rank " + std::to_string(i) +
+              (counts_[i] != UINT64_MAX && m < members.size()
+                   ? ": non-finite gradient in tensor '" + members[m].name + "'"
+                   : ": local error (see that rank's log)");
+  }
+  if (!failed.empty()) {
+    if (!f.local.ok()) return f.local;
+    return Status(Code::kNumeric, "sparse allreduce of " + name + " failed: " + failed);
+  }
+
+  // Scatter-add straight into the outputs (host float32) or a staging slice,
+  // in rank order from +0, then scale every touched entry once: bitwise the
+  // same on every rank, and the same as compress::scatterAdd.
+  const auto t0 = Clock::now();
+  const size_t M = members.size();
+  dest_.resize(M);
+  offsets_.resize(M + 1);
+  offsets_[0] = 0;
+  bool staged = false;
+  for (size_t i = 0; i < M; ++i) offsets_[i + 1] = offsets_[i] + members[i].input.numel();
+  for (size_t i = 0; i < M; ++i) {
+    const Request& m = members[i];
+    if (!m.output.onCuda() && m.output.dtype == MGS_FLOAT32) {
+      dest_[i] = static_cast<float*>(m.output.data);
+    } else {
+      if (!staged) out_.resize(n);
+      staged = true;
+      dest_[i] = out_.data() + offsets_[i];
+    }
+    std::fill(dest_[i], dest_[i] + (offsets_[i + 1] - offsets_[i]), 0.0f);
+  }
+  auto memberOf = [&](uint32_t idx) {
+    return static_cast<size_t>(std::upper_bound(offsets_.begin() + 1, offsets_.end(), idx) - offsets_.begin() - 1);
+  };
+  touched_.resize((n + 63) / 64, 0);
+  for (int r = 0; r < P; ++r) {
+    const size_t c = counts_[r];
+    const float* v = reinterpret_cast<const float*>(f.recv.data() + r * bb + 8);
+    const uint32_t* idx = reinterpret_cast<const uint32_t*>(f.recv.data() + r * bb + 8 + 4 * f.cap);
+    for (size_t j = 0; j < c; ++j) {
+      const uint32_t i = idx[j];
+      MGS_ENSURE(i < n, kInternal, "rank " << r << " sent index " << i << " for " << name << " of " << n
+                                          << " elements");
+      const size_t b = memberOf(i);
+      dest_[b][i - offsets_[b]] += v[j];
+      touched_[i >> 6] |= uint64_t{1} << (i & 63);
+    }
+  }
+  for (int r = 0; r < P; ++r) {
+    const size_t c = counts_[r];
+    const uint32_t* idx = reinterpret_cast<const uint32_t*>(f.recv.data() + r * bb + 8 + 4 * f.cap);
+    for (size_t j = 0; j < c; ++j) {
+      const uint32_t i = idx[j];
+      const uint64_t bit = uint64_t{1} << (i & 63);
+      if (!(touched_[i >> 6] & bit)) continue;  // already scaled (a duplicate)
+      touched_[i >> 6] &= ~bit;                  // leaves the bitmap all zero
+      const size_t b = memberOf(i);
+      const float fac = static_cast<float>(outputFactor(members[b]));
+      if (fac != 1.0f) dest_[b][i - offsets_[b]] *= fac;
+    }
+  }
+  Status st;
+  if (staged) {
+    for (size_t i = 0; i < M; ++i) {
+      if (dest_[i] == members[i].output.data) continue;
+      Status ws = writeOutput(members[i], dest_[i], offsets_[i + 1] - offsets_[i]);
+      if (st.ok()) st = ws;
+    }
+  }
+  span("SCATTER_ADD", t0);
+  ++stats_.buckets;
+  stats_.selected += f.count;
+  stats_.target += f.k;
+  stats_.bytes_sent += 8 * f.count;
+  return st;
+}
+
+}  // namespace mgs
