@@ -270,11 +270,11 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
       res_.resize(n);
       r = res_.data();
     }
-    // One f32 host tensor: the selector reads it directly (acc = x + r in its pass).
+    // One f32 host tensor going sparse: the selector reads it directly (acc = x + r in its pass).
     const Request& m0 = members[0];
     const void* x = nullptr;
-    if (members.size() == 1 && config_.error_feedback && !m0.input.onCuda() && m0.input.dtype == MGS_FLOAT32 &&
-        m0.sig.prescale == 1.0) {
+    if (!dense && members.size() == 1 && config_.error_feedback && !m0.input.onCuda() &&
+        m0.input.dtype == MGS_FLOAT32 && m0.sig.prescale == 1.0) {
       x = m0.input.data;
     } else {
       size_t off = 0;
@@ -301,12 +301,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
 
     if (dense) {
       out_.resize(n);
-      if (x) {
-        const float* xf = static_cast<const float*>(x);
-        for (size_t i = 0; i < n; ++i) out_[i] = xf[i] + r[i];
-      } else if (n) {
-        std::memcpy(out_.data(), r, n * sizeof(float));
-      }
+      if (n) std::memcpy(out_.data(), r, n * sizeof(float));
       std::fill(r, r + n, 0.0f);  // everything is sent
     } else if (local.ok()) {
       const auto ts = Clock::now();
