@@ -40,8 +40,8 @@ void SparsePipeline::startSparse(std::vector<Request>& members, size_t n, size_t
   // One allgather of fixed-size blocks [count | values[cap] | indices[cap]]:
   // cap is the selector's bound (k, or the band's top), so padding costs at
   // most the band width and the count exchange round trip disappears. A rank
-  // whose local part failed announces UINT64_MAX, so every rank fails the
-  // bucket together instead of waiting. The exchange runs while the
+  // whose local part failed sends a failure code (failureCode) instead of a
+  // count, so every rank fails the bucket together instead of waiting. The exchange runs while the
   // coordinator goes on (the next bucket's selection, negotiation); it is
   // finished in order by poll(), or when too many are in flight.
   const int P = comm_.size();
