@@ -164,6 +164,12 @@ std::vector<ParamSpec> buildSpecs() {
     };
     s.push_back(std::move(p));
   }
+  s.push_back(intParam("MGS_THREADS", "0", 0, "an integer >= 0 (0 = auto)",
+                       "CPU threads for the runtime's own work on a rank (fusion, selection, scatter). "
+                       "0 (auto): the cores this process may run on divided by the ranks on this node, "
+                       "at most 8, so a rank never competes with its own training for cores; buckets "
+                       "too small to gain run on one thread.",
+                       &Config::threads));
   {
     ParamSpec p{"MGS_LIBRARY", "path", "", "a path to libmgs.so",
                 "Which libmgs the Python bindings load (they search their package, then build/). "
@@ -239,7 +245,8 @@ std::string describeConfig(const Config& c) {
      << " MGS_PROFILE_STEPS=" << c.profile_steps << " MGS_CYCLE_TIME_MS=" << c.cycle_time_ms
      << " MGS_TIMELINE=" << c.timeline << " MGS_LOG_LEVEL=" << c.log_level
      << " MGS_STALL_WARNING_S=" << c.stall_warning_s << " MGS_STALL_ABORT_S=" << c.stall_abort_s
-     << " MGS_CALIBRATION=" << c.calibration << " MGS_DENSE_FALLBACK=" << c.dense_fallback;
+     << " MGS_CALIBRATION=" << c.calibration << " MGS_DENSE_FALLBACK=" << c.dense_fallback
+     << " MGS_THREADS=" << c.threads;
   return os.str();
 }
 
