@@ -11,6 +11,7 @@
 #endif
 
 #include "common/check.h"
+#include "common/threads.h"
 #include "compress/cpu_passes.h"
 #include "compress/selector_plan.h"
 
@@ -162,6 +163,10 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
     wsOff += alignUp(sizeof(uint32_t) * dgcSampleCapacity(n, options_.density));
   }
   const SearchConfig cfgBase = searchConfig(kind_, options_, k);
+  // Threads for this call: the budget, but one per kMinElementsPerThread
+  // (a small buffer is not worth waking a team for). The candidate regions
+  // keep the budget's layout; regions past the team stay empty.
+  const int threads = threadsFor(n, threads_);
 
   // Candidate floor tc: magnitude selectors take it from a sample of acc
   // (nothing written): the key whose share of the sample is kCandTarget *
@@ -179,7 +184,7 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
     } else {
       auto* keys = hist;  // the histograms are not in use yet
       const size_t sampled = std::min(n, cpu::kSampleMax);
-      const size_t finite = cpu::sampleKeys(a.x, a.dtype, a.residual, n, threads_, keys);
+      const size_t finite = cpu::sampleKeys(a.x, a.dtype, a.residual, n, threads, keys);
       const size_t want = std::max(kCandMinSample, static_cast<size_t>(std::ceil(share * finite)));
       if (want <= finite)  // then the want-th largest key is a finite entry's
         tc = std::max<uint32_t>(cpu::kthLargestKey(keys, sampled, want), 1);
@@ -198,8 +203,8 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
 
   // The one full pass: acc (unless in place), statistics, candidates.
   const cpu::BufferStats bs =
-      tc ? cpu::accumulateCandidates(a.x, a.dtype, a.residual, n, chunks, threads_, tc, &cand)
-         : cpu::accumulate(a.x, a.dtype, a.residual, n, chunks, threads_);
+      tc ? cpu::accumulateCandidates(a.x, a.dtype, a.residual, n, chunks, threads, tc, &cand)
+         : cpu::accumulate(a.x, a.dtype, a.residual, n, chunks, threads);
   AccStats st{bs.sum, bs.sumSq, bs.sumAbs, bs.maxAbs, bs.nonFinite};
   const Moments m = moments(st, n);
   result->mean = m.mean;
@@ -209,7 +214,7 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
   result->nonFinite = bs.nonFinite;
   result->passes = 1;
   if (bs.nonFinite > 0) {
-    cpu::zeroNonFinite(a.residual, n, chunks, threads_);
+    cpu::zeroNonFinite(a.residual, n, chunks, threads);
     ++result->passes;
     MGS_ENSURE(options_.nonFinite != NonFinitePolicy::kError, kNumeric,
                "non-finite gradient in '" << a.name << "': " << bs.nonFinite << " of " << n
@@ -218,7 +223,7 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
   }
 
   if (kind_ == SelectorKind::kNone || k >= n) {
-    cpu::takeAll(a.residual, n, chunks, threads_, a.outValues, a.outIndices);
+    cpu::takeAll(a.residual, n, chunks, threads, a.outValues, a.outIndices);
     result->count = n;
     result->inBand = true;
     ++result->passes;
@@ -265,7 +270,7 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
       cpu::candidateHistogram(cand, search.window(), total.data());
     } else {
       fromCandidates = false;
-      fullHistogram(search, keys, n, chunks, threads_, hist, total.data());
+      fullHistogram(search, keys, n, chunks, threads, hist, total.data());
       ++fullPasses;
     }
     search.consume(total.data());
@@ -277,7 +282,7 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
                "select '" << a.name << "': candidate compaction wrote " << written << " of "
                           << sel.count);
   } else {
-    cpu::compact(keys, n, sel, chunks, threads_, hist, a.residual, a.outValues, a.outIndices);
+    cpu::compact(keys, n, sel, chunks, threads, hist, a.residual, a.outValues, a.outIndices);
     ++fullPasses;
   }
   result->count = sel.count;

@@ -67,9 +67,8 @@ void Executor::run(std::vector<ReadyOp>& ops) {
 
 Status Executor::allreduceGroup(std::vector<Request*>& group) {
   const Signature& sig = group[0]->sig;
-  const DataType wt = wireType(sig.dtype);
   const double factor = finalFactor(sig);
-  if (group.size() == 1 && wt == sig.dtype) {
+  if (group.size() == 1) {
     // Unfused: reduce in place in the output, no extra copy.
     Request& r = *group[0];
     const size_t n = r.input.numel();
@@ -95,7 +94,7 @@ Status Executor::allreduceGroup(std::vector<Request*>& group) {
   packFusion(inputs, counts, sig.dtype, sig.prescale, &wire_);
   span(group, "MEMCPY_IN_FUSION_BUFFER", t0);
   t0 = Clock::now();
-  MGS_RETURN_IF_ERROR(comm_.allreduce(wire_.data(), total, wt, CommOp::kSum));
+  MGS_RETURN_IF_ERROR(comm_.allreduce(wire_.data(), total, sig.dtype, CommOp::kSum));
   span(group, "ALLREDUCE", t0);
   t0 = Clock::now();
   unpackFusion(wire_, sig.dtype, factor, outputs, counts);
@@ -113,7 +112,7 @@ Status Executor::allreduceCuda(Request& r) {
   packFusion({stage_.data()}, {n}, sig.dtype, sig.prescale, &wire_);
   span({&r}, "MEMCPY_IN_HOST_STAGING", t0);
   t0 = Clock::now();
-  MGS_RETURN_IF_ERROR(comm_.allreduce(wire_.data(), n, wireType(sig.dtype), CommOp::kSum));
+  MGS_RETURN_IF_ERROR(comm_.allreduce(wire_.data(), n, sig.dtype, CommOp::kSum));
   span({&r}, "ALLREDUCE", t0);
   t0 = Clock::now();
   unpackFusion(wire_, sig.dtype, 1.0, {stage_.data()}, {n});

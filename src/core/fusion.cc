@@ -4,10 +4,6 @@
 
 namespace mgs {
 
-DataType wireType(DataType dtype) {
-  return (dtype == MGS_FLOAT16 || dtype == MGS_BFLOAT16) ? MGS_FLOAT32 : dtype;
-}
-
 namespace {
 bool fusable(const Signature& a, const Signature& b) {
   return a.dtype == b.dtype && a.on_cuda == b.on_cuda && a.reduce_op == b.reduce_op &&
@@ -24,7 +20,7 @@ std::vector<std::vector<size_t>> fusionGroups(const std::vector<const Signature*
     const Signature& s = *sigs[i];
     // CUDA tensors are staged one by one until the NCCL path exists.
     const bool candidate = s.type == OpType::kAllreduce && !s.on_cuda && bytes[i] < kFusionMaxTensorBytes;
-    const size_t wire = bytes[i] / dtypeSize(s.dtype) * dtypeSize(wireType(s.dtype));
+    const size_t wire = bytes[i];
     bool placed = false;
     if (candidate && static_cast<int64_t>(wire) <= threshold) {
       for (size_t g = 0; g < open.size() && !placed; ++g) {
@@ -48,37 +44,25 @@ std::vector<std::vector<size_t>> fusionGroups(const std::vector<const Signature*
 
 void packFusion(const std::vector<const void*>& inputs, const std::vector<size_t>& counts,
                 DataType dtype, double prescale, std::vector<char>* wire) {
-  const DataType wt = wireType(dtype);
-  const size_t wsize = dtypeSize(wt);
+  const size_t esize = dtypeSize(dtype);
   size_t total = 0;
   for (size_t c : counts) total += c;
-  wire->resize(total * wsize);
+  wire->resize(total * esize);
   size_t off = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    char* dst = wire->data() + off * wsize;
-    if (wt == dtype) {
-      if (counts[i]) std::memcpy(dst, inputs[i], counts[i] * wsize);
-    } else {
-      toFloat(inputs[i], dtype, counts[i], reinterpret_cast<float*>(dst));
-    }
+    if (counts[i]) std::memcpy(wire->data() + off * esize, inputs[i], counts[i] * esize);
     off += counts[i];
   }
-  scaleHost(wire->data(), wt, total, prescale);
+  scaleHost(wire->data(), dtype, total, prescale);
 }
 
 void unpackFusion(std::vector<char>& wire, DataType dtype, double factor,
                   const std::vector<void*>& outputs, const std::vector<size_t>& counts) {
-  const DataType wt = wireType(dtype);
-  const size_t wsize = dtypeSize(wt);
-  scaleHost(wire.data(), wt, wire.size() / wsize, factor);
+  const size_t esize = dtypeSize(dtype);
+  scaleHost(wire.data(), dtype, wire.size() / esize, factor);
   size_t off = 0;
   for (size_t i = 0; i < outputs.size(); ++i) {
-    const char* src = wire.data() + off * wsize;
-    if (wt == dtype) {
-      if (counts[i]) std::memcpy(outputs[i], src, counts[i] * wsize);
-    } else {
-      fromFloat(reinterpret_cast<const float*>(src), dtype, counts[i], outputs[i]);
-    }
+    if (counts[i]) std::memcpy(outputs[i], wire.data() + off * esize, counts[i] * esize);
     off += counts[i];
   }
 }

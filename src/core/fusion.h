@@ -19,16 +19,14 @@ namespace mgs {
 // copies each way), measured with bench/collectives.
 constexpr size_t kFusionMaxTensorBytes = 64 << 10;
 
-// The dtype a tensor of `dtype` is reduced in.
-DataType wireType(DataType dtype);
-
 // Indices into `sigs` grouped for fusion, in order of each group's first
 // member. Only allreduces are grouped; every other op is a group of one.
 std::vector<std::vector<size_t>> fusionGroups(const std::vector<const Signature*>& sigs,
                                               const std::vector<size_t>& bytes, int64_t threshold);
 
 // Pack `inputs` (host pointers, all of `dtype`, with `counts` elements each)
-// into `wire` (wireType(dtype)), multiplying by `prescale`.
+// into `wire`, multiplying by `prescale`. Every dtype crosses the wire as
+// itself: 16-bit floats stay 16-bit (communicators reduce them natively).
 void packFusion(const std::vector<const void*>& inputs, const std::vector<size_t>& counts,
                 DataType dtype, double prescale, std::vector<char>* wire);
 // Scale the wire buffer by `factor`, then unpack into `outputs`.

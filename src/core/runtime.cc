@@ -1,10 +1,12 @@
 #include "core/runtime.h"
 
+
 #include <cmath>
 #include <future>
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "common/threads.h"
 #include "core/calibration.h"
 #include "core/controller.h"
 #include "core/device.h"
@@ -86,6 +88,7 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
       std::unique_ptr<compress::Selector> probe;
       compress::SelectorOptions opts;
       opts.density = self->config_.density;
+      opts.numThreads = threadBudget(self->config_.threads, comm->localSize());  // as the pipeline's
       st = compress::Selector::create(self->config_.compressor, opts, &probe);
       if (st.ok()) st = resolveCostModel(*comm, self->config_, *probe, &self->cost_);
       self->have_cost_ = st.ok();

@@ -1,5 +1,6 @@
 #include "core/sparse_pipeline.h"
 
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -7,6 +8,7 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "common/threads.h"
 #include "core/calibration.h"
 #include "core/device.h"
 #include "core/handle_table.h"
@@ -22,12 +24,18 @@ std::string SparsePipeline::bucketName(const std::vector<Request>& m) {
 
 SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, Timeline* timeline,
                                ResidualStore& residuals, Complete complete)
-    : comm_(comm), config_(config), timeline_(timeline), residuals_(residuals), complete_(std::move(complete)) {}
+    : comm_(comm),
+      config_(config),
+      timeline_(timeline),
+      residuals_(residuals),
+      complete_(std::move(complete)),
+      threads_(threadBudget(config.threads, comm.localSize())) {}
 
 Status SparsePipeline::init() {
   if (config_.compressor == "none") return Status::OK();
   compress::SelectorOptions opts;
   opts.density = config_.density;
+  opts.numThreads = threads_;
   std::unique_ptr<compress::Selector> sel;
   MGS_RETURN_IF_ERROR(compress::Selector::create(config_.compressor, opts, &sel));
   selectors_.emplace(config_.density, std::move(sel));
@@ -56,6 +64,7 @@ const compress::Selector& SparsePipeline::selectorFor(double density) {
   if (it != selectors_.end()) return *it->second;
   compress::SelectorOptions opts;
   opts.density = density;
+  opts.numThreads = threads_;
   std::unique_ptr<compress::Selector> sel;
   // The name was validated by init(); only the density differs.
   (void)compress::Selector::create(config_.compressor, opts, &sel);

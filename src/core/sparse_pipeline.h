@@ -128,6 +128,7 @@ class SparsePipeline {
   Timeline* timeline_;
   ResidualStore& residuals_;
   Complete complete_;
+  int threads_;  // CPU threads for selection (MGS_THREADS resolved, common/threads.h)
 
   uint64_t step_ = 0;
   int idle_cycles_ = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "comm/reduce.h"
 #include "common/check.h"
 
 namespace mgs {
@@ -37,46 +38,16 @@ void ThreadWorld::exchange(int rank, const void* mine,
   arriveAndWait();
 }
 
-namespace {
-
-template <typename T>
-void reduceInto(T* acc, const T* x, size_t n, CommOp op) {
-  for (size_t i = 0; i < n; ++i) {
-    switch (op) {
-      case CommOp::kSum: acc[i] = static_cast<T>(acc[i] + x[i]); break;
-      case CommOp::kMax: acc[i] = std::max(acc[i], x[i]); break;
-      case CommOp::kMin: acc[i] = std::min(acc[i], x[i]); break;
-      case CommOp::kBitAnd:
-        if constexpr (std::is_integral_v<T>) acc[i] = static_cast<T>(acc[i] & x[i]);
-        break;
-    }
-  }
-}
-
-template <typename T>
-void reduceAll(const std::vector<const void*>& all, size_t count, CommOp op, void* out) {
-  auto* acc = static_cast<T*>(out);
-  std::memcpy(acc, all[0], count * sizeof(T));
-  for (size_t r = 1; r < all.size(); ++r) reduceInto(acc, static_cast<const T*>(all[r]), count, op);
-}
-
-}  // namespace
 
 Status ThreadCommunicator::allreduce(void* buf, size_t count, DataType dtype, CommOp op) {
   const size_t bytes = count * dtypeSize(dtype);
-  MGS_ENSURE(dtype != MGS_FLOAT16 && dtype != MGS_BFLOAT16, kInternal,
-             "allreduce of " << dtypeName(dtype) << " is not supported by communicators");
+  MGS_ENSURE(reducible(dtype, op), kInternal, "allreduce of " << dtypeName(dtype) << " with this operation");
   std::vector<char> tmp(bytes);
   world_->exchange(rank_, buf, [&](const std::vector<const void*>& all) {
     if (count == 0) return;
-    switch (dtype) {
-      case MGS_FLOAT32: reduceAll<float>(all, count, op, tmp.data()); break;
-      case MGS_FLOAT64: reduceAll<double>(all, count, op, tmp.data()); break;
-      case MGS_INT32: reduceAll<int32_t>(all, count, op, tmp.data()); break;
-      case MGS_INT64: reduceAll<int64_t>(all, count, op, tmp.data()); break;
-      case MGS_UINT8: reduceAll<uint8_t>(all, count, op, tmp.data()); break;
-      default: break;
-    }
+    // In rank order, as every rank computes it: bitwise the same everywhere.
+    std::memcpy(tmp.data(), all[0], bytes);
+    for (size_t r = 1; r < all.size(); ++r) (void)reduceInto(tmp.data(), all[r], count, dtype, op);
   });
   if (bytes) std::memcpy(buf, tmp.data(), bytes);
   return Status::OK();

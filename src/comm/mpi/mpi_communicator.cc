@@ -2,40 +2,20 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <climits>
 #include <memory>
 #include <sstream>
-#include <thread>
 
+#include "comm/mpi/ring_allreduce.h"
+#include "comm/reduce.h"
 #include "common/check.h"
 #include "common/logging.h"
+#include "common/threads.h"
 
 namespace mgs {
 namespace {
 
 std::atomic<bool> g_mpi_owned{false};
-
-std::string mpiErrorString(int code) {
-  char buf[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  if (MPI_Error_string(code, buf, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
-  return std::string(buf, static_cast<size_t>(len));
-}
-
-}  // namespace
-
-// Wrap one MPI call: a failure becomes a kCommunication Status naming the call.
-#define MGS_MPI_CHECK(call)                                                              \
-  do {                                                                                   \
-    const int _mgs_rc = (call);                                                          \
-    if (_mgs_rc != MPI_SUCCESS)                                                          \
-      return Status(Code::kCommunication, std::string(#call) + " failed: " +            \
-                                              mpiErrorString(_mgs_rc) +                  \
-                                              detail::where(__FILE__, __LINE__));        \
-  } while (0)
-
-namespace {
 
 Status mpiType(DataType dtype, MPI_Datatype* out) {
   switch (dtype) {
@@ -46,7 +26,7 @@ Status mpiType(DataType dtype, MPI_Datatype* out) {
     case MGS_UINT8: *out = MPI_UINT8_T; return Status::OK();
     default:
       return Status(Code::kInternal, "MPI has no reduction type for " + dtypeName(dtype) +
-                                         " (16-bit floats are reduced in float32)");
+                                         " (16-bit floats take the ring)");
   }
 }
 
@@ -62,6 +42,9 @@ MPI_Op mpiOp(CommOp op) {
 
 // MPI counts are ints; larger transfers go in chunks of this many elements.
 constexpr size_t kMaxChunk = size_t{1} << 30;
+// Float sums of at least this many bytes take the ring (ring_allreduce.h).
+constexpr size_t kRingMinBytes = size_t{64} << 10;
+constexpr int kRingTag = 7100;
 
 }  // namespace
 
@@ -98,6 +81,8 @@ Status MpiCommunicator::create(std::unique_ptr<Communicator>* out) {
   MGS_MPI_CHECK(MPI_Comm_rank(local, &c->local_rank_));
   MGS_MPI_CHECK(MPI_Comm_size(local, &c->local_size_));
   MGS_MPI_CHECK(MPI_Comm_free(&local));
+  // Spin briefly before sleeping only where this rank has cores of its own.
+  c->wait_.spin_us = availableCores() > c->local_size_ ? 50 : 0;
   *out = std::move(c);
   return Status::OK();
 }
@@ -114,13 +99,24 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 Status MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, CommOp op) {
-  MPI_Datatype type;
-  MGS_RETURN_IF_ERROR(mpiType(dtype, &type));
+  MGS_ENSURE(reducible(dtype, op), kInternal, "allreduce of " << dtypeName(dtype) << " with this operation");
   auto* p = static_cast<char*>(buf);
   const size_t esize = dtypeSize(dtype);
+  // Floats large enough to be bandwidth-bound, and every 16-bit float (MPI
+  // has no type for them), take the ring; the rest MPI's own algorithms.
+  const bool sixteen = dtype == MGS_FLOAT16 || dtype == MGS_BFLOAT16;
   for (size_t done = 0; done < count;) {
     const size_t n = std::min(kMaxChunk, count - done);
-    MGS_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + done * esize, static_cast<int>(n), type, mpiOp(op), comm_));
+    if (sixteen || (dtypeIsFloat(dtype) && n * esize >= kRingMinBytes && op == CommOp::kSum)) {
+      MGS_RETURN_IF_ERROR(ringAllreduce(comm_, rank_, size_, p + done * esize, n, dtype, op, wait_, kRingTag,
+                                        &scratch_));
+    } else {
+      MPI_Datatype type;
+      MGS_RETURN_IF_ERROR(mpiType(dtype, &type));
+      MPI_Request req;
+      MGS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p + done * esize, static_cast<int>(n), type, mpiOp(op), comm_, &req));
+      MGS_RETURN_IF_ERROR(mpiWait(&req, wait_));
+    }
     done += n;
   }
   return Status::OK();
@@ -129,18 +125,17 @@ Status MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, CommO
 Status MpiCommunicator::allgather(const void* send, size_t bytes, void* recv) {
   MGS_ENSURE(bytes <= kMaxChunk && bytes * static_cast<size_t>(size_) <= INT_MAX, kUnsupported,
              "allgather of " << bytes << " bytes per rank exceeds MPI's 2 GiB total limit");
-  MGS_MPI_CHECK(MPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes),
-                              MPI_BYTE, comm_));
-  return Status::OK();
+  MPI_Request req;
+  MGS_MPI_CHECK(MPI_Iallgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
+                               comm_, &req));
+  return mpiWait(&req, wait_);
 }
 
 namespace {
-// MPI_Iallgather's request. wait() polls with MPI_Test and sleeps between
-// polls after a short spin: on an oversubscribed host a rank that waits must
-// give its core to the ranks still working (MPI_Wait would busy-poll).
+// MPI_Iallgather's request; wait() sleeps between tests (mpi_util.h).
 class MpiPending final : public PendingCollective {
  public:
-  MpiPending() = default;
+  explicit MpiPending(const WaitPolicy& wait) : wait_(wait) {}
   // An operation still active here was abandoned after a fatal error (a
   // peer is gone): waiting could hang, so its request is left to MPI.
   ~MpiPending() override = default;
@@ -151,20 +146,10 @@ class MpiPending final : public PendingCollective {
     *done = flag != 0;
     return Status::OK();
   }
-  Status wait() override {
-    const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-    auto pause = std::chrono::microseconds(10);
-    while (true) {
-      bool done = false;
-      Status st = test(&done);
-      if (!st.ok() || done) return st;
-      if (std::chrono::steady_clock::now() < spin_until) continue;
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(200));
-    }
-  }
+  Status wait() override { return mpiWait(&req_, wait_); }
 
  private:
+  WaitPolicy wait_;
   MPI_Request req_ = MPI_REQUEST_NULL;
 };
 }  // namespace
@@ -173,7 +158,7 @@ Status MpiCommunicator::startAllgather(const void* send, size_t bytes, void* rec
                                        std::unique_ptr<PendingCollective>* op) {
   MGS_ENSURE(bytes <= kMaxChunk && bytes * static_cast<size_t>(size_) <= INT_MAX, kUnsupported,
              "allgather of " << bytes << " bytes per rank exceeds MPI's 2 GiB total limit");
-  auto p = std::make_unique<MpiPending>();
+  auto p = std::make_unique<MpiPending>(wait_);
   MGS_MPI_CHECK(MPI_Iallgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
                                comm_, p->request()));
   *op = std::move(p);
@@ -192,15 +177,18 @@ Status MpiCommunicator::allgatherv(const void* send, size_t send_bytes, void* re
     displs[r] = static_cast<int>(offset);
     offset += recv_bytes[r];
   }
-  MGS_MPI_CHECK(MPI_Allgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv, counts.data(),
-                               displs.data(), MPI_BYTE, comm_));
-  return Status::OK();
+  MPI_Request req;
+  MGS_MPI_CHECK(MPI_Iallgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv, counts.data(), displs.data(),
+                                MPI_BYTE, comm_, &req));
+  return mpiWait(&req, wait_);
 }
 
 Status MpiCommunicator::gatherStrings(const std::string& send, int root, std::vector<std::string>* out) {
   const int n = static_cast<int>(send.size());
   std::vector<int> counts(rank_ == root ? size_ : 0);
-  MGS_MPI_CHECK(MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, root, comm_));
+  MPI_Request req;
+  MGS_MPI_CHECK(MPI_Igather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, root, comm_, &req));
+  MGS_RETURN_IF_ERROR(mpiWait(&req, wait_));
   std::vector<int> displs(counts.size());
   std::string all;
   if (rank_ == root) {
@@ -211,8 +199,9 @@ Status MpiCommunicator::gatherStrings(const std::string& send, int root, std::ve
     }
     all.resize(total);
   }
-  MGS_MPI_CHECK(MPI_Gatherv(send.data(), n, MPI_BYTE, all.data(), counts.data(), displs.data(),
-                            MPI_BYTE, root, comm_));
+  MGS_MPI_CHECK(MPI_Igatherv(send.data(), n, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, root,
+                             comm_, &req));
+  MGS_RETURN_IF_ERROR(mpiWait(&req, wait_));
   if (rank_ == root) {
     out->assign(size_, std::string());
     for (int r = 0; r < size_; ++r) (*out)[r] = all.substr(displs[r], counts[r]);
@@ -224,15 +213,18 @@ Status MpiCommunicator::broadcast(void* buf, size_t bytes, int root) {
   auto* p = static_cast<char*>(buf);
   for (size_t done = 0; done < bytes;) {
     const size_t n = std::min(kMaxChunk, bytes - done);
-    MGS_MPI_CHECK(MPI_Bcast(p + done, static_cast<int>(n), MPI_BYTE, root, comm_));
+    MPI_Request req;
+    MGS_MPI_CHECK(MPI_Ibcast(p + done, static_cast<int>(n), MPI_BYTE, root, comm_, &req));
+    MGS_RETURN_IF_ERROR(mpiWait(&req, wait_));
     done += n;
   }
   return Status::OK();
 }
 
 Status MpiCommunicator::barrier() {
-  MGS_MPI_CHECK(MPI_Barrier(comm_));
-  return Status::OK();
+  MPI_Request req;
+  MGS_MPI_CHECK(MPI_Ibarrier(comm_, &req));
+  return mpiWait(&req, wait_);
 }
 
 }  // namespace mgs

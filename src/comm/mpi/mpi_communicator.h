@@ -2,13 +2,18 @@
 // only one thread, the current coordinator, calls MPI at any time; a later
 // runtime after mgs_shutdown reuses the same MPI), works on a duplicate of
 // MPI_COMM_WORLD with MPI_ERRORS_RETURN so failures come back as Status.
+// Every collective is started nonblocking and waited for without busy-polling
+// (mpi_util.h); large float sums and all 16-bit ones run a ring (ring_allreduce.h).
 #pragma once
 
 #include <memory>
 
 #include <mpi.h>
 
+#include <vector>
+
 #include "comm/communicator.h"
+#include "comm/mpi/mpi_util.h"
 
 namespace mgs {
 
@@ -40,6 +45,8 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator() = default;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  WaitPolicy wait_;
+  std::vector<char> scratch_;  // the ring's receive buffer, reused
 };
 
 }  // namespace mgs

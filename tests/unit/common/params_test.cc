@@ -74,5 +74,5 @@ TEST_CASE("every parameter is declared once", "[params]") {
     CHECK(mgs::findParam(specs[i].name) == &specs[i]);
     for (size_t j = i + 1; j < specs.size(); ++j) CHECK(specs[i].name != specs[j].name);
   }
-  CHECK(specs.size() == 17);
+  CHECK(specs.size() == 18);
 }
