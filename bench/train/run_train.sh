@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Real training steps (bench/train/train_step.py) on an emulated cluster
+# (scripts/emulated_cluster.sh: one rank per network namespace, links shaped
+# with tc), every system in one sitting, then a table with ratios against
+# torch DDP and against the compute-only floor measured in the same sitting.
+#
+# usage: bench/train/run_train.sh [-n HOSTS] [-r "1gbit 10gbit"] [-M "resnet50 transformer"]
+#                                 [-S "systems"] [-R repeats] [-o OUT.jsonl] [-b BUILD] [-s STEPS]
+# mgs runs with the defaults a user gets: `mgs` is dense (MGS_* unset), and
+# `mgs-sparse` sets only MGS_COMPRESSOR=gaussiank MGS_DENSITY=0.001 (what
+# `mgsrun --compressor gaussiank --density 0.001` exports). Horovod runs when
+# .peers/horovod holds a build (bench/train/build_horovod.sh); DDP/PowerSGD
+# use gloo. Needs root (network namespaces).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+hosts=4
+rates="1gbit"
+models="resnet50"
+systems="compute ddp powersgd horovod horovod-fp16 mgs mgs-fp16 mgs-sparse"
+repeats=1
+out=""
+build=build
+steps=16
+while getopts "n:r:M:S:R:o:b:s:h" opt; do
+  case $opt in
+    n) hosts=$OPTARG ;;
+    r) rates=$OPTARG ;;
+    M) models=$OPTARG ;;
+    S) systems=$OPTARG ;;
+    R) repeats=$OPTARG ;;
+    o) out=$OPTARG ;;
+    b) build=$OPTARG ;;
+    s) steps=$OPTARG ;;
+    h) sed -n '2,14p' "$0"; exit 0 ;;
+    *) exit 2 ;;
+  esac
+done
+[ -n "$out" ] || out=$(mktemp /tmp/train.XXXXXX.jsonl)
+lib=$root/$build/src/capi/libmgs.so
+[ -f "$lib" ] || { echo "run_train: $lib not built" >&2; exit 2; }
+dpkg-query -W -f='${Status}' python3-torchvision 2>/dev/null | grep -q "install ok installed" || {
+  sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd=sudo
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends python3-torchvision >/dev/null
+}
+hvd_dir=$root/.peers/horovod
+subnet=10.78.0
+echo "run_train: $(nproc) cores, $(uname -r); results in $out" >&2
+for rep in $(seq 1 "$repeats"); do
+  for model in $models; do
+    for rate in $rates; do
+      for system in $systems; do
+        env_args="-x MASTER_ADDR=$subnet.1 -x GLOO_SOCKET_IFNAME=eth0 -x PYTHONPATH -x MGS_LIBRARY=$lib"
+        py_path=$root/bindings/python
+        run_system=$system
+        case $system in
+          horovod*)
+            if [ ! -d "$hvd_dir/horovod" ]; then echo "run_train: skip $system (no $hvd_dir)" >&2; continue; fi
+            py_path=$hvd_dir
+            env_args+=" -x HOROVOD_FUSION_THRESHOLD=134217728 -x HOROVOD_CYCLE_TIME=1" ;;
+          mgs-sparse)
+            run_system=mgs
+            env_args+=" -x MGS_COMPRESSOR=gaussiank -x MGS_DENSITY=0.001" ;;
+        esac
+        echo "run_train: rep $rep $model $rate $system" >&2
+        line=$(PYTHONPATH=$py_path scripts/emulated_cluster.sh -n "$hosts" -r "$rate" -s "$subnet" -m "$env_args" -- \
+                 /usr/bin/python3 "$root/bench/train/train_step.py" --system "$run_system" --model "$model" \
+                 --steps "$steps" --label "$system@$rate" 2>/tmp/run_train.err | grep '^{' || true)
+        if [ -z "$line" ]; then
+          echo "run_train: $system failed:" >&2; tail -5 /tmp/run_train.err >&2
+          line="{\"label\": \"$system@$rate\", \"system\": \"$run_system\", \"model\": \"$model\", \"failed\": true}"
+        fi
+        echo "$line" | /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); d.update(rate='$rate', rep=$rep, name='$system'); print(json.dumps(d))" >>"$out"
+      done
+    done
+  done
+done
+/usr/bin/python3 "$root/bench/train/summarize.py" "$out"

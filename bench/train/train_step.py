@@ -1,0 +1,145 @@
+"""One real data-parallel training job per run, timed per step: forward and
+backward on every rank, then the gradient exchange of the chosen system.
+
+    bench/train/run_train.sh ...    (runs this under scripts/emulated_cluster.sh)
+
+--system:
+  compute      no communication at all (the floor: each rank trains alone)
+  ddp          torch.nn.parallel.DistributedDataParallel, gloo (dense ring allreduce)
+  powersgd     DDP with the PowerSGD communication hook (rank 4, 2 warm-up steps)
+  horovod      Horovod's DistributedOptimizer (dense), PYTHONPATH must hold a build
+  horovod-fp16 the same with hvd.Compression.fp16
+  mgs          mgs.torch's DistributedOptimizer, configured only by MGS_* (what a user sets)
+  mgs-fp16     the same with Compression.fp16
+
+Every system trains the same model from the same seed on the same synthetic
+batch per rank (the data loader is not what is measured). Rank 0 prints one
+JSON line: the per-step times and their median over the measured steps, and
+for mgs the gradient traffic it reports.
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+from torch import nn
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--system", required=True,
+                   choices=["compute", "ddp", "powersgd", "horovod", "horovod-fp16", "mgs", "mgs-fp16"])
+    p.add_argument("--model", default="resnet50", choices=["resnet50", "transformer"])
+    p.add_argument("--steps", type=int, default=16)
+    p.add_argument("--measure-from", type=int, default=7, help="first measured step (1-based)")
+    p.add_argument("--batch", type=int, default=2, help="per rank")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--label", default="", help="copied into the JSON line")
+    return p.parse_args()
+
+
+class TinyTransformer(nn.Module):
+    """A GPT-style encoder from torch.nn layers: 6 layers, d=512, 8 heads, vocab 8000 (~27 M parameters)."""
+
+    def __init__(self, vocab=8000, d=512, layers=6, seq=64):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.zeros(seq, d))
+        layer = nn.TransformerEncoderLayer(d, 8, 4 * d, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, tokens):
+        return self.head(self.encoder(self.embed(tokens) + self.pos))
+
+
+def build(args):
+    torch.manual_seed(0)
+    if args.model == "resnet50":
+        import torchvision
+        model = torchvision.models.resnet50(num_classes=10)
+        x = torch.randn(args.batch, 3, 32, 32)
+        y = torch.randint(0, 10, (args.batch,))
+        loss_fn = nn.CrossEntropyLoss()
+        return model, lambda m: loss_fn(m(x), y)
+    model = TinyTransformer()
+    tokens = torch.randint(0, 8000, (args.batch, 64))
+    target = torch.randint(0, 8000, (args.batch, 64))
+    loss_fn = nn.CrossEntropyLoss()
+    return model, lambda m: loss_fn(m(tokens).reshape(-1, 8000), target.reshape(-1))
+
+
+def world():
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+    return rank, size
+
+
+def setup(args, model):
+    """Wraps model/optimizer for the system; returns (model, optimizer, rank, size, stats(), finish())."""
+    sgd = lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9)  # noqa: E731
+    none = lambda: None  # noqa: E731
+    if args.system == "compute":
+        rank, size = world()
+        return model, sgd(model.parameters()), rank, size, none, none
+    if args.system in ("ddp", "powersgd"):
+        import torch.distributed as dist
+        rank, size = world()
+        dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:29517",
+                                rank=rank, world_size=size)
+        ddp = nn.parallel.DistributedDataParallel(model)
+        if args.system == "powersgd":
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+            state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=4, start_powerSGD_iter=2)
+            ddp.register_comm_hook(state, psgd.powerSGD_hook)
+        return ddp, sgd(ddp.parameters()), rank, size, none, dist.destroy_process_group
+    if args.system.startswith("horovod"):
+        import horovod.torch as hvd
+        compression = hvd.Compression.fp16 if args.system.endswith("fp16") else hvd.Compression.none
+    else:
+        import mgs.torch as hvd
+        compression = hvd.Compression.fp16 if args.system.endswith("fp16") else hvd.Compression.none
+    hvd.init()
+    opt = hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=model.named_parameters(),
+                                   compression=compression)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    stats = (lambda: hvd.compression_stats()) if hasattr(hvd, "compression_stats") else none
+    if hasattr(hvd, "reset_compression_stats"):
+        hvd.reset_compression_stats()
+    return model, opt, hvd.rank(), hvd.size(), stats, none
+
+
+def main():
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    model, loss_of = build(args)
+    model, opt, rank, size, stats, finish = setup(args, model)
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = loss_of(model)
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+        if not math.isfinite(loss.item()):
+            print(f"rank {rank}: loss is {loss.item()}", file=sys.stderr)
+            return 1
+    measured = times[args.measure_from - 1:]
+    s = stats()
+    finish()
+    if rank == 0:
+        n_params = sum(p.numel() for p in model.parameters())
+        print(json.dumps({"label": args.label, "system": args.system, "model": args.model, "ranks": size,
+                          "params": n_params, "batch": args.batch, "median_step_s": statistics.median(measured),
+                          "step_s": [round(t, 4) for t in times], "mgs_stats": s}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
