@@ -30,4 +30,4 @@ env -i HOME="$HOME" PATH=/usr/sbin:/usr/bin:/sbin:/bin CMAKE_TOOLCHAIN_FILE="$wo
   MAKEFLAGS=-j"$(nproc)" HOROVOD_WITH_MPI=1 HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
   HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_GLOO=1 HOROVOD_WITHOUT_NVTX=1 \
   /usr/bin/python3 -m pip install -q --no-deps --no-build-isolation --target "$dir" "$work"/horovod-0.28.1.tar.gz
-PYTHONPATH="$dir" /usr/bin/python3 -c 'import horovod.torch as h; print("horovod", h.__version__, "built in '"$dir"'")'
+PYTHONPATH="$dir" /usr/bin/python3 -c 'import horovod, horovod.torch; print("horovod", horovod.__version__, "built")'
