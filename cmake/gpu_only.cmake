@@ -12,7 +12,7 @@ if(NOT MGS_CUDA_ENABLED)
   message(FATAL_ERROR "MGS_GPU_ONLY=ON needs CUDA (nvcc was not found)")
 endif()
 
-add_library(mgs_common STATIC src/common/status.cc src/common/dtype.cc)
+add_library(mgs_common STATIC src/common/status.cc src/common/dtype.cc src/common/threads.cc)
 target_include_directories(mgs_common PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
 
 add_library(mgs_compress STATIC
@@ -24,7 +24,7 @@ if(OpenMP_CXX_FOUND)
   target_link_libraries(mgs_compress PUBLIC OpenMP::OpenMP_CXX)
 endif()
 
-add_library(mgs_comm STATIC src/comm/communicator.cc)
+add_library(mgs_comm STATIC src/comm/communicator.cc src/comm/reduce.cc)
 target_link_libraries(mgs_comm PUBLIC mgs_common)
 add_library(mgs_comm_fake STATIC src/comm/fake/thread_communicator.cc)
 target_link_libraries(mgs_comm_fake PUBLIC mgs_comm Threads::Threads)
