@@ -1,6 +1,7 @@
-// CUDA half of mgs-bench-compress. Times with cudaEvents on the default
-// stream; select()'s own host syncs are inside the timed region, as a caller
-// pays them.
+// CUDA half of mgs-bench-compress. NEVER RUN: written without a GPU.
+// Times GpuSelector::enqueue() with cudaEvents on one stream: the call makes
+// no host sync, so the time is the device's. Each repetition restores the
+// residual (untimed) so that every timed call sees the same data.
 #include "bench_gpu.h"
 
 #include <cuda_runtime_api.h>
@@ -12,7 +13,6 @@
 
 #include "bench_data.h"
 #include "bench_report.h"
-#include "compress_kernels.h"
 #include "gpu_selector.h"
 
 namespace mgs::bench {
@@ -20,7 +20,7 @@ namespace {
 
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    std::fprintf(stderr, "mgs-bench-compress (cuda): %s: %s\n", what, cudaGetErrorString(e));
     std::exit(3);
   }
 }
@@ -31,8 +31,8 @@ double timeMs(F f, int reps) {
   check(cudaEventCreate(&a), "event");
   check(cudaEventCreate(&b), "event");
   std::vector<double> t;
-  for (int i = 0; i <= reps; ++i) {
-    f(false);  // untimed setup
+  for (int i = 0; i <= reps; ++i) {  // the first run warms up and is dropped
+    f(false);
     check(cudaEventRecord(a, nullptr), "record");
     f(true);
     check(cudaEventRecord(b, nullptr), "record");
@@ -54,90 +54,99 @@ std::string deviceName() {
   return p.name;
 }
 
+template <typename T>
+T* devAlloc(size_t n) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc");
+  return static_cast<T*>(p);
+}
+
 }  // namespace
 
 bool gpuAvailable() { return cuda::visibleDevices() > 0; }
 
 void runGpuSweep(const std::vector<std::string>& names, const std::string& dist,
-                 const std::vector<float>& x, double rho, int reps, bool json) {
+                 const std::vector<float>& x, double rho, int reps, bool json, bool inplace,
+                 double bandEps) {
   const size_t n = x.size();
   static const std::string dev = "cuda:" + deviceName();
-  float *dx, *dr, *dy, *dv;
-  uint32_t *di, *dkeys, *dsorted;
-  check(cudaMalloc(reinterpret_cast<void**>(&dx), n * 4), "malloc");
-  check(cudaMalloc(reinterpret_cast<void**>(&dr), n * 4), "malloc");
-  check(cudaMalloc(reinterpret_cast<void**>(&dy), n * 4), "malloc");
-  check(cudaMalloc(reinterpret_cast<void**>(&dv), n * 4), "malloc");
-  check(cudaMalloc(reinterpret_cast<void**>(&di), n * 4), "malloc");
-  check(cudaMalloc(reinterpret_cast<void**>(&dkeys), n * 4), "malloc");
-  check(cudaMalloc(reinterpret_cast<void**>(&dsorted), n * 4), "malloc");
-  check(cudaMemcpy(dx, x.data(), n * 4, cudaMemcpyHostToDevice), "upload");
-
+  // Residual of a previous step: Normal, 10x smaller than the gradient.
+  std::vector<float> r0 = makeGradients("normal", n, 7);
+  for (auto& v : r0) v *= 0.1f;
+  if (inplace)
+    for (size_t i = 0; i < n; ++i) r0[i] += x[i];
+  float* dx = devAlloc<float>(n);
+  float* dr0 = devAlloc<float>(n);
+  float* dr = devAlloc<float>(n);
+  float* dy = devAlloc<float>(n);
+  check(cudaMemcpy(dx, x.data(), n * 4, cudaMemcpyHostToDevice), "upload x");
+  check(cudaMemcpy(dr0, r0.data(), n * 4, cudaMemcpyHostToDevice), "upload r");
   auto copy = [&](bool timed) {
     if (timed) check(cudaMemcpyAsync(dy, dx, n * 4, cudaMemcpyDeviceToDevice, nullptr), "copy");
   };
-  const double copyMs = timeMs<decltype(copy)>(copy, reps);
+  const double copyMs = timeMs(copy, reps);
 
-  size_t sortTemp = 0;
-  check(static_cast<cudaError_t>(cuda::kernels::compressTempBytes(n, n, &sortTemp)), "temp");
-  void* dtemp;
-  check(cudaMalloc(&dtemp, sortTemp), "malloc");
-  auto sort = [&](bool timed) {
-    if (timed)
-      check(static_cast<cudaError_t>(cuda::kernels::sampleKeysDescending(dx, 0, 1, n, dkeys, dsorted,
-                                                                         dtemp, sortTemp, nullptr)),
-            "radix sort");
-  };
-  const double sortMs = timeMs<decltype(sort)>(sort, std::min(reps, 3));
-
+  uint32_t* dcount = devAlloc<uint32_t>(1);
+  int32_t* dfail = devAlloc<int32_t>(1);
+  auto* dinfo = devAlloc<cuda::DeviceSelectInfo>(1);
   for (const auto& name : names) {
     compress::SelectorOptions o;
     o.density = rho;
+    o.bandEps = bandEps;
     std::unique_ptr<cuda::GpuSelector> sel;
     if (!cuda::GpuSelector::create(name, o, &sel).ok()) std::exit(2);
     size_t wsBytes = 0;
     if (!sel->workspaceBytes(n, &wsBytes).ok()) std::exit(2);
-    void* dws;
-    check(cudaMalloc(&dws, wsBytes), "malloc ws");
+    const size_t cap = std::max<size_t>(sel->maxCount(n), 1);
+    void* dws = devAlloc<char>(wsBytes);
+    float* dv = devAlloc<float>(cap);
+    uint32_t* di = devAlloc<uint32_t>(cap);
     compress::SelectArgs a;
-    a.x = dx;
+    a.x = inplace ? nullptr : dx;
     a.residual = dr;
     a.n = n;
     a.outValues = dv;
     a.outIndices = di;
     a.workspace = dws;
     a.workspaceBytes = wsBytes;
-    compress::SelectResult res;
+    a.name = "bench";
     auto run = [&](bool timed) {
       if (!timed) {
-        check(cudaMemsetAsync(dr, 0, n * 4, nullptr), "reset residual");
+        check(cudaMemcpyAsync(dr, dr0, n * 4, cudaMemcpyDeviceToDevice, nullptr), "reset residual");
         return;
       }
-      const Status st = sel->select(a, &res, nullptr);
+      const Status st = sel->enqueue(a, cuda::DeviceSelectOutputs{dcount, dfail, dinfo}, nullptr);
       if (!st.ok()) {
         std::fprintf(stderr, "%s\n", st.toString().c_str());
         std::exit(2);
       }
     };
     Row row;
-    row.ms = timeMs<decltype(run)>(run, reps);
+    row.ms = timeMs(run, reps);
+    cuda::DeviceSelectInfo info{};
+    check(cudaMemcpy(&info, dinfo, sizeof(info), cudaMemcpyDeviceToHost), "info");
+    if (info.failure != 0) {
+      std::fprintf(stderr, "%s: device failure code %d\n", name.c_str(), info.failure);
+      std::exit(2);
+    }
     row.selector = name;
     row.device = dev;
     row.dist = dist;
     row.n = n;
-    row.k = res.k;
-    row.count = res.count;
-    row.passes = res.passes;
-    row.syncs = res.hostSyncs;
+    row.k = info.k;
+    row.count = info.count;
+    row.passes = info.passes;
+    row.syncs = 0;  // enqueue() makes none
+    row.inplace = inplace;
     row.copyMs = copyMs;
-    row.baseline = "cub::DeviceRadixSort";
-    row.baselineMs = sortMs;
+    row.baseline = "cudaMemcpy D2D";
+    row.baselineMs = copyMs;
     print(row, json);
-    cudaFree(dws);
+    for (void* p : {dws, static_cast<void*>(dv), static_cast<void*>(di)}) cudaFree(p);
   }
-  for (void* p : {static_cast<void*>(dx), static_cast<void*>(dr), static_cast<void*>(dy),
-                  static_cast<void*>(dv), static_cast<void*>(di), static_cast<void*>(dkeys),
-                  static_cast<void*>(dsorted), dtemp})
+  for (void* p : {static_cast<void*>(dx), static_cast<void*>(dr0), static_cast<void*>(dr),
+                  static_cast<void*>(dy), static_cast<void*>(dcount), static_cast<void*>(dfail),
+                  static_cast<void*>(dinfo)})
     cudaFree(p);
 }
 

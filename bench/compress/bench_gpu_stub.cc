@@ -4,5 +4,5 @@
 namespace mgs::bench {
 bool gpuAvailable() { return false; }
 void runGpuSweep(const std::vector<std::string>&, const std::string&, const std::vector<float>&,
-                 double, int, bool) {}
+                 double, int, bool, bool, double) {}
 }  // namespace mgs::bench

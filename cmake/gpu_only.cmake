@@ -1,0 +1,51 @@
+# -DMGS_GPU_ONLY=ON: the CUDA selector, the NCCL communicator, their tests and
+# the GPU benchmark, with no MPI, spdlog or CLI11 (a GPU machine set up with
+# nvcc, CMake and PyTorch wheels; scripts/gpu_check.sh). Catch2 is used when
+# found, else tests/gpu/mini_catch. The libraries below are the same sources
+# as src/common (less logging and params, which need spdlog), src/compress and
+# src/comm (less MPI): a file added there must be added here too (the build
+# fails at link time otherwise).
+find_package(Threads REQUIRED)
+find_package(OpenMP COMPONENTS CXX)
+find_package(Catch2 QUIET)
+if(NOT MGS_CUDA_ENABLED)
+  message(FATAL_ERROR "MGS_GPU_ONLY=ON needs CUDA (nvcc was not found)")
+endif()
+
+add_library(mgs_common STATIC src/common/status.cc src/common/dtype.cc src/common/threads.cc)
+target_include_directories(mgs_common PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
+
+add_library(mgs_compress STATIC
+  src/compress/cpu_passes.cc src/compress/decompress.cc src/compress/selector.cc
+  src/compress/selector_plan.cc src/compress/threshold_search.cc)
+target_link_libraries(mgs_compress PUBLIC mgs_common)
+target_compile_options(mgs_compress PRIVATE $<$<NOT:$<CONFIG:Debug>>:-O3>)
+if(OpenMP_CXX_FOUND)
+  target_link_libraries(mgs_compress PUBLIC OpenMP::OpenMP_CXX)
+endif()
+
+add_library(mgs_comm STATIC src/comm/communicator.cc src/comm/reduce.cc)
+target_link_libraries(mgs_comm PUBLIC mgs_common)
+add_library(mgs_comm_fake STATIC src/comm/fake/thread_communicator.cc)
+target_link_libraries(mgs_comm_fake PUBLIC mgs_comm Threads::Threads)
+if(MGS_NCCL_ENABLED)
+  add_library(mgs_comm_nccl STATIC src/comm/nccl/nccl_communicator.cc)
+  target_include_directories(mgs_comm_nccl PRIVATE ${PROJECT_SOURCE_DIR}/cuda)
+  target_include_directories(mgs_comm_nccl SYSTEM PUBLIC ${MGS_NCCL_INCLUDE_DIR})
+  target_link_libraries(mgs_comm_nccl PUBLIC mgs_comm CUDA::cudart ${MGS_NCCL_LIBRARY})
+  target_compile_definitions(mgs_comm_nccl PUBLIC MGS_WITH_NCCL=1)
+endif()
+
+add_subdirectory(cuda)
+
+enable_testing()
+add_library(mgs_catch_main OBJECT tests/catch_main.cc)
+if(TARGET Catch2::Catch2)
+  include(Catch)
+  target_link_libraries(mgs_catch_main PUBLIC Catch2::Catch2)
+else()
+  message(STATUS "mgs: Catch2 not found; the GPU tests use tests/gpu/mini_catch")
+  target_include_directories(mgs_catch_main PUBLIC ${PROJECT_SOURCE_DIR}/tests/gpu/mini_catch)
+endif()
+add_subdirectory(tests/gpu)
+add_subdirectory(bench/compress)

@@ -1,0 +1,36 @@
+// Device side of the one-pass GPU selector (select_kernels.cu). Plain host
+// header: streams are void* (cudaStream_t), results are cudaError_t as int.
+// enqueueSelect() only enqueues kernels on `stream`: no allocation, no host
+// synchronisation, no device-to-host copy. The count, the failure code and the
+// DeviceSelectInfo are written on the device by the last kernel.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mgs/mgs.h"
+#include "select_plan.h"
+
+namespace mgs::cuda::kernels {
+
+// Sizes the workspace layout needs from CUB (tile status of the two
+// decoupled look-back scans) and from the kernels (their state block).
+size_t selectStateBytes();
+int selectTileBytes(size_t fusedTiles, size_t compactTiles, size_t* bytes32, size_t* bytes64);
+
+struct SelectBuffers {
+  const void* x = nullptr;  // nullptr: in place (r already holds acc)
+  mgs_dtype_t dtype = MGS_FLOAT32;
+  float* r = nullptr;
+  float* outValues = nullptr;
+  uint32_t* outIndices = nullptr;
+  uint32_t* d_count = nullptr;          // required: selected entries
+  int32_t* d_failure = nullptr;         // optional: 0 or an mgs::Code
+  DeviceSelectInfo* d_info = nullptr;   // optional
+};
+
+// n = p.n >= 1. workspace: l.total bytes, 256-byte aligned.
+int enqueueSelect(const SelectPlan& p, const SelectLayout& l, void* workspace,
+                  const SelectBuffers& b, void* stream);
+
+}  // namespace mgs::cuda::kernels
