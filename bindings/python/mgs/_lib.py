@@ -192,8 +192,8 @@ class Library:
         if not message:
             message = name
         if name in ("MGS_ERR_NOT_INITIALIZED",) or (at_enqueue and name == "MGS_ERR_SHUTDOWN"):
-            return MgsValueError(f"mgs has not been initialized or was shut down; use mgs.torch.init() "
-                                 f"before this call ({message})", name)
+            return MgsValueError(f"mgs has not been initialized or was shut down; call init() (mgs.torch.init() "
+                                 f"or mgs.tensorflow.init()) before this call ({message})", name)
         if name in ("MGS_ERR_DUPLICATE_NAME", "MGS_ERR_INVALID_ARGUMENT"):
             return MgsValueError(message, name)
         return MgsRuntimeError(message, name)

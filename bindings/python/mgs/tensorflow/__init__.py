@@ -10,13 +10,15 @@ from .callbacks import BroadcastGlobalVariablesCallback
 from .compression import Compression
 from .functions import allgather_object, broadcast_object, broadcast_variables
 from .gradient_tape import DistributedGradientTape
-from .mpi_ops import (Average, Sum, allgather, allreduce, barrier, broadcast, cuda_built, gloo_built,
+from .mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, barrier, broadcast,
+                      cross_rank, cross_size, cuda_built, gloo_built, is_homogeneous,
                       grouped_allreduce, init, is_initialized, local_rank, local_size, mpi_built, nccl_built,
                       rank, shutdown, size)
 
 __all__ = [
-    "Average", "Sum", "Compression", "DistributedGradientTape", "BroadcastGlobalVariablesCallback",
+    "Average", "Sum", "Min", "Max", "Product", "Adasum", "Compression", "DistributedGradientTape", "BroadcastGlobalVariablesCallback",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "barrier",
+    "cross_rank", "cross_size", "is_homogeneous",
     "allreduce", "grouped_allreduce", "allgather", "broadcast",
     "broadcast_variables", "broadcast_object", "allgather_object",
     "mpi_built", "gloo_built", "cuda_built", "nccl_built",

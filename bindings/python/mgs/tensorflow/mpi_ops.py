@@ -13,25 +13,19 @@ the counter is read when the function is traced, so a traced op keeps its name
 across calls). Ranks must issue unnamed ops of a kind in the same order.
 """
 
-import atexit
-import ctypes
-import os
 import threading
-import warnings
 
 import numpy as np
 import tensorflow as tf
 
-from .. import _abi
-from .._lib import MgsTensor, MgsValueError, lib
+from .. import _abi, _runtime
+from .._runtime import (Adasum, Average, Max, Min, Product, Sum, barrier, cross_rank, cross_size, cuda_built,
+                        gloo_built, is_homogeneous, is_initialized, local_rank, local_size, mpi_built, nccl_built,
+                        rank, shutdown, size)
 from .compression import Compression
 
 # AutoGraph must not rewrite this module's Python when it runs inside a tf.function.
 _no_autograph = tf.autograph.experimental.do_not_convert
-
-# Reduction ops (Horovod's names). The values are mgs_reduce_op_t.
-Sum = _abi.MGS_REDUCE_SUM
-Average = _abi.MGS_REDUCE_AVERAGE
 
 # TensorFlow dtypes the runtime can reduce, with their mgs_dtype_t.
 _REDUCIBLE = {
@@ -54,87 +48,10 @@ def mgs_dtype(dtype):
                         f"supported: {supported}") from None
 
 
-def _check(status):
-    """L.check, with the error naming this adapter's init()."""
-    L = lib()
-    try:
-        L.check(status)
-    except MgsValueError as e:
-        raise MgsValueError(str(e).replace("mgs.torch.init()", "mgs.tensorflow.init()"), e.status) from None
-
-
-# ----------------------------------------------------------------- lifecycle --
-
-_atexit_registered = False
-
-
 @_no_autograph
 def init(comm=None):
     """Start the runtime on every rank (collective). Calling it again while running is a no-op."""
-    global _atexit_registered
-    if comm is not None:
-        raise ValueError("mgs.tensorflow.init(): mgs runs on MPI_COMM_WORLD; a communicator cannot be given")
-    L = lib()
-    if L.mgs_is_initialized():
-        return
-    # MGS_LIBRARY is the bindings' variable: hide it while mgs_init validates MGS_* names.
-    library_var = os.environ.pop("MGS_LIBRARY", None)
-    try:
-        status = L.mgs_init()
-    finally:
-        if library_var is not None:
-            os.environ["MGS_LIBRARY"] = library_var
-    _check(status)
-    if not _atexit_registered:
-        atexit.register(shutdown)  # before interpreter teardown frees buffers of ops in flight
-        _atexit_registered = True
-
-
-def shutdown():
-    """Stop the runtime. Operations still pending fail with MGS_ERR_SHUTDOWN. Idempotent."""
-    _check(lib().mgs_shutdown())
-
-
-def is_initialized():
-    return bool(lib().mgs_is_initialized())
-
-
-def _topology(fn_name):
-    def get():
-        out = ctypes.c_int(0)
-        _check(getattr(lib(), fn_name)(ctypes.byref(out)))
-        return out.value
-    get = _no_autograph(get)
-    get.__name__ = fn_name[len("mgs_"):]
-    get.__doc__ = f"{get.__name__} of this process (ValueError before init())."
-    return get
-
-
-rank = _topology("mgs_rank")
-size = _topology("mgs_size")
-local_rank = _topology("mgs_local_rank")
-local_size = _topology("mgs_local_size")
-
-
-def barrier():
-    """Block until every rank has called barrier()."""
-    _check(lib().mgs_barrier())
-
-
-def mpi_built():
-    return True
-
-
-def gloo_built():
-    return False
-
-
-def cuda_built():
-    return bool(lib().mgs_built_with_cuda())
-
-
-def nccl_built():
-    return bool(lib().mgs_built_with_nccl())
+    _runtime.init("mgs.tensorflow", comm)
 
 
 # ------------------------------------------------------ numpy-level operations --
@@ -145,30 +62,12 @@ _lock = threading.Lock()
 _noname = {}
 
 
-def full_name(kind, name):
-    if name is None:
-        with _lock:
-            n = _noname.get(kind, 0)
-            _noname[kind] = n + 1
-        return f"{kind}.noname.{n}"
-    return f"{kind}.{name}"
+full_name = _runtime.full_name
 
 
-class _Desc:
-    """An mgs_tensor_t for a contiguous numpy array, keeping the array and its shape alive."""
-
-    __slots__ = ("array", "_shape", "c")
-
-    def __init__(self, array, dtype):
-        if array.ndim > _abi.MGS_MAX_DIMS:
-            raise ValueError(f"mgs supports tensors of at most {_abi.MGS_MAX_DIMS} dimensions, got {array.ndim}")
-        self.array = array
-        self._shape = (ctypes.c_int64 * max(array.ndim, 1))(*array.shape)
-        self.c = MgsTensor(array.ctypes.data or None, dtype, array.ndim, self._shape, _abi.MGS_DEVICE_CPU,
-                           None, None)
-
-    def ref(self):
-        return ctypes.byref(self.c)
+def _Desc(array, dtype):
+    """A CTensor for a contiguous numpy array (kept alive by it)."""
+    return _runtime.CTensor(array, dtype, array.shape, address=array.ctypes.data)
 
 
 class _Op:
@@ -176,12 +75,6 @@ class _Op:
 
     def __init__(self, handle, keep, finish):
         self.handle, self.keep, self.finish = handle, keep, finish
-
-
-def _enqueue(fn, *args):
-    handle = ctypes.c_uint64(0)
-    _check(fn(*args, ctypes.byref(handle)))
-    return handle.value
 
 
 def _as_bytes(array):
@@ -193,12 +86,12 @@ def _as_bytes(array):
 
 def np_allreduce(array, dtype, name, op, prescale_factor=1.0, postscale_factor=1.0, flags=0):
     """Enqueue an allreduce of `array` (mgs dtype `dtype`) into a new array."""
+    if op in _runtime.GATHER_OPS:
+        return _np_gather_reduce(array, name, op, prescale_factor, postscale_factor)
     work = np.asarray(array, order="C")
     out = np.empty_like(work)
     dins, douts = _Desc(work, dtype), _Desc(out, dtype)
-    L = lib()
-    handle = _enqueue(L.mgs_allreduce_async, name.encode(), dins.ref(), douts.ref(), int(op),
-                      float(prescale_factor), float(postscale_factor), int(flags))
+    handle = _runtime.enqueue_allreduce(name, dins, douts, op, prescale_factor, postscale_factor, flags)
     return _Op(handle, (dins, douts), lambda h: out)
 
 
@@ -213,21 +106,38 @@ def np_allgather(array, name):
     raw = work.reshape(work.shape[0], -1).view(np.uint8) if work.size else \
         np.empty((work.shape[0], row_bytes), np.uint8)
     d = _Desc(raw, _abi.MGS_UINT8)
-    L = lib()
-    handle = _enqueue(L.mgs_allgather_async, name.encode(), d.ref())
+    handle = _runtime.enqueue_allgather(name, d)
 
     def finish(h):
-        ndim, shape = ctypes.c_int32(0), (ctypes.c_int64 * _abi.MGS_MAX_DIMS)()
-        _check(L.mgs_allgather_output_shape(h, ctypes.byref(ndim), shape))
-        sizes = (ctypes.c_int64 * size())()
-        _check(L.mgs_allgather_rank_sizes(h, sizes))
+        shape, sizes = _runtime.allgather_output(h)
         total = int(shape[0])
         out = np.empty((total, row_bytes), np.uint8)
-        _check(L.mgs_allgather_copy_output(h, _Desc(out, _abi.MGS_UINT8).ref()))
+        _runtime.allgather_copy(h, _Desc(out, _abi.MGS_UINT8))
         result = out.view(dtype).reshape((total,) + work.shape[1:]) if row_bytes else \
             np.empty((total,) + work.shape[1:], dtype)
         return result, [int(s) for s in sizes]
     return _Op(handle, (d,), finish)
+
+
+_GATHER_REDUCE = {Min: np.min, Max: np.max, Product: np.prod}
+
+
+def _np_gather_reduce(array, name, op, prescale_factor, postscale_factor):
+    """Min/Max/Product (not in the C ABI): allgather every rank's array, reduce locally.
+
+    The result is postscale_factor * reduce(prescale_factor * array), in the input's dtype."""
+    work = np.asarray(array)
+    dtype = work.dtype
+    if prescale_factor != 1.0:
+        work = (work * prescale_factor).astype(dtype)
+    gather = np_allgather(work.reshape((1,) + work.shape), name)
+
+    def finish(h):
+        out = _GATHER_REDUCE[op](gather.finish(h)[0], axis=0).astype(dtype)
+        if postscale_factor != 1.0:
+            out = (out * postscale_factor).astype(dtype)
+        return np.ascontiguousarray(out)
+    return _Op(gather.handle, gather.keep, finish)
 
 
 def np_broadcast(array, root_rank, name):
@@ -235,25 +145,21 @@ def np_broadcast(array, root_rank, name):
     work = np.array(array, copy=True, order="C")
     raw = _as_bytes(work)
     d = _Desc(raw, _abi.MGS_UINT8)
-    L = lib()
-    handle = _enqueue(L.mgs_broadcast_async, name.encode(), d.ref(), int(root_rank))
+    handle = _runtime.enqueue_broadcast(name, d, root_rank)
     return _Op(handle, (d,), lambda h: work)
 
 
 def wait_all(ops):
     """Wait for every op (even after a failure: each uses a live buffer); results in order, or raise."""
-    L = lib()
     results, error = [], None
     for op in ops:
         try:
-            status = L.mgs_wait(op.handle)  # ctypes releases the GIL while waiting
-            if status != 0:
-                raise L.error(status, L.mgs_handle_error(op.handle).decode(errors="replace"), at_enqueue=False)
+            _runtime.wait(op.handle)
             results.append(op.finish(op.handle) if error is None else None)
         except Exception as e:  # noqa: BLE001 - re-raised below
             error = error or e
         finally:
-            L.mgs_release(op.handle)
+            _runtime.release(op.handle)
     if error is not None:
         raise error
     return results
@@ -303,17 +209,7 @@ def run_numpy(fn, tensors, out_dtypes, out_shapes):
 
 
 def _resolve_op(op, average):
-    if average is not None:
-        if op is not None:
-            raise ValueError("give either op= or the deprecated average=, not both")
-        warnings.warn("the 'average' argument is deprecated; use op=mgs.tensorflow.Average or Sum",
-                      DeprecationWarning, stacklevel=3)
-        return Average if average else Sum
-    if op is None:
-        return Average
-    if op not in (Sum, Average):
-        raise ValueError(f"mgs supports op=Sum ({Sum}) and op=Average ({Average}), got {op!r}")
-    return op
+    return _runtime.resolve_op(op, average, "mgs.tensorflow")
 
 
 @_no_autograph

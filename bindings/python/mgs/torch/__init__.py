@@ -7,16 +7,17 @@ fusion, sparsification and communication all happen in the runtime.
 
 from .compression import Compression
 from .functions import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
-from .mpi_ops import (Average, Sum, allgather, allgather_async, allreduce, allreduce_, allreduce_async,
+from .mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgather_async, allreduce, allreduce_, allreduce_async,
                       allreduce_async_, barrier, broadcast, broadcast_, broadcast_async, broadcast_async_,
-                      cuda_built, gloo_built, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
+                      cross_rank, cross_size, cuda_built, gloo_built, is_homogeneous, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
                       grouped_allreduce_async_, init, is_initialized, local_rank, local_size, mpi_built,
                       nccl_built, poll, rank, shutdown, size, synchronize)
 from .optimizer import DistributedOptimizer, compression_stats, reset_compression_stats
 
 __all__ = [
-    "Average", "Sum", "Compression", "DistributedOptimizer",
+    "Average", "Sum", "Min", "Max", "Product", "Adasum", "Compression", "DistributedOptimizer",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "is_homogeneous",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
     "allgather", "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",

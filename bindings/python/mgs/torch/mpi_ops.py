@@ -11,27 +11,17 @@ once per kind. Unnamed ops get "<kind>.noname.<n>" from a per-kind counter:
 ranks must issue their unnamed ops of a kind in the same order.
 """
 
-import atexit
-import ctypes
 import itertools
-import os
 import threading
-import warnings
 
 import torch
 
-from .. import _abi
-from .._lib import lib
+from .. import _runtime
+from .._runtime import (Adasum, Average, Max, Min, Product, Sum, barrier, cross_rank, cross_size, cuda_built,
+                        gloo_built, is_homogeneous, is_initialized, local_rank, local_size, mpi_built, nccl_built,
+                        rank, shutdown, size)
 from . import _tensor
 from .compression import Compression
-
-# Reduction ops (Horovod's names). The values are mgs_reduce_op_t.
-Sum = _abi.MGS_REDUCE_SUM
-Average = _abi.MGS_REDUCE_AVERAGE
-
-# ----------------------------------------------------------------- lifecycle --
-
-_atexit_registered = False
 
 
 def init(comm=None):
@@ -39,76 +29,7 @@ def init(comm=None):
 
     `comm` exists for Horovod compatibility; mgs always uses MPI_COMM_WORLD.
     """
-    global _atexit_registered
-    if comm is not None:
-        raise ValueError("mgs.torch.init(): mgs runs on MPI_COMM_WORLD; a communicator cannot be given")
-    L = lib()
-    if L.mgs_is_initialized():
-        return
-    # MGS_LIBRARY is the bindings' variable; the runtime rejects MGS_* names it does not
-    # know, so hide it while mgs_init reads the environment.
-    library_var = os.environ.pop("MGS_LIBRARY", None)
-    try:
-        status = L.mgs_init()
-    finally:
-        if library_var is not None:
-            os.environ["MGS_LIBRARY"] = library_var
-    L.check(status)
-    if not _atexit_registered:
-        # Shut down while Python objects still exist: operations still in flight
-        # reference tensor memory that interpreter teardown frees.
-        atexit.register(shutdown)
-        _atexit_registered = True
-
-
-def shutdown():
-    """Stop the runtime. Operations still pending fail with MGS_ERR_SHUTDOWN. Idempotent."""
-    L = lib()
-    L.check(L.mgs_shutdown())
-
-
-def is_initialized():
-    return bool(lib().mgs_is_initialized())
-
-
-def _topology(fn_name):
-    def get():
-        L = lib()
-        out = ctypes.c_int(0)
-        L.check(getattr(L, fn_name)(ctypes.byref(out)))
-        return out.value
-    get.__name__ = fn_name[len("mgs_"):]
-    get.__doc__ = f"{get.__name__} of this process (ValueError before init())."
-    return get
-
-
-rank = _topology("mgs_rank")
-size = _topology("mgs_size")
-local_rank = _topology("mgs_local_rank")
-local_size = _topology("mgs_local_size")
-
-
-def barrier():
-    """Block until every rank has called barrier()."""
-    L = lib()
-    L.check(L.mgs_barrier())
-
-
-def mpi_built():
-    return True
-
-
-def gloo_built():
-    return False
-
-
-def cuda_built():
-    """True if libmgs was built with its CUDA kernels."""
-    return bool(lib().mgs_built_with_cuda())
-
-
-def nccl_built():
-    return bool(lib().mgs_built_with_nccl())
+    _runtime.init("mgs.torch", comm)
 
 
 # ------------------------------------------------------------ pending ops --
@@ -128,16 +49,7 @@ _lock = threading.Lock()
 _pending = {}                  # C handle -> _Pending
 _groups = {}                   # group handle (negative) -> [C handles]
 _group_ids = itertools.count(1)
-_noname = {}                   # kind -> next unnamed index
-
-
-def _full_name(kind, name):
-    if name is None:
-        with _lock:
-            n = _noname.get(kind, 0)
-            _noname[kind] = n + 1
-        return f"{kind}.noname.{n}"
-    return f"{kind}.{name}"
+_full_name = _runtime.full_name
 
 
 def _describe(*tensors):
@@ -154,31 +66,44 @@ def _register(handle, descriptors, finish):
     return handle
 
 
-def _enqueue(fn, *args):
-    L = lib()
-    handle = ctypes.c_uint64(0)
-    L.check(fn(*args, ctypes.byref(handle)))
-    return handle.value
-
-
 def _resolve_op(op, average):
-    if average is not None:
-        if op is not None:
-            raise ValueError("give either op= or the deprecated average=, not both")
-        warnings.warn("the 'average' argument is deprecated; use op=mgs.torch.Average or op=mgs.torch.Sum",
-                      DeprecationWarning, stacklevel=3)
-        return Average if average else Sum
-    if op is None:
-        return Average
-    if op not in (Sum, Average):
-        raise ValueError(f"mgs supports op=Sum ({Sum}) and op=Average ({Average}), got {op!r}")
-    return op
+    return _runtime.resolve_op(op, average, "mgs.torch")
 
 
 # ----------------------------------------------------------------- allreduce --
 
+_GATHER_REDUCE = {Min: lambda t: t.amin(0), Max: lambda t: t.amax(0), Product: lambda t: t.prod(0)}
+
+
+def _gather_reduce_async(tensor, output, full_name, op, prescale_factor, postscale_factor):
+    """Min/Max/Product (not in the C ABI): allgather every rank's tensor, reduce locally.
+
+    The result is postscale_factor * reduce(prescale_factor * tensor), in the input's dtype.
+    """
+    work = tensor.detach()
+    if prescale_factor != 1.0:
+        work = (work * prescale_factor).to(tensor.dtype)
+    handle = _allgather_async(work.reshape((1,) + tuple(tensor.shape)), full_name)
+    pending = _pending[handle]
+    gathered = pending.finish
+
+    def finish(h, p):
+        out = _GATHER_REDUCE[op](gathered(h, p))
+        if postscale_factor != 1.0:
+            out = (out * postscale_factor).to(tensor.dtype)
+        if output is tensor:
+            with torch.no_grad():
+                tensor.copy_(out)
+            return tensor
+        return out
+    pending.finish = finish
+    return handle
+
+
 def _allreduce_async(tensor, output, full_name, op, prescale_factor, postscale_factor, flags=0):
     """Enqueue an allreduce of `tensor` into `output` (None: a new tensor; `tensor`: in place)."""
+    if op in _runtime.GATHER_OPS:
+        return _gather_reduce_async(tensor, output, full_name, op, prescale_factor, postscale_factor)
     _tensor.mgs_dtype(tensor.dtype)  # TypeError for dtypes the runtime cannot reduce
     work = tensor.contiguous()
     in_place = output is tensor
@@ -187,9 +112,8 @@ def _allreduce_async(tensor, output, full_name, op, prescale_factor, postscale_f
     else:
         out = torch.empty_like(work, memory_format=torch.contiguous_format)
     descs = _describe(work) if out is work else _describe(work, out)
-    L = lib()
-    handle = _enqueue(L.mgs_allreduce_async, full_name.encode(), descs[0].ref(), descs[-1].ref(), int(op),
-                      float(prescale_factor), float(postscale_factor), int(flags))
+    handle = _runtime.enqueue_allreduce(full_name, descs[0], descs[-1], op, prescale_factor, postscale_factor,
+                                        flags)
 
     def finish(*_):
         if in_place and out is not tensor:  # a non-contiguous tensor was reduced through a copy
@@ -229,6 +153,9 @@ class _AllreduceFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         name, op, pre, post = ctx.args
+        if op in _runtime.GATHER_OPS:
+            raise RuntimeError(f"mgs.torch.allreduce(op={_runtime.op_name(op)}) has no gradient; "
+                               "only Sum and Average are differentiable")
         grad = synchronize(allreduce_async(grad_output, name=_grad_name(name), op=op, prescale_factor=pre,
                                            postscale_factor=post))
         return grad, None, None, None, None
@@ -324,16 +251,12 @@ def _allgather_async(tensor, full_name):
     # A 1-D tensor viewed as bytes has its first dimension scaled by the element size.
     scale = raw.shape[0] // work.shape[0] if work.dim() == 1 and work.shape[0] and raw is not work else 1
     descs = _describe(raw)
-    L = lib()
-    handle = _enqueue(L.mgs_allgather_async, full_name.encode(), descs[0].ref())
+    handle = _runtime.enqueue_allgather(full_name, descs[0])
 
     def finish(h, pending):
-        ndim, shape = ctypes.c_int32(0), (ctypes.c_int64 * _abi.MGS_MAX_DIMS)()
-        L.check(L.mgs_allgather_output_shape(h, ctypes.byref(ndim), shape))
-        sizes = (ctypes.c_int64 * size())()
-        L.check(L.mgs_allgather_rank_sizes(h, sizes))
-        out = torch.empty(list(shape[:ndim.value]), dtype=raw.dtype, device=raw.device)
-        L.check(L.mgs_allgather_copy_output(h, _describe(out)[0].ref()))
+        shape, sizes = _runtime.allgather_output(h)
+        out = torch.empty(shape, dtype=raw.dtype, device=raw.device)
+        _runtime.allgather_copy(h, _describe(out)[0])
         pending.rank_sizes = [s // scale for s in sizes]
         return _tensor.from_bytes(out, dtype)
     return _register(handle, descs, finish)
@@ -384,8 +307,7 @@ def _broadcast_async(tensor, root_rank, full_name, in_place):
         work = tensor.detach().clone(memory_format=torch.contiguous_format)
     raw = _tensor.as_bytes(work)
     descs = _describe(raw)
-    L = lib()
-    handle = _enqueue(L.mgs_broadcast_async, full_name.encode(), descs[0].ref(), int(root_rank))
+    handle = _runtime.enqueue_broadcast(full_name, descs[0], root_rank)
 
     def finish(*_):
         if in_place and work is not tensor:
@@ -442,10 +364,7 @@ def poll(handle):
         if members is None:
             raise ValueError(f"unknown or already synchronized handle {handle}")
         return all(poll(h) for h in list(members))
-    L = lib()
-    done = ctypes.c_int(0)
-    L.check(L.mgs_poll(handle, ctypes.byref(done)))
-    return bool(done.value)
+    return _runtime.poll(handle)
 
 
 def synchronize(handle):
@@ -477,12 +396,9 @@ def _wait(handle):
         pending = _pending.pop(handle, None)
     if pending is None:
         raise ValueError(f"unknown or already synchronized handle {handle}")
-    L = lib()
     try:
-        status = L.mgs_wait(handle)  # ctypes releases the GIL for the wait
-        if status != 0:
-            raise L.error(status, L.mgs_handle_error(handle).decode(errors="replace"), at_enqueue=False)
+        _runtime.wait(handle)
         return pending.finish(handle, pending), pending
     finally:
-        L.mgs_release(handle)
+        _runtime.release(handle)
 
