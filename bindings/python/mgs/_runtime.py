@@ -129,7 +129,12 @@ def init(adapter, comm=None):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    L.check(status)
+    if status != 0:
+        error = L.error(status, L.last_error(), at_enqueue=True)
+        if extra:
+            origin = ", ".join(f"{m} from {h}" for h, (m, _) in HOROVOD_TWINS.items() if m in extra and h in os.environ)
+            error = type(error)(f"{error} ({origin})", error.status)
+        raise error
     if not _atexit_registered:
         # Shut down while Python objects still exist: operations still in flight
         # reference buffers that interpreter teardown frees.
@@ -181,9 +186,12 @@ def _compute_cross():
         L.check(L.mgs_allgather_copy_output(handle, CTensor(out, _abi.MGS_INT32, (n, 2)).ref()))
     finally:
         release(handle)
-    locals_ = [(out[2 * r], out[2 * r + 1]) for r in range(n)]
-    me = rank()
-    peers = [r for r in range(n) if locals_[r][0] == locals_[me][0]]
+    return cross_topology([(out[2 * r], out[2 * r + 1]) for r in range(n)], rank())
+
+
+def cross_topology(locals_, me):
+    """(cross_rank, cross_size, is_homogeneous) of rank `me`, from every rank's (local_rank, local_size)."""
+    peers = [r for r in range(len(locals_)) if locals_[r][0] == locals_[me][0]]
     return peers.index(me), len(peers), len({ls for _, ls in locals_}) == 1
 
 

@@ -12,10 +12,13 @@ from .mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgat
                       cross_rank, cross_size, cuda_built, gloo_built, is_homogeneous, grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
                       grouped_allreduce_async_, init, is_initialized, local_rank, local_size, mpi_built,
                       nccl_built, poll, rank, shutdown, size, synchronize)
-from .optimizer import DistributedOptimizer, compression_stats, reset_compression_stats
+from .mpi_ops import sparse_allreduce_async
+from .optimizer import DistributedOptimizer, compression_stats, join, reset_compression_stats
+from .sync_batch_norm import SyncBatchNorm
 
 __all__ = [
     "Average", "Sum", "Min", "Max", "Product", "Adasum", "Compression", "DistributedOptimizer",
+    "SyncBatchNorm", "join", "sparse_allreduce_async",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "is_homogeneous",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",

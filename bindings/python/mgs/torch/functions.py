@@ -10,16 +10,19 @@ from . import mpi_ops
 def broadcast_parameters(params, root_rank, prefix="parameters"):
     """Overwrite every rank's tensors with root_rank's, in place.
 
-    params: a model's state_dict(), named_parameters(), or a list of (name, tensor)
-    pairs. Names must be the same on every rank; all broadcasts are enqueued
+    params: a model's state_dict(), named_parameters(), a list of (name, tensor)
+    pairs, or a plain list of tensors (matched by position). Names must be the same on every rank; all broadcasts are enqueued
     before any is waited for.
     """
     if isinstance(params, dict):
         items = sorted(params.items())
     else:
         items = list(params)
-        if items and not all(isinstance(i, tuple) and len(i) == 2 for i in items):
-            raise ValueError("broadcast_parameters expects a state_dict or (name, tensor) pairs")
+        if items and all(torch.is_tensor(i) for i in items):
+            items = [(str(i), t) for i, t in enumerate(items)]  # a plain list: named by position
+        elif items and not all(isinstance(i, tuple) and len(i) == 2 for i in items):
+            raise ValueError("broadcast_parameters expects a state_dict, (name, tensor) pairs or a list of "
+                             "tensors")
     for name, tensor in items:
         if tensor is not None and not torch.is_tensor(tensor):
             raise ValueError(f"broadcast_parameters: {name!r} is a {type(tensor).__name__}, not a tensor")
@@ -83,14 +86,17 @@ def _fill(obj, path, tensors):
     return obj
 
 
-def broadcast_optimizer_state(optimizer, root_rank, prefix="optimizer"):
+def broadcast_optimizer_state(optimizer, root_rank, prefix="optimizer", model=None):
     """Make every rank's optimizer state (hyperparameters and per-parameter state) equal to root_rank's.
 
     Works for any torch optimizer, wrapped by DistributedOptimizer or not, and
     whether or not a rank's state is initialised yet: the structure and the
     non-tensor values travel as one pickled broadcast, the tensors as in-place
     broadcasts into this rank's own state tensors (zeros where it has none).
+    `model` is accepted for Horovod compatibility: the optimizer's state_dict
+    already names its parameters by position, so the model is not needed.
     """
+    del model
     own = {}
     skeleton = _skeleton(optimizer.state_dict(), (), own)
     is_root = mpi_ops.rank() == root_rank

@@ -178,10 +178,11 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor))
 
 
-def _group_handle(handles):
+def _group_handle(handles, post=None):
+    """One handle for several; synchronize() returns post(list of results) (the list if post is None)."""
     gid = -next(_group_ids)
     with _lock:
-        _groups[gid] = handles
+        _groups[gid] = (handles, post)
     return gid
 
 
@@ -298,6 +299,33 @@ def allgather(tensor, name=None):
     return _AllgatherFn.apply(tensor, name)
 
 
+def sparse_allreduce_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0):
+    """Start a reduction of a sparse COO tensor (e.g. a sparse nn.Embedding gradient); returns a handle.
+
+    As in Horovod, every rank's (indices, values) are allgathered and summed
+    where indices repeat: traffic grows with the number of ranks, not the size
+    of the dense tensor. synchronize() gives a coalesced sparse tensor.
+    """
+    if not tensor.is_sparse:
+        raise ValueError("sparse_allreduce_async needs a sparse COO tensor (tensor.is_sparse)")
+    if op not in (Sum, Average):
+        raise ValueError(f"a sparse tensor can be reduced with Sum or Average, not {_runtime.op_name(op)}")
+    t = tensor.coalesce()
+    values = t.values()
+    scale = prescale_factor * postscale_factor
+    base = _full_name("allgather", None if name is None else f"sparse.{name}")
+    handles = [_allgather_async(t.indices().t().contiguous(), f"{base}.indices"),
+               _allgather_async(values.contiguous(), f"{base}.values")]
+
+    def post(results):
+        indices, vals = results
+        factor = scale / size() if op == Average else scale
+        if factor != 1.0:
+            vals = vals * factor
+        return torch.sparse_coo_tensor(indices.t(), vals, tensor.shape).coalesce()
+    return _group_handle(handles, post)
+
+
 # ----------------------------------------------------------------- broadcast --
 
 def _broadcast_async(tensor, root_rank, full_name, in_place):
@@ -360,10 +388,10 @@ def poll(handle):
     """True if the op (or every op of a group handle) has completed; never blocks."""
     if handle < 0:
         with _lock:
-            members = _groups.get(handle)
-        if members is None:
+            entry = _groups.get(handle)
+        if entry is None:
             raise ValueError(f"unknown or already synchronized handle {handle}")
-        return all(poll(h) for h in list(members))
+        return all(poll(h) for h in list(entry[0]))
     return _runtime.poll(handle)
 
 
@@ -375,9 +403,10 @@ def synchronize(handle):
     """
     if handle < 0:
         with _lock:
-            members = _groups.pop(handle, None)
-        if members is None:
+            entry = _groups.pop(handle, None)
+        if entry is None:
             raise ValueError(f"unknown or already synchronized handle {handle}")
+        members, post = entry
         results, error = [], None
         for h in members:  # wait for every member even after a failure: they all use live buffers
             try:
@@ -386,7 +415,7 @@ def synchronize(handle):
                 error = error or e
         if error is not None:
             raise error
-        return results
+        return results if post is None else post(results)
     return _wait(handle)[0]
 
 

@@ -8,9 +8,11 @@ MGS_COMPRESSOR other than "none" the runtime sparsifies and merges them.
 """
 
 import contextlib
+import itertools
 import os
 import threading
 import warnings
+import weakref
 
 import torch
 
@@ -128,13 +130,58 @@ def reset_compression_stats():
 
 # ---------------------------------------------------------------- optimizer --
 
+# Live DistributedOptimizers by id (ids count up in creation order, the same on
+# every rank): join() takes part in their steps for a rank that ran out of data.
+_live = weakref.WeakValueDictionary()
+_ids = itertools.count()
+# Every step's join exchange (an allgather of one int64 per rank) carries the id
+# of the optimizer stepping (>= 0) from training ranks, or one of these.
+_JOINED, _JOINING = -1, -2
+_JOIN_NAME = "mgs.join"
+
+
+def _join_exchange(state):
+    """Every rank's join state (a list in rank order)."""
+    return mpi_ops.synchronize(
+        mpi_ops.allgather_async(torch.tensor([state], dtype=torch.int64), name=_JOIN_NAME)).tolist()
+
+
+def join(device=-1):
+    """Horovod's join(): call when this rank has no more data; returns the rank that joined last.
+
+    Until every rank has joined, this rank takes part in the other ranks'
+    DistributedOptimizer steps with zero gradients, so their allreduces
+    complete; with op=Average the zeros count in the average, as in Horovod.
+    Only DistributedOptimizer steps are covered: another collective issued by a
+    rank still training waits for this rank. `device` is accepted for Horovod
+    compatibility (mgs needs none here).
+    """
+    del device
+    state = _JOINING
+    while True:
+        states = _join_exchange(state)
+        training = [s for s in states if s >= 0]
+        if not training:
+            return max(r for r, s in enumerate(states) if s == _JOINING)
+        state = _JOINED
+        opt = _live.get(training[0])
+        if opt is None or any(s != training[0] for s in training):
+            raise RuntimeError(f"mgs.torch.join() on rank {mpi_ops.rank()}: the ranks still training step "
+                               f"optimizers {sorted(set(training))}, which this rank "
+                               + ("does not have" if opt is None else "cannot mirror together"))
+        opt._zero_step()
+
 
 class _DistributedOptimizer:
     """Mixed in before the wrapped optimizer's class; see DistributedOptimizer()."""
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, sparse):
+                 gradient_predivide_factor, sparse, sparse_as_dense):
         super().__init__(params)
+        self._sparse_as_dense = sparse_as_dense
+        self._sparse_grads = set()  # params whose last gradient was a sparse tensor (nn.Embedding(sparse=True))
+        self._id = next(_ids)
+        _live[self._id] = self
         self._compression = compression
         self._op = op
         self._predivide = gradient_predivide_factor
@@ -198,17 +245,35 @@ class _DistributedOptimizer:
                 self._handles[p] = (None, None, None)
         return hook
 
+    def _scales(self):
+        if self._op == mpi_ops.Average:
+            # Average divides by size() in the runtime; the predivide factor splits it.
+            return 1.0 / self._predivide, self._predivide
+        return 1.0, 1.0
+
     def _allreduce_grad_async(self, p):
         if p.grad is None:
             # No gradient on this rank (e.g. an unused head): other ranks may have one, so
             # take part with zeros; skipping would leave them waiting for this name.
-            p.grad = torch.zeros_like(p)
+            if p in self._sparse_grads:
+                p.grad = torch.sparse_coo_tensor(torch.zeros((1, 0), dtype=torch.int64),
+                                                 torch.zeros((0,) + tuple(p.shape[1:]), dtype=p.dtype), p.shape)
+            else:
+                p.grad = torch.zeros_like(p)
+        pre, post = self._scales()
+        if p.grad.is_sparse:
+            if self._sparse_as_dense:
+                p.grad = p.grad.to_dense()
+            else:
+                # Horovod's sparse allreduce (allgather of indices and values); the dense
+                # compressors and MGS_COMPRESSOR do not apply to it.
+                self._sparse_grads.add(p)
+                handle = mpi_ops.sparse_allreduce_async(p.grad, f"grad.{self._parameter_names[p]}", self._op,
+                                                        pre, post)
+                values = p.grad.coalesce().values()
+                _stats.add_tensor(values, values)
+                return handle, "sparse", None
         sent, ctx = self._compression.compress(p.grad)
-        if self._op == mpi_ops.Average:
-            # Average divides by size() in the runtime; the predivide factor splits it.
-            pre, post = 1.0 / self._predivide, self._predivide
-        else:
-            pre, post = 1.0, 1.0
         handle = mpi_ops._allreduce_async(sent, sent, f"allreduce.{self._parameter_names[p]}", self._op,
                                           pre, post, self._flags)
         _stats.add_tensor(p.grad, sent)
@@ -220,11 +285,15 @@ class _DistributedOptimizer:
             entry = self._handles.get(p)
             if entry is None or entry[0] is None:
                 self._handles[p] = self._allreduce_grad_async(p)
+        # This step's join exchange: a rank in join() takes part in the step when it sees it.
+        join_handle = mpi_ops.allgather_async(torch.tensor([self._id], dtype=torch.int64), name=_JOIN_NAME)
         error = None
         for p, (handle, ctx, _) in self._handles.items():
             try:
                 output = mpi_ops.synchronize(handle)
-                if output is not p.grad:
+                if isinstance(ctx, str) and ctx == "sparse":
+                    p.grad = output
+                elif output is not p.grad:
                     p.grad.set_(self._compression.decompress(output, ctx))
             except Exception as e:  # noqa: BLE001 - wait for all (they use live buffers), then raise
                 error = error or e
@@ -232,8 +301,31 @@ class _DistributedOptimizer:
         self._handles.clear()
         self._synchronized = True
         _stats.add_step()
+        try:
+            mpi_ops.synchronize(join_handle)
+        except Exception as e:  # noqa: BLE001
+            error = error or e
         if error is not None:
             raise error
+
+    def _zero_step(self):
+        """One step's allreduces with zero gradients, for a rank in join(); the results are dropped."""
+        saved = {p: p.grad for p in self._requires_update}
+        try:
+            for p in self._requires_update:
+                p.grad = None
+            handles = [self._allreduce_grad_async(p)[0] for p in self._requires_update]
+            error = None
+            for h in handles:
+                try:
+                    mpi_ops.synchronize(h)
+                except Exception as e:  # noqa: BLE001 - wait for all (they use live buffers), then raise
+                    error = error or e
+            if error is not None:
+                raise error
+        finally:
+            for p, g in saved.items():
+                p.grad = g
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -264,7 +356,7 @@ class _DistributedOptimizer:
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=mpi_ops.Average, gradient_predivide_factor=1.0,
-                         sparse=True):
+                         num_groups=0, groups=None, sparse_as_dense=False, sparse=True):
     """Wrap a torch optimizer so that step() applies gradients averaged (or summed) over all ranks.
 
     optimizer: any torch.optim.Optimizer; the result is an instance of the same class
@@ -276,19 +368,44 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         (scale the loss yourself, as with Horovod).
     op: mgs.torch.Average (default) or mgs.torch.Sum.
     gradient_predivide_factor: with op=Average, scale by 1/f before and f/size() after the sum.
+    num_groups, groups: Horovod's manual fusion groups. Validated and accepted; mgs forms its
+        buckets itself (the merge planner, MGS_PLANNER), so they do not change what is sent.
+    sparse_as_dense: reduce sparse gradients (nn.Embedding(sparse=True)) as dense tensors;
+        by default they are allgathered as (indices, values), as in Horovod.
     sparse: enqueue gradients with MGS_FLAG_SPARSE_OK, so they are sparsified when
         MGS_COMPRESSOR is not "none" (the default compressor is exact and dense).
     """
     if backward_passes_per_step < 1:
         raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
+    if op == mpi_ops.Adasum:
+        mpi_ops._resolve_op(op, None)  # the error that explains Adasum
     if op not in (mpi_ops.Sum, mpi_ops.Average):
-        raise ValueError(f"op must be mgs.torch.Average or mgs.torch.Sum, got {op!r}")
+        raise ValueError(f"DistributedOptimizer needs op=mgs.torch.Average or mgs.torch.Sum, got "
+                         f"{mpi_ops._runtime.op_name(op)}")
+    _check_groups(optimizer, num_groups, groups)
     if gradient_predivide_factor != 1.0 and op != mpi_ops.Average:
         raise ValueError("gradient_predivide_factor needs op=Average")
     base = optimizer.__class__
     cls = type(base.__name__, (_DistributedOptimizer, base), {})
     wrapped = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-                  gradient_predivide_factor, sparse)
+                  gradient_predivide_factor, sparse, sparse_as_dense)
     if optimizer.state:
         wrapped.load_state_dict(optimizer.state_dict())
     return wrapped
+
+
+def _check_groups(optimizer, num_groups, groups):
+    if num_groups and groups is not None:
+        raise ValueError("give num_groups or groups, not both")
+    if not isinstance(num_groups, int) or num_groups < 0:
+        raise ValueError(f"num_groups must be an integer >= 0, got {num_groups!r}")
+    if groups is None or isinstance(groups, int):
+        if isinstance(groups, int) and groups < 0:
+            raise ValueError(f"groups must be >= 0 or a list of parameter lists, got {groups}")
+        return
+    params = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    for i, group in enumerate(groups):
+        if not isinstance(group, (list, tuple)) or not all(torch.is_tensor(p) for p in group):
+            raise ValueError(f"groups[{i}] must be a list of parameters")
+        if any(id(p) not in params for p in group):
+            raise ValueError(f"groups[{i}] holds a tensor that is not a parameter of the optimizer")
