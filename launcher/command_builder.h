@@ -20,6 +20,8 @@ struct LaunchRequest {
   std::vector<std::string> hostfile_hosts;       // host names read from `hostfile`
   std::map<std::string, std::string> flag_vars;  // MGS_* name -> value, from flags
   std::vector<std::string> command;              // program and its arguments
+  std::vector<std::string> mpi_args;             // other mpirun options, passed through in order
+  bool forward_env = true;                       // -x every exportable variable (horovodrun's way)
 };
 
 // Facts about the machine mgsrun runs on.
@@ -33,11 +35,26 @@ struct LaunchContext {
 // Validates the request (np, host list, every MGS_* value and name, a
 // non-empty command) and builds
 //   mpirun -np N [-H ...] [--hostfile F] [--allow-run-as-root] [--oversubscribe]
-//          --tag-output [-x PATH -x LD_LIBRARY_PATH -x PYTHONPATH] -x MGS_...=v ... command...
+//          [--bind-to none] --tag-output [mpi_args...] [-x NAME ...] -x MGS_...=v ... command...
 // --oversubscribe is added when every rank runs on this machine (no host list,
-// or only local hosts) and N exceeds its cores.
+// or only local hosts) and N exceeds its cores. --bind-to none is added unless
+// mpi_args choose a binding: Open MPI's default pins each rank to one core when
+// np <= 2, which the coordinator thread, intra-op threads and data loaders then
+// share. Every exportable variable of the environment is forwarded by name (as
+// horovodrun does; see isForwardedVariable), MGS_* ones with their checked value.
 Status buildMpirunArgv(const LaunchRequest& request, const LaunchContext& context,
                        std::vector<std::string>* argv);
+
+// True for an environment variable mgsrun forwards with -x NAME: a shell-safe
+// name that is not per-process state (PWD, SHLVL, ...), an MPI launcher's own
+// (OMPI_*, PMIX_*, PMI_*), a shell function, or MGS_* (forwarded with values).
+bool isForwardedVariable(const std::string& name);
+
+// True when mpirun options already choose a binding (--bind-to, -bind-to, --bind-to=...).
+bool choosesBinding(const std::vector<std::string>& mpi_args);
+
+// Splits a --mpi-args string on whitespace, keeping '...' and "..." quoted parts together.
+Status splitMpiArgs(const std::string& text, std::vector<std::string>* out);
 
 // One line a shell reads back as the same argv (single quotes where needed).
 std::string shellJoin(const std::vector<std::string>& argv);

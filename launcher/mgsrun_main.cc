@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "common/params.h"
+#include "launcher/check_build.h"
 #include "launcher/command_builder.h"
 #include "launcher/hosts.h"
 #include "launcher/machine.h"
@@ -34,16 +35,27 @@ int fail(const std::string& message, int code = kUsageError) {
   return code;
 }
 
-// Open MPI spells the rank count "-np"; CLI11 short options are one letter.
+// Open MPI spells long options with one dash ("-np", "-hostfile", "-mca"); CLI11
+// short options are one letter, so those become their "--" spelling.
 std::vector<std::string> normalizeArgs(std::vector<std::string> args) {
   for (auto& a : args) {
     if (a == "--") break;
-    if (a == "-np")
-      a = "--np";
-    else if (a.rfind("-np=", 0) == 0)
-      a = "-" + a;
+    for (const char* name : {"np", "hostfile", "host", "mca", "bind-to", "map-by", "rank-by", "report-bindings",
+                             "display-map", "mpi-args"}) {
+      const std::string single = std::string("-") + name;
+      if (a == single || a.rfind(single + "=", 0) == 0) a = "-" + a;
+    }
   }
   return args;
+}
+
+// Options that stop the launch (print and exit): scanned before CLI11 so they need no -np.
+bool wants(const std::vector<std::string>& args, const std::string& option) {
+  for (const auto& a : args) {
+    if (a == "--") break;
+    if (a == option) return true;
+  }
+  return false;
 }
 
 // CLI11's usage line cannot show the command after "--".
@@ -62,6 +74,11 @@ std::string typeName(std::string type) {
 int run(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   args = normalizeArgs(args);
+  if (wants(args, "--version")) {
+    std::cout << "mgsrun " << MGS_LAUNCHER_VERSION << "\n";
+    return 0;
+  }
+  if (wants(args, "--check-build")) return mgs::launcher::checkBuild(std::cout);
   // Everything after the first "--" is the command, untouched by CLI11.
   std::vector<std::string> command;
   const auto dashdash = std::find(args.begin(), args.end(), "--");
@@ -77,13 +94,40 @@ int run(int argc, char** argv) {
   app.prefix_command();  // "mgsrun -np 2 python3 x.py --lr 1" works without "--"
   mgs::launcher::LaunchRequest req;
   bool verbose = false, dry_run = false;
-  app.add_option("-n,--np", req.np, "Number of ranks (also spelled -np, as in mpirun)")->required();
+  app.add_option("-n,--np,--num-proc", req.np, "Number of ranks (also spelled -np, as in mpirun)")->required();
   std::vector<std::string> hosts;
-  app.add_option("-H,--host", hosts, "Hosts and slots, host[:slots],... (repeatable); passed to mpirun -H")
+  app.add_option("-H,--host,--hosts", hosts,
+                 "Hosts and slots, host[:slots],... (repeatable); passed to mpirun -H")
       ->delimiter(',');
-  app.add_option("--hostfile", req.hostfile, "Open MPI hostfile; passed to mpirun --hostfile");
+  app.add_option("--hostfile", req.hostfile, "Open MPI hostfile (also -hostfile); passed to mpirun --hostfile");
   app.add_flag("-v,--verbose", verbose, "Print the mpirun command (to stderr) before running it");
   app.add_flag("--dry-run", dry_run, "Print the mpirun command (to stdout) and exit 0 without running it");
+  app.add_flag("--version", "Print mgsrun's version and exit");
+  app.add_flag("--check-build", "Print what this mgs installation supports (MPI, CUDA, frameworks) and exit");
+
+  const std::string mpi_group = "mpirun options (passed through to mpirun in the order given)";
+  std::string bind_to, map_by, rank_by, mpi_args;
+  std::vector<std::string> xs, mcas;
+  bool report_bindings = false, display_map = false, no_env = false;
+  app.add_option("--bind-to", bind_to,
+                 "Binding of ranks (core, socket, none...). Default: none, so a rank's threads are not "
+                 "pinned to one core")
+      ->group(mpi_group);
+  app.add_option("--map-by", map_by, "Placement of ranks (slot, node, socket, ppr:N:node...)")->group(mpi_group);
+  app.add_option("--rank-by", rank_by, "Ordering of ranks")->group(mpi_group);
+  app.add_option("--mca", mcas, "An MCA parameter: --mca KEY VALUE (repeatable)")
+      ->type_size(2)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->group(mpi_group);
+  app.add_option("-x", xs, "Forward a variable: -x NAME or -x NAME=VALUE (repeatable)")->group(mpi_group);
+  app.add_flag("--report-bindings", report_bindings, "Report each rank's binding")->group(mpi_group);
+  app.add_flag("--display-map", display_map, "Show where ranks are placed")->group(mpi_group);
+  app.add_option("--mpi-args", mpi_args,
+                 "Any other mpirun options, as one string (horovodrun's spelling): --mpi-args=\"--mca btl tcp,self\"")
+      ->group(mpi_group);
+  app.add_flag("--no-env-forward", no_env,
+               "Forward only MGS_*, PATH, LD_LIBRARY_PATH and PYTHONPATH, not the whole environment")
+      ->group(mpi_group);
 
   const std::string group =
       "MGS parameters (each sets the MGS_* variable named, forwarded to every rank with -x)";
@@ -100,6 +144,8 @@ int run(int argc, char** argv) {
   app.footer(
       "Every MGS_* variable already in the environment is validated and forwarded too; a flag overrides "
       "the environment. An unknown MGS_* name is an error.\n"
+      "The rest of the environment is forwarded by name (-x NAME), as horovodrun does; --no-env-forward "
+      "turns that off.\n"
       "Examples:\n  mgsrun -np 4 -- ./my_job\n"
       "  mgsrun -np 4 -H node1:2,node2:2 --compressor gaussiank --density 0.001 -- python3 train.py\n");
 
@@ -113,10 +159,23 @@ int run(int argc, char** argv) {
   }
   const std::vector<std::string> rest = app.remaining();
   if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-')
-    return fail("unknown option '" + rest.front() + "'");
+    return fail("unknown option '" + rest.front() + "' (other mpirun options go in --mpi-args=\"...\")");
   if (has_dashdash && !rest.empty()) return fail("unexpected argument '" + rest.front() + "' before '--'");
   req.command = has_dashdash ? command : rest;
 
+  if (!bind_to.empty()) req.mpi_args.insert(req.mpi_args.end(), {"--bind-to", bind_to});
+  if (!map_by.empty()) req.mpi_args.insert(req.mpi_args.end(), {"--map-by", map_by});
+  if (!rank_by.empty()) req.mpi_args.insert(req.mpi_args.end(), {"--rank-by", rank_by});
+  if (report_bindings) req.mpi_args.push_back("--report-bindings");
+  if (display_map) req.mpi_args.push_back("--display-map");
+  for (size_t i = 0; i + 1 < mcas.size(); i += 2)
+    req.mpi_args.insert(req.mpi_args.end(), {"--mca", mcas[i], mcas[i + 1]});
+  for (const auto& x : xs) req.mpi_args.insert(req.mpi_args.end(), {"-x", x});
+  if (!mpi_args.empty()) {
+    mgs::Status split = mgs::launcher::splitMpiArgs(mpi_args, &req.mpi_args);
+    if (!split.ok()) return fail(split.message());
+  }
+  req.forward_env = !no_env;
   for (const auto& [name, opt] : param_opts)
     if (opt->count() > 0) req.flag_vars[name] = values[name];
   for (const auto& h : hosts) req.hosts += (req.hosts.empty() ? "" : ",") + h;

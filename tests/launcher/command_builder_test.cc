@@ -54,8 +54,8 @@ std::string errorOf(const LaunchRequest& r, const LaunchContext& c) {
 
 TEST_CASE("minimal command: np, tag-output, PATH, command last", "[launcher]") {
   const auto argv = build(request(2), context());
-  const std::vector<std::string> expected = {"mpirun", "-np",   "2",    "--tag-output", "-x",
-                                             "PATH",   "./job", "--lr", "0.1"};
+  const std::vector<std::string> expected = {"mpirun", "-np", "2",     "--bind-to", "none", "--tag-output",
+                                             "-x",     "PATH", "./job", "--lr",      "0.1"};
   CHECK(argv == expected);
 }
 
@@ -182,6 +182,74 @@ TEST_CASE("shellJoin quotes only what a shell would split", "[launcher]") {
   CHECK(shellJoin({"mpirun", "-x", "MGS_TIMELINE=/tmp/t.json", "-np", "2"}) ==
         "mpirun -x MGS_TIMELINE=/tmp/t.json -np 2");
   CHECK(shellJoin({"python3", "-c", "print('a b')", ""}) == "python3 -c 'print('\\''a b'\\'')' ''");
+}
+
+TEST_CASE("the environment is forwarded by name, as horovodrun does", "[launcher]") {
+  auto c = context();
+  c.env["NCCL_DEBUG"] = "INFO";
+  c.env["OMP_NUM_THREADS"] = "4";
+  c.env["OMPI_COMM_WORLD_RANK"] = "0";
+  c.env["PMIX_RANK"] = "0";
+  c.env["BASH_FUNC_module%%"] = "() { :; }";
+  c.env["PWD"] = "/somewhere";
+  c.env["MGS_DENSITY"] = "0.5";
+  auto argv = build(request(2), c);
+  CHECK(hasPair(argv, "-x", "NCCL_DEBUG"));
+  CHECK(hasPair(argv, "-x", "OMP_NUM_THREADS"));
+  CHECK(hasPair(argv, "-x", "MGS_DENSITY=0.5"));  // MGS_* with the value mgsrun checked
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "BASH_FUNC_module%%", "PWD", "HOME", "MGS_DENSITY"})
+    CHECK_FALSE(hasPair(argv, "-x", name));
+
+  auto r = request(2);
+  r.forward_env = false;
+  argv = build(r, c);
+  CHECK_FALSE(hasPair(argv, "-x", "NCCL_DEBUG"));
+  CHECK(hasPair(argv, "-x", "PATH"));  // the search paths always travel
+  CHECK(hasPair(argv, "-x", "MGS_DENSITY=0.5"));
+}
+
+TEST_CASE("isForwardedVariable", "[launcher]") {
+  CHECK(isForwardedVariable("NCCL_SOCKET_IFNAME"));
+  CHECK(isForwardedVariable("CUDA_VISIBLE_DEVICES"));
+  CHECK_FALSE(isForwardedVariable(""));
+  CHECK_FALSE(isForwardedVariable("1ABC"));
+  CHECK_FALSE(isForwardedVariable("A-B"));
+  CHECK_FALSE(isForwardedVariable("OMPI_MCA_btl"));
+  CHECK_FALSE(isForwardedVariable("SHLVL"));
+}
+
+TEST_CASE("binding: none by default, the user's choice otherwise", "[launcher]") {
+  CHECK(hasPair(build(request(2), context()), "--bind-to", "none"));
+  auto r = request(2);
+  r.mpi_args = {"--bind-to", "core", "--map-by", "socket"};
+  auto argv = build(r, context());
+  CHECK(hasPair(argv, "--bind-to", "core"));
+  CHECK_FALSE(hasPair(argv, "--bind-to", "none"));
+  CHECK(choosesBinding({"--bind-to=socket"}));
+  CHECK(choosesBinding({"-bind-to", "core"}));
+  CHECK_FALSE(choosesBinding({"--map-by", "core"}));
+}
+
+TEST_CASE("mpirun options pass through in order, before the command", "[launcher]") {
+  auto r = request(2, {"python3", "train.py", "-x", "3"});
+  r.mpi_args = {"--mca", "btl", "tcp,self", "-x", "FOO=1"};
+  const auto argv = build(r, context());
+  const auto at = std::find(argv.begin(), argv.end(), "--mca");
+  REQUIRE(at != argv.end());
+  CHECK(std::vector<std::string>(at, at + 5) == r.mpi_args);
+  CHECK(std::vector<std::string>(argv.end() - 4, argv.end()) == r.command);
+}
+
+TEST_CASE("splitMpiArgs keeps quoted words together", "[launcher]") {
+  std::vector<std::string> out = {"kept"};
+  REQUIRE(splitMpiArgs("  --mca btl 'tcp, self' -x \"A=b c\" ", &out).ok());
+  CHECK(out == std::vector<std::string>{"kept", "--mca", "btl", "tcp, self", "-x", "A=b c"});
+  out.clear();
+  REQUIRE(splitMpiArgs("", &out).ok());
+  CHECK(out.empty());
+  const Status st = splitMpiArgs("--mca 'btl", &out);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.message(), Catch::Contains("unterminated"));
 }
 
 }  // namespace
