@@ -10,8 +10,11 @@ cmake --install "$build" --prefix "$work/prefix" >/dev/null
 cmake -S "$src/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
 cmake --build "$work/consumer" >/dev/null
 LD_LIBRARY_PATH="$work/prefix/lib:${LD_LIBRARY_PATH:-}" "$work/consumer/consumer"
-# pkg-config
-sed -i "s|^prefix=.*|prefix=$work/prefix|" "$work/prefix/lib/pkgconfig/mgs.pc"
+# pkg-config: mgs.pc must point into the prefix given to `cmake --install`,
+# not the one the build was configured with.
+pc_libdir=$(PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" pkg-config --variable=libdir mgs)
+[ "$(cd "$pc_libdir" && pwd -P)" = "$(cd "$work/prefix/lib" && pwd -P)" ] ||
+  { echo "mgs.pc libdir is $pc_libdir, not $work/prefix/lib"; exit 1; }
 PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" cc "$src/consumer/main.c" -o "$work/pc_consumer" \
   $(PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig" pkg-config --cflags --libs mgs)
 LD_LIBRARY_PATH="$work/prefix/lib:${LD_LIBRARY_PATH:-}" "$work/pc_consumer"

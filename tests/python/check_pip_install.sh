@@ -16,6 +16,24 @@ rm -f "$scratch/pkg/mgs/libmgs.so"
 MGS_LIBRARY=$libmgs "$python" -m pip install --quiet --no-build-isolation --no-deps --no-cache-dir \
   --target "$scratch/site" "$scratch/pkg"
 test -f "$scratch/site/mgs/libmgs.so"
+# The bundled binaries: stripped, looking beside themselves first, and mgsrun runnable.
+for bin in "$scratch/site/mgs/libmgs.so" "$scratch/site/mgs/bin/mgsrun"; do
+  if readelf -S "$bin" | grep -q debug_info; then echo "FAIL: $bin is not stripped"; exit 1; fi
+  readelf -d "$bin" | grep -E "R(UN)?PATH" | grep -q 'ORIGIN' || { echo "FAIL: $bin has no \$ORIGIN RPATH"; exit 1; }
+done
+PYTHONPATH="$scratch/site" "$python" "$scratch/site/bin/mgsrun" --version | grep -q "^mgsrun " ||
+  { echo "FAIL: the package's mgsrun command does not run"; exit 1; }
+# The sdist carries the C++ sources, and they configure.
+(cd "$scratch/pkg" && MGS_SOURCE_DIR=$src "$python" setup.py -q sdist -d "$scratch/dist" >/dev/null 2>&1)
+tar -tzf "$scratch"/dist/mgs-*.tar.gz > "$scratch/sdist.txt"
+for f in mgs_src/CMakeLists.txt mgs_src/src/capi/mgs_capi.cc mgs_src/include/mgs/mgs.h mgs_src/launcher/mgsrun_main.cc \
+         mgs/_runtime.py; do
+  grep -q "/$f\$" "$scratch/sdist.txt" || { echo "FAIL: the sdist lacks $f"; exit 1; }
+done
+mkdir "$scratch/sdist" && tar -xzf "$scratch"/dist/mgs-*.tar.gz -C "$scratch/sdist"
+cmake -S "$scratch"/sdist/mgs-*/mgs_src -B "$scratch/sdist-build" -DMGS_BUILD_TESTS=OFF -DMGS_BUILD_BENCH=OFF \
+  -DMGS_WITH_CUDA=OFF -DMGS_HEADER_ONLY_LOGGING=ON >/dev/null ||
+  { echo "FAIL: the sdist's sources do not configure"; exit 1; }
 cd "$scratch"
 env -u MGS_LIBRARY PYTHONPATH="$scratch/site" "$python" - <<'PY'
 import torch
