@@ -16,7 +16,8 @@ from .mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allred
                       rank, shutdown, size)
 
 __all__ = [
-    "Average", "Sum", "Min", "Max", "Product", "Adasum", "Compression", "DistributedGradientTape", "BroadcastGlobalVariablesCallback",
+    "Average", "Sum", "Min", "Max", "Product", "Adasum", "Compression", "DistributedGradientTape",
+    "BroadcastGlobalVariablesCallback",
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "barrier",
     "cross_rank", "cross_size", "is_homogeneous",
     "allreduce", "grouped_allreduce", "allgather", "broadcast",

@@ -25,8 +25,9 @@ class _DistributedGradientTape:
 
     def __init__(self, tape, compression=Compression.none, sparse_as_dense=False, op=mpi_ops.Average,
                  gradient_predivide_factor=1.0, name=None):
+        op = mpi_ops._resolve_op(op, None)
         if op not in (mpi_ops.Sum, mpi_ops.Average):
-            raise ValueError(f"mgs supports op=Sum and op=Average, got {op!r}")
+            raise ValueError(f"gradients can be reduced with Sum or Average, not {mpi_ops._runtime.op_name(op)}")
         self._tape = tape
         self._compression = compression
         self._sparse_as_dense = sparse_as_dense
@@ -54,35 +55,40 @@ class _DistributedGradientTape:
             if tf.nest.is_nested(grads) else reduced[0]
 
     def _allreduce(self, grads, sources):
-        if mpi_ops.size() == 1 and self._op == mpi_ops.Average and self._predivide == 1.0:
-            return list(grads)
-        # Horovod's gradient_predivide_factor: scale by 1/f before the sum, f/size after (Average).
-        pre, post = 1.0, 1.0
-        if self._predivide != 1.0:
-            pre, post = 1.0 / self._predivide, self._predivide
-        out = list(grads)
-        dense_idx, dense, names, ctxs = [], [], [], []
-        for i, (g, s) in enumerate(zip(grads, sources)):
-            if g is None:
+        return reduce_gradients(grads, sources, self._name, self._op, self._compression, self._sparse_as_dense,
+                                self._predivide)
+
+
+def reduce_gradients(grads, sources, name, op, compression, sparse_as_dense, predivide):
+    """Gradients (None allowed) reduced over all ranks, named after their sources; shared with Keras."""
+    if mpi_ops.size() == 1 and op == mpi_ops.Average and predivide == 1.0:
+        return list(grads)
+    # Horovod's gradient_predivide_factor: scale by 1/f before the sum, f/size after (Average).
+    pre, post = 1.0, 1.0
+    if predivide != 1.0:
+        pre, post = 1.0 / predivide, predivide
+    out = list(grads)
+    dense_idx, dense, names, ctxs = [], [], [], []
+    for i, (g, s) in enumerate(zip(grads, sources)):
+        if g is None:
+            continue
+        label = f"grad.{name}.{_source_name(i, s)}"
+        if isinstance(g, tf.IndexedSlices):
+            if sparse_as_dense:
+                g = tf.convert_to_tensor(g)
+            else:
+                out[i] = mpi_ops._allreduce_indexed_slices(g, label, op, pre, post)
                 continue
-            label = f"grad.{self._name}.{_source_name(i, s)}"
-            if isinstance(g, tf.IndexedSlices):
-                if self._sparse_as_dense:
-                    g = tf.convert_to_tensor(g)
-                else:
-                    out[i] = mpi_ops._allreduce_indexed_slices(g, label, self._op, pre, post)
-                    continue
-            c, ctx = self._compression.compress(g)
-            dense_idx.append(i)
-            dense.append(c)
-            names.append(f"allreduce.{label}")
-            ctxs.append(ctx)
-        if dense:
-            reduced = mpi_ops.grouped_allreduce_raw(dense, names, self._op, pre, post,
-                                                    flags=_abi.MGS_FLAG_SPARSE_OK)
-            for i, r, ctx in zip(dense_idx, reduced, ctxs):
-                out[i] = self._compression.decompress(r, ctx)
-        return out
+        c, ctx = compression.compress(g)
+        dense_idx.append(i)
+        dense.append(c)
+        names.append(f"allreduce.{label}")
+        ctxs.append(ctx)
+    if dense:
+        reduced = mpi_ops.grouped_allreduce_raw(dense, names, op, pre, post, flags=_abi.MGS_FLAG_SPARSE_OK)
+        for i, r, ctx in zip(dense_idx, reduced, ctxs):
+            out[i] = compression.decompress(r, ctx)
+    return out
 
 
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,

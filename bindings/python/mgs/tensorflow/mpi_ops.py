@@ -257,10 +257,28 @@ def _allreduce_indexed_slices(slices, name, op, prescale_factor, postscale_facto
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
+def _grad_name(name):
+    return None if name is None else f"grad.{name}"
+
+
+def _with_gradient(tensor, forward, backward):
+    """forward(tensor), with backward(dy) as its gradient (eagerly and inside tf.function).
+
+    Integer tensors carry no gradient, so they skip tf.custom_gradient."""
+    if not (tensor.dtype.is_floating or tensor.dtype.is_complex):
+        return forward(tensor)
+
+    @tf.custom_gradient
+    def fn(t):
+        return forward(t), backward
+    return fn(tensor)
+
+
 @_no_autograph
 def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, name=None):
-    """Average (default) or sum `tensor` over all ranks.
+    """Average (default) or sum `tensor` over all ranks; differentiable (the gradient is the same
+    allreduce of the output gradient). Min, Max and Product have no gradient.
 
     The result is prescale_factor * sum(tensor) * postscale_factor (/ size() for
     Average). A tf.IndexedSlices is allgathered (values and indices), as Horovod does.
@@ -268,10 +286,20 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     op = _resolve_op(op, average)
     if isinstance(tensor, tf.IndexedSlices):
         return _allreduce_indexed_slices(tensor, name, op, prescale_factor, postscale_factor)
-    compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
-    out = grouped_allreduce_raw([compressed], [full_name("allreduce", name)], op, prescale_factor,
-                                postscale_factor)[0]
-    return compression.decompress(out, ctx)
+    full = full_name("allreduce", name)
+
+    def forward(t):
+        compressed, ctx = compression.compress(t)
+        out = grouped_allreduce_raw([compressed], [full], op, prescale_factor, postscale_factor)[0]
+        return compression.decompress(out, ctx)
+
+    def backward(dy):
+        if op in _runtime.GATHER_OPS:
+            raise ValueError(f"mgs.tensorflow.allreduce(op={_runtime.op_name(op)}) has no gradient; only Sum "
+                             "and Average are differentiable")
+        return allreduce(dy, op=op, prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                         name=_grad_name(name))
+    return _with_gradient(tf.convert_to_tensor(tensor), forward, backward)
 
 
 @_no_autograph
@@ -290,19 +318,37 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
 
 @_no_autograph
 def allgather(tensor, name=None):
-    """Concatenate `tensor` from every rank along the first dimension (which may differ per rank)."""
-    return _allgather_raw([tensor], [full_name("allgather", name)])[0]
+    """Concatenate `tensor` from every rank along the first dimension (which may differ per rank).
+
+    Differentiable: the gradient is this rank's rows of the output gradient summed over ranks."""
+    tensor = tf.convert_to_tensor(tensor)
+    full = full_name("allgather", name)
+
+    def backward(dy):
+        summed = allreduce(dy, op=Sum, name=_grad_name(name))
+        rows = tf.shape(tensor, out_type=tf.int64)[:1]
+        sizes = _allgather_raw([rows], [full_name("allgather", None if name is None else f"grad.rows.{name}")])[0]
+        offset = tf.reduce_sum(sizes[:rank()])
+        return summed[offset:offset + rows[0]]
+    return _with_gradient(tensor, lambda t: _allgather_raw([t], [full])[0], backward)
 
 
 @_no_autograph
 def broadcast(tensor, root_rank, name=None):
-    """root_rank's `tensor` on every rank, as a new tensor."""
+    """root_rank's `tensor` on every rank, as a new tensor.
+
+    Differentiable: root_rank's gradient is the output gradient summed over ranks, the others' zero."""
     tensor = tf.convert_to_tensor(tensor)
     full = full_name("broadcast", name)
 
-    def fn(arrays):
-        return wait_all([np_broadcast(arrays[0], root_rank, full)])
-    return run_numpy(fn, [tensor], [tensor.dtype], [tensor.shape])[0]
+    def forward(t):
+        return run_numpy(lambda arrays: wait_all([np_broadcast(arrays[0], root_rank, full)]), [t], [t.dtype],
+                         [t.shape])[0]
+
+    def backward(dy):
+        summed = allreduce(dy, op=Sum, name=_grad_name(name))
+        return summed if rank() == root_rank else tf.zeros_like(summed)
+    return _with_gradient(tensor, forward, backward)
 
 
 @_no_autograph
