@@ -54,6 +54,17 @@ if [ "$mode" = test ] && [ ! -f "$root/.venv-tf/.mgs-complete" ]; then
   touch "$root/.venv-tf/.mgs-complete"
 fi
 
+# Current PyTorch 2.x from PyPI for the optional python.torch_current.np2 stage
+# (the mgs.torch suite, torch.compile included, against what users install
+# today; Debian's python3-torch is 1.13). PyPI's Linux wheel brings the CUDA
+# runtime wheels (about 5 GB installed); SETUP_SKIP_TORCH_VENV=1 skips it.
+if [ "$mode" = test ] && [ -z "${SETUP_SKIP_TORCH_VENV:-}" ] && [ ! -f "$root/.venv-torch/.mgs-complete" ]; then
+  step "creating .venv-torch with current torch (PyPI)"
+  /usr/bin/python3 -m venv --system-site-packages "$root/.venv-torch"
+  "$root/.venv-torch/bin/pip" install -q torch
+  touch "$root/.venv-torch/.mgs-complete"
+fi
+
 # --- 2. Build -----------------------------------------------------------------
 step "configuring ($build)"
 mkdir -p "$build"

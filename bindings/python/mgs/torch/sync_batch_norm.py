@@ -55,7 +55,7 @@ class SyncBatchNorm(_BatchNorm):
         total = mpi_ops.allreduce(stats, op=mpi_ops.Sum, name=self._mgs_name)
         c = self.num_features
         count = total[2 * c]
-        if float(count) < 2:
+        if float(count.detach()) < 2:
             raise ValueError(f"SyncBatchNorm {self._mgs_name}: need more than 1 value per channel over all "
                              f"ranks in training, got {int(count)}")
         mean = total[:c] / count
