@@ -5,7 +5,8 @@
 runs one mpirun job per configuration (dense; each selector at each density,
 with and without error feedback), then writes <out>/results.md (a table of
 final and best test accuracy, the gap to dense, and gradient traffic),
-<out>/results.json and <out>/convergence.png (loss and accuracy curves).
+<out>/results.json and <out>/convergence.png (loss and accuracy curves, one
+column per selector). --replot RESULTS_JSON redraws the figure only.
 Pass --selectors/--densities/--error-feedback to run a subset, and
 --launcher to use mgsrun instead of mpirun.
 """
@@ -32,6 +33,8 @@ def parse_args():
     p.add_argument("--error-feedback", nargs="*", type=int, default=[1, 0], choices=[0, 1])
     p.add_argument("--out", type=Path, default=Path("convergence-results"))
     p.add_argument("--python", default=sys.executable)
+    p.add_argument("--replot", type=Path, metavar="RESULTS_JSON",
+                   help="only redraw <out>/convergence.png from an earlier results.json (no training)")
     p.add_argument("--launcher", default="mpirun --oversubscribe --bind-to none",
                    help="command that takes '-np N' and the program (e.g. 'build/launcher/mgsrun')")
     p.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
@@ -89,27 +92,55 @@ def summarize(results):
 
 
 def plot(results, path):
+    """Small multiples: one column per selector (loss above, accuracy below), dense in grey in each,
+    density by colour and error feedback by line style, so every panel has at most five lines."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(13, 5))
-    for r in results:
+    dense = next((r for r in results if r["label"] == "dense"), None)
+    selectors = sorted({r["config"]["MGS_COMPRESSOR"] for r in results if r["label"] != "dense"},
+                       key=lambda s: SELECTORS.index(s) if s in SELECTORS else len(SELECTORS))
+    densities = sorted({r["config"]["MGS_DENSITY"] for r in results if r["label"] != "dense"}, key=float,
+                       reverse=True)
+    colours = dict(zip(densities, ["tab:blue", "tab:orange", "tab:green", "tab:red"]))
+    cols = max(len(selectors), 1)
+    fig, axes = plt.subplots(2, cols, figsize=(2.9 * cols, 5.6), sharex=True, sharey="row", squeeze=False)
+
+    def curves(ax_loss, ax_acc, r, **style):
         epochs = [e["epoch"] for e in r["history"]]
-        style = {"color": "black", "linewidth": 2.5} if r["label"] == "dense" else {
-            "linestyle": "-" if r["config"].get("MGS_ERROR_FEEDBACK") == "1" else ":"}
-        ax_loss.plot(epochs, [e["loss"] for e in r["history"]], label=r["label"], **style)
-        ax_acc.plot(epochs, [e["test_accuracy"] * 100 for e in r["history"]], label=r["label"], **style)
-    ax_loss.set_yscale("log")
-    ax_loss.set(xlabel="epoch", ylabel="training loss (mean over ranks)", title="loss")
-    ax_acc.set(xlabel="epoch", ylabel="test accuracy (%)", title="test accuracy")
-    ax_acc.legend(fontsize=7, ncol=2, loc="lower right")
-    fig.tight_layout()
+        ax_loss.plot(epochs, [e["loss"] for e in r["history"]], **style)
+        ax_acc.plot(epochs, [e["test_accuracy"] * 100 for e in r["history"]], **style)
+
+    for col, selector in enumerate(selectors):
+        ax_loss, ax_acc = axes[0][col], axes[1][col]
+        if dense is not None:
+            curves(ax_loss, ax_acc, dense, color="0.6", linewidth=2.5, label="dense")
+        for r in results:
+            c = r["config"]
+            if r["label"] == "dense" or c["MGS_COMPRESSOR"] != selector:
+                continue
+            ef = c.get("MGS_ERROR_FEEDBACK") == "1"
+            curves(ax_loss, ax_acc, r, color=colours.get(c["MGS_DENSITY"], "black"), linestyle="-" if ef else ":",
+                   label=f"ρ={c['MGS_DENSITY']} " + ("with EF" if ef else "no EF"))
+        ax_loss.set_title(selector)
+        ax_loss.set_yscale("log")
+        ax_acc.set_xlabel("epoch")
+        ax_acc.grid(alpha=0.3)
+        ax_loss.grid(alpha=0.3)
+    axes[0][0].set_ylabel("training loss")
+    axes[1][0].set_ylabel("test accuracy (%)")
+    handles, labels = axes[1][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=110)
 
 
 def main():
     args = parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.replot:
+        plot(json.loads(args.replot.read_text()), args.out / "convergence.png")
+        return 0
     results = []
     for config in configurations(args):
         name = config["label"].replace(" ", "_").replace("=", "")
