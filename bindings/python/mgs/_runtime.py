@@ -99,11 +99,15 @@ def horovod_environment(environ):
 _lock = threading.Lock()
 _atexit_registered = False
 _cross = None  # (cross_rank, cross_size, is_homogeneous), computed once per init
+# The world size, read once per init: results of completed operations are read
+# without asking the runtime again, which may already have shut down (another
+# rank finished first) while this rank still unpacks its last allgather.
+_world_size = None
 
 
 def init(adapter, comm=None):
     """Start the runtime on every rank (collective); a no-op while it runs. `adapter` names the caller."""
-    global _atexit_registered, _cross, _horovod_reported
+    global _atexit_registered, _cross, _horovod_reported, _world_size
     if comm is not None:
         raise ValueError(f"{adapter}.init(): mgs runs on MPI_COMM_WORLD; a communicator cannot be given")
     L = lib()
@@ -140,6 +144,7 @@ def init(adapter, comm=None):
         # reference buffers that interpreter teardown frees.
         atexit.register(shutdown)
         _atexit_registered = True
+    _world_size = size()
     _cross = _compute_cross()
 
 
@@ -178,7 +183,7 @@ def _compute_cross():
     """
     mine = (ctypes.c_int32 * 2)(local_rank(), local_size())
     handle = enqueue_allgather("allgather.mgs.topology", CTensor(mine, _abi.MGS_INT32, (1, 2)))
-    n = size()
+    n = _world_size
     out = (ctypes.c_int32 * (2 * n))()
     try:
         wait(handle)
@@ -193,6 +198,11 @@ def cross_topology(locals_, me):
     """(cross_rank, cross_size, is_homogeneous) of rank `me`, from every rank's (local_rank, local_size)."""
     peers = [r for r in range(len(locals_)) if locals_[r][0] == locals_[me][0]]
     return peers.index(me), len(peers), len({ls for _, ls in locals_}) == 1
+
+
+def world_size():
+    """size(), as read at init(): usable while unpacking results after another rank shut the job down."""
+    return _world_size or size()
 
 
 def _cross_value(i):
@@ -324,7 +334,7 @@ def allgather_output(handle):
     L = lib()
     ndim, shape = ctypes.c_int32(0), (ctypes.c_int64 * _abi.MGS_MAX_DIMS)()
     L.check(L.mgs_allgather_output_shape(handle, ctypes.byref(ndim), shape))
-    sizes = (ctypes.c_int64 * size())()
+    sizes = (ctypes.c_int64 * world_size())()
     L.check(L.mgs_allgather_rank_sizes(handle, sizes))
     return list(shape[:ndim.value]), [int(s) for s in sizes]
 

@@ -319,7 +319,7 @@ def sparse_allreduce_async(tensor, name=None, op=Average, prescale_factor=1.0, p
 
     def post(results):
         indices, vals = results
-        factor = scale / size() if op == Average else scale
+        factor = scale / _runtime.world_size() if op == Average else scale
         if factor != 1.0:
             vals = vals * factor
         return torch.sparse_coo_tensor(indices.t(), vals, tensor.shape).coalesce()
