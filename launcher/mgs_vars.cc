@@ -11,6 +11,12 @@ std::string flagNameFor(const std::string& param_name) {
   return s;
 }
 
+std::string flagHelp(const ParamSpec& spec) {
+  const std::string def = spec.default_value.empty() ? "unset" : spec.default_value;
+  return spec.name + ": " + spec.doc + " Allowed: " + spec.allowed + ". Default: " + def + "." +
+         (spec.scope == Scope::kSameOnAllRanks ? " Same on every rank (checked at mgs_init)." : "");
+}
+
 Status validateVariables(const std::map<std::string, std::string>& flag_vars,
                          const std::map<std::string, std::string>& env,
                          std::map<std::string, std::string>* merged) {

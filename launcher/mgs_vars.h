@@ -16,6 +16,10 @@ namespace launcher {
 // "MGS_STALL_ABORT_S" -> "stall-abort-s" (the flag is "--stall-abort-s").
 std::string flagNameFor(const std::string& param_name);
 
+// The --help text of a parameter's flag, from its table row: doc, allowed
+// values, default, and whether every rank must get the same value.
+std::string flagHelp(const ParamSpec& spec);
+
 // Checks every flag value (name -> value, names are MGS_* parameter names)
 // against the table, then the merged set (environment's MGS_* overridden by
 // the flags) exactly as mgs_init would, so an unknown MGS_* name in the

@@ -134,9 +134,7 @@ int run(int argc, char** argv) {
   std::map<std::string, std::string> values;  // parameter name -> flag value
   std::vector<std::pair<std::string, CLI::Option*>> param_opts;
   for (const auto& spec : mgs::paramSpecs()) {
-    const std::string def = spec.default_value.empty() ? "unset" : spec.default_value;
-    const std::string desc =
-        spec.name + ": " + spec.doc + " Allowed: " + spec.allowed + ". Default: " + def + ".";
+    const std::string desc = mgs::launcher::flagHelp(spec);
     param_opts.emplace_back(spec.name, app.add_option("--" + flagNameFor(spec.name), values[spec.name], desc)
                                            ->type_name(typeName(spec.type))
                                            ->group(group));

@@ -2,8 +2,10 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
-#include <sstream>
+
+#include "common/check.h"
 
 extern char** environ;
 
@@ -35,12 +37,28 @@ bool parseInt(const std::string& s, int64_t* out) {
   return true;
 }
 
-// Builders for the common kinds; each returns a ParamSpec with `apply` set.
-ParamSpec enumParam(std::string name, std::string def, std::vector<std::string> values,
+// Shortest of %.15g / %.17g that reads back to the same double, so the
+// printout stays readable ("0.001") and the agreement digest is exact.
+std::string showDouble(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string joined(const std::vector<std::string>& values) {
+  std::string s;
+  for (size_t i = 0; i < values.size(); ++i) s += (i ? ", " : "") + values[i];
+  return s;
+}
+
+// Builders for the kinds of parameter; each returns a ParamSpec with `apply`
+// and `show` bound to one Config field, so a row of the table is the only
+// place a parameter is written down.
+ParamSpec enumParam(std::string name, std::string def, std::vector<std::string> values, Scope scope,
                     std::string doc, std::string Config::*field) {
-  std::string allowed = "one of ";
-  for (size_t i = 0; i < values.size(); ++i) allowed += (i ? ", " : "") + values[i];
-  ParamSpec p{name, "enum", def, allowed, std::move(doc), nullptr};
+  const std::string allowed = "one of " + joined(values);
+  ParamSpec p{name, "enum", std::move(def), allowed, std::move(doc), scope, nullptr, nullptr};
   p.apply = [name, values, allowed, field](const std::string& v, Config& c) {
     for (const auto& ok : values)
       if (v == ok) {
@@ -49,138 +67,150 @@ ParamSpec enumParam(std::string name, std::string def, std::vector<std::string> 
       }
     return bad(name, v, allowed);
   };
+  p.show = [field](const Config& c) { return c.*field; };
   return p;
 }
 
+// A number in [lo, hi], or (lo, hi] when lo_open.
 ParamSpec doubleParam(std::string name, std::string def, double lo, bool lo_open, double hi,
-                      std::string allowed, std::string doc, double Config::*field) {
-  ParamSpec p{name, "float", def, allowed, std::move(doc), nullptr};
+                      std::string allowed, Scope scope, std::string doc, double Config::*field) {
+  ParamSpec p{name, "float", std::move(def), allowed, std::move(doc), scope, nullptr, nullptr};
   p.apply = [name, lo, lo_open, hi, allowed, field](const std::string& v, Config& c) {
     double d;
     if (!parseDouble(v, &d) || d < lo || (lo_open && d == lo) || d > hi) return bad(name, v, allowed);
     c.*field = d;
     return Status::OK();
   };
+  p.show = [field](const Config& c) { return showDouble(c.*field); };
   return p;
 }
 
-ParamSpec intParam(std::string name, std::string def, int64_t lo, std::string allowed,
+ParamSpec intParam(std::string name, std::string def, int64_t lo, int64_t hi, std::string allowed, Scope scope,
                    std::string doc, int64_t Config::*field) {
-  ParamSpec p{name, "int", def, allowed, std::move(doc), nullptr};
-  p.apply = [name, lo, allowed, field](const std::string& v, Config& c) {
+  ParamSpec p{name, "int", std::move(def), allowed, std::move(doc), scope, nullptr, nullptr};
+  p.apply = [name, lo, hi, allowed, field](const std::string& v, Config& c) {
     int64_t i;
-    if (!parseInt(v, &i) || i < lo) return bad(name, v, allowed);
+    if (!parseInt(v, &i) || i < lo || i > hi) return bad(name, v, allowed);
     c.*field = i;
     return Status::OK();
   };
+  p.show = [field](const Config& c) { return std::to_string(c.*field); };
+  return p;
+}
+
+ParamSpec boolParam(std::string name, std::string def, Scope scope, std::string doc, bool Config::*field) {
+  ParamSpec p{name, "bool", std::move(def), "0 or 1", std::move(doc), scope, nullptr, nullptr};
+  p.apply = [name, field](const std::string& v, Config& c) {
+    if (v != "0" && v != "1") return bad(name, v, "0 or 1");
+    c.*field = v == "1";
+    return Status::OK();
+  };
+  p.show = [field](const Config& c) { return std::string(c.*field ? "1" : "0"); };
+  return p;
+}
+
+// Free text (paths); `non_empty` rejects an empty value.
+ParamSpec textParam(std::string name, std::string type, std::string def, std::string allowed, bool non_empty,
+                    Scope scope, std::string doc, std::string Config::*field) {
+  ParamSpec p{name, std::move(type), std::move(def), allowed, std::move(doc), scope, nullptr, nullptr};
+  p.apply = [name, allowed, non_empty, field](const std::string& v, Config& c) {
+    if (non_empty && v.empty()) return bad(name, v, allowed);
+    c.*field = v;
+    return Status::OK();
+  };
+  p.show = [field](const Config& c) { return c.*field; };
   return p;
 }
 
 std::vector<ParamSpec> buildSpecs() {
   constexpr double kInf = HUGE_VAL;
+  constexpr Scope kSame = Scope::kSameOnAllRanks, kLocal = Scope::kPerRank;
   std::vector<ParamSpec> s;
-  s.push_back(enumParam("MGS_COMPRESSOR", "none", {"none", "topk", "gaussiank", "ldte", "dgc", "randomk"},
+  s.push_back(enumParam("MGS_COMPRESSOR", "none", {"none", "topk", "gaussiank", "ldte", "dgc", "randomk"}, kSame,
                         "Gradient selector for tensors enqueued with MGS_FLAG_SPARSE_OK. 'none' keeps "
                         "every reduction exact (a drop-in never changes the math silently).",
                         &Config::compressor));
-  s.push_back(doubleParam("MGS_DENSITY", "0.001", 0.0, true, 1.0, "a number in (0, 1]",
+  s.push_back(doubleParam("MGS_DENSITY", "0.001", 0.0, true, 1.0, "a number in (0, 1]", kSame,
                           "Fraction of each merged bucket's elements to send (k = max(1, floor(density*n))).",
                           &Config::density));
   s.push_back(enumParam("MGS_PLANNER", "auto",
                         {"auto", "mgs", "mgwfbp", "mgs-greedy", "mgwfbp-greedy", "fusion", "layerwise", "single"},
+                        kSame,
                         "Merge planner. 'auto' uses the exact MGS dynamic program when a compressor is "
                         "set and the exact MG-WFBP dynamic program for dense reductions.",
                         &Config::planner));
-  s.push_back(intParam("MGS_FUSION_THRESHOLD_BYTES", "67108864", 0, "an integer >= 0 (bytes)",
+  s.push_back(intParam("MGS_FUSION_THRESHOLD_BYTES", "67108864", 0, INT64_MAX, "an integer >= 0 (bytes)", kSame,
                        "Largest fused buffer for small dense operations (and the 'fusion' planner's "
                        "threshold). 0 disables fusion.",
                        &Config::fusion_threshold_bytes));
-  s.push_back(intParam("MGS_MIN_SPARSE_ELEMENTS", "4096", 0, "an integer >= 0",
+  s.push_back(intParam("MGS_MIN_SPARSE_ELEMENTS", "4096", 0, INT64_MAX, "an integer >= 0", kSame,
                        "Sparse-eligible tensors smaller than this are reduced densely.",
                        &Config::min_sparse_elements));
-  s.push_back(enumParam("MGS_BACKEND", "auto", {"auto", "mpi", "nccl"},
-                        "Communication backend for CUDA tensors: 'auto' uses NCCL when the library "
-                        "was built with it, else host-staged MPI.",
+  s.push_back(enumParam("MGS_BACKEND", "auto", backendNames(), kSame,
+                        "Communication backend. 'auto' picks the best one built in; this build has only "
+                        "MPI (CUDA tensors are staged through host memory).",
                         &Config::backend));
-  {
-    ParamSpec p{"MGS_ERROR_FEEDBACK", "bool", "1", "0 or 1", "Keep unsent gradient entries as a residual "
-                "added to the next step (error feedback). 0 only for ablations.", nullptr};
-    p.apply = [](const std::string& v, Config& c) {
-      if (v == "1") c.error_feedback = true;
-      else if (v == "0") c.error_feedback = false;
-      else return bad("MGS_ERROR_FEEDBACK", v, "0 or 1");
-      return Status::OK();
-    };
-    s.push_back(std::move(p));
-  }
-  s.push_back(intParam("MGS_WARMUP_STEPS", "0", 0, "an integer >= 0",
+  s.push_back(boolParam("MGS_ERROR_FEEDBACK", "1", kSame,
+                        "Keep unsent gradient entries as a residual added to the next step (error "
+                        "feedback). 0 only for ablations.",
+                        &Config::error_feedback));
+  // Upper bounds keep step arithmetic (warmup_steps + 1, step counters)
+  // far from overflow; no real run comes near them.
+  s.push_back(intParam("MGS_WARMUP_STEPS", "0", 0, 1000000000, "an integer in [0, 1000000000]", kSame,
                        "Steps of DGC-style density warm-up, decaying exponentially from dense to MGS_DENSITY.",
                        &Config::warmup_steps));
-  s.push_back(intParam("MGS_PROFILE_STEPS", "5", 1, "an integer >= 1",
+  s.push_back(intParam("MGS_PROFILE_STEPS", "5", 1, 1000000000, "an integer in [1, 1000000000]", kSame,
                        "Steps recorded (gradient order and timing) before the merge plan is computed.",
                        &Config::profile_steps));
-  s.push_back(doubleParam("MGS_CYCLE_TIME_MS", "1", 0.0, true, 10000.0, "a number in (0, 10000] (milliseconds)",
+  // Steers when a partial sparse bucket is flushed, a decision every rank
+  // must take in the same cycle. The floor keeps cycles-per-second in an int.
+  s.push_back(doubleParam("MGS_CYCLE_TIME_MS", "1", 0.001, false, 10000.0,
+                          "a number in [0.001, 10000] (milliseconds)", kSame,
                           "Coordinator cycle: how often ranks negotiate which tensors are ready.",
                           &Config::cycle_time_ms));
-  {
-    ParamSpec p{"MGS_TIMELINE", "path", "", "a writable file path",
-                "Rank 0 writes a Chrome-trace JSON timeline (chrome://tracing, Perfetto) here.", nullptr};
-    p.apply = [](const std::string& v, Config& c) {
-      c.timeline = v;
-      return Status::OK();
-    };
-    s.push_back(std::move(p));
-  }
-  s.push_back(enumParam("MGS_LOG_LEVEL", "warn", {"trace", "debug", "info", "warn", "error", "off"},
+  s.push_back(textParam("MGS_TIMELINE", "path", "", "a writable file path", false, kLocal,
+                        "Rank 0 writes a Chrome-trace JSON timeline (chrome://tracing, Perfetto) here.",
+                        &Config::timeline));
+  s.push_back(enumParam("MGS_LOG_LEVEL", "warn", {"trace", "debug", "info", "warn", "error", "off"}, kLocal,
                         "Log level of the 'mgs' logger (stderr, rank in every line).", &Config::log_level));
-  s.push_back(doubleParam("MGS_STALL_WARNING_S", "60", 0.0, true, kInf, "a number > 0 (seconds)",
+  // Stall verdicts are taken by rank 0 alone and broadcast, so these may differ.
+  s.push_back(doubleParam("MGS_STALL_WARNING_S", "60", 0.0, true, kInf, "a number > 0 (seconds)", kLocal,
                           "Warn, naming the tensor and the missing ranks, when some ranks submitted a "
                           "tensor and others did not for this long.",
                           &Config::stall_warning_s));
-  s.push_back(doubleParam("MGS_STALL_ABORT_S", "0", 0.0, false, kInf, "a number >= 0 (seconds; 0 = never)",
+  s.push_back(doubleParam("MGS_STALL_ABORT_S", "0", 0.0, false, kInf, "a number >= 0 (seconds; 0 = never)", kLocal,
                           "Fail stalled operations with MGS_ERR_TIMEOUT after this long instead of "
-                          "waiting forever.",
+                          "waiting forever (rank 0's value decides).",
                           &Config::stall_abort_s));
-  {
-    ParamSpec p{"MGS_CALIBRATION", "string", "auto", "'auto', 'off' or a JSON file path",
-                "Cost-model calibration: measure collectives at init ('auto'), use presets ('off'), "
-                "or load a saved JSON file.", nullptr};
-    p.apply = [](const std::string& v, Config& c) {
-      if (v.empty()) return bad("MGS_CALIBRATION", v, "'auto', 'off' or a JSON file path");
-      c.calibration = v;
-      return Status::OK();
-    };
-    s.push_back(std::move(p));
-  }
-  {
-    ParamSpec p{"MGS_DENSE_FALLBACK", "bool", "1", "0 or 1",
-                "Let the cost model send a sparse bucket as a dense allreduce when that is predicted "
-                "faster. 0 always sends sparse (ablations, convergence studies).", nullptr};
-    p.apply = [](const std::string& v, Config& c) {
-      if (v == "1") c.dense_fallback = true;
-      else if (v == "0") c.dense_fallback = false;
-      else return bad("MGS_DENSE_FALLBACK", v, "0 or 1");
-      return Status::OK();
-    };
-    s.push_back(std::move(p));
-  }
-  s.push_back(intParam("MGS_THREADS", "0", 0, "an integer >= 0 (0 = auto)",
+  // 'auto' runs collectives at init: every rank must take the same branch.
+  s.push_back(textParam("MGS_CALIBRATION", "string", "auto", "'auto', 'off' or a JSON file path", true, kSame,
+                        "Cost-model calibration: measure collectives at init ('auto'), use presets ('off'), "
+                        "or load a saved JSON file (docs/planner.md).",
+                        &Config::calibration));
+  s.push_back(boolParam("MGS_DENSE_FALLBACK", "1", kSame,
+                        "Let the cost model send a sparse bucket as a dense allreduce when that is predicted "
+                        "faster. 0 always sends sparse (ablations, convergence studies).",
+                        &Config::dense_fallback));
+  // A rank's own CPU budget: threads change how fast a rank selects, never
+  // what it sends, so ranks may differ.
+  s.push_back(intParam("MGS_THREADS", "0", 0, 4096, "an integer in [0, 4096] (0 = auto)", kLocal,
                        "CPU threads for the runtime's own work on a rank (fusion, selection, scatter). "
                        "0 (auto): the cores this process may run on divided by the ranks on this node, "
                        "at most 8, so a rank never competes with its own training for cores; buckets "
                        "too small to gain run on one thread.",
                        &Config::threads));
-  {
-    ParamSpec p{"MGS_LIBRARY", "path", "", "a path to libmgs.so",
-                "Which libmgs the Python bindings load (they search their package, then build/). "
-                "Ignored by the runtime itself.", nullptr};
-    p.apply = [](const std::string& v, Config& c) {
-      c.library = v;
-      return Status::OK();
-    };
-    s.push_back(std::move(p));
-  }
+  s.push_back(textParam("MGS_LIBRARY", "path", "", "a path to libmgs.so", false, kLocal,
+                        "Which libmgs the Python bindings load (they search their package, then build/). "
+                        "Ignored by the runtime itself.",
+                        &Config::library));
   return s;
+}
+
+// FNV-1a: stable across processes and builds, unlike std::hash.
+uint64_t digest(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
 }
 
 }  // namespace
@@ -188,6 +218,11 @@ std::vector<ParamSpec> buildSpecs() {
 std::string Config::effectivePlanner() const {
   if (planner != "auto") return planner;
   return compressor == "none" ? "mgwfbp" : "mgs";
+}
+
+const std::vector<std::string>& backendNames() {
+  static const std::vector<std::string> names = {"auto", "mpi"};
+  return names;
 }
 
 const std::vector<ParamSpec>& paramSpecs() {
@@ -236,18 +271,50 @@ std::map<std::string, std::string> mgsEnvironment() {
 }
 
 std::string describeConfig(const Config& c) {
-  std::ostringstream os;
-  os << "MGS_COMPRESSOR=" << c.compressor << " MGS_DENSITY=" << c.density
-     << " MGS_PLANNER=" << c.planner << " (" << c.effectivePlanner() << ")"
-     << " MGS_FUSION_THRESHOLD_BYTES=" << c.fusion_threshold_bytes
-     << " MGS_MIN_SPARSE_ELEMENTS=" << c.min_sparse_elements << " MGS_BACKEND=" << c.backend
-     << " MGS_ERROR_FEEDBACK=" << c.error_feedback << " MGS_WARMUP_STEPS=" << c.warmup_steps
-     << " MGS_PROFILE_STEPS=" << c.profile_steps << " MGS_CYCLE_TIME_MS=" << c.cycle_time_ms
-     << " MGS_TIMELINE=" << c.timeline << " MGS_LOG_LEVEL=" << c.log_level
-     << " MGS_STALL_WARNING_S=" << c.stall_warning_s << " MGS_STALL_ABORT_S=" << c.stall_abort_s
-     << " MGS_CALIBRATION=" << c.calibration << " MGS_DENSE_FALLBACK=" << c.dense_fallback
-     << " MGS_THREADS=" << c.threads;
-  return os.str();
+  std::string s;
+  for (const auto& p : paramSpecs()) {
+    s += (s.empty() ? "" : " ") + p.name + "=" + p.show(c);
+    if (p.name == "MGS_PLANNER") s += " (" + c.effectivePlanner() + ")";
+  }
+  return s;
+}
+
+std::vector<uint64_t> agreementDigests(const Config& config) {
+  std::vector<uint64_t> d;
+  for (const auto& p : paramSpecs())
+    if (p.scope == Scope::kSameOnAllRanks) d.push_back(digest(p.show(config)));
+  return d;
+}
+
+std::string agreementErrors(const Config& config, const std::vector<uint64_t>& all, int size) {
+  const size_t n = agreementDigests(config).size();
+  if (size <= 0 || all.size() != n * static_cast<size_t>(size))
+    return "internal: expected " + std::to_string(n) + " settings from each of " + std::to_string(size) +
+           " ranks, got " + std::to_string(all.size()) + " values";
+  std::string diff;
+  size_t f = 0;
+  for (const auto& p : paramSpecs()) {
+    if (p.scope != Scope::kSameOnAllRanks) continue;
+    std::string ranks;
+    for (int r = 1; r < size; ++r)
+      if (all[r * n + f] != all[f]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    if (!ranks.empty())
+      diff += (diff.empty() ? "" : "; ") + p.name + " differs on ranks " + ranks + " (this rank has '" +
+              p.show(config) + "')";
+    ++f;
+  }
+  return diff;
+}
+
+Status checkAgreement(const Config& config, int size,
+                      const std::function<Status(const void* in, size_t bytes, void* out)>& allgather) {
+  const std::vector<uint64_t> mine = agreementDigests(config);
+  std::vector<uint64_t> all(mine.size() * static_cast<size_t>(size));
+  MGS_RETURN_IF_ERROR(allgather(mine.data(), mine.size() * sizeof(uint64_t), all.data()));
+  const std::string diff = agreementErrors(config, all, size);
+  if (diff.empty()) return Status::OK();
+  return Status(Code::kConfig, "MGS_* settings differ from rank 0's: " + diff +
+                                   "; give every rank the same settings, as mgsrun does");
 }
 
 }  // namespace mgs

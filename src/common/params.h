@@ -1,19 +1,24 @@
 // Every MGS_* environment variable, declared once: name, kind, default,
-// allowed values and documentation. The same table drives parsing at
-// mgs_init, `mgsrun --help`, and docs/configuration.md.
+// allowed values, documentation, whether all ranks must agree on it, how to
+// parse it into Config and how to print it back. That one table drives parsing
+// at mgs_init, the cross-rank agreement check, the debug printout of the
+// effective configuration, `mgsrun` flags and `--help`, and
+// docs/configuration.md (checked against it by a unit test).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
 
 namespace mgs {
 
-// Parsed, validated configuration. Field defaults are the documented defaults.
+// Parsed, validated configuration. Field defaults are the documented defaults
+// (a unit test checks that each table default parses to the field's default).
 struct Config {
   std::string compressor = "none";
   double density = 0.001;
@@ -38,20 +43,33 @@ struct Config {
   std::string effectivePlanner() const;
 };
 
+// Whether a parameter steers a decision that ranks take independently but
+// must take identically (what is sent, when a partial bucket flushes, which
+// collectives run at init). Those are compared across ranks at mgs_init.
+enum class Scope { kSameOnAllRanks, kPerRank };
+
 struct ParamSpec {
   std::string name;          // "MGS_DENSITY"
   std::string type;          // "float", "int", "bool", "enum", "path", "string"
   std::string default_value; // as a user would write it
   std::string allowed;       // human-readable allowed values, used in errors
   std::string doc;
+  Scope scope = Scope::kSameOnAllRanks;
   // Parse `value` into `config`; an error message says what is allowed.
   std::function<Status(const std::string& value, Config& config)> apply;
+  // The field's value in `config`, written so that apply() reads it back to
+  // the same value (doubles with enough digits to round-trip).
+  std::function<std::string(const Config& config)> show;
 };
 
 // The table of all parameters, in documentation order.
 const std::vector<ParamSpec>& paramSpecs();
 // nullptr when `name` is not an mgs parameter.
 const ParamSpec* findParam(const std::string& name);
+
+// The values MGS_BACKEND accepts in this build. A backend is added here (and
+// only here) when it exists: the NCCL backend adds "nccl" behind its build flag.
+const std::vector<std::string>& backendNames();
 
 // Parse a set of variables (name -> value; only names starting with "MGS_" are
 // looked at). Unknown MGS_* names and bad values give kConfig errors naming the
@@ -60,7 +78,22 @@ Status parseConfig(const std::map<std::string, std::string>& vars, Config* out);
 // All MGS_* variables of this process's environment.
 std::map<std::string, std::string> mgsEnvironment();
 
-// "MGS_DENSITY=0.01 MGS_COMPRESSOR=topk ..." for debug logs.
+// "MGS_COMPRESSOR=topk MGS_DENSITY=0.01 ..." (every parameter, table order) for
+// debug logs.
 std::string describeConfig(const Config& config);
+
+// --- Cross-rank agreement -----------------------------------------------------
+// One 64-bit digest per kSameOnAllRanks parameter, in table order. Ranks
+// allgather their digests and compare them with agreementErrors().
+std::vector<uint64_t> agreementDigests(const Config& config);
+// `all` holds every rank's agreementDigests(), rank after rank. Empty when
+// they agree; else a message naming each differing variable, this rank's
+// value and the ranks whose value differs from rank 0's.
+std::string agreementErrors(const Config& config, const std::vector<uint64_t>& all, int size);
+// The whole check: `allgather(in, bytes, out)` gathers `bytes` from each rank
+// into `out` in rank order (the communicator's allgather). kConfig on every
+// rank when any rank differs from rank 0.
+Status checkAgreement(const Config& config, int size,
+                      const std::function<Status(const void* in, size_t bytes, void* out)>& allgather);
 
 }  // namespace mgs

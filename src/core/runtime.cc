@@ -16,36 +16,11 @@
 namespace mgs {
 namespace {
 
-// Every rank must run the same math: compare the settings that change what is
-// sent across ranks, and name the variable and the ranks that differ.
+// Every rank must run the same math: the parameter table says which settings
+// must agree (params.h); name the variable and the ranks that differ.
 Status checkConfigAgrees(Communicator& comm, const Config& c) {
-  const std::vector<std::pair<const char*, std::string>> fields = {
-      {"MGS_COMPRESSOR", c.compressor},
-      {"MGS_DENSITY", std::to_string(c.density)},
-      {"MGS_PLANNER", c.planner},
-      {"MGS_FUSION_THRESHOLD_BYTES", std::to_string(c.fusion_threshold_bytes)},
-      {"MGS_MIN_SPARSE_ELEMENTS", std::to_string(c.min_sparse_elements)},
-      {"MGS_ERROR_FEEDBACK", std::to_string(c.error_feedback)},
-      {"MGS_WARMUP_STEPS", std::to_string(c.warmup_steps)},
-      {"MGS_PROFILE_STEPS", std::to_string(c.profile_steps)},
-      {"MGS_CALIBRATION", c.calibration},
-      {"MGS_DENSE_FALLBACK", std::to_string(c.dense_fallback)}};
-  std::vector<uint64_t> mine;
-  for (const auto& f : fields) mine.push_back(std::hash<std::string>()(f.second));
-  std::vector<uint64_t> all(mine.size() * comm.size());
-  MGS_RETURN_IF_ERROR(comm.allgather(mine.data(), mine.size() * sizeof(uint64_t), all.data()));
-  std::string diff;
-  for (size_t f = 0; f < fields.size(); ++f) {
-    std::string ranks;
-    for (int r = 1; r < comm.size(); ++r)
-      if (all[r * mine.size() + f] != all[f]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-    if (!ranks.empty()) diff += std::string(diff.empty() ? "" : "; ") + fields[f].first + " on ranks " + ranks;
-  }
-  MGS_ENSURE(diff.empty(), kConfig,
-             "MGS_* settings differ from rank 0's: " << diff
-                 << " (this rank has " << fields[0].first << "=" << c.compressor
-                 << "); give every rank the same settings, as mgsrun does");
-  return Status::OK();
+  return checkAgreement(c, comm.size(),
+                        [&](const void* in, size_t n, void* out) { return comm.allgather(in, n, out); });
 }
 
 Status checkTensor(const std::string& name, const char* role, const TensorDesc& t) {

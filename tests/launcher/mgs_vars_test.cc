@@ -24,6 +24,14 @@ TEST_CASE("every MGS_* parameter has a flag derived from its name", "[launcher]"
   }
 }
 
+TEST_CASE("flag help comes from the table row, scope included", "[launcher]") {
+  const std::string cycle = flagHelp(*findParam("MGS_CYCLE_TIME_MS"));
+  CHECK(cycle.find(findParam("MGS_CYCLE_TIME_MS")->allowed) != std::string::npos);
+  CHECK(cycle.find("Same on every rank") != std::string::npos);
+  CHECK(flagHelp(*findParam("MGS_LOG_LEVEL")).find("Same on every rank") == std::string::npos);
+  CHECK(flagHelp(*findParam("MGS_TIMELINE")).find("Default: unset.") != std::string::npos);
+}
+
 TEST_CASE("validateVariables merges the environment's MGS_* with the flags", "[launcher]") {
   std::map<std::string, std::string> merged;
   REQUIRE(validateVariables({{"MGS_DENSITY", "0.1"}},

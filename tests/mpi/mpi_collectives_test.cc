@@ -619,6 +619,23 @@ void scenarioSparseNonFinite() {
   }
 }
 
+// Launched with a different MGS_CYCLE_TIME_MS on some ranks (it decides when
+// partial sparse buckets flush): mgs_init must fail on every rank with
+// MGS_ERR_CONFIG naming the variable, not end the job inside MPI. Runs before
+// (instead of) the shared mgs_init below.
+int scenarioConfigMismatch() {
+  const mgs_status_t st = mgs_init();
+  const std::string msg = mgs_last_error();
+  if (st == MGS_SUCCESS) mgs_shutdown();
+  if (st != MGS_ERR_CONFIG || msg.find("MGS_CYCLE_TIME_MS differs on ranks") == std::string::npos) {
+    std::fprintf(stderr, "config_mismatch: mgs_init -> %d '%s', expected MGS_ERR_CONFIG naming MGS_CYCLE_TIME_MS\n",
+                 static_cast<int>(st), msg.c_str());
+    return 1;
+  }
+  std::printf("config_mismatch: got the expected error: %s\n", msg.c_str());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s allreduce|many|allgather|broadcast|mismatch|duplicate|stall|killed|shutdown\n", argv[0]);
@@ -631,6 +648,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "mgs_rank before mgs_init did not fail with a message naming mgs_init()\n");
     return 1;
   }
+  if (scenario == "config_mismatch") return scenarioConfigMismatch();
   if (mgs_init() != MGS_SUCCESS) {
     std::fprintf(stderr, "mgs_init failed: %s\n", mgs_last_error());
     return 1;

@@ -81,6 +81,15 @@ Status MpiCommunicator::create(std::unique_ptr<Communicator>* out) {
                    << provided << "; mgs needs MPI_THREAD_MULTIPLE (" << MPI_THREAD_MULTIPLE
                    << ") when the application calls MPI itself");
   }
+  if (g_mpi_owned) {
+    // Open MPI reports an error completing a nonblocking collective (our
+    // MPI_Iallgather: MPI_Test on a truncated receive) through
+    // MPI_COMM_WORLD's handler, not the request's communicator, so ERRORS_RETURN
+    // on our duplicate alone would still end the job with
+    // MPI_ERRORS_ARE_FATAL. We initialised MPI, so world's handler is ours to
+    // set; an application that initialised MPI keeps the handler it chose.
+    MGS_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  }
   std::unique_ptr<MpiCommunicator> c(new MpiCommunicator());
   MGS_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c->comm_));
   MGS_MPI_CHECK(MPI_Comm_set_errhandler(c->comm_, MPI_ERRORS_RETURN));

@@ -7,7 +7,7 @@
 
 #include "common/params.h"
 
-TEST_CASE("docs/configuration.md lists every variable with its default", "[params][docs]") {
+TEST_CASE("docs/configuration.md lists every variable with its default, scope and allowed values", "[params][docs]") {
   std::ifstream f(MGS_SOURCE_DIR "/docs/configuration.md");
   REQUIRE(f.good());
   std::stringstream ss;
@@ -16,7 +16,9 @@ TEST_CASE("docs/configuration.md lists every variable with its default", "[param
   for (const auto& p : mgs::paramSpecs()) {
     INFO(p.name);
     const std::string row = "| `" + p.name + "` | " + p.type + " | `" +
-                            (p.default_value.empty() ? "(unset)" : p.default_value) + "` |";
+                            (p.default_value.empty() ? "(unset)" : p.default_value) + "` | " +
+                            (p.scope == mgs::Scope::kSameOnAllRanks ? "same" : "per rank") + " | " + p.allowed +
+                            " |";
     CHECK(doc.find(row) != std::string::npos);
   }
 }

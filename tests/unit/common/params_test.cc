@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
 #include "common/params.h"
 
 using mgs::Code;
@@ -44,10 +46,13 @@ TEST_CASE("bad values name the variable, the value and what is allowed", "[param
       {"MGS_DENSITY", "0", "(0, 1]"},        {"MGS_DENSITY", "1.5", "(0, 1]"},
       {"MGS_DENSITY", "abc", "(0, 1]"},      {"MGS_DENSITY", "nan", "(0, 1]"},
       {"MGS_COMPRESSOR", "top-k", "gaussiank"}, {"MGS_ERROR_FEEDBACK", "yes", "0 or 1"},
-      {"MGS_CYCLE_TIME_MS", "0", "(0, 10000]"}, {"MGS_FUSION_THRESHOLD_BYTES", "-1", ">= 0"},
-      {"MGS_PROFILE_STEPS", "0", ">= 1"},    {"MGS_LOG_LEVEL", "verbose", "trace"},
+      {"MGS_CYCLE_TIME_MS", "0", "[0.001, 10000]"}, {"MGS_FUSION_THRESHOLD_BYTES", "-1", ">= 0"},
+      {"MGS_PROFILE_STEPS", "0", "[1, 1000000000]"},    {"MGS_LOG_LEVEL", "verbose", "trace"},
       {"MGS_PLANNER", "best", "mgwfbp"},      {"MGS_STALL_ABORT_S", "-2", ">= 0"},
-      {"MGS_WARMUP_STEPS", "1.5", "integer"},
+      {"MGS_WARMUP_STEPS", "1.5", "integer"}, {"MGS_BACKEND", "nccl", "auto, mpi"},
+      {"MGS_CYCLE_TIME_MS", "1e-9", "[0.001, 10000]"},
+      {"MGS_WARMUP_STEPS", "9223372036854775807", "[0, 1000000000]"},
+      {"MGS_CALIBRATION", "", "'auto', 'off'"},
   };
   for (const auto& b : cases) {
     Config c;
@@ -74,5 +79,86 @@ TEST_CASE("every parameter is declared once", "[params]") {
     CHECK(mgs::findParam(specs[i].name) == &specs[i]);
     for (size_t j = i + 1; j < specs.size(); ++j) CHECK(specs[i].name != specs[j].name);
   }
-  CHECK(specs.size() == 18);
+}
+
+TEST_CASE("each table default reads to the Config field's default, and show() reads back", "[params]") {
+  const Config defaults;
+  for (const auto& p : mgs::paramSpecs()) {
+    INFO(p.name);
+    CHECK(p.show(defaults) == p.default_value);
+    // A non-default value survives show() -> apply() unchanged.
+    Config c;
+    REQUIRE(parseConfig({{"MGS_DENSITY", "0.1"}, {"MGS_CYCLE_TIME_MS", "2.5"}, {"MGS_ERROR_FEEDBACK", "0"},
+                         {"MGS_COMPRESSOR", "ldte"}, {"MGS_TIMELINE", "/tmp/t.json"}},
+                        &c)
+                .ok());
+    Config back;
+    REQUIRE(p.apply(p.show(c), back).ok());
+    CHECK(p.show(back) == p.show(c));
+  }
+}
+
+TEST_CASE("the printout lists every parameter from the table", "[params]") {
+  Config c;
+  REQUIRE(parseConfig({{"MGS_COMPRESSOR", "topk"}, {"MGS_DENSITY", "0.01"}}, &c).ok());
+  const std::string s = mgs::describeConfig(c);
+  for (const auto& p : mgs::paramSpecs()) CHECK(s.find(p.name + "=") != std::string::npos);
+  CHECK(s.find("MGS_DENSITY=0.01 ") != std::string::npos);
+  CHECK(s.find("MGS_PLANNER=auto (mgs)") != std::string::npos);
+}
+
+namespace {
+// Runs the agreement check as `configs.size()` ranks would: every rank's
+// digests gathered in rank order, the check evaluated on each rank.
+std::vector<mgs::Status> agreement(const std::vector<Config>& configs) {
+  std::vector<uint64_t> all;
+  for (const auto& c : configs)
+    for (uint64_t d : mgs::agreementDigests(c)) all.push_back(d);
+  std::vector<mgs::Status> out;
+  const int size = static_cast<int>(configs.size());
+  for (const auto& c : configs)
+    out.push_back(mgs::checkAgreement(c, size, [&](const void*, size_t bytes, void* recv) {
+      REQUIRE(bytes * size == all.size() * sizeof(uint64_t));
+      std::memcpy(recv, all.data(), all.size() * sizeof(uint64_t));
+      return mgs::Status::OK();
+    }));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("settings that steer cross-rank decisions must agree; the others may differ", "[params]") {
+  for (const auto& p : mgs::paramSpecs()) {
+    // A valid value different from the default for each parameter.
+    std::string other;
+    if (p.type == "bool") other = p.default_value == "1" ? "0" : "1";
+    else if (p.name == "MGS_COMPRESSOR") other = "topk";
+    else if (p.name == "MGS_PLANNER") other = "single";
+    else if (p.name == "MGS_BACKEND") other = "mpi";
+    else if (p.name == "MGS_LOG_LEVEL") other = "error";
+    else if (p.type == "int" || p.type == "float") other = p.name == "MGS_DENSITY" ? "0.0011" : "7";
+    else other = "/tmp/somewhere.json";
+    INFO(p.name << "=" << other);
+    std::vector<Config> ranks(3);
+    REQUIRE(p.apply(other, ranks[2]).ok());
+    const auto st = agreement(ranks);
+    for (int r = 0; r < 3; ++r) {
+      if (p.scope == mgs::Scope::kPerRank) {
+        CHECK(st[r].ok());
+        continue;
+      }
+      CHECK(st[r].code() == Code::kConfig);
+      CHECK(st[r].message().find(p.name + " differs on ranks 2") != std::string::npos);
+      if (r == 2) CHECK(st[r].message().find("this rank has '" + other + "'") != std::string::npos);
+    }
+  }
+  // MGS_CYCLE_TIME_MS decides when partial sparse buckets flush (issue #12).
+  CHECK(mgs::findParam("MGS_CYCLE_TIME_MS")->scope == mgs::Scope::kSameOnAllRanks);
+  CHECK(mgs::findParam("MGS_LOG_LEVEL")->scope == mgs::Scope::kPerRank);
+  // Densities equal to six decimals still differ (the old check compared
+  // std::to_string's six digits).
+  std::vector<Config> ranks(2);
+  REQUIRE(parseConfig({{"MGS_DENSITY", "0.0000001"}}, &ranks[0]).ok());
+  REQUIRE(parseConfig({{"MGS_DENSITY", "0.0000002"}}, &ranks[1]).ok());
+  CHECK(agreement(ranks)[0].code() == Code::kConfig);
+  CHECK(agreement({Config(), Config(), Config(), Config()})[3].ok());
 }
