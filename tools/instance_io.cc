@@ -1,6 +1,9 @@
 #include "instance_io.h"
 
 #include <fstream>
+#include <sstream>
+
+#include "plan/cost_model_io.h"
 
 namespace mgs::tools {
 namespace {
@@ -8,37 +11,6 @@ namespace {
 using nlohmann::json;
 
 Status invalid(const std::string& msg) { return Status(Code::kInvalidArgument, msg); }
-
-Status parseComm(const json& j, const std::string& field, plan::CommModel* out) {
-  if (!j.is_object()) return invalid("'" + field + "' must be an object");
-  if (j.contains("table")) {
-    std::vector<plan::Sample> pts;
-    for (const auto& p : j.at("table")) {
-      if (!p.is_array() || p.size() != 2)
-        return invalid("'" + field + ".table' entries must be [bytes, seconds]");
-      pts.push_back({p[0].get<double>(), p[1].get<double>()});
-    }
-    return plan::CommModel::table(std::move(pts), out);
-  }
-  if (!j.contains("alpha_s") || !j.contains("beta_s_per_byte"))
-    return invalid("'" + field + "' needs alpha_s and beta_s_per_byte, or a table");
-  *out = plan::CommModel::linear(j.at("alpha_s").get<double>(), j.at("beta_s_per_byte").get<double>());
-  return Status::OK();
-}
-
-Status parseSparsify(const json& j, plan::SparsifyModel* out) {
-  const std::string kind = j.value("kind", std::string("nlogn"));
-  if (kind == "linear") {
-    out->kind = plan::SparsifyModel::Kind::kLinear;
-  } else if (kind == "nlogn") {
-    out->kind = plan::SparsifyModel::Kind::kNLogN;
-  } else {
-    return invalid("'sparsify.kind' must be \"linear\" or \"nlogn\", got \"" + kind + "\"");
-  }
-  if (!j.contains("c_s")) return invalid("'sparsify' needs c_s");
-  out->c_s = j.at("c_s").get<double>();
-  return Status::OK();
-}
 
 // nlohmann throws on type mismatches; turn that into a Status once here.
 template <typename F>
@@ -65,25 +37,30 @@ Status parseLayers(const json& j, std::vector<plan::LayerInfo>* out) {
   return Status::OK();
 }
 
-Status parseInstance(const json& j, plan::PlanInput* out) {
+Status parseInstance(const json& j, plan::PlanInput* out, const plan::CostModel* cost) {
   return guarded("instance", [&]() -> Status {
     if (!j.is_object()) return invalid("an instance must be a JSON object");
     plan::PlanInput in;
-    in.cost.density = j.value("density", in.cost.density);
+    if (j.contains("density")) {
+      if (!j.at("density").is_number()) return invalid("'density' must be a number");
+      in.cost.density = j.at("density").get<double>();
+    }
     if (j.contains("preset")) {
+      if (!j.at("preset").is_string()) return invalid("'preset' must be a string");
       const Status st = plan::costModelPreset(j.at("preset").get<std::string>(), &in.cost);
       if (!st.ok()) return st;
     }
     if (!j.contains("layers")) return invalid("an instance needs 'layers'");
     Status st = parseLayers(j.at("layers"), &in.layers);
     if (!st.ok()) return st;
-    in.cost.bytes_per_element = j.value("bytes_per_element", in.cost.bytes_per_element);
-    in.cost.workers = j.value("workers", in.cost.workers);
-    if (j.contains("allreduce") && !(st = parseComm(j["allreduce"], "allreduce", &in.cost.allreduce)).ok())
-      return st;
-    if (j.contains("allgather") && !(st = parseComm(j["allgather"], "allgather", &in.cost.allgather)).ok())
-      return st;
-    if (j.contains("sparsify") && !(st = parseSparsify(j["sparsify"], &in.cost.sparsify)).ok()) return st;
+    // The cost fields (workers, bytes_per_element, allreduce, allgather,
+    // sparsify) are those of a cost-model file, read by the same reader.
+    if (!(st = plan::readCostModelFields(j, &in.cost)).ok()) return st;
+    if (cost != nullptr) {
+      const double density = in.cost.density;
+      in.cost = *cost;
+      in.cost.density = density;  // the job's density, not the cluster's
+    }
     in.sparse = j.value("sparse", in.cost.density < 1.0);
     if (j.contains("selection")) {
       const std::string sel = j.at("selection").get<std::string>();
@@ -97,6 +74,16 @@ Status parseInstance(const json& j, plan::PlanInput* out) {
     *out = std::move(in);
     return Status::OK();
   });
+}
+
+Status readCostModelFile(const std::string& path, plan::CostModel* out) {
+  std::ifstream f(path);
+  if (!f) return invalid("cannot open '" + path + "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const Status st = plan::parseCostModel(ss.str(), out);
+  if (!st.ok()) return Status(st.code(), "'" + path + "': " + st.message());
+  return Status::OK();
 }
 
 Status parseTrace(const json& j, Trace* out) {

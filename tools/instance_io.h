@@ -13,8 +13,13 @@
 namespace mgs::tools {
 
 // An instance: layers in backward order plus the cost model. An optional
-// "preset" fills the cost model first; explicit fields override it.
-Status parseInstance(const nlohmann::json& j, plan::PlanInput* out);
+// "preset" fills the cost model first; explicit fields (read by
+// plan/cost_model_io.h, the format a saved calibration has) override it, and
+// `cost` (a --cost-model file), when given, replaces all but the density.
+Status parseInstance(const nlohmann::json& j, plan::PlanInput* out, const plan::CostModel* cost = nullptr);
+
+// A cost-model file (a calibration saved by MGS_CALIBRATION=<file>).
+Status readCostModelFile(const std::string& path, plan::CostModel* out);
 
 // A model trace for the simulator: layers (backward order) and forward time.
 struct Trace {

@@ -63,7 +63,11 @@ int main(int argc, char** argv) {
   CLI::App app{"Plan gradient merging for one model and cluster (mgs merge planner)"};
   std::string input, planner, selection;
   bool show = false;
+  std::string cost_path;
   app.add_option("-i,--input", input, "instance JSON (docs/planner.md)")->required();
+  app.add_option("-c,--cost-model", cost_path,
+                 "cost-model JSON, e.g. a calibration the runtime saved with MGS_CALIBRATION=<file>; replaces "
+                 "the instance's cost model (its density stays)");
   std::string names = "all";
   for (const auto& n : mgs::plan::plannerNames()) names += ", " + n;
   app.add_option("-p,--planner", planner,
@@ -78,8 +82,16 @@ int main(int argc, char** argv) {
 
   nlohmann::json j;
   PlanInput in;
+  mgs::plan::CostModel cost;
+  if (!cost_path.empty()) {
+    const mgs::Status cst = mgs::tools::readCostModelFile(cost_path, &cost);
+    if (!cst.ok()) {
+      std::cerr << "mgs-plan: --cost-model " << cst.message() << "\n";
+      return 2;
+    }
+  }
   mgs::Status st = mgs::tools::readJsonFile(input, &j);
-  if (st.ok()) st = mgs::tools::parseInstance(j, &in);
+  if (st.ok()) st = mgs::tools::parseInstance(j, &in, cost_path.empty() ? nullptr : &cost);
   if (!st.ok()) {
     std::cerr << "mgs-plan: " << input << ": " << st.message() << "\n";
     return 2;

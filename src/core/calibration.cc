@@ -1,16 +1,15 @@
 #include "core/calibration.h"
 
 #include <algorithm>
-#include <cstring>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "plan/cost_model_io.h"
 
 namespace mgs {
 namespace {
@@ -103,92 +102,7 @@ Status measure(Communicator& comm, const compress::Selector& selector, plan::Cos
   return Status::OK();
 }
 
-double field(const std::string& json, const std::string& object, const std::string& key, bool* ok) {
-  const auto o = json.find("\"" + object + "\"");
-  const auto k = o == std::string::npos ? o : json.find("\"" + key + "\"", o);
-  if (k == std::string::npos) {
-    *ok = false;
-    return 0;
-  }
-  const auto colon = json.find(':', k);
-  char* end = nullptr;
-  const double v = std::strtod(json.c_str() + colon + 1, &end);
-  if (end == json.c_str() + colon + 1) *ok = false;
-  return v;
-}
-
 }  // namespace
-
-namespace {
-
-// A CommModel as the points that reproduce it through CommModel::table: the
-// start of every segment, plus one more point on the last segment.
-std::string pointsJson(const plan::CommModel& c) {
-  std::vector<plan::Sample> pts;
-  for (const auto& seg : c.segments()) pts.emplace_back(seg.from_bytes, c.seconds(std::max(seg.from_bytes, 1.0)));
-  const double last = c.segments().empty() ? 1.0 : std::max(2 * c.segments().back().from_bytes, 1024.0);
-  pts.emplace_back(last, c.seconds(last));
-  pts.front().first = std::max(pts.front().first, 1.0);
-  std::string out = "{\"points\": [";
-  for (size_t i = 0; i < pts.size(); ++i) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, "%s[%.9g, %.9g]", i ? ", " : "", pts[i].first, pts[i].second);
-    out += buf;
-  }
-  return out + "]}";
-}
-
-// Parses the "points" array of `object`, or its alpha_s/beta_s_per_byte.
-Status parseComm(const std::string& json, const std::string& object, plan::CommModel* out) {
-  const auto o = json.find("\"" + object + "\"");
-  MGS_ENSURE(o != std::string::npos, kConfig, "no \"" << object << "\" entry");
-  const auto close = json.find('}', o);
-  const auto p = json.find("\"points\"", o);
-  if (p != std::string::npos && p < close) {
-    std::vector<plan::Sample> pts;
-    const char* c = json.c_str() + json.find('[', p) + 1;
-    while (*c) {
-      while (*c == ' ' || *c == ',' || *c == '\n') ++c;
-      if (*c != '[') break;
-      char* end;
-      const double b = std::strtod(c + 1, &end);
-      while (*end == ' ' || *end == ',') ++end;
-      const double t = std::strtod(end, &end);
-      pts.emplace_back(b, t);
-      c = std::strchr(end, ']');
-      MGS_ENSURE(c != nullptr, kConfig, "unterminated point in \"" << object << "\"");
-      ++c;
-    }
-    return plan::CommModel::table(pts, out);
-  }
-  bool ok = true;
-  const double a = field(json, object, "alpha_s", &ok), b = field(json, object, "beta_s_per_byte", &ok);
-  MGS_ENSURE(ok, kConfig, "\"" << object << "\" needs \"points\" or alpha_s and beta_s_per_byte");
-  *out = plan::CommModel::linear(a, b);
-  return Status::OK();
-}
-
-}  // namespace
-
-std::string costModelToJson(const plan::CostModel& m) {
-  char sp[128];
-  std::snprintf(sp, sizeof sp, "{\"kind\": \"%s\", \"c_s\": %.9g}",
-                m.sparsify.kind == plan::SparsifyModel::Kind::kLinear ? "linear" : "nlogn", m.sparsify.c_s);
-  return "{\n  \"workers\": " + std::to_string(m.workers) + ",\n  \"allreduce\": " + pointsJson(m.allreduce) +
-         ",\n  \"allgather\": " + pointsJson(m.allgather) + ",\n  \"sparsify\": " + sp + "\n}\n";
-}
-
-Status costModelFromJson(const std::string& json, plan::CostModel* m) {
-  MGS_RETURN_IF_ERROR(parseComm(json, "allreduce", &m->allreduce));
-  MGS_RETURN_IF_ERROR(parseComm(json, "allgather", &m->allgather));
-  bool ok = true;
-  const double c = field(json, "sparsify", "c_s", &ok);
-  MGS_ENSURE(ok, kConfig, "calibration file needs \"sparsify\": {\"kind\", \"c_s\"}");
-  m->sparsify.kind = json.find("\"nlogn\"") != std::string::npos ? plan::SparsifyModel::Kind::kNLogN
-                                                                   : plan::SparsifyModel::Kind::kLinear;
-  m->sparsify.c_s = c;
-  return Status::OK();
-}
 
 Status resolveCostModel(Communicator& comm, const Config& config, const compress::Selector& selector,
                         plan::CostModel* out) {
@@ -202,7 +116,8 @@ Status resolveCostModel(Communicator& comm, const Config& config, const compress
   } else if (config.calibration == "auto") {
     MGS_RETURN_IF_ERROR(measure(comm, selector, &m));
   } else {
-    // A file: rank 0 reads it (if present) and every rank gets its text.
+    // A file: rank 0 reads it (if present) and every rank gets its text, so
+    // every rank parses the same bytes and ends with the same model.
     std::string text;
     if (comm.rank() == 0) {
       std::ifstream f(config.calibration);
@@ -210,19 +125,24 @@ Status resolveCostModel(Communicator& comm, const Config& config, const compress
         std::stringstream ss;
         ss << f.rdbuf();
         text = ss.str();
-        if (text.empty()) text = " ";
+        if (text.empty()) text = " ";  // present but empty: a parse error, not "measure"
       }
     }
     MGS_RETURN_IF_ERROR(comm.broadcastString(&text, 0));
     if (!text.empty()) {
-      Status st = costModelFromJson(text, &m);
-      if (!st.ok()) return Status(st.code(), "MGS_CALIBRATION='" + config.calibration + "': " + st.message());
+      Status st = plan::parseCostModel(text, &m);
+      if (!st.ok())
+        return Status(Code::kConfig, "MGS_CALIBRATION='" + config.calibration + "': " + st.message() +
+                                         " (docs/planner.md describes the format)");
+      if (m.workers != P)
+        MGS_LOG_WARN("MGS_CALIBRATION='{}' was measured on {} ranks; this job has {}", config.calibration,
+                     m.workers, P);
     } else {
       MGS_RETURN_IF_ERROR(measure(comm, selector, &m));
       m.workers = P;
       if (comm.rank() == 0) {
         std::ofstream f(config.calibration);
-        f << costModelToJson(m);
+        f << plan::costModelToJson(m);
         if (!f) MGS_LOG_WARN("could not save the calibration to {}", config.calibration);
       }
     }
@@ -231,7 +151,7 @@ Status resolveCostModel(Communicator& comm, const Config& config, const compress
   m.density = config.density;
   m.bytes_per_element = 4;
   *out = m;
-  MGS_LOG_INFO("cost model ({}): {}", config.calibration, costModelToJson(m));
+  MGS_LOG_INFO("cost model ({}): {}", config.calibration, plan::costModelToJson(m, /*pretty=*/false));
   return Status::OK();
 }
 

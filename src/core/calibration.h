@@ -5,6 +5,7 @@
 //   off    a fixed model (the 10 GbE preset of the papers for this P, or
 //          the nearest one)
 //   <file> load the JSON file if it exists, else measure and save it there
+//          (plan/cost_model_io.h: the format mgs-plan --cost-model reads)
 // Every rank ends with the same model: measurements are max-reduced before the
 // fit, and a file is read by rank 0 and broadcast.
 #pragma once
@@ -20,8 +21,5 @@ namespace mgs {
 
 Status resolveCostModel(Communicator& comm, const Config& config, const compress::Selector& selector,
                         plan::CostModel* out);
-
-std::string costModelToJson(const plan::CostModel& m);
-Status costModelFromJson(const std::string& json, plan::CostModel* m);
 
 }  // namespace mgs

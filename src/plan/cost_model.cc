@@ -29,6 +29,8 @@ Status CommModel::table(std::vector<Sample> points, CommModel* out) {
   for (size_t i = 0; i + 1 < points.size(); ++i) {
     const auto& [x0, y0] = points[i];
     const auto& [x1, y1] = points[i + 1];
+    MGS_ENSURE(std::isfinite(x0) && std::isfinite(x1) && x0 >= 0, kInvalidArgument,
+               "cost table sizes must be finite and >= 0");
     MGS_ENSURE(x1 > x0, kInvalidArgument, "cost table has two points at " << x0 << " bytes");
     MGS_ENSURE(std::isfinite(y0) && std::isfinite(y1) && y0 >= 0 && y1 >= 0, kInvalidArgument,
                "cost table times must be finite and >= 0");
@@ -37,6 +39,21 @@ Status CommModel::table(std::vector<Sample> points, CommModel* out) {
     m.segments_.push_back({i == 0 ? 0.0 : x0, y0 - slope * x0, slope});
   }
   *out = std::move(m);
+  return Status::OK();
+}
+
+Status CommModel::fromSegments(std::vector<Segment> segments, CommModel* out) {
+  MGS_ENSURE(!segments.empty(), kInvalidArgument, "a cost model needs at least one segment");
+  MGS_ENSURE(segments[0].from_bytes == 0, kInvalidArgument,
+             "the first segment must start at 0 bytes, not " << segments[0].from_bytes);
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Segment& s = segments[i];
+    MGS_ENSURE(std::isfinite(s.from_bytes) && std::isfinite(s.alpha_s) && std::isfinite(s.beta_s_per_byte),
+               kInvalidArgument, "segment " << i << " has a non-finite number");
+    MGS_ENSURE(i == 0 || s.from_bytes > segments[i - 1].from_bytes, kInvalidArgument,
+               "segment " << i << " starts at " << s.from_bytes << " bytes, not after the previous one");
+  }
+  out->segments_ = std::move(segments);
   return Status::OK();
 }
 

@@ -38,6 +38,9 @@ class CommModel {
   // Piecewise-linear interpolation of measured points, extrapolated with the
   // first/last segment. Points need distinct sizes; they are sorted here.
   static Status table(std::vector<Sample> points, CommModel* out);
+  // The segments themselves (a saved model): the first starts at 0 bytes,
+  // starts strictly increase, every number is finite.
+  static Status fromSegments(std::vector<Segment> segments, CommModel* out);
   // Least-squares line through the samples. A negative intercept (noise at
   // small sizes) is clamped to 0 and the slope refitted through the origin,
   // so the model never predicts a negative time.

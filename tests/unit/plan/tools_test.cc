@@ -1,7 +1,11 @@
 // The tools' JSON reader and the scaling simulator (tools/).
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+#include <fstream>
+
 #include "instance_io.h"
+#include "plan/cost_model_io.h"
 #include "simulator.h"
 
 namespace mgs::tools {
@@ -165,6 +169,44 @@ TEST_CASE("simulate: a separate selection stage helps only the sparse strategies
     }
   }
   CHECK(faster > 0);
+}
+
+TEST_CASE("a cost-model file replaces the instance's cost model but not its density", "[plan][tools]") {
+  // What the runtime saves after measuring (a table through timed points).
+  plan::CostModel saved;
+  REQUIRE(plan::CommModel::table({{4096, 1.0}, {1 << 20, 2.0}}, &saved.allreduce).ok());
+  saved.allgather = plan::CommModel::linear(0.5, 1e-6);
+  saved.sparsify = {plan::SparsifyModel::Kind::kLinear, 1e-9};
+  saved.workers = 3;
+  const std::string path = "tools_test_cost_model.json";
+  {
+    std::ofstream f(path);
+    f << plan::costModelToJson(saved);
+  }
+  plan::CostModel cost;
+  REQUIRE(readCostModelFile(path, &cost).ok());
+  json j = v1();
+  j["density"] = 0.25;
+  plan::PlanInput in;
+  REQUIRE(parseInstance(j, &in, &cost).ok());
+  CHECK(in.cost.workers == 3);
+  CHECK(in.cost.density == 0.25);
+  CHECK(in.cost.allreduce.seconds(4096) == 1.0);
+  CHECK(in.cost.allgather.seconds(1e6) == Approx(1.5));
+  std::remove(path.c_str());
+  const Status st = readCostModelFile(path, &cost);
+  CHECK(st.message().find("cannot open 'tools_test_cost_model.json'") != std::string::npos);
+}
+
+TEST_CASE("instance cost fields go through the cost-model reader", "[plan][tools]") {
+  plan::PlanInput in;
+  json j = v1();
+  j["allreduce"] = json::parse(R"({"alpha_s": "4", "beta_s_per_byte": 1})");
+  CHECK(parseInstance(j, &in).message().find("allreduce.alpha_s: expected a number, got string") !=
+        std::string::npos);
+  j = v1();
+  j["workers"] = 2.5;
+  CHECK(parseInstance(j, &in).message().find("workers: expected an integer") != std::string::npos);
 }
 
 TEST_CASE("cluster model: alpha-beta with log2(P) latency steps", "[plan][tools]") {
