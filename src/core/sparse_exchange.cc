@@ -4,6 +4,7 @@
 // The local half (fusing into the residual slab, selection) and the step and
 // plan logic are in sparse_pipeline.cc.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <mutex>
 
@@ -13,7 +14,57 @@
 
 namespace mgs {
 
-size_t SparsePipeline::blockBytes(size_t cap) { return 8 + 8 * cap; }
+// [header | values[cap] | indices[cap] | seal]. The seal (header ^ kSeal) at
+// the far end tells a whole block from a short message: the receiver clears
+// every seal slot before the allgather, so one that is not rewritten cannot
+// match (a cleared 0 would need header == kSeal, itself an invalid header).
+namespace {
+constexpr uint64_t kSeal = 0x6d67732d626c6b21ull;  // "mgs-blk!"
+
+// Checks the P received blocks of a bucket of n elements before any is used:
+// the seal, the header (a count <= cap or a failure code), indices < n and
+// finite values. Names the first bad rank.
+Status validateBlocks(const char* recv, size_t bb, int P, size_t cap, size_t n, size_t members,
+                      const std::string& name) {
+  std::string bad;
+  for (int r = 0; r < P && bad.empty(); ++r) {
+    const char* block = recv + static_cast<size_t>(r) * bb;
+    uint64_t header, seal;
+    std::memcpy(&header, block, 8);
+    std::memcpy(&seal, block + bb - 8, 8);
+    const std::string who = "rank " + std::to_string(r) + " sent ";
+    if (seal != (header ^ kSeal)) {
+      bad = who + "a short or torn block (its end marker is missing; expected " + std::to_string(bb) + " bytes)";
+      break;
+    }
+    // A failure code: UINT64_MAX, or UINT64_MAX - 1 - m for member m.
+    if (header > cap) {
+      if (header != UINT64_MAX && UINT64_MAX - 1 - header >= members)
+        bad = who + "a count of " + std::to_string(header) + " above the block's capacity " + std::to_string(cap);
+      continue;
+    }
+    const float* v = reinterpret_cast<const float*>(block + 8);
+    const char* idx = block + 8 + 4 * cap;
+    for (uint64_t j = 0; j < header; ++j) {
+      uint32_t i;
+      std::memcpy(&i, idx + 4 * j, 4);
+      if (i >= n) {
+        bad = who + "index " + std::to_string(i) + " at position " + std::to_string(j) + " (the bucket has " +
+              std::to_string(n) + " elements)";
+        break;
+      }
+      if (!std::isfinite(v[j])) {
+        bad = who + "a non-finite value at index " + std::to_string(i);
+        break;
+      }
+    }
+  }
+  if (bad.empty()) return Status::OK();
+  return Status(Code::kCommunication, "sparse allreduce of " + name + ": received a malformed block: " + bad);
+}
+}  // namespace
+
+size_t SparsePipeline::blockBytes(size_t cap) { return 16 + 8 * cap; }
 
 // Block headers above any count (counts are < 2^32): UINT64_MAX for a failure
 // without details, UINT64_MAX - 1 - m for non-finite values in member m.
@@ -37,7 +88,7 @@ void SparsePipeline::giveBuffer(std::vector<char>&& b) {
 
 void SparsePipeline::startSparse(std::vector<Request>& members, size_t n, size_t cap, size_t count, size_t k,
                                  const Status& local, int bad_member, std::vector<char>&& block) {
-  // One allgather of fixed-size blocks [count | values[cap] | indices[cap]]:
+  // One allgather of fixed-size blocks [count | values[cap] | indices[cap] | seal]:
   // cap is the selector's bound (k, or the band's top), so padding costs at
   // most the band width and the count exchange round trip disappears. A rank
   // whose local part failed sends a failure code (failureCode) instead of a
@@ -48,6 +99,9 @@ void SparsePipeline::startSparse(std::vector<Request>& members, size_t n, size_t
   if (block.empty()) block = takeBuffer(blockBytes(cap));
   const uint64_t header = local.ok() ? count : failureCode(bad_member);
   std::memcpy(block.data(), &header, sizeof header);
+  const uint64_t seal = header ^ kSeal;
+  const size_t bb = blockBytes(cap);
+  std::memcpy(block.data() + bb - 8, &seal, sizeof seal);
   InFlight f;
   f.members = std::move(members);
   f.n = n;
@@ -56,9 +110,11 @@ void SparsePipeline::startSparse(std::vector<Request>& members, size_t n, size_t
   f.k = k;
   f.local = local;
   f.send = std::move(block);
-  f.recv = takeBuffer(blockBytes(cap) * P);
+  f.recv = takeBuffer(bb * P);
+  // Pooled buffers hold old blocks: clear the seals (see kSeal).
+  for (int r = 0; r < P; ++r) std::memset(f.recv.data() + (r + 1) * bb - 8, 0, 8);
   f.started = Clock::now();
-  f.start = comm_.startAllgather(f.send.data(), blockBytes(cap), f.recv.data(), &f.op);
+  f.start = comm_.startAllgather(f.send.data(), bb, f.recv.data(), &f.op);
   inflight_.push_back(std::move(f));
   while (inflight_.size() > kMaxInFlight) finishOldest();
   poll();
@@ -162,6 +218,10 @@ Status SparsePipeline::finishSparse(InFlight& f) {
   stats_.dense_bytes += 4 * n;
   const size_t bb = blockBytes(f.cap);
   counts_.resize(P);
+  // Every rank holds the same received bytes, so every rank takes the same
+  // verdict here: a malformed block fails the bucket on all ranks at once,
+  // before anything is written (outputs, the touched_ bitmap).
+  MGS_RETURN_IF_ERROR(validateBlocks(f.recv.data(), bb, P, f.cap, n, members.size(), name));
   std::string failed;
   for (int i = 0; i < P; ++i) {
     std::memcpy(&counts_[i], f.recv.data() + i * bb, sizeof(uint64_t));
@@ -207,9 +267,7 @@ Status SparsePipeline::finishSparse(InFlight& f) {
     const float* v = reinterpret_cast<const float*>(f.recv.data() + r * bb + 8);
     const uint32_t* idx = reinterpret_cast<const uint32_t*>(f.recv.data() + r * bb + 8 + 4 * f.cap);
     for (size_t j = 0; j < c; ++j) {
-      const uint32_t i = idx[j];
-      MGS_ENSURE(i < n, kInternal, "rank " << r << " sent index " << i << " for " << name << " of " << n
-                                          << " elements");
+      const uint32_t i = idx[j];  // < n: validateBlocks
       const size_t b = memberOf(i);
       dest_[b][i - offsets_[b]] += v[j];
       touched_[i >> 6] |= uint64_t{1} << (i & 63);
