@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the CPU runtime with AddressSanitizer+UBSan and with ThreadSanitizer
-# and runs the unit tests and the multi-rank MPI tests under them.
-#   scripts/sanitize.sh [asan|tsan|all]     (default: all)
+# and runs the unit tests and the multi-rank MPI tests under them, then gives
+# each libFuzzer target (tests/fuzz, clang) a short run.
+#   scripts/sanitize.sh [asan|tsan|fuzz|all]     (default: all)
 # Used by CI after the README's test command. Findings fail the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,7 +10,7 @@ which=${1:-all}
 jobs=${SETUP_JOBS:-$(nproc)}
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 common=(-DMGS_WITH_CUDA=OFF -DMGS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo)
-targets=(mgs_unit_tests mgs_capi_tests mgs_mpi_test mgs)
+targets=(mgs_unit_tests mgs_capi_tests mgs_mpi_test mgs mgs-plan)
 
 if [ "$which" = asan ] || [ "$which" = all ]; then
   printf '\n==> AddressSanitizer + UndefinedBehaviorSanitizer\n'
@@ -30,4 +31,11 @@ if [ "$which" = tsan ] || [ "$which" = all ]; then
   # One OpenMP thread: Debian's libgomp is not instrumented, so TSan cannot see
   # its barriers and reports false races inside OpenMP regions.
   OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan -L unit --output-on-failure -j 2
+fi
+
+if [ "$which" = fuzz ] || [ "$which" = all ]; then
+  # ~15 s per target (4 targets, about a minute of fuzzing); scripts/fuzz.sh
+  # with no argument runs 5 minutes each.
+  printf '\n==> libFuzzer targets, short run\n'
+  scripts/fuzz.sh "${MGS_FUZZ_SECONDS:-15}"
 fi

@@ -21,7 +21,8 @@ step() { printf '\n==> %s\n' "$*"; }
 
 # --- 1. Packages (Debian) ----------------------------------------------------
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libspdlog-dev libcli11-dev catch2 nlohmann-json3-dev
-          python3-torch python3-numpy python3-sklearn python3-pytest python3-matplotlib)
+          python3-torch python3-numpy python3-sklearn python3-pytest python3-matplotlib
+          clang libclang-rt-14-dev)  # clang + libFuzzer: tests/fuzz (scripts/fuzz.sh, sanitize.sh)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
