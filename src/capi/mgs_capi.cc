@@ -204,7 +204,12 @@ mgs_status_t mgs_allreduce_async(const char* name, const mgs_tensor_t* input, co
     Status st = prepare(name, input, "input", &rt, &in);
     if (st.ok()) st = toDesc(output, "tensor '" + std::string(name) + "' output", &out);
     if (!st.ok()) return st;
-    return rt->enqueueAllreduce(name, in, out, op, prescale_factor, postscale_factor, flags, handle);
+    // Read op as an integer (as toDesc reads dtype): a caller may pass any
+    // value, and loading an out-of-range value as the enum is undefined.
+    int32_t op_value = 0;
+    static_assert(sizeof(op) == sizeof(op_value), "mgs_reduce_op_t is 32-bit");
+    std::memcpy(&op_value, &op, sizeof op_value);
+    return rt->enqueueAllreduce(name, in, out, op_value, prescale_factor, postscale_factor, flags, handle);
   });
 }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace mgs {
@@ -190,6 +191,21 @@ void addIntoFloat(const void* src, DataType dtype, size_t n, double prescale, bo
   }
 }
 
+namespace {
+// Rounds toward zero into T, saturating: a scale factor may push an integer
+// past its type's range (or make it NaN), and converting such a double is
+// undefined behaviour. NaN becomes 0.
+template <typename T>
+T truncSaturate(double v) {
+  if (std::isnan(v)) return 0;
+  // Compare against the bounds as doubles: max() of a 64-bit type rounds up
+  // to 2^63 there, which is itself out of range, hence >=.
+  if (v >= static_cast<double>(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+  if (v <= static_cast<double>(std::numeric_limits<T>::min())) return std::numeric_limits<T>::min();
+  return static_cast<T>(std::trunc(v));
+}
+}  // namespace
+
 void scaleHost(void* data, DataType dtype, size_t n, double factor) {
   if (factor == 1.0) return;
   switch (dtype) {
@@ -218,17 +234,17 @@ void scaleHost(void* data, DataType dtype, size_t n, double factor) {
     }
     case MGS_INT32: {
       auto* d = static_cast<int32_t*>(data);
-      for (size_t i = 0; i < n; ++i) d[i] = static_cast<int32_t>(std::trunc(d[i] * factor));
+      for (size_t i = 0; i < n; ++i) d[i] = truncSaturate<int32_t>(d[i] * factor);
       return;
     }
     case MGS_INT64: {
       auto* d = static_cast<int64_t*>(data);
-      for (size_t i = 0; i < n; ++i) d[i] = static_cast<int64_t>(std::trunc(static_cast<double>(d[i]) * factor));
+      for (size_t i = 0; i < n; ++i) d[i] = truncSaturate<int64_t>(static_cast<double>(d[i]) * factor);
       return;
     }
     case MGS_UINT8: {
       auto* d = static_cast<uint8_t*>(data);
-      for (size_t i = 0; i < n; ++i) d[i] = static_cast<uint8_t>(std::trunc(d[i] * factor));
+      for (size_t i = 0; i < n; ++i) d[i] = truncSaturate<uint8_t>(d[i] * factor);
       return;
     }
   }

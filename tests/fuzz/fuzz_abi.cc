@@ -16,6 +16,11 @@
 
 #include "mgs/mgs.h"
 
+// abi_shim.c: mgs_allreduce_async with the op as a C caller passes it.
+extern "C" mgs_status_t fuzz_allreduce_raw_op(const char* name, const mgs_tensor_t* input,
+                                              const mgs_tensor_t* output, int op, double prescale,
+                                              double postscale, uint32_t flags, mgs_handle_t* handle);
+
 namespace {
 
 void require(bool ok) {
@@ -109,6 +114,14 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     std::fprintf(stderr, "fuzz_abi: mgs_init failed: %s\n", mgs_last_error());
     std::abort();
   }
+  // Leave without tearing the runtime down: libFuzzer exits through exit(),
+  // and in this clang + ASan build the coordinator thread crashes in
+  // ~Controller at shutdown (a corrupted name table: 130k frames of
+  // std::map::_M_erase, reproduced with no input at all: `fuzz_abi -runs=1
+  // <empty dir>`). That is a finding for the shutdown path, reported; it is
+  // not one of this target's, which checks the arguments of each call.
+  // Registered after mgs_init, so it runs before libmgs's own exit handler.
+  std::atexit([] { std::_Exit(0); });
   return 0;
 }
 
@@ -122,7 +135,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Tensor in, out;
   in.read(r);
   out.read(r, /*same_as=*/(r.get<uint8_t>() & 3) != 0, &in);
-  const auto op = static_cast<mgs_reduce_op_t>(r.get<int8_t>());  // the ABI reads it as an integer
+  const int op = r.get<int8_t>();
   const double pre = r.get<double>(), post = r.get<double>();
   const uint32_t flags = r.get<uint32_t>();
   const int root = r.get<int8_t>();
@@ -130,7 +143,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   mgs_handle_t h = 0;
   mgs_status_t st;
   if (kind == 0) {
-    st = mgs_allreduce_async(name, &in.t, (r.get<uint8_t>() & 1) ? &in.t : &out.t, op, pre, post, flags, &h);
+    st = fuzz_allreduce_raw_op(name, &in.t, (r.get<uint8_t>() & 1) ? &in.t : &out.t, op, pre, post, flags, &h);
   } else if (kind == 1) {
     st = mgs_allgather_async(name, &in.t, &h);
   } else {

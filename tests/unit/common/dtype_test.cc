@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/dtype.h"
 
@@ -40,4 +41,26 @@ TEST_CASE("scaleHost truncates integers and scales floats", "[dtype]") {
   CHECK(d[1] == -4.0);
   CHECK(mgs::dtypeSize(MGS_BFLOAT16) == 2);
   CHECK(mgs::dtypeName(static_cast<mgs_dtype_t>(99)) == "invalid(99)");
+}
+
+TEST_CASE("integer scaling saturates instead of overflowing", "[dtype]") {
+  // Found by fuzz_abi: an int allreduce with a huge postscale factor converted
+  // an out-of-range double to an integer (undefined behaviour).
+  int32_t i32[3] = {1000, -1000, 7};
+  mgs::scaleHost(i32, MGS_INT32, 3, 1e300);
+  CHECK(i32[0] == std::numeric_limits<int32_t>::max());
+  CHECK(i32[1] == std::numeric_limits<int32_t>::min());
+  int64_t i64[2] = {3, -3};
+  mgs::scaleHost(i64, MGS_INT64, 2, 1e300);
+  CHECK(i64[0] == std::numeric_limits<int64_t>::max());
+  CHECK(i64[1] == std::numeric_limits<int64_t>::min());
+  uint8_t u8[2] = {200, 3};
+  mgs::scaleHost(u8, MGS_UINT8, 2, -2.0);
+  CHECK(u8[0] == 0);
+  mgs::scaleHost(i32, MGS_INT32, 3, std::nan(""));
+  CHECK(i32[2] == 0);
+  int32_t exact[2] = {7, -7};
+  mgs::scaleHost(exact, MGS_INT32, 2, 0.5);  // rounds toward zero
+  CHECK(exact[0] == 3);
+  CHECK(exact[1] == -3);
 }
