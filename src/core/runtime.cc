@@ -85,17 +85,24 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
   Runtime* self = rt.get();
   rt->thread_ = std::thread([self, factory = std::move(factory), &ready] {
     std::unique_ptr<Communicator> comm;
-    Status st = factory(&comm);
-    if (st.ok()) st = checkConfigAgrees(*comm, self->config_);
-    if (st.ok() && self->config_.compressor != "none") {
-      // Fail at init, not at the first gradient, if the selector cannot be built.
-      std::unique_ptr<compress::Selector> probe;
-      compress::SelectorOptions opts;
-      opts.density = self->config_.density;
-      opts.numThreads = threadBudget(self->config_.threads, comm->localSize());  // as the pipeline's
-      st = compress::Selector::create(self->config_.compressor, opts, &probe);
-      if (st.ok()) st = resolveCostModel(*comm, self->config_, *probe, &self->cost_);
-      self->have_cost_ = st.ok();
+    Status st;
+    try {
+      st = factory(&comm);
+      if (st.ok()) st = checkConfigAgrees(*comm, self->config_);
+      if (st.ok() && self->config_.compressor != "none") {
+        // Fail at init, not at the first gradient, if the selector cannot be built.
+        std::unique_ptr<compress::Selector> probe;
+        compress::SelectorOptions opts;
+        opts.density = self->config_.density;
+        opts.numThreads = threadBudget(self->config_.threads, comm->localSize());  // as the pipeline's
+        st = compress::Selector::create(self->config_.compressor, opts, &probe);
+        if (st.ok()) st = resolveCostModel(*comm, self->config_, *probe, &self->cost_);
+        self->have_cost_ = st.ok();
+      }
+    } catch (const std::exception& e) {
+      st = Status(Code::kInternal, std::string("starting the coordinator failed: ") + e.what());
+    } catch (...) {
+      st = Status(Code::kInternal, "starting the coordinator failed with a non-standard exception");
     }
     if (st.ok()) {
       self->rank_ = comm->rank();
