@@ -3,12 +3,14 @@
 // sizes     overflowing shapes and results: an error naming the tensor on every
 //           rank, nothing allocated or read, and the job carries on
 // names     a soak of ever-new names: the name cache stays within its bound
+// extreme_settings  MGS_* values at their limits overflow nothing
 // stall_exit  rank 1 stops calling mgs; the others time out and exit: the job
 //           must end non-zero soon after (the ctest wrapper checks the time)
 // job_end   every rank exits in any order, after any delay, with or without
 //           mgs_shutdown; what it already has stays readable (run repeatedly)
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -162,6 +164,35 @@ void scenarioNames() {
                 kBatches * kBatch, most, rss_after_first, rss_end, kBatches - 16);
 }
 
+// Run with MGS_WARMUP_STEPS=INT64_MAX and MGS_CYCLE_TIME_MS=1e-300 (valid
+// values at their extremes) and a compressor: nothing overflows (UBSan in
+// scripts/sanitize.sh), and an endless warm-up means density 1, so the
+// "sparse" result is the exact average.
+void scenarioExtremeSettings() {
+  const int64_t n = 8192;
+  for (int step = 0; step < 4; ++step) {
+    std::vector<std::vector<float>> x(2, std::vector<float>(n));
+    std::vector<mgs_handle_t> h(2);
+    std::vector<int64_t> shape{n};
+    for (int t = 0; t < 2; ++t) {
+      for (int64_t i = 0; i < n; ++i) x[t][i] = static_cast<float>((g_rank + 1) * (i % 13) + t + step);
+      mgs_tensor_t in = cpuTensor(x[t].data(), MGS_FLOAT32, shape);
+      EXPECT_OK(mgs_allreduce_async(("w" + std::to_string(t)).c_str(), &in, &in, MGS_REDUCE_AVERAGE, 1, 1,
+                                    MGS_FLAG_SPARSE_OK, &h[t]));
+    }
+    for (int t = 0; t < 2; ++t) {
+      EXPECT_OK(mgs_wait(h[t]));
+      mgs_release(h[t]);
+      int bad = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = (i % 13) * (g_size + 1) / 2.0 + t + step;
+        if (std::fabs(x[t][i] - want) > 1e-4 * std::max(1.0, want)) ++bad;
+      }
+      EXPECT(bad == 0, "step %d w%d: %d entries are not the average", step, t, bad);
+    }
+  }
+}
+
 // MGS_STALL_ABORT_S is set by the test. Rank 1 stops calling mgs (stuck in
 // its own work for good); the others time out and simply exit.
 int scenarioStallExit() {
@@ -246,7 +277,7 @@ int scenarioJobEnd() {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s sizes|names|stall_exit|job_end\n", argv[0]);
+    std::fprintf(stderr, "usage: %s sizes|names|extreme_settings|stall_exit|job_end\n", argv[0]);
     return 2;
   }
   const std::string scenario = argv[1];
@@ -259,7 +290,8 @@ int main(int argc, char** argv) {
   // These end the job their own way: no collective at the end.
   if (scenario == "stall_exit") return scenarioStallExit();
   if (scenario == "job_end") return scenarioJobEnd();
-  const std::map<std::string, void (*)()> scenarios = {{"sizes", scenarioSizes}, {"names", scenarioNames}};
+  const std::map<std::string, void (*)()> scenarios = {
+      {"sizes", scenarioSizes}, {"names", scenarioNames}, {"extreme_settings", scenarioExtremeSettings}};
   auto it = scenarios.find(scenario);
   if (it == scenarios.end()) {
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
