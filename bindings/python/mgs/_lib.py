@@ -51,6 +51,7 @@ class MgsStats(ctypes.Structure):
         ("sparse_dense_bytes", ctypes.c_uint64),
         ("plan_buckets", ctypes.c_uint64),
         ("plans", ctypes.c_uint64),
+        ("name_cache_entries", ctypes.c_uint64),
     ]
 
 
