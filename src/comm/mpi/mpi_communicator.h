@@ -27,7 +27,7 @@ class MpiCommunicator final : public Communicator {
   // With a non-empty `hazard` (a fatal error or stall abort happened here),
   // waits at most a few seconds for the other ranks to reach exit too and
   // otherwise aborts the job (MPI_Abort) instead of hanging in MPI_Finalize.
-  static void finalizeIfOwned(const std::string& hazard);
+  static void finalizeIfOwned(const std::string& hazard = std::string());
   ~MpiCommunicator() override;
 
   int rank() const override { return rank_; }
