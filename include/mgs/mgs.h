@@ -8,6 +8,8 @@
  * Threading contract
  *   - mgs_init / mgs_shutdown must not race with each other or with any other
  *     call; call them from one thread.
+ *   - The application must not call MPI itself while mgs runs unless it
+ *     initialised MPI with MPI_THREAD_MULTIPLE (see mgs_init).
  *   - Every other function is thread-safe: any framework thread may enqueue,
  *     poll, wait and release concurrently.
  *   - All communication (MPI) happens on one background "coordinator" thread per
@@ -21,10 +23,30 @@
  *     status; mgs_wait() returns that status and mgs_handle_error() the message.
  *     Such errors are reported on every rank, naming the tensor and the ranks.
  *
+ *   - Sizes are checked: a shape whose element or byte count overflows, or a
+ *     result that cannot be held, fails with an error naming the tensor, never
+ *     a wrapped count.
+ *
  * Names
  *   Collective operations are matched across ranks by their name. A name must be
  *   unique among the operations in flight on one rank; ranks may enqueue the same
- *   names in any order.
+ *   names in any order. Names are at most MGS_MAX_NAME_BYTES bytes. Each rank
+ *   remembers recently used names to negotiate them cheaply; that table is
+ *   bounded (least recently used names are forgotten, identically on every
+ *   rank), so a job may use ever-new names without growing.
+ *
+ * End of a job
+ *   Ranks may finish and exit in any order and after any delay, with or without
+ *   mgs_shutdown(): the first rank to stop stops every rank's coordinator, and
+ *   operations that did not run yet fail with MGS_ERR_SHUTDOWN and a message
+ *   naming that rank and why it stopped (finished normally, after an error,
+ *   after a stall abort). What a rank already has stays readable after another
+ *   rank stopped: mgs_rank/size/local_rank/local_size, the handles and results
+ *   of completed operations, statistics and residuals.
+ *   At process exit, mgs finalises MPI if it initialised it. A rank that saw a
+ *   fatal communication error or a stall abort does not wait forever there: if
+ *   the other ranks do not reach exit within 10 s, it aborts the job
+ *   (MPI_Abort), so the job ends non-zero instead of hanging.
  */
 #ifndef MGS_MGS_H_
 #define MGS_MGS_H_
@@ -91,6 +113,8 @@ MGS_API size_t mgs_dtype_size(mgs_dtype_t dtype);
 #define MGS_DEVICE_CPU (-1)
 /** Most dimensions a tensor may have. */
 #define MGS_MAX_DIMS 8
+/** Longest tensor name, in bytes. */
+#define MGS_MAX_NAME_BYTES 65536
 
 /**
  * A dense, contiguous (row-major) tensor owned by the caller. mgs reads `shape`
@@ -112,13 +136,17 @@ typedef struct mgs_tensor {
 
 /**
  * Initialise the runtime: read and validate every MGS_* environment variable,
- * initialise MPI if the caller has not (MPI_THREAD_FUNNELED on the coordinator
- * thread; a caller-initialised MPI must provide MPI_THREAD_MULTIPLE), and start
- * the coordinator thread. Collective: every rank must call it.
+ * initialise MPI if the caller has not, and start the coordinator thread.
+ * Collective: every rank must call it.
+ * MPI: mgs initialises it with MPI_THREAD_SERIALIZED (only one thread calls MPI
+ * at a time: the coordinator, or the thread that re-initialises mgs); an MPI
+ * the application initialised itself must provide MPI_THREAD_MULTIPLE, since
+ * the application's threads may then call MPI while the coordinator does.
+ * Re-initialising works: after mgs_shutdown (or after another rank stopped the
+ * job) every rank may call mgs_init again and gets a fresh runtime on the same
+ * MPI, which mgs finalises only at process exit.
  * Errors: MGS_ERR_CONFIG (names the variable, the value and what is allowed),
  * MGS_ERR_ALREADY_INITIALIZED, MGS_ERR_COMMUNICATION.
- * MPI cannot be re-initialised once finalised, so a second mgs_init after
- * mgs_shutdown fails with MGS_ERR_UNSUPPORTED when mgs initialised MPI itself.
  */
 MGS_API mgs_status_t mgs_init(void);
 
@@ -126,16 +154,27 @@ MGS_API mgs_status_t mgs_init(void);
  * Stop the coordinator and release resources. Operations still pending complete
  * with MGS_ERR_SHUTDOWN. Collective in spirit: ranks negotiate the shutdown, but a
  * rank that shuts down early never makes the others hang (they see
- * MGS_ERR_SHUTDOWN for operations that can no longer run). Idempotent.
+ * MGS_ERR_SHUTDOWN, naming this rank, for operations that can no longer run).
+ * When it returns, the coordinator has stopped and touches no buffer of any
+ * operation again, released or not. After it, calls fail with
+ * MGS_ERR_NOT_INITIALIZED until the next mgs_init. Idempotent. Called
+ * automatically at process exit.
  */
 MGS_API mgs_status_t mgs_shutdown(void);
 
-/** 1 if the runtime is initialised and running, else 0. Never fails. */
+/**
+ * 1 if the runtime is initialised and running, else 0 (also 0 once another rank
+ * stopped the job). Never fails.
+ */
 MGS_API int mgs_is_initialized(void);
 
 /* --------------------------------------------------------------- topology -- */
 
-/** Rank, world size, rank on this host and ranks on this host. MGS_ERR_NOT_INITIALIZED before init. */
+/**
+ * Rank, world size, rank on this host and ranks on this host. MGS_ERR_NOT_INITIALIZED
+ * before mgs_init and after mgs_shutdown on this rank; they keep working after
+ * another rank stopped the job.
+ */
 MGS_API mgs_status_t mgs_rank(int* rank);
 MGS_API mgs_status_t mgs_size(int* size);
 MGS_API mgs_status_t mgs_local_rank(int* local_rank);
@@ -231,8 +270,11 @@ MGS_API mgs_status_t mgs_wait(mgs_handle_t handle);
 MGS_API const char* mgs_handle_error(mgs_handle_t handle);
 
 /**
- * Forget a handle. Releasing a pending operation is allowed: it still runs (its
- * buffers must stay valid), but its result can no longer be queried.
+ * Forget a handle. Releasing a pending operation is allowed: it still runs, but
+ * its result and its completion can no longer be observed. Its buffers must
+ * therefore stay valid until mgs_shutdown() returns (after which mgs touches
+ * no buffer), or until the process exits. To free them earlier, mgs_wait()
+ * (or poll until done) before releasing.
  */
 MGS_API mgs_status_t mgs_release(mgs_handle_t handle);
 
@@ -259,6 +301,8 @@ typedef struct mgs_stats {
   uint64_t sparse_dense_bytes;       /**< bytes a dense allreduce of the same gradients would send */
   uint64_t plan_buckets;             /**< buckets in the current merge plan (0 while profiling) */
   uint64_t plans;                    /**< merge plans computed so far */
+  uint64_t name_cache_entries;       /**< names in the negotiation cache (at most 8192: least
+                                          recently used names are evicted) */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

@@ -26,6 +26,14 @@ thread_local std::string t_last_error;
 std::mutex g_mu;
 std::shared_ptr<mgs::Runtime> g_runtime;
 bool g_atexit_registered = false;
+// The first exit hazard of any runtime this process ran (a runtime is
+// replaced by a later mgs_init): decides how MPI is finalised at exit.
+std::string g_exit_hazard;
+
+// Call with g_mu held, before dropping a runtime.
+void keepHazard(const mgs::Runtime& rt) {
+  if (g_exit_hazard.empty()) g_exit_hazard = rt.exitHazard();
+}
 
 mgs_status_t finish(const Status& st) {
   if (st.ok()) {
@@ -47,12 +55,21 @@ mgs_status_t guarded(F&& f) {
   }
 }
 
-Status runtime(std::shared_ptr<mgs::Runtime>* out) {
+// The runtime, for calls that need it. After mgs_shutdown on this rank every
+// call fails as before init. A coordinator stopped by another rank (or by a
+// fatal error) still answers what it knows -- rank, size, results of finished
+// operations -- when `stopped_ok`; calls that need a running coordinator get
+// kShutdown with the reason, which names the rank that stopped the job.
+Status runtime(std::shared_ptr<mgs::Runtime>* out, bool stopped_ok = false) {
   std::lock_guard<std::mutex> lk(g_mu);
   if (!g_runtime)
     return Status(Code::kNotInitialized, "mgs is not initialized: call mgs_init() first");
-  if (!g_runtime->running())
-    return Status(Code::kShutdown, "mgs has shut down; call mgs_init() again to restart it");
+  if (!g_runtime->running()) {
+    if (g_runtime->stoppedLocally())
+      return Status(Code::kNotInitialized,
+                    "mgs was shut down on this rank (mgs_shutdown); call mgs_init() to start it again");
+    if (!stopped_ok) return g_runtime->stoppedStatus();
+  }
   *out = g_runtime;
   return Status::OK();
 }
@@ -84,6 +101,17 @@ Status toDesc(const mgs_tensor_t* t, const std::string& what, mgs::TensorDesc* o
   return Status::OK();
 }
 
+// An enum argument as the integer the caller passed. ctypes and other
+// foreign callers can pass any int; loading a value outside the enumerators
+// as the enum type is undefined behaviour, so the bytes are read instead.
+template <typename E>
+int32_t enumValue(const E& e) {
+  static_assert(sizeof(E) == sizeof(int32_t), "mgs enums are 32-bit");
+  int32_t v = 0;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
 Status checkName(const char* name) {
   if (name == nullptr || name[0] == '\0')
     return Status(Code::kInvalidArgument, "the tensor name is NULL or empty");
@@ -106,9 +134,15 @@ void atExit() {
     std::lock_guard<std::mutex> lk(g_mu);
     rt = std::move(g_runtime);
   }
-  if (rt) rt->shutdown();
+  if (rt) rt->shutdown(mgs::Runtime::StopReason::kProcessExit);
+  std::string hazard;
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    if (rt) keepHazard(*rt);
+    hazard = g_exit_hazard;
+  }
   rt.reset();
-  mgs::MpiCommunicator::finalizeIfOwned();
+  mgs::MpiCommunicator::finalizeIfOwned(hazard);
 }
 
 Status handleState(mgs_handle_t h, std::shared_ptr<mgs::HandleState>* out) {
@@ -133,11 +167,14 @@ Status allgatherResult(mgs_handle_t handle, std::shared_ptr<mgs::HandleState>* o
 
 extern "C" {
 
-const char* mgs_status_string(mgs_status_t status) { return mgs::codeName(static_cast<Code>(status)); }
+const char* mgs_status_string(mgs_status_t status) { return mgs::codeName(static_cast<Code>(enumValue(status))); }
 
 const char* mgs_last_error(void) { return t_last_error.c_str(); }
 
-size_t mgs_dtype_size(mgs_dtype_t dtype) { return mgs::dtypeSize(dtype); }
+size_t mgs_dtype_size(mgs_dtype_t dtype) {
+  const int32_t v = enumValue(dtype);
+  return mgs::dtypeValid(v) ? mgs::dtypeSize(static_cast<mgs_dtype_t>(v)) : 0;
+}
 
 mgs_status_t mgs_init(void) {
   return guarded([]() -> Status {
@@ -152,6 +189,7 @@ mgs_status_t mgs_init(void) {
       std::atexit(atExit);
       g_atexit_registered = true;
     }
+    if (g_runtime) keepHazard(*g_runtime);
     g_runtime.reset();  // a previous, stopped runtime
     std::unique_ptr<mgs::Runtime> rt;
     st = mgs::Runtime::start(config, mgs::MpiCommunicator::create, &rt);
@@ -183,7 +221,7 @@ int mgs_is_initialized(void) {
     return guarded([&]() -> Status {                                               \
       if (out == nullptr) return Status(Code::kInvalidArgument, #fn ": output pointer is NULL"); \
       std::shared_ptr<mgs::Runtime> rt;                                            \
-      Status st = runtime(&rt);                                                    \
+      Status st = runtime(&rt, /*stopped_ok=*/true);                               \
       if (!st.ok()) return st;                                                     \
       *out = rt->getter();                                                         \
       return Status::OK();                                                         \
@@ -198,17 +236,13 @@ MGS_TOPOLOGY(mgs_local_size, localSize)
 mgs_status_t mgs_allreduce_async(const char* name, const mgs_tensor_t* input, const mgs_tensor_t* output,
                                  mgs_reduce_op_t op, double prescale_factor, double postscale_factor,
                                  uint32_t flags, mgs_handle_t* handle) {
+  const int32_t op_value = enumValue(op);
   return guarded([&]() -> Status {
     std::shared_ptr<mgs::Runtime> rt;
     mgs::TensorDesc in, out;
     Status st = prepare(name, input, "input", &rt, &in);
     if (st.ok()) st = toDesc(output, "tensor '" + std::string(name) + "' output", &out);
     if (!st.ok()) return st;
-    // Read op as an integer (as toDesc reads dtype): a caller may pass any
-    // value, and loading an out-of-range value as the enum is undefined.
-    int32_t op_value = 0;
-    static_assert(sizeof(op) == sizeof(op_value), "mgs_reduce_op_t is 32-bit");
-    std::memcpy(&op_value, &op, sizeof op_value);
     return rt->enqueueAllreduce(name, in, out, op_value, prescale_factor, postscale_factor, flags, handle);
   });
 }
@@ -315,7 +349,9 @@ mgs_status_t mgs_allgather_copy_output(mgs_handle_t handle, const mgs_tensor_t* 
     if (st.ok()) st = toDesc(output, "allgather output", &out);
     if (!st.ok()) return st;
     const auto& res = h->allgather;
-    if (out.shape != res.shape || out.bytes() != res.data.size())
+    size_t numel = 0, bytes = 0;
+    if (out.shape != res.shape || !mgs::checkedSize(out.shape, out.dtype, &numel, &bytes).ok() ||
+        bytes != res.data.size())
       return Status(Code::kInvalidArgument, "allgather output has shape " + mgs::shapeString(out.shape) + " (" +
                                                 mgs::dtypeName(out.dtype) + ") but the result is " +
                                                 mgs::shapeString(res.shape));
@@ -344,6 +380,7 @@ mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
     s.negotiation_seconds = n.seconds;
     s.ops_completed = n.ops_completed;
     s.bytes_reduced = n.bytes_reduced;
+    s.name_cache_entries = n.cached_names;
     const mgs::SparseStats sp = rt->sparseStats();
     s.sparse_steps = sp.steps;
     s.sparse_buckets = sp.buckets;
@@ -362,7 +399,7 @@ mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
 mgs_status_t mgs_residual_copy(const char* name, float* out, size_t n) {
   return guarded([&]() -> Status {
     std::shared_ptr<mgs::Runtime> rt;
-    Status st = runtime(&rt);
+    Status st = runtime(&rt, /*stopped_ok=*/true);
     if (st.ok()) st = checkName(name);
     if (st.ok() && out == nullptr && n > 0) st = Status(Code::kInvalidArgument, "mgs_residual_copy: out is NULL");
     if (!st.ok()) return st;

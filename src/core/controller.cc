@@ -1,6 +1,7 @@
 #include "core/controller.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -10,6 +11,10 @@ namespace mgs {
 namespace {
 
 constexpr uint64_t kNoSlowPathBit = 1;
+// Bytes of one report entry besides its name (and an upper bound on the
+// shape: at most MGS_MAX_DIMS dimensions).
+constexpr size_t kSignatureBytes = 64 + 8 * MGS_MAX_DIMS;
+constexpr size_t kMaxReportBytes = size_t{64} << 20;
 constexpr uint64_t kNoShutdownBit = 2;
 
 void writeSignature(WireWriter& w, const std::string& name, const Signature& s) {
@@ -40,17 +45,27 @@ bool readSignature(WireReader& r, std::string* name, Signature* s) {
 
 }  // namespace
 
-Controller::Controller(Communicator& comm, const Config& config)
+Controller::Controller(Communicator& comm, const Config& config, size_t cache_capacity)
     : comm_(comm),
       config_(config),
       stall_(config.stall_warning_s, config.stall_abort_s),
       // A cached request waiting this long falls back to the slow path so rank
       // 0 learns about it and the stall inspector can name the missing ranks.
-      stale_cached_s_(std::min(1.0, config.stall_warning_s / 4)) {}
+      stale_cached_s_(std::min(1.0, config.stall_warning_s / 4)),
+      cache_(cache_capacity) {}
 
-Status Controller::cycle(std::vector<Request> incoming, bool want_shutdown, CycleResult* out) {
+ControllerStats Controller::stats() const {
+  ControllerStats s = stats_;
+  s.cached_names = cache_.size();
+  s.cache_evictions = cache_.evictions();
+  return s;
+}
+
+Status Controller::cycle(std::vector<Request> incoming, int32_t shutdown_word, CycleResult* out) {
   out->ready.clear();
   out->shutdown = false;
+  out->shutdown_words.clear();
+  ++tick_;
   for (auto& req : incoming) {
     Pending p;
     p.cache_bit = cache_.lookup(req.name, req.sig);
@@ -64,19 +79,25 @@ Status Controller::cycle(std::vector<Request> incoming, bool want_shutdown, Cycl
   std::vector<uint64_t> bits(1 + (cache_.bits() + 63) / 64, 0);
   for (const auto& [name, p] : pending_) {
     if (p.reported) continue;
-    if (p.cache_bit < 0 ||
-        std::chrono::duration<double>(now - p.req.enqueued).count() > stale_cached_s_) {
+    // A bit looked up before a slow cycle may have been freed since; such a
+    // request was reported in that cycle (above), so this is only a guard.
+    const bool cached = p.cache_bit >= 0 && static_cast<size_t>(p.cache_bit) < cache_.bits() &&
+                        cache_.nameAt(static_cast<size_t>(p.cache_bit)) == name;
+    if (!cached || std::chrono::duration<double>(now - p.req.enqueued).count() > stale_cached_s_) {
       need_slow = true;
       continue;
     }
     bits[1 + p.cache_bit / 64] |= uint64_t{1} << (p.cache_bit % 64);
   }
-  bits[0] = (need_slow ? 0 : kNoSlowPathBit) | (want_shutdown ? 0 : kNoShutdownBit);
+  bits[0] = (need_slow ? 0 : kNoSlowPathBit) | (shutdown_word != 0 ? 0 : kNoShutdownBit);
   MGS_RETURN_IF_ERROR(comm_.allreduce(bits.data(), bits.size(), MGS_INT64, CommOp::kBitAnd));
 
   if (!(bits[0] & kNoShutdownBit)) {
+    // Every rank takes this branch in the same cycle, so one more collective
+    // is safe: it tells everyone which ranks stopped and why.
     out->shutdown = true;
-    return Status::OK();
+    out->shutdown_words.assign(comm_.size(), 0);
+    return comm_.allgather(&shutdown_word, sizeof shutdown_word, out->shutdown_words.data());
   }
   if (!(bits[0] & kNoSlowPathBit)) return slowPath(out);
 
@@ -87,6 +108,7 @@ Status Controller::cycle(std::vector<Request> incoming, bool want_shutdown, Cycl
       auto it = pending_.find(cache_.nameAt(id));
       MGS_ENSURE(it != pending_.end(), kInternal,
                  "response cache bit " << id << " set on all ranks but not pending here");
+      cache_.touch(id, tick_);
       out->ready.push_back(ReadyOp{std::move(it->second.req), Status::OK()});
       pending_.erase(it);
     }
@@ -96,9 +118,13 @@ Status Controller::cycle(std::vector<Request> incoming, bool want_shutdown, Cycl
 
 Status Controller::slowPath(CycleResult* out) {
   ++stats_.slow_cycles;
+  // Each report is capped so that the gather's total fits MPI's int counts;
+  // what does not fit stays unreported and forces the next slow cycle.
+  const size_t cap = std::min<size_t>(kMaxReportBytes, INT_MAX / static_cast<size_t>(comm_.size()));
   WireWriter w;
   for (auto& [name, p] : pending_) {
     if (p.reported) continue;
+    if (w.str().size() + name.size() + kSignatureBytes > cap && !w.str().empty()) break;
     p.reported = true;
     writeSignature(w, name, p.req.sig);
   }
@@ -120,7 +146,7 @@ Status Controller::slowPath(CycleResult* out) {
     if (code == static_cast<int32_t>(Code::kOk)) {
       MGS_ENSURE(it != pending_.end(), kInternal,
                  "rank 0 declared '" << name << "' ready but it is not pending here");
-      cache_.put(name, it->second.req.sig);
+      cache_.put(name, it->second.req.sig, tick_);
     } else {
       cache_.erase(name);
       if (it == pending_.end()) continue;  // e.g. a stall abort for a name this rank never sent

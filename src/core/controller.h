@@ -36,22 +36,30 @@ struct ReadyOp {
 struct CycleResult {
   std::vector<ReadyOp> ready;  // same names, same order on every rank
   bool shutdown = false;       // some rank asked to shut down: everyone stops
+  // With shutdown: every rank's shutdown word (0: that rank did not ask), so
+  // every rank can say who stopped the job and why.
+  std::vector<int32_t> shutdown_words;
 };
 
 struct ControllerStats {
   uint64_t fast_cycles = 0;
   uint64_t slow_cycles = 0;
+  uint64_t cached_names = 0;     // names in the response cache now
+  uint64_t cache_evictions = 0;  // names evicted from it so far
 };
 
 class Controller {
  public:
-  Controller(Communicator& comm, const Config& config);
+  Controller(Communicator& comm, const Config& config,
+             size_t cache_capacity = ResponseCache::kDefaultCapacity);
 
   // One negotiation round. Collective: every rank calls it once per cycle.
-  Status cycle(std::vector<Request> incoming, bool want_shutdown, CycleResult* out);
+  // `shutdown_word` != 0 asks every rank to stop; its value (the caller's
+  // encoding of why) reaches every rank in out->shutdown_words.
+  Status cycle(std::vector<Request> incoming, int32_t shutdown_word, CycleResult* out);
   // Requests still pending (after shutdown or a fatal error).
   std::vector<Request> takePending();
-  const ControllerStats& stats() const { return stats_; }
+  ControllerStats stats() const;
   size_t pendingCount() const { return pending_.size(); }
 
  private:
@@ -70,6 +78,7 @@ class Controller {
   StallInspector stall_;
   double stale_cached_s_;
   ResponseCache cache_;
+  uint64_t tick_ = 0;  // cycles so far: the same count on every rank
   std::map<std::string, Pending> pending_;
   // Rank 0 only: names reported by some ranks, with each rank's signature.
   struct Negotiation {

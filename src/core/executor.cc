@@ -2,7 +2,10 @@
 
 #include <cstring>
 
+#include <unistd.h>
+
 #include "common/check.h"
+#include "common/logging.h"
 #include "core/device.h"
 #include "core/fusion.h"
 #include "core/handle_table.h"
@@ -122,35 +125,70 @@ Status Executor::allreduceCuda(Request& r) {
   return Status::OK();
 }
 
+namespace {
+// Physical memory of this host: an allgather result larger than this cannot
+// be held, and with memory overcommit the allocation itself would succeed and
+// the OOM killer strike only when the collective writes it.
+size_t physicalMemory() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return SIZE_MAX;
+  return static_cast<size_t>(pages) * static_cast<size_t>(page);
+}
+
+bool tryResize(std::vector<char>* v, size_t n) {
+  try {
+    v->resize(n);
+    return true;
+  } catch (const std::exception&) {  // bad_alloc, length_error
+    return false;
+  }
+}
+}  // namespace
+
 Status Executor::allgather(Request& r) {
   const int size = comm_.size();
   auto t0 = Clock::now();
   int64_t dim0 = r.input.shape[0];
   std::vector<int64_t> dims(size);
   MGS_RETURN_IF_ERROR(comm_.allgather(&dim0, sizeof dim0, dims.data()));
-  size_t row = dtypeSize(r.input.dtype);
-  for (size_t d = 1; d < r.input.shape.size(); ++d) row *= static_cast<size_t>(r.input.shape[d]);
-  std::vector<size_t> recv(size);
-  size_t total = 0;
-  int64_t rows = 0;
-  for (int i = 0; i < size; ++i) {
-    recv[i] = static_cast<size_t>(dims[i]) * row;
-    total += recv[i];
-    rows += dims[i];
+  // Every rank holds the same dims now: a layout error fails on every rank.
+  AllgatherLayout layout;
+  MGS_RETURN_IF_ERROR(allgatherLayout(r.input.shape, r.input.dtype, dims, &layout));
+  // Allocation can fail on one rank only (hosts differ): agree on it before
+  // the collective, so no rank enters the allgather alone. The agreement is
+  // one 8-byte allreduce per allgather, which is not a hot path.
+  AllgatherResult& out = r.handle->allgather;
+  int64_t failed = size;  // lowest rank that cannot hold the result, or size
+  std::string why;
+  if (layout.total_bytes > physicalMemory()) {
+    why = "the result (" + std::to_string(layout.total_bytes) + " bytes) exceeds this host's " +
+          std::to_string(physicalMemory()) + " bytes of memory";
+  } else if (!out.data.allocate(layout.total_bytes)) {
+    why = "could not allocate " + std::to_string(layout.total_bytes) + " bytes for the result";
+  } else if (r.input.onCuda() && !tryResize(&stage_, r.input.bytes())) {
+    why = "could not allocate " + std::to_string(r.input.bytes()) + " bytes of host staging";
+  }
+  if (!why.empty()) {
+    failed = comm_.rank();
+    MGS_LOG_ERROR("rank {}, allgather of tensor '{}': {}", comm_.rank(), r.name, why);
+  }
+  MGS_RETURN_IF_ERROR(comm_.allreduce(&failed, 1, MGS_INT64, CommOp::kMin));
+  if (failed != size) {
+    out.data.allocate(0);
+    if (failed == comm_.rank()) return Status(Code::kUnsupported, why);
+    return Status(Code::kUnsupported, "rank " + std::to_string(failed) + " cannot hold the result of " +
+                                          std::to_string(layout.total_bytes) + " bytes (its log says why)");
   }
   const void* send = r.input.data;
   if (r.input.onCuda()) {
     MGS_RETURN_IF_ERROR(device::waitReady(r.input));
-    stage_.resize(r.input.bytes());
-    MGS_RETURN_IF_ERROR(device::copyToHost(stage_.data(), r.input, stage_.size()));
+    MGS_RETURN_IF_ERROR(device::copyToHost(stage_.data(), r.input, r.input.bytes()));
     send = stage_.data();
   }
-  AllgatherResult& out = r.handle->allgather;
-  out.data.resize(total);
-  MGS_RETURN_IF_ERROR(comm_.allgatherv(send, recv[comm_.rank()], out.data.data(), recv));
+  MGS_RETURN_IF_ERROR(comm_.allgatherv(send, layout.rank_bytes[comm_.rank()], out.data.data(), layout.rank_bytes));
   out.rank_sizes = dims;
   out.shape = r.input.shape;
-  out.shape[0] = rows;
+  out.shape[0] = layout.rows;
   span({&r}, "ALLGATHER", t0);
   return Status::OK();
 }

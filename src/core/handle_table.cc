@@ -1,6 +1,19 @@
 #include "core/handle_table.h"
 
+#include <new>
+
 namespace mgs {
+
+bool HostBuffer::allocate(size_t bytes) {
+  p_.reset();
+  n_ = 0;
+  if (bytes == 0) return true;
+  char* p = new (std::nothrow) char[bytes];
+  if (p == nullptr) return false;
+  p_.reset(p, std::default_delete<char[]>());
+  n_ = bytes;
+  return true;
+}
 
 void HandleState::complete(Status status) {
   {
@@ -62,6 +75,15 @@ bool HandleTable::release(uint64_t id) {
 size_t HandleTable::size() const {
   std::lock_guard<std::mutex> lk(mu_);
   return map_.size();
+}
+
+void HandleTable::completeAll(const Status& status) {
+  std::vector<std::shared_ptr<HandleState>> open;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& [id, state] : map_) open.push_back(state);
+  }
+  for (auto& state : open) state->complete(status);  // a finished handle keeps its status
 }
 
 }  // namespace mgs

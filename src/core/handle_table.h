@@ -15,10 +15,26 @@
 
 namespace mgs {
 
+// Host bytes that are not zero-filled: an allgather result is written whole
+// by the collective, and touching gigabytes twice (or committing memory the
+// host lacks before the size is agreed) is what must not happen.
+class HostBuffer {
+ public:
+  // false (and empty) if the memory cannot be had; never throws.
+  bool allocate(size_t bytes);
+  char* data() const { return p_.get(); }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+
+ private:
+  std::shared_ptr<char[]> p_;
+  size_t n_ = 0;
+};
+
 struct AllgatherResult {
   std::vector<int64_t> shape;       // output shape
   std::vector<int64_t> rank_sizes;  // first dimension of each rank
-  std::vector<char> data;           // host copy of the concatenated output
+  HostBuffer data;                  // host copy of the concatenated output
 };
 
 class HandleState {
@@ -51,6 +67,9 @@ class HandleTable {
   std::shared_ptr<HandleState> get(uint64_t id) const;  // nullptr if unknown
   bool release(uint64_t id);
   size_t size() const;
+  // Complete every handle still open with `status` (after the coordinator
+  // stopped, so that no waiter can block forever).
+  void completeAll(const Status& status);
 
  private:
   mutable std::mutex mu_;

@@ -20,6 +20,52 @@ size_t TensorDesc::numel() const {
   return n;
 }
 
+Status checkedSize(const std::vector<int64_t>& shape, DataType dtype, size_t* numel, size_t* bytes) {
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return Status(Code::kInvalidArgument, "shape " + shapeString(shape) + " has a negative dimension");
+    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n) || n > kMaxBytes)
+      return Status(Code::kInvalidArgument, "shape " + shapeString(shape) + " has more than 2^63 elements");
+  }
+  uint64_t b = 0;
+  if (__builtin_mul_overflow(n, static_cast<uint64_t>(dtypeSize(dtype)), &b) || b > kMaxBytes)
+    return Status(Code::kInvalidArgument, "shape " + shapeString(shape) + " of " + dtypeName(dtype) + " holds " +
+                                              std::to_string(n) + " elements, more than 2^63 bytes");
+  *numel = static_cast<size_t>(n);
+  *bytes = static_cast<size_t>(b);
+  return Status::OK();
+}
+
+Status allgatherLayout(const std::vector<int64_t>& shape, DataType dtype, const std::vector<int64_t>& dims,
+                       AllgatherLayout* out) {
+  if (shape.empty()) return Status(Code::kInvalidArgument, "allgather needs at least one dimension");
+  // Bytes of one row: the product of the dimensions after the first.
+  size_t row_elems = 0, row = 0;
+  std::vector<int64_t> rest(shape.begin() + 1, shape.end());
+  if (Status st = checkedSize(rest, dtype, &row_elems, &row); !st.ok())
+    return Status(st.code(), "the dimensions after the first: " + st.message());
+  out->rank_bytes.assign(dims.size(), 0);
+  out->total_bytes = 0;
+  out->rows = 0;
+  for (size_t r = 0; r < dims.size(); ++r) {
+    if (dims[r] < 0)
+      return Status(Code::kInvalidArgument, "rank " + std::to_string(r) + " has first dimension " +
+                                                std::to_string(dims[r]));
+    uint64_t b = 0;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(dims[r]), static_cast<uint64_t>(row), &b) || b > kMaxBytes)
+      return Status(Code::kInvalidArgument, "rank " + std::to_string(r) + "'s input (first dimension " +
+                                                std::to_string(dims[r]) + ") has more than 2^63 bytes");
+    out->rank_bytes[r] = static_cast<size_t>(b);
+    uint64_t total = 0;
+    if (__builtin_add_overflow(static_cast<uint64_t>(out->total_bytes), b, &total) || total > kMaxBytes)
+      return Status(Code::kInvalidArgument, "the result over all ranks has more than 2^63 bytes");
+    out->total_bytes = static_cast<size_t>(total);
+    if (__builtin_add_overflow(out->rows, dims[r], &out->rows))
+      return Status(Code::kInvalidArgument, "the result's first dimension (the sum over ranks) exceeds 2^63 - 1");
+  }
+  return Status::OK();
+}
+
 std::string shapeString(const std::vector<int64_t>& shape) {
   std::ostringstream os;
   os << '[';

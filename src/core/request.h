@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,6 +27,7 @@ struct TensorDesc {
   void* stream = nullptr;
   void* ready_event = nullptr;
 
+  // Unchecked: valid once checkedSize() accepted the shape (every enqueue does).
   size_t numel() const;
   size_t bytes() const { return numel() * dtypeSize(dtype); }
   bool onCuda() const { return device != MGS_DEVICE_CPU; }
@@ -33,6 +35,25 @@ struct TensorDesc {
 
 // "[2, 3]"
 std::string shapeString(const std::vector<int64_t>& shape);
+
+// The largest tensor or result mgs accepts: no object can be larger than
+// PTRDIFF_MAX bytes, and every count below it fits size_t and int64_t.
+constexpr uint64_t kMaxBytes = static_cast<uint64_t>(INT64_MAX);
+
+// Element and byte counts of `shape` x `dtype` (dimensions already checked
+// non-negative), or kInvalidArgument saying which product overflows.
+Status checkedSize(const std::vector<int64_t>& shape, DataType dtype, size_t* numel, size_t* bytes);
+
+// The layout of an allgather's result, computed from every rank's first
+// dimension. Every rank computes it from the same gathered dimensions, so an
+// overflow fails on every rank alike, before anything is allocated.
+struct AllgatherLayout {
+  std::vector<size_t> rank_bytes;  // bytes contributed by each rank
+  size_t total_bytes = 0;
+  int64_t rows = 0;  // first dimension of the result
+};
+Status allgatherLayout(const std::vector<int64_t>& shape, DataType dtype, const std::vector<int64_t>& dims,
+                       AllgatherLayout* out);
 
 // The fields every rank must agree on. For allgather the first dimension may
 // differ per rank, so it is left out of the comparison (first_dim_free).

@@ -4,25 +4,65 @@ namespace mgs {
 
 int64_t ResponseCache::lookup(const std::string& name, const Signature& sig) const {
   auto it = entries_.find(name);
-  if (it == entries_.end() || !(it->second.sig == sig)) return -1;
-  return static_cast<int64_t>(it->second.id);
+  if (it == entries_.end() || !(names_[it->second].sig == sig)) return -1;
+  return static_cast<int64_t>(it->second);
 }
 
-void ResponseCache::put(const std::string& name, const Signature& sig) {
+void ResponseCache::put(const std::string& name, const Signature& sig, uint64_t tick) {
   auto it = entries_.find(name);
   if (it != entries_.end()) {
-    it->second.sig = sig;
+    names_[it->second].sig = sig;
+    touch(it->second, tick);
     return;
   }
-  entries_.emplace(name, Entry{names_.size(), sig});
-  names_.push_back(name);
+  if (entries_.size() >= capacity_) evictOne();
+  size_t id;
+  if (!free_.empty()) {
+    id = *free_.begin();
+    free_.erase(free_.begin());
+  } else {
+    id = names_.size();
+    names_.emplace_back();
+  }
+  names_[id] = Slot{name, sig, tick};
+  entries_.emplace(name, id);
+  lru_.emplace(tick, id);
+}
+
+void ResponseCache::touch(size_t id, uint64_t tick) {
+  Slot& s = names_[id];
+  if (s.name.empty() || s.last_used == tick) return;
+  lru_.erase({s.last_used, id});
+  s.last_used = tick;
+  lru_.emplace(tick, id);
 }
 
 void ResponseCache::erase(const std::string& name) {
   auto it = entries_.find(name);
   if (it == entries_.end()) return;
-  names_[it->second.id].clear();
+  const size_t id = it->second;
   entries_.erase(it);
+  release(id);
+}
+
+void ResponseCache::evictOne() {
+  if (lru_.empty()) return;
+  const size_t id = lru_.begin()->second;
+  entries_.erase(names_[id].name);
+  release(id);
+  ++evictions_;
+}
+
+void ResponseCache::release(size_t id) {
+  lru_.erase({names_[id].last_used, id});
+  names_[id] = Slot{};
+  free_.insert(id);
+  // Trailing free bits shrink the vector, so a burst of names does not keep
+  // every later cycle's bit vector long.
+  while (!names_.empty() && names_.back().name.empty()) {
+    free_.erase(names_.size() - 1);
+    names_.pop_back();
+  }
 }
 
 }  // namespace mgs

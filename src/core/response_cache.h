@@ -1,11 +1,22 @@
-// Response cache: names that were negotiated successfully before get a stable
-// bit position, so later cycles negotiate them with one bitwise-AND allreduce
-// instead of a gather to rank 0 (Horovod's idea). Every rank updates its cache
-// only from the broadcast response list, in the same order, so bit positions
-// agree across ranks without any extra communication.
+// Response cache: names that were negotiated successfully before get a bit
+// position, so later cycles negotiate them with one bitwise-AND allreduce
+// instead of a gather to rank 0 (Horovod's idea).
+//
+// Agreement across ranks without extra messages: every rank changes its cache
+// only from what every rank sees alike -- the broadcast response list (puts,
+// erases, in list order) and the ANDed bit vector (uses) -- stamped with the
+// negotiation cycle number, which is the same on every rank. So bit positions,
+// use times and therefore the evictions agree everywhere.
+//
+// Bounded: past `capacity` names, a put evicts the least recently used one
+// (ties: the lower bit), so a job that keeps inventing names keeps a flat table
+// and a flat bit vector. Evictions and erasures happen only in slow-path
+// cycles, after which every pending request has been reported to rank 0 and no
+// longer uses its bit, so a freed bit may be reused at once.
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -16,24 +27,42 @@ namespace mgs {
 
 class ResponseCache {
  public:
+  static constexpr size_t kDefaultCapacity = 8192;
+  explicit ResponseCache(size_t capacity = kDefaultCapacity) : capacity_(capacity < 1 ? 1 : capacity) {}
+
   // Bit position of `name` if cached with a signature equal to `sig`, else -1.
   int64_t lookup(const std::string& name, const Signature& sig) const;
-  // Insert or refresh `name`; an existing name keeps its bit.
-  void put(const std::string& name, const Signature& sig);
-  // Forget `name`; its bit stays reserved (unused) so positions never shift.
+  // Insert or refresh `name`, used in cycle `tick`; an existing name keeps its
+  // bit, a new one takes the lowest free bit, evicting the least recently used
+  // name first when the cache is full.
+  void put(const std::string& name, const Signature& sig, uint64_t tick);
+  // The op at bit `id` ran in cycle `tick`.
+  void touch(size_t id, uint64_t tick);
+  // Forget `name`; its bit becomes free.
   void erase(const std::string& name);
-  // Number of bit positions in use (the bit vector's length).
+  // Length of the bit vector: the highest bit in use + 1 (never above capacity).
   size_t bits() const { return names_.size(); }
-  // Name at bit `id` ("" for an erased slot).
-  const std::string& nameAt(size_t id) const { return names_[id]; }
+  size_t size() const { return entries_.size(); }
+  size_t capacity() const { return capacity_; }
+  uint64_t evictions() const { return evictions_; }
+  // Name at bit `id` ("" for a free slot).
+  const std::string& nameAt(size_t id) const { return names_[id].name; }
 
  private:
-  struct Entry {
-    size_t id;
+  void evictOne();
+  void release(size_t id);
+
+  struct Slot {
+    std::string name;  // "" if free
     Signature sig;
+    uint64_t last_used = 0;
   };
-  std::unordered_map<std::string, Entry> entries_;
-  std::vector<std::string> names_;
+  size_t capacity_;
+  std::unordered_map<std::string, size_t> entries_;  // name -> bit
+  std::vector<Slot> names_;                          // by bit
+  std::set<size_t> free_;                            // free bits below names_.size()
+  std::set<std::pair<uint64_t, size_t>> lru_;        // (last_used, bit) of cached names
+  uint64_t evictions_ = 0;
 };
 
 }  // namespace mgs

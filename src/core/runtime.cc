@@ -1,6 +1,6 @@
 #include "core/runtime.h"
 
-
+#include <algorithm>
 #include <cmath>
 #include <future>
 
@@ -30,7 +30,11 @@ Status checkTensor(const std::string& name, const char* role, const TensorDesc& 
     MGS_ENSURE(d >= 0, kInvalidArgument,
                "tensor '" << name << "': " << role << " has a negative dimension in shape "
                           << shapeString(t.shape));
-  MGS_ENSURE(t.data != nullptr || t.numel() == 0, kInvalidArgument,
+  // Every later size computation (fusion, MPI counts, staging) relies on this.
+  size_t numel = 0, bytes = 0;
+  if (Status st = checkedSize(t.shape, t.dtype, &numel, &bytes); !st.ok())
+    return Status(st.code(), "tensor '" + name + "': " + role + " " + st.message());
+  MGS_ENSURE(t.data != nullptr || numel == 0, kInvalidArgument,
              "tensor '" << name << "': " << role << " data is NULL but the shape "
                         << shapeString(t.shape) << " has " << t.numel() << " elements");
   Status st = device::checkUsable(t);
@@ -56,17 +60,24 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
   Runtime* self = rt.get();
   rt->thread_ = std::thread([self, factory = std::move(factory), &ready] {
     std::unique_ptr<Communicator> comm;
-    Status st = factory(&comm);
-    if (st.ok()) st = checkConfigAgrees(*comm, self->config_);
-    if (st.ok() && self->config_.compressor != "none") {
-      // Fail at init, not at the first gradient, if the selector cannot be built.
-      std::unique_ptr<compress::Selector> probe;
-      compress::SelectorOptions opts;
-      opts.density = self->config_.density;
-      opts.numThreads = threadBudget(self->config_.threads, comm->localSize());  // as the pipeline's
-      st = compress::Selector::create(self->config_.compressor, opts, &probe);
-      if (st.ok()) st = resolveCostModel(*comm, self->config_, *probe, &self->cost_);
-      self->have_cost_ = st.ok();
+    Status st;
+    try {
+      st = factory(&comm);
+      if (st.ok()) st = checkConfigAgrees(*comm, self->config_);
+      if (st.ok() && self->config_.compressor != "none") {
+        // Fail at init, not at the first gradient, if the selector cannot be built.
+        std::unique_ptr<compress::Selector> probe;
+        compress::SelectorOptions opts;
+        opts.density = self->config_.density;
+        opts.numThreads = threadBudget(self->config_.threads, comm->localSize());  // as the pipeline's
+        st = compress::Selector::create(self->config_.compressor, opts, &probe);
+        if (st.ok()) st = resolveCostModel(*comm, self->config_, *probe, &self->cost_);
+        self->have_cost_ = st.ok();
+      }
+    } catch (const std::exception& e) {
+      st = Status(Code::kInternal, std::string("starting the coordinator failed: ") + e.what());
+    } catch (...) {
+      st = Status(Code::kInternal, "starting the coordinator failed with a non-standard exception");
     }
     if (st.ok()) {
       self->rank_ = comm->rank();
@@ -77,7 +88,17 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
       self->running_ = true;
     }
     ready.set_value(st);
-    if (st.ok()) self->loop(std::move(comm));
+    if (!st.ok()) return;
+    try {
+      self->loop(std::move(comm));
+    } catch (...) {
+      // loop() catches per cycle; this is the last line of defence, for a
+      // failure while setting up or tearing down (e.g. out of memory).
+      self->addHazard("rank " + std::to_string(self->rank_) + ": the coordinator thread failed");
+      self->queue_.close("rank " + std::to_string(self->rank_) + ": the coordinator thread failed unexpectedly");
+      self->running_ = false;
+      self->handles_.completeAll(Status(Code::kInternal, "the coordinator thread failed unexpectedly"));
+    }
   });
   Status st = ready_future.get();
   if (!st.ok()) {
@@ -92,9 +113,68 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
 
 Runtime::~Runtime() { shutdown(); }
 
-void Runtime::shutdown() {
+void Runtime::shutdown(StopReason reason) {
+  int32_t none = 0;
+  stop_reason_.compare_exchange_strong(none, static_cast<int32_t>(reason));
   shutdown_requested_ = true;
   if (thread_.joinable()) thread_.join();
+}
+
+namespace {
+// The shutdown word a rank sends: its StopReason in the low bits, plus what
+// went wrong there before it stopped.
+constexpr int32_t kStopAfterStall = 0x10, kStopAfterError = 0x20;
+
+std::string stopText(int32_t word) {
+  if (word & kStopAfterStall)
+    return "shut down after a stall abort there (one of its operations waited longer than MGS_STALL_ABORT_S "
+           "for other ranks)";
+  std::string how = (word & 0xF) == static_cast<int32_t>(Runtime::StopReason::kProcessExit)
+                        ? "its process exited" : "it called mgs_shutdown";
+  if (word & kStopAfterError) return "shut down after an operation failed there (" + how + ")";
+  return "finished normally (" + how + ")";
+}
+
+// "rank 2 finished normally (it called mgs_shutdown); ranks 0, 3 ..."
+std::string describeStop(const std::vector<int32_t>& words) {
+  std::vector<std::pair<std::string, std::string>> groups;  // (text, ranks)
+  for (size_t r = 0; r < words.size(); ++r) {
+    if (words[r] == 0) continue;
+    const std::string text = stopText(words[r]);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == text; });
+    if (it == groups.end()) it = groups.insert(groups.end(), {text, ""});
+    it->second += (it->second.empty() ? "" : ", ") + std::to_string(r);
+  }
+  std::string out;
+  for (const auto& [text, ranks] : groups)
+    out += (out.empty() ? "" : "; ") + std::string(ranks.find(',') == std::string::npos ? "rank " : "ranks ") +
+           ranks + " " + text;
+  return out;
+}
+}  // namespace
+
+int32_t Runtime::stopWord() const {
+  int32_t w = stop_reason_.load();
+  if (w == 0) w = static_cast<int32_t>(StopReason::kShutdownCalled);
+  if (saw_stall_) w |= kStopAfterStall;
+  if (saw_error_) w |= kStopAfterError;
+  return w;
+}
+
+void Runtime::addHazard(const std::string& why) {
+  std::lock_guard<std::mutex> lk(hazard_mu_);
+  if (exit_hazard_.empty()) exit_hazard_ = why;
+}
+
+std::string Runtime::exitHazard() const {
+  std::lock_guard<std::mutex> lk(hazard_mu_);
+  return exit_hazard_;
+}
+
+Status Runtime::stoppedStatus() {
+  const std::string why = queue_.closedReason();
+  return Status(Code::kShutdown, "rank " + std::to_string(rank_) + ": " +
+                                     (why.empty() ? std::string("mgs is not running") : why));
 }
 
 void Runtime::loop(std::unique_ptr<Communicator> comm) {
@@ -107,11 +187,24 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
   auto complete = [this](Request& req, Status st) {
     ops_completed_ += 1;
     if (st.ok() && req.sig.type == OpType::kAllreduce) bytes_reduced_ += req.input.bytes();
+    if (st.code() == Code::kTimeout) {
+      saw_stall_ = true;
+      addHazard("rank " + std::to_string(rank_) + " had an operation aborted as stalled (" + st.message() + ")");
+    } else if (!st.ok() && st.code() != Code::kShutdown) {
+      saw_error_ = true;
+    }
     // Free the name before waking the waiter, so it may reuse the name at once.
     queue_.finish(req.name);
     req.handle->complete(std::move(st));
   };
-  SparsePipeline sparse(*comm, config_, timeline.get(), residuals_, complete);
+  // Extreme but valid settings must not overflow inside the pipeline:
+  // MGS_WARMUP_STEPS = INT64_MAX (W + 1) and a tiny MGS_CYCLE_TIME_MS (cycles
+  // per second cast to int). Neither clamp changes what any job can observe:
+  // no job reaches 2^63 steps, and a cycle never lasts under a microsecond.
+  Config pipeline_config = config_;
+  pipeline_config.warmup_steps = std::min<int64_t>(pipeline_config.warmup_steps, INT64_MAX - 1);
+  pipeline_config.cycle_time_ms = std::max(pipeline_config.cycle_time_ms, 1e-3);
+  SparsePipeline sparse(*comm, pipeline_config, timeline.get(), residuals_, complete);
   {
     Status st = sparse.init();  // validated in start(): cannot fail here
     if (!st.ok()) MGS_LOG_ERROR("{}", st.toString());
@@ -124,35 +217,59 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
   Executor executor(*comm, config_, timeline.get(), &sparse, complete);
   const auto cycle = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+  const std::string me = "rank " + std::to_string(rank_);
 
   Status fatal;
   std::string why = "mgs has shut down";
   while (true) {
     const auto t0 = Clock::now();
     CycleResult result;
-    const ControllerStats before = controller.stats();
-    Status st = controller.cycle(queue_.drain(), shutdown_requested_.load(), &result);
-    const ControllerStats& after = controller.stats();
-    if (!result.ready.empty() || controller.pendingCount() > 0) {
-      cycles_ += 1;
-      fast_cycles_ += after.fast_cycles - before.fast_cycles;
-      slow_cycles_ += after.slow_cycles - before.slow_cycles;
-      negotiation_s_ = negotiation_s_ + std::chrono::duration<double>(Clock::now() - t0).count();
+    // No exception may leave this loop: one escaping would end the process.
+    // After one, this rank's collectives may be out of step with the others',
+    // so the coordinator stops (a fatal status on every op here), and the
+    // exit hazard keeps MPI_Finalize from waiting on ranks that never come.
+    try {
+      const ControllerStats before = controller.stats();
+      Status st = controller.cycle(queue_.drain(), shutdown_requested_ ? stopWord() : 0, &result);
+      const ControllerStats after = controller.stats();
+      cached_names_ = after.cached_names;
+      if (!result.ready.empty() || controller.pendingCount() > 0) {
+        cycles_ += 1;
+        fast_cycles_ += after.fast_cycles - before.fast_cycles;
+        slow_cycles_ += after.slow_cycles - before.slow_cycles;
+        negotiation_s_ = negotiation_s_ + std::chrono::duration<double>(Clock::now() - t0).count();
+      }
+      if (!st.ok()) {
+        std::string hint;
+        if (st.code() == Code::kCommunication)
+          hint = " (a rank has probably died: killed, crashed or exited without mgs_shutdown)";
+        fatal = Status(st.code(), me + ": negotiation failed: " + st.message() + hint);
+        MGS_LOG_ERROR("{}", fatal.message());
+        break;
+      }
+      executor.run(result.ready);
+      sparse.poll();
+      {
+        std::lock_guard<std::mutex> lk(stats_mu_);
+        sparse_stats_ = sparse.stats();
+      }
+      if (timeline) timeline->flush();
+    } catch (const std::exception& e) {
+      fatal = Status(Code::kInternal, me + ": the coordinator failed: " + e.what());
+    } catch (...) {
+      fatal = Status(Code::kInternal, me + ": the coordinator failed with a non-standard exception");
     }
-    if (!st.ok()) {
-      fatal = Status(st.code(), "rank " + std::to_string(rank_) + ": negotiation failed: " + st.message());
+    if (!fatal.ok()) {
       MGS_LOG_ERROR("{}", fatal.message());
+      // This cycle's ops may be half done or moved away: complete every one
+      // still open (a handle completes once; finished ones keep their status).
+      for (auto& op : result.ready)
+        if (op.req.handle) op.req.handle->complete(fatal);
       break;
     }
-    executor.run(result.ready);
-    sparse.poll();
-    {
-      std::lock_guard<std::mutex> lk(stats_mu_);
-      sparse_stats_ = sparse.stats();
-    }
-    if (timeline) timeline->flush();
     if (result.shutdown) {
-      if (!shutdown_requested_) why = "mgs has shut down: another rank called mgs_shutdown";
+      if (!shutdown_requested_) why = "mgs has stopped because " + describeStop(result.shutdown_words) +
+                                      "; no collective can run after that";
       break;
     }
     // Sleep out the cycle, but start the next one as soon as a request arrives:
@@ -164,17 +281,25 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
   // Close first: an enqueue that finds running_ false then reads the reason.
   queue_.close(fatal.ok() ? why : fatal.message());
   running_ = false;
+  if (!fatal.ok()) addHazard(fatal.message());
   const Status final_status = fatal.ok() ? Status(Code::kShutdown, why) : fatal;
   auto fail = [&](Request& r) {
     queue_.finish(r.name);
     r.handle->complete(Status(final_status.code(),
                               "tensor '" + r.name + "' did not run: " + final_status.message()));
   };
-  if (fatal.ok()) sparse.drain();  // shutdown was negotiated: every rank finishes the same exchanges
-  sparse.failHeld(Status(final_status.code(), "held in a sparse bucket: " + final_status.message()));
-  for (auto& r : controller.takePending()) fail(r);
-  for (auto& r : queue_.drain()) fail(r);
-  const auto& s = controller.stats();
+  try {
+    if (fatal.ok()) sparse.drain();  // shutdown was negotiated: every rank finishes the same exchanges
+    sparse.failHeld(Status(final_status.code(), "held in a sparse bucket: " + final_status.message()));
+    for (auto& r : controller.takePending()) fail(r);
+    for (auto& r : queue_.drain()) fail(r);
+  } catch (...) {
+    addHazard(me + ": tearing down the coordinator failed");
+  }
+  // Whatever is still open (an op lost in a failed cycle) must not leave a
+  // waiter blocked forever.
+  handles_.completeAll(final_status);
+  const auto s = controller.stats();
   MGS_LOG_DEBUG("coordinator stopped after {} fast and {} slow negotiation cycles", s.fast_cycles,
                 s.slow_cycles);
 }
@@ -187,6 +312,7 @@ NegotiationStats Runtime::negotiationStats() const {
   s.seconds = negotiation_s_;
   s.ops_completed = ops_completed_;
   s.bytes_reduced = bytes_reduced_;
+  s.cached_names = cached_names_;
   return s;
 }
 
@@ -197,11 +323,12 @@ SparseStats Runtime::sparseStats() const {
 
 Status Runtime::enqueue(Request req, uint64_t* handle) {
   MGS_ENSURE(handle != nullptr, kInvalidArgument, "handle output pointer is NULL");
-  if (!running_) {
-    const std::string why = queue_.closedReason();
-    return Status(Code::kShutdown, why.empty() ? "mgs is not running (it was shut down) on rank " + std::to_string(rank_)
-                                               : "rank " + std::to_string(rank_) + ": " + why);
-  }
+  // Names travel in every slow negotiation cycle; a bound keeps each rank's
+  // report (and MPI's int counts) small.
+  MGS_ENSURE(req.name.size() <= MGS_MAX_NAME_BYTES, kInvalidArgument,
+             "tensor name of " << req.name.size() << " bytes (starting '" << req.name.substr(0, 40)
+                               << "') is longer than MGS_MAX_NAME_BYTES = " << MGS_MAX_NAME_BYTES);
+  if (!running_) return stoppedStatus();
   req.handle = std::make_shared<HandleState>();
   req.enqueued = Clock::now();
   auto state = req.handle;
@@ -209,7 +336,7 @@ Status Runtime::enqueue(Request req, uint64_t* handle) {
   Status st = queue_.push(std::move(req));
   if (!st.ok()) {
     handles_.release(id);
-    return st;
+    return st.code() == Code::kShutdown ? stoppedStatus() : st;
   }
   *handle = id;
   return Status::OK();

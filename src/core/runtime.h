@@ -36,6 +36,7 @@ struct NegotiationStats {
   double seconds = 0;        // time spent negotiating in those cycles
   uint64_t ops_completed = 0;
   uint64_t bytes_reduced = 0;
+  uint64_t cached_names = 0;  // names in the negotiation cache (bounded)
 };
 
 class Runtime {
@@ -46,10 +47,22 @@ class Runtime {
   static Status start(const Config& config, CommFactory factory, std::unique_ptr<Runtime>* out);
   ~Runtime();  // shuts down if still running
 
+  // Why a rank stops; other ranks' messages name it.
+  enum class StopReason : int32_t { kShutdownCalled = 1, kProcessExit = 2 };
+
   // Negotiated shutdown: every rank's coordinator stops in the same cycle;
   // pending operations complete with kShutdown. Idempotent.
-  void shutdown();
+  void shutdown(StopReason reason = StopReason::kShutdownCalled);
   bool running() const { return running_.load(); }
+  // shutdown() was called on this rank (as opposed to a stop caused by
+  // another rank or by a fatal error).
+  bool stoppedLocally() const { return shutdown_requested_.load(); }
+  // Once stopped: kShutdown with why (which rank stopped the job and its
+  // reason, or the fatal error), for calls that need a running coordinator.
+  Status stoppedStatus();
+  // Non-empty if this runtime saw a fatal error or a stall abort: the ranks
+  // may then be out of step, and a collective MPI_Finalize could hang.
+  std::string exitHazard() const;
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -84,9 +97,18 @@ class Runtime {
   HandleTable handles_;
   std::atomic<bool> running_{false};
   std::atomic<bool> shutdown_requested_{false};
+  std::atomic<int32_t> stop_reason_{0};
+  // Set by the coordinator when it completes an op: they colour the reason
+  // this rank gives when it stops (see stopWord()).
+  std::atomic<bool> saw_stall_{false}, saw_error_{false};
+  int32_t stopWord() const;
+  mutable std::mutex hazard_mu_;
+  std::string exit_hazard_;
+  void addHazard(const std::string& why);
   std::atomic<uint64_t> barrier_count_{0};
   // Written by the coordinator, read by anyone.
   std::atomic<uint64_t> cycles_{0}, fast_cycles_{0}, slow_cycles_{0}, ops_completed_{0}, bytes_reduced_{0};
+  std::atomic<uint64_t> cached_names_{0};
   std::atomic<double> negotiation_s_{0};
   mutable std::mutex stats_mu_;
   SparseStats sparse_stats_;

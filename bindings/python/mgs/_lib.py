@@ -51,6 +51,7 @@ class MgsStats(ctypes.Structure):
         ("sparse_dense_bytes", ctypes.c_uint64),
         ("plan_buckets", ctypes.c_uint64),
         ("plans", ctypes.c_uint64),
+        ("name_cache_entries", ctypes.c_uint64),
     ]
 
 
@@ -191,9 +192,10 @@ class Library:
         name = self.status_names.get(status, f"status {status}")
         if not message:
             message = name
-        if name in ("MGS_ERR_NOT_INITIALIZED",) or (at_enqueue and name == "MGS_ERR_SHUTDOWN"):
+        if name == "MGS_ERR_NOT_INITIALIZED":
             return MgsValueError(f"mgs has not been initialized or was shut down; call init() (mgs.torch.init() "
                                  f"or mgs.tensorflow.init()) before this call ({message})", name)
+        # MGS_ERR_SHUTDOWN: another rank stopped the job; the message names it and why.
         if name in ("MGS_ERR_DUPLICATE_NAME", "MGS_ERR_INVALID_ARGUMENT"):
             return MgsValueError(message, name)
         return MgsRuntimeError(message, name)

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <cstdio>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 #include "comm/mpi/ring_allreduce.h"
 #include "comm/reduce.h"
@@ -17,6 +20,12 @@ namespace mgs {
 namespace {
 
 std::atomic<bool> g_mpi_owned{false};
+// A communicator of our own for the exit handshake (finalizeIfOwned), created
+// with MPI when mgs initialises it; used only at process exit.
+MPI_Comm g_exit_comm = MPI_COMM_NULL;
+// How long a rank that saw a fatal error or a stall abort waits at exit for
+// every other rank to reach exit too, before it aborts the job.
+constexpr double kExitHandshakeS = 10.0;
 
 Status mpiType(DataType dtype, MPI_Datatype* out) {
   switch (dtype) {
@@ -71,6 +80,8 @@ Status MpiCommunicator::create(std::unique_ptr<Communicator>* out) {
     MGS_ENSURE(provided >= MPI_THREAD_SERIALIZED, kUnsupported,
                "MPI provides thread level " << provided << " but mgs needs MPI_THREAD_SERIALIZED ("
                                             << MPI_THREAD_SERIALIZED << ")");
+    MGS_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &g_exit_comm));
+    MGS_MPI_CHECK(MPI_Comm_set_errhandler(g_exit_comm, MPI_ERRORS_RETURN));
   } else {
     MGS_MPI_CHECK(MPI_Query_thread(&provided));
     // MPI initialised by the caller: its threads may call MPI while our
@@ -106,11 +117,43 @@ Status MpiCommunicator::create(std::unique_ptr<Communicator>* out) {
   return Status::OK();
 }
 
-void MpiCommunicator::finalizeIfOwned() {
+void MpiCommunicator::finalizeIfOwned(const std::string& hazard) {
   if (!g_mpi_owned.exchange(false)) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  // MPI_Finalize waits for every rank. Meet in a barrier of our own first,
+  // polled, so a rank whose job went wrong (hazard) can bound that wait: a
+  // peer stuck outside mgs, or gone, would otherwise hold it here forever.
+  // Healthy ranks wait as long as it takes (a slow peer may still be saving a
+  // checkpoint); a healthy job costs one barrier at exit.
+  MPI_Request req = MPI_REQUEST_NULL;
+  bool met = g_exit_comm != MPI_COMM_NULL && MPI_Ibarrier(g_exit_comm, &req) == MPI_SUCCESS;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kExitHandshakeS);
+  auto pause = std::chrono::microseconds(100);
+  while (met) {
+    int done = 0;
+    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) met = false;
+    if (done) break;
+    if (!hazard.empty() && std::chrono::steady_clock::now() > deadline) met = false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(20000));
+  }
+  if (met) {
+    MPI_Comm_free(&g_exit_comm);
+    MPI_Finalize();
+    return;
+  }
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // Never a collective finalize here: it would hang. Abort ends every rank,
+  // including one stuck outside mgs, and the job exits non-zero.
+  std::fprintf(stderr,
+               "[mgs rank %d] not finalizing MPI: %s; other ranks did not reach exit within %.0f s, so the "
+               "job is aborted\n",
+               rank, hazard.empty() ? "the exit barrier failed" : hazard.c_str(), kExitHandshakeS);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -141,9 +184,15 @@ Status MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, CommO
   return Status::OK();
 }
 
+// MPI_Allgather(v) takes int counts and displacements: past INT_MAX bytes in
+// all, the gather runs as one chunked broadcast per rank instead.
+static bool fitsIntCounts(size_t total_bytes) { return total_bytes <= static_cast<size_t>(INT_MAX); }
+
 Status MpiCommunicator::allgather(const void* send, size_t bytes, void* recv) {
-  MGS_ENSURE(bytes <= kMaxChunk && bytes * static_cast<size_t>(size_) <= INT_MAX, kUnsupported,
-             "allgather of " << bytes << " bytes per rank exceeds MPI's 2 GiB total limit");
+  size_t total = 0;
+  MGS_ENSURE(!__builtin_mul_overflow(bytes, static_cast<size_t>(size_), &total), kInvalidArgument,
+             "allgather of " << bytes << " bytes per rank over " << size_ << " ranks overflows");
+  if (!fitsIntCounts(total)) return allgatherv(send, bytes, recv, std::vector<size_t>(size_, bytes));
   MPI_Request req;
   MGS_MPI_CHECK(MPI_Iallgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
                                comm_, &req));
@@ -175,8 +224,10 @@ class MpiPending final : public PendingCollective {
 
 Status MpiCommunicator::startAllgather(const void* send, size_t bytes, void* recv,
                                        std::unique_ptr<PendingCollective>* op) {
-  MGS_ENSURE(bytes <= kMaxChunk && bytes * static_cast<size_t>(size_) <= INT_MAX, kUnsupported,
-             "allgather of " << bytes << " bytes per rank exceeds MPI's 2 GiB total limit");
+  size_t total = 0;
+  // Too large for one nonblocking call: run the chunked blocking form now.
+  if (__builtin_mul_overflow(bytes, static_cast<size_t>(size_), &total) || !fitsIntCounts(total))
+    return Communicator::startAllgather(send, bytes, recv, op);
   auto p = std::make_unique<MpiPending>(wait_);
   MGS_MPI_CHECK(MPI_Iallgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
                                comm_, p->request()));
@@ -187,14 +238,25 @@ Status MpiCommunicator::startAllgather(const void* send, size_t bytes, void* rec
 Status MpiCommunicator::allgatherv(const void* send, size_t send_bytes, void* recv,
                                    const std::vector<size_t>& recv_bytes) {
   MGS_ENSURE_EQ(recv_bytes.size(), static_cast<size_t>(size_), kInternal, "allgatherv counts");
-  std::vector<int> counts(size_), displs(size_);
-  size_t offset = 0;
+  MGS_ENSURE_EQ(recv_bytes[rank_], send_bytes, kInternal, "allgatherv: this rank's count");
+  std::vector<size_t> offsets(size_);
+  size_t total = 0;
   for (int r = 0; r < size_; ++r) {
-    MGS_ENSURE(offset + recv_bytes[r] <= INT_MAX, kUnsupported,
-               "allgatherv result of more than 2 GiB is not supported by the MPI backend");
+    offsets[r] = total;
+    MGS_ENSURE(!__builtin_add_overflow(total, recv_bytes[r], &total), kInvalidArgument,
+               "allgatherv: the byte counts over ranks overflow");
+  }
+  auto* out = static_cast<char*>(recv);
+  if (!fitsIntCounts(total)) {
+    // Each rank in turn broadcasts its part in place (broadcast() chunks it).
+    if (send_bytes && out + offsets[rank_] != send) std::memmove(out + offsets[rank_], send, send_bytes);
+    for (int r = 0; r < size_; ++r) MGS_RETURN_IF_ERROR(broadcast(out + offsets[r], recv_bytes[r], r));
+    return Status::OK();
+  }
+  std::vector<int> counts(size_), displs(size_);
+  for (int r = 0; r < size_; ++r) {
     counts[r] = static_cast<int>(recv_bytes[r]);
-    displs[r] = static_cast<int>(offset);
-    offset += recv_bytes[r];
+    displs[r] = static_cast<int>(offsets[r]);
   }
   MPI_Request req;
   MGS_MPI_CHECK(MPI_Iallgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv, counts.data(), displs.data(),
@@ -203,6 +265,8 @@ Status MpiCommunicator::allgatherv(const void* send, size_t send_bytes, void* re
 }
 
 Status MpiCommunicator::gatherStrings(const std::string& send, int root, std::vector<std::string>* out) {
+  MGS_ENSURE(send.size() <= static_cast<size_t>(INT_MAX), kUnsupported,
+             "a negotiation message of " << send.size() << " bytes exceeds MPI's 2 GiB count limit");
   const int n = static_cast<int>(send.size());
   std::vector<int> counts(rank_ == root ? size_ : 0);
   MPI_Request req;
@@ -215,6 +279,11 @@ Status MpiCommunicator::gatherStrings(const std::string& send, int root, std::ve
     for (int r = 0; r < size_; ++r) {
       displs[r] = static_cast<int>(total);
       total += static_cast<size_t>(counts[r]);
+      // The negotiation caps each rank's report at INT_MAX / size bytes
+      // (Controller::slowPath), so this holds; a caller that breaks the
+      // cap gets an error here instead of wrapped displacements.
+      MGS_ENSURE(total <= static_cast<size_t>(INT_MAX), kInternal,
+                 "gatherStrings: " << total << "+ bytes exceed MPI's int displacements");
     }
     all.resize(total);
   }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include <mpi.h>
 
@@ -23,7 +24,10 @@ class MpiCommunicator final : public Communicator {
   static Status create(std::unique_ptr<Communicator>* out);
   // MPI_Finalize, if mgs initialised MPI and it is not finalised yet. Called at
   // process exit (MPI cannot be initialised twice, so not at mgs_shutdown).
-  static void finalizeIfOwned();
+  // With a non-empty `hazard` (a fatal error or stall abort happened here),
+  // waits at most a few seconds for the other ranks to reach exit too and
+  // otherwise aborts the job (MPI_Abort) instead of hanging in MPI_Finalize.
+  static void finalizeIfOwned(const std::string& hazard = std::string());
   ~MpiCommunicator() override;
 
   int rank() const override { return rank_; }

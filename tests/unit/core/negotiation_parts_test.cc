@@ -9,8 +9,8 @@ TEST_CASE("response cache keeps stable bits and matches signatures", "[cache]") 
   ResponseCache cache;
   Signature s;
   s.shape = {4};
-  cache.put("a", s);
-  cache.put("b", s);
+  cache.put("a", s, 1);
+  cache.put("b", s, 1);
   CHECK(cache.lookup("a", s) == 0);
   CHECK(cache.lookup("b", s) == 1);
   Signature other = s;
@@ -18,18 +18,19 @@ TEST_CASE("response cache keeps stable bits and matches signatures", "[cache]") 
   CHECK(cache.lookup("a", other) == -1);  // changed shape: slow path
   cache.erase("a");
   CHECK(cache.lookup("a", s) == -1);
-  CHECK(cache.bits() == 2);  // the slot stays reserved: positions never shift
+  CHECK(cache.bits() == 2);  // "b" keeps its bit: positions never shift
   CHECK(cache.nameAt(0).empty());
-  cache.put("c", s);
-  CHECK(cache.lookup("c", s) == 2);
+  cache.put("c", s, 2);
+  CHECK(cache.lookup("c", s) == 0);  // the lowest free bit is reused
+  CHECK(cache.lookup("b", s) == 1);
   // Allgather signatures ignore the first dimension.
   Signature g;
   g.type = OpType::kAllgather;
   g.shape = {3, 2};
-  cache.put("g", g);
+  cache.put("g", g, 3);
   Signature g2 = g;
   g2.shape = {7, 2};
-  CHECK(cache.lookup("g", g2) == 3);
+  CHECK(cache.lookup("g", g2) == 2);
   g2.shape = {7, 3};
   CHECK(cache.lookup("g", g2) == -1);
 }

@@ -14,7 +14,11 @@
 
 namespace mgs::test {
 
-inline void runRanks(int P, const Config& config, const std::function<void(Runtime&, int rank)>& body) {
+// Builds rank r's communicator over the shared world (tests wrap it to inject faults).
+using CommMaker = std::function<std::unique_ptr<Communicator>(std::shared_ptr<ThreadWorld>, int rank)>;
+
+inline void runRanks(int P, const Config& config, const std::function<void(Runtime&, int rank)>& body,
+                     const CommMaker& make = nullptr) {
   auto world = std::make_shared<ThreadWorld>(P);
   std::vector<std::thread> threads;
   std::vector<std::string> errors(P);
@@ -23,8 +27,9 @@ inline void runRanks(int P, const Config& config, const std::function<void(Runti
       std::unique_ptr<Runtime> rt;
       Status st = Runtime::start(
           config,
-          [world, r](std::unique_ptr<Communicator>* out) {
-            out->reset(new ThreadCommunicator(world, r));
+          [world, r, &make](std::unique_ptr<Communicator>* out) {
+            if (make) *out = make(world, r);
+            else out->reset(new ThreadCommunicator(world, r));
             return Status::OK();
           },
           &rt);
