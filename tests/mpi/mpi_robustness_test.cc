@@ -166,10 +166,11 @@ void scenarioNames() {
                 kBatches * kBatch, most, rss_after_first, rss_end, kBatches - 16);
 }
 
-// Run with MGS_WARMUP_STEPS=INT64_MAX and MGS_CYCLE_TIME_MS=1e-300 (valid
-// values at their extremes) and a compressor: nothing overflows (UBSan in
-// scripts/sanitize.sh), and an endless warm-up means density 1, so the
-// "sparse" result is the exact average.
+// Run with MGS_WARMUP_STEPS=1e9 and MGS_CYCLE_TIME_MS=0.001 (the largest and
+// smallest values the parameter table allows) and a compressor: nothing
+// overflows (UBSan in scripts/sanitize.sh), and a near-endless warm-up keeps
+// the density within 1e-8 of 1: k = n - 1, so each rank holds back exactly one
+// entry (its smallest) and every other entry is the exact average.
 void scenarioExtremeSettings() {
   const int64_t n = 8192;
   for (int step = 0; step < 4; ++step) {
@@ -190,7 +191,8 @@ void scenarioExtremeSettings() {
         const double want = (i % 13) * (g_size + 1) / 2.0 + t + step;
         if (std::fabs(x[t][i] - want) > 1e-4 * std::max(1.0, want)) ++bad;
       }
-      EXPECT(bad == 0, "step %d w%d: %d entries are not the average", step, t, bad);
+      EXPECT(bad <= g_size, "step %d w%d: %d entries are not the average (at most %d may be held back)", step, t,
+             bad, g_size);
     }
   }
 }
