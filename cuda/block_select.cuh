@@ -52,8 +52,8 @@ using WideSuffix = Suffix<kWide, 3>;  // up to 3072 bins
 
 // The want-th largest of keys[0, s) (keys < 2^31, 1 <= want <= s) by three
 // digit rounds of a radix select, as compress::cpu::kthLargestKey finds it.
-__device__ uint32_t blockKthLargest(const uint32_t* keys, uint64_t s, uint64_t want,
-                                    uint32_t* counts, WideSuffix::Storage& sfx) {
+__device__ uint32_t blockKthLargest(const uint32_t* keys, uint64_t s, uint64_t want, uint32_t* counts,
+                                    WideSuffix::Storage& sfx) {
   const int shifts[3] = {20, 9, 0}, widths[3] = {11, 11, 9};
   uint32_t prefix = 0, hiMask = 0;
   for (int round = 0; round < 3; ++round) {

@@ -20,8 +20,7 @@ unsigned gridFor(size_t n, size_t cap = 65535) {
 
 // One thread per run of equal indices (after the stable sort): sums the run
 // in rank order from +0.0f, exactly like the CPU loop, so no atomics.
-__global__ void sumRunsKernel(const uint32_t* idx, const float* vals, size_t total, size_t n,
-                              float scale, float* out) {
+__global__ void sumRunsKernel(const uint32_t* idx, const float* vals, size_t total, size_t n, float scale, float* out) {
   const size_t stride = static_cast<size_t>(gridDim.x) * kThreads;
   for (size_t j = blockIdx.x * static_cast<size_t>(kThreads) + threadIdx.x; j < total; j += stride) {
     const uint32_t i = idx[j];
@@ -38,15 +37,14 @@ int scatterAddTempBytes(size_t total, size_t* bytes) {
   uint32_t* u = nullptr;
   float* f = nullptr;
   size_t b = 0;
-  cudaError_t e = cub::DeviceRadixSort::SortPairs(nullptr, b, u, u, f, f,
-                                                  static_cast<int64_t>(std::max<size_t>(total, 1)));
+  cudaError_t e =
+      cub::DeviceRadixSort::SortPairs(nullptr, b, u, u, f, f, static_cast<int64_t>(std::max<size_t>(total, 1)));
   *bytes = b;
   return e;
 }
 
-int scatterAdd(const float* d_values, const uint32_t* d_indices, size_t total, size_t n,
-               float scale, float* d_out, void* d_work, void* d_temp, size_t tempBytes,
-               void* stream) {
+int scatterAdd(const float* d_values, const uint32_t* d_indices, size_t total, size_t n, float scale, float* d_out,
+               void* d_work, void* d_temp, size_t tempBytes, void* stream) {
   const auto s = asStream(stream);
   if (n == 0) return 0;
   if (cudaError_t e = cudaMemsetAsync(d_out, 0, n * sizeof(float), s)) return e;
@@ -54,8 +52,8 @@ int scatterAdd(const float* d_values, const uint32_t* d_indices, size_t total, s
   auto* idx = static_cast<uint32_t*>(d_work);
   auto* vals = reinterpret_cast<float*>(idx + total);
   // Stable: equal indices keep their concatenation (= rank) order.
-  if (cudaError_t e = cub::DeviceRadixSort::SortPairs(d_temp, tempBytes, d_indices, idx, d_values,
-                                                      vals, static_cast<int64_t>(total), 0, 32, s))
+  if (cudaError_t e = cub::DeviceRadixSort::SortPairs(d_temp, tempBytes, d_indices, idx, d_values, vals,
+                                                      static_cast<int64_t>(total), 0, 32, s))
     return e;
   sumRunsKernel<<<gridFor(total), kThreads, 0, s>>>(idx, vals, total, n, scale, d_out);
   return cudaGetLastError();

@@ -18,8 +18,7 @@ namespace mgs::cuda::kernels {
 // are ignored (the pad sentinel of algorithms.md 7.7). d_work: total uint32 +
 // total float; temp: scatterAddTempBytes(total).
 int scatterAddTempBytes(size_t total, size_t* bytes);
-int scatterAdd(const float* d_values, const uint32_t* d_indices, size_t total, size_t n,
-               float scale, float* d_out, void* d_work, void* d_temp, size_t tempBytes,
-               void* stream);
+int scatterAdd(const float* d_values, const uint32_t* d_indices, size_t total, size_t n, float scale, float* d_out,
+               void* d_work, void* d_temp, size_t tempBytes, void* stream);
 
 }  // namespace mgs::cuda::kernels

@@ -7,11 +7,10 @@
 
 #include "common/check.h"
 
-#define MGS_CUDA_CHECK(expr)                                                                 \
-  do {                                                                                       \
-    const cudaError_t _mgs_ce = static_cast<cudaError_t>(expr);                              \
-    MGS_ENSURE(_mgs_ce == cudaSuccess, kCuda,                                                \
-               #expr << ": " << cudaGetErrorName(_mgs_ce) << " ("                            \
-                     << cudaGetErrorString(_mgs_ce) << ")"                                   \
-                     << ::mgs::detail::where(__FILE__, __LINE__));                           \
+#define MGS_CUDA_CHECK(expr)                                                                            \
+  do {                                                                                                  \
+    const cudaError_t _mgs_ce = static_cast<cudaError_t>(expr);                                         \
+    MGS_ENSURE(_mgs_ce == cudaSuccess, kCuda,                                                           \
+               #expr << ": " << cudaGetErrorName(_mgs_ce) << " (" << cudaGetErrorString(_mgs_ce) << ")" \
+                     << ::mgs::detail::where(__FILE__, __LINE__));                                      \
   } while (0)

@@ -33,9 +33,7 @@ Status GpuSelector::create(const std::string& name, const compress::SelectorOpti
   return Status::OK();
 }
 
-size_t GpuSelector::maxCount(size_t n) const {
-  return compress::Selector(kind_, options_).maxCount(n);
-}
+size_t GpuSelector::maxCount(size_t n) const { return compress::Selector(kind_, options_).maxCount(n); }
 
 Status GpuSelector::layout(size_t n, uint64_t step, SelectPlan* plan, SelectLayout* l) const {
   *plan = makeSelectPlan(kind_, options_, n, step);
@@ -55,12 +53,10 @@ Status GpuSelector::workspaceBytes(size_t n, size_t* bytes) const {
   return Status::OK();
 }
 
-Status GpuSelector::enqueue(const compress::SelectArgs& a, const DeviceSelectOutputs& out,
-                            void* stream) const {
+Status GpuSelector::enqueue(const compress::SelectArgs& a, const DeviceSelectOutputs& out, void* stream) const {
   compress::SelectResult unused;
   MGS_RETURN_IF_ERROR(compress::checkSelectArgs(a, &unused));
-  MGS_ENSURE(out.d_count != nullptr, kInvalidArgument,
-             "select '" << a.name << "': no device word for the count");
+  MGS_ENSURE(out.d_count != nullptr, kInvalidArgument, "select '" << a.name << "': no device word for the count");
   if (a.n == 0) {
     // Nothing to select; the device words still say so (no host sync).
     MGS_CUDA_CHECK(cudaMemsetAsync(out.d_count, 0, sizeof(uint32_t), static_cast<cudaStream_t>(stream)));
@@ -70,8 +66,8 @@ Status GpuSelector::enqueue(const compress::SelectArgs& a, const DeviceSelectOut
       DeviceSelectInfo z{};
       z.inBand = z.exact = 1;
       // Pageable source: the copy is staged by the driver before this returns.
-      MGS_CUDA_CHECK(cudaMemcpyAsync(out.d_info, &z, sizeof(z), cudaMemcpyHostToDevice,
-                                     static_cast<cudaStream_t>(stream)));
+      MGS_CUDA_CHECK(
+          cudaMemcpyAsync(out.d_info, &z, sizeof(z), cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)));
     }
     return Status::OK();
   }
@@ -83,8 +79,7 @@ Status GpuSelector::enqueue(const compress::SelectArgs& a, const DeviceSelectOut
   SelectLayout l;
   MGS_RETURN_IF_ERROR(layout(a.n, a.step, &p, &l));
   MGS_ENSURE(a.workspaceBytes >= l.total, kInvalidArgument,
-             "select '" << a.name << "': workspace " << a.workspaceBytes << " < " << l.total
-                        << " bytes");
+             "select '" << a.name << "': workspace " << a.workspaceBytes << " < " << l.total << " bytes");
   MGS_ENSURE(reinterpret_cast<uintptr_t>(a.workspace) % kLayoutAlign == 0, kInvalidArgument,
              "select '" << a.name << "': workspace not " << kLayoutAlign << "-byte aligned");
   k::SelectBuffers b;
@@ -100,21 +95,17 @@ Status GpuSelector::enqueue(const compress::SelectArgs& a, const DeviceSelectOut
   return Status::OK();
 }
 
-Status GpuSelector::select(const compress::SelectArgs& a, compress::SelectResult* result,
-                           void* stream) const {
+Status GpuSelector::select(const compress::SelectArgs& a, compress::SelectResult* result, void* stream) const {
   MGS_RETURN_IF_ERROR(compress::checkSelectArgs(a, result));
   SelectPlan p;
   SelectLayout l;
   MGS_RETURN_IF_ERROR(layout(a.n, a.step, &p, &l));
-  MGS_ENSURE(a.workspace != nullptr && a.workspaceBytes >= l.total + kTailBytes,
-             kInvalidArgument,
-             "select '" << a.name << "': workspace " << a.workspaceBytes << " < "
-                        << l.total + kTailBytes << " bytes");
+  MGS_ENSURE(a.workspace != nullptr && a.workspaceBytes >= l.total + kTailBytes, kInvalidArgument,
+             "select '" << a.name << "': workspace " << a.workspaceBytes << " < " << l.total + kTailBytes << " bytes");
   auto* tail = reinterpret_cast<SyncTail*>(static_cast<char*>(a.workspace) + l.total);
   compress::SelectArgs inner = a;
   inner.workspaceBytes = l.total;
-  MGS_RETURN_IF_ERROR(enqueue(inner, DeviceSelectOutputs{&tail->count, &tail->failure, &tail->info},
-                              stream));
+  MGS_RETURN_IF_ERROR(enqueue(inner, DeviceSelectOutputs{&tail->count, &tail->failure, &tail->info}, stream));
   SyncTail h{};
   const auto s = static_cast<cudaStream_t>(stream);
   MGS_CUDA_CHECK(cudaMemcpyAsync(&h, tail, sizeof(h), cudaMemcpyDeviceToHost, s));
@@ -136,8 +127,7 @@ Status GpuSelector::select(const compress::SelectArgs& a, compress::SelectResult
              "non-finite gradient in '" << a.name << "': " << h.info.nonFinite << " of " << a.n
                                         << " values are NaN or Inf (dropped from the residual)");
   MGS_ENSURE(h.failure == 0, kInternal,
-             "select '" << a.name << "': device selector failed (code " << h.failure
-                        << ", count " << h.count << ")");
+             "select '" << a.name << "': device selector failed (code " << h.failure << ", count " << h.count << ")");
   return Status::OK();
 }
 
@@ -148,17 +138,14 @@ Status scatterAddWorkspaceBytes(size_t total, size_t* bytes) {
   return Status::OK();
 }
 
-Status scatterAdd(const float* d_values, const uint32_t* d_indices, size_t total, size_t n,
-                  float scale, float* d_out, void* d_workspace, size_t workspaceBytes,
-                  void* stream) {
+Status scatterAdd(const float* d_values, const uint32_t* d_indices, size_t total, size_t n, float scale, float* d_out,
+                  void* d_workspace, size_t workspaceBytes, void* stream) {
   size_t need = 0, temp = 0;
   MGS_RETURN_IF_ERROR(scatterAddWorkspaceBytes(total, &need));
-  MGS_ENSURE(workspaceBytes >= need, kInvalidArgument,
-             "scatterAdd: workspace " << workspaceBytes << " < " << need);
+  MGS_ENSURE(workspaceBytes >= need, kInvalidArgument, "scatterAdd: workspace " << workspaceBytes << " < " << need);
   MGS_CUDA_CHECK(k::scatterAddTempBytes(total, &temp));
   char* ws = static_cast<char*>(d_workspace);
-  MGS_CUDA_CHECK(k::scatterAdd(d_values, d_indices, total, n, scale, d_out, ws + alignUp(temp), ws,
-                               temp, stream));
+  MGS_CUDA_CHECK(k::scatterAdd(d_values, d_indices, total, n, scale, d_out, ws + alignUp(temp), ws, temp, stream));
   return Status::OK();
 }
 

@@ -32,9 +32,9 @@
 namespace mgs::cuda {
 
 struct DeviceSelectOutputs {
-  uint32_t* d_count = nullptr;          // required: device word, the selected count
-  int32_t* d_failure = nullptr;         // optional: 0 or an mgs::Code (kNumeric, kInternal)
-  DeviceSelectInfo* d_info = nullptr;   // optional
+  uint32_t* d_count = nullptr;         // required: device word, the selected count
+  int32_t* d_failure = nullptr;        // optional: 0 or an mgs::Code (kNumeric, kInternal)
+  DeviceSelectInfo* d_info = nullptr;  // optional
 };
 
 class GpuSelector {
@@ -50,16 +50,13 @@ class GpuSelector {
   // Asynchronous, zero host syncs. Errors returned here are argument errors
   // found on the host and launch failures; data errors (non-finite input)
   // arrive in *out.d_failure.
-  Status enqueue(const compress::SelectArgs& args, const DeviceSelectOutputs& out,
-                 void* stream) const;
+  Status enqueue(const compress::SelectArgs& args, const DeviceSelectOutputs& out, void* stream) const;
   // enqueue() + copy of the info + stream sync; non-finite input under
   // NonFinitePolicy::kError becomes Status kNumeric as on the CPU.
-  Status select(const compress::SelectArgs& args, compress::SelectResult* result,
-                void* stream) const;
+  Status select(const compress::SelectArgs& args, compress::SelectResult* result, void* stream) const;
 
  private:
-  GpuSelector(compress::SelectorKind kind, const compress::SelectorOptions& options)
-      : kind_(kind), options_(options) {}
+  GpuSelector(compress::SelectorKind kind, const compress::SelectorOptions& options) : kind_(kind), options_(options) {}
   Status layout(size_t n, uint64_t step, SelectPlan* plan, SelectLayout* l) const;
   compress::SelectorKind kind_;
   compress::SelectorOptions options_;
@@ -69,9 +66,8 @@ class GpuSelector {
 // pairs of all ranks concatenated in rank order -> d_out[0..n) scaled.
 // Indices >= n are ignored. Workspace: scatterAddWorkspaceBytes(total).
 Status scatterAddWorkspaceBytes(size_t total, size_t* bytes);
-Status scatterAdd(const float* d_values, const uint32_t* d_indices, size_t total, size_t n,
-                  float scale, float* d_out, void* d_workspace, size_t workspaceBytes,
-                  void* stream);
+Status scatterAdd(const float* d_values, const uint32_t* d_indices, size_t total, size_t n, float scale, float* d_out,
+                  void* d_workspace, size_t workspaceBytes, void* stream);
 
 // Number of visible CUDA devices (0 without a driver or device).
 int visibleDevices();

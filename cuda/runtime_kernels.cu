@@ -56,13 +56,20 @@ int scaleAsync(void* d_data, mgs_dtype_t dtype, size_t n, double factor, void* s
   if (n == 0 || factor == 1.0) return 0;
   auto s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
-    case MGS_FLOAT32: return launch<float, ScaleOp<float>>(d_data, n, factor, s);
-    case MGS_FLOAT64: return launch<double, ScaleOp<double>>(d_data, n, factor, s);
-    case MGS_FLOAT16: return launch<__half, ScaleOp<__half>>(d_data, n, factor, s);
-    case MGS_BFLOAT16: return launch<__nv_bfloat16, ScaleOp<__nv_bfloat16>>(d_data, n, factor, s);
-    case MGS_INT32: return launch<int32_t, TruncOp<int32_t>>(d_data, n, factor, s);
-    case MGS_INT64: return launch<int64_t, TruncOp<int64_t>>(d_data, n, factor, s);
-    case MGS_UINT8: return launch<uint8_t, TruncOp<uint8_t>>(d_data, n, factor, s);
+    case MGS_FLOAT32:
+      return launch<float, ScaleOp<float>>(d_data, n, factor, s);
+    case MGS_FLOAT64:
+      return launch<double, ScaleOp<double>>(d_data, n, factor, s);
+    case MGS_FLOAT16:
+      return launch<__half, ScaleOp<__half>>(d_data, n, factor, s);
+    case MGS_BFLOAT16:
+      return launch<__nv_bfloat16, ScaleOp<__nv_bfloat16>>(d_data, n, factor, s);
+    case MGS_INT32:
+      return launch<int32_t, TruncOp<int32_t>>(d_data, n, factor, s);
+    case MGS_INT64:
+      return launch<int64_t, TruncOp<int64_t>>(d_data, n, factor, s);
+    case MGS_UINT8:
+      return launch<uint8_t, TruncOp<uint8_t>>(d_data, n, factor, s);
   }
   return static_cast<int>(cudaErrorInvalidValue);
 }

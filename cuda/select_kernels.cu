@@ -60,9 +60,7 @@ struct State {
   int32_t skip, fromCand, failure, fullPasses;
 };
 
-__device__ __forceinline__ bool isKind(const SelectPlan& p, SelectorKind k) {
-  return p.kind == static_cast<int>(k);
-}
+__device__ __forceinline__ bool isKind(const SelectPlan& p, SelectorKind k) { return p.kind == static_cast<int>(k); }
 
 // Gradient sources: acc = src(i) + r[i]; in place there is none.
 struct SrcF32 {
@@ -80,13 +78,12 @@ struct SrcBF16 {
 
 struct StatsOp {
   __device__ __forceinline__ TileStats operator()(const TileStats& a, const TileStats& b) const {
-    return TileStats{a.sum + b.sum, a.sumSq + b.sumSq, a.sumAbs + b.sumAbs,
-                     fmaxf(a.maxAbs, b.maxAbs), a.nonFinite + b.nonFinite};
+    return TileStats{a.sum + b.sum, a.sumSq + b.sumSq, a.sumAbs + b.sumAbs, fmaxf(a.maxAbs, b.maxAbs),
+                     a.nonFinite + b.nonFinite};
   }
 };
 
-__global__ void initKernel(State* st, uint32_t* hist, Tiles32 t32, int n32, Tiles64 t64, int n64,
-                           SelectPlan p) {
+__global__ void initKernel(State* st, uint32_t* hist, Tiles32 t32, int n32, Tiles64 t64, int n64, SelectPlan p) {
   t32.InitializeStatus(n32);
   t64.InitializeStatus(n64);
   if (blockIdx.x != 0) return;
@@ -124,9 +121,8 @@ __global__ void __launch_bounds__(kWide) floorKernel(SelectPlan p, uint32_t* key
 // r), the tile's statistics, and its candidates appended in index order at
 // the offset the look-back scan gives.
 template <typename Src, bool kInPlace>
-__global__ void __launch_bounds__(kT) fusedKernel(Src src, float* __restrict__ r, SelectPlan p,
-                                                  State* st, Tiles32 tiles, TileStats* partials,
-                                                  float* candV, uint32_t* candI) {
+__global__ void __launch_bounds__(kT) fusedKernel(Src src, float* __restrict__ r, SelectPlan p, State* st,
+                                                  Tiles32 tiles, TileStats* partials, float* candV, uint32_t* candI) {
   using Exchange = cub::BlockExchange<float, kT, kI>;
   using Scan = cub::BlockScan<uint32_t, kT>;
   using Prefix = cub::TilePrefixCallbackOp<uint32_t, ::cuda::std::plus<uint32_t>, Tiles32>;
@@ -188,8 +184,7 @@ __global__ void __launch_bounds__(kT) fusedKernel(Src src, float* __restrict__ r
       Prefix op(tiles, prefixTmp, ::cuda::std::plus<uint32_t>{}, tile);
       Scan(tmp.scan).ExclusiveSum(count, off, op);  // off includes the tiles before
     }
-    if (tile == static_cast<int>(gridDim.x) - 1 && threadIdx.x == kT - 1)
-      st->numCand = off + count;
+    if (tile == static_cast<int>(gridDim.x) - 1 && threadIdx.x == kT - 1) st->numCand = off + count;
 #pragma unroll
     for (int j = 0; j < kI; ++j) {
       if (!(flags >> j & 1u)) continue;
@@ -212,9 +207,8 @@ __global__ void dgcSampleKernel(const float* r, SelectPlan p, uint32_t* keys) {
 
 // Statistics reduced in a fixed order (thread t: tiles t, t+1024, ... then a
 // block reduction), the non-finite policy, and the search's first window.
-__global__ void __launch_bounds__(kWide) planKernel(SelectPlan p, State* st,
-                                                    const TileStats* partials, int tiles,
-                                                    const uint32_t* dgcKeys) {
+__global__ void __launch_bounds__(kWide)
+    planKernel(SelectPlan p, State* st, const TileStats* partials, int tiles, const uint32_t* dgcKeys) {
   using Reduce = cub::BlockReduce<TileStats, kWide>;
   __shared__ typename Reduce::TempStorage red;
   __shared__ uint32_t counts[2048];
@@ -235,16 +229,14 @@ __global__ void __launch_bounds__(kWide) planKernel(SelectPlan p, State* st,
     const auto policy = static_cast<compress::NonFinitePolicy>(p.nonFinitePolicy);
     if (a.nonFinite > 0 && policy != compress::NonFinitePolicy::kZero) {
       st->skip = 1;
-      if (policy == compress::NonFinitePolicy::kError)
-        st->failure = static_cast<int32_t>(Code::kNumeric);
+      if (policy == compress::NonFinitePolicy::kError) st->failure = static_cast<int32_t>(Code::kNumeric);
     }
     go = !st->skip && !p.dense;
   }
   __syncthreads();
   if (!go) return;
   uint32_t dgcKey = 0;
-  if (isKind(p, SelectorKind::kDgc))
-    dgcKey = blockKthLargest(dgcKeys, p.dgcCount, p.dgcKSample, counts, sfx);
+  if (isKind(p, SelectorKind::kDgc)) dgcKey = blockKthLargest(dgcKeys, p.dgcCount, p.dgcKSample, counts, sfx);
   if (threadIdx.x == 0) {
     st->search = planSearch(p, st->stats.maxAbs, st->moments, st->tc, dgcKey);
     st->fromCand = st->tc != 0 && st->numCand <= p.candCap;
@@ -256,9 +248,8 @@ using PassSuffix = Suffix<kT, (kBins + kT - 1) / kT>;
 // One histogram pass; no-op once the search is done. Blocks add their shared
 // histograms into `hist`; the last block to finish (ticket) summarises it,
 // steps the search and clears `hist` for the next launch.
-__global__ void __launch_bounds__(kT) passKernel(SelectPlan p, State* st, uint32_t* hist,
-                                                 const float* r, const float* candV,
-                                                 const uint32_t* candI) {
+__global__ void __launch_bounds__(kT)
+    passKernel(SelectPlan p, State* st, uint32_t* hist, const float* r, const float* candV, const uint32_t* candI) {
   __shared__ uint32_t h[kBins];
   __shared__ PassSuffix::Storage sfx;
   // Raw storage: a __shared__ variable cannot have a constructor.
@@ -325,12 +316,10 @@ __global__ void __launch_bounds__(kT) passKernel(SelectPlan p, State* st, uint32
 // fallback): scan of (taken above keyAll, ties) packed in 64 bits; a tie is
 // sent while fewer than `quota` ties precede it, so the output is "key >=
 // keyAll plus the first quota ties in index order", ascending by index.
-__global__ void __launch_bounds__(kT) compactKernel(SelectPlan p, State* st, float* r,
-                                                    const float* candV, const uint32_t* candI,
-                                                    Tiles64 tiles, float* outV, uint32_t* outI) {
+__global__ void __launch_bounds__(kT) compactKernel(SelectPlan p, State* st, float* r, const float* candV,
+                                                    const uint32_t* candI, Tiles64 tiles, float* outV, uint32_t* outI) {
   using Scan = cub::BlockScan<unsigned long long, kT>;
-  using Prefix = cub::TilePrefixCallbackOp<unsigned long long,
-                                           ::cuda::std::plus<unsigned long long>, Tiles64>;
+  using Prefix = cub::TilePrefixCallbackOp<unsigned long long, ::cuda::std::plus<unsigned long long>, Tiles64>;
   __shared__ typename Scan::TempStorage scanTmp;
   __shared__ typename Prefix::TempStorage prefixTmp;
   if (st->skip || p.dense || !st->search.done()) return;
@@ -405,8 +394,7 @@ __global__ void takeAllKernel(float* r, uint64_t n, float* values, uint32_t* ind
   }
 }
 
-__global__ void finishKernel(SelectPlan p, State* st, uint32_t* d_count, int32_t* d_failure,
-                             DeviceSelectInfo* info) {
+__global__ void finishKernel(SelectPlan p, State* st, uint32_t* d_count, int32_t* d_failure, DeviceSelectInfo* info) {
   const State& s = *st;
   uint64_t count = 0;
   int32_t failure = s.failure;
@@ -453,8 +441,7 @@ unsigned blocksFor(uint64_t items, unsigned threads) {
 }
 
 template <typename Src, bool kInPlace>
-int launchFront(Src src, const SelectPlan& p, const SelectLayout& l, char* ws, float* r,
-                Tiles32 t32, cudaStream_t s) {
+int launchFront(Src src, const SelectPlan& p, const SelectLayout& l, char* ws, float* r, Tiles32 t32, cudaStream_t s) {
   auto* st = reinterpret_cast<State*>(ws + l.state);
   auto* keys = reinterpret_cast<uint32_t*>(ws + l.sample);
   if (p.sampleFloor) {
@@ -464,8 +451,8 @@ int launchFront(Src src, const SelectPlan& p, const SelectLayout& l, char* ws, f
     if (cudaError_t e = cudaGetLastError()) return e;
   }
   fusedKernel<Src, kInPlace><<<static_cast<unsigned>(l.fusedTiles), kT, 0, s>>>(
-      src, r, p, st, t32, reinterpret_cast<TileStats*>(ws + l.partials),
-      reinterpret_cast<float*>(ws + l.candValues), reinterpret_cast<uint32_t*>(ws + l.candIndices));
+      src, r, p, st, t32, reinterpret_cast<TileStats*>(ws + l.partials), reinterpret_cast<float*>(ws + l.candValues),
+      reinterpret_cast<uint32_t*>(ws + l.candIndices));
   return cudaGetLastError();
 }
 
@@ -478,8 +465,7 @@ int selectTileBytes(size_t fusedTiles, size_t compactTiles, size_t* bytes32, siz
   return Tiles64::AllocationSize(static_cast<int>(compactTiles), *bytes64);
 }
 
-int enqueueSelect(const SelectPlan& p, const SelectLayout& l, void* workspace,
-                  const SelectBuffers& b, void* stream) {
+int enqueueSelect(const SelectPlan& p, const SelectLayout& l, void* workspace, const SelectBuffers& b, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   char* ws = static_cast<char*>(workspace);
   auto* st = reinterpret_cast<State*>(ws + l.state);
@@ -504,8 +490,7 @@ int enqueueSelect(const SelectPlan& p, const SelectLayout& l, void* workspace,
   } else if (b.dtype == MGS_FLOAT16) {
     e = launchFront<SrcF16, false>(SrcF16{static_cast<const __half*>(b.x)}, p, l, ws, b.r, t32, s);
   } else if (b.dtype == MGS_BFLOAT16) {
-    e = launchFront<SrcBF16, false>(SrcBF16{static_cast<const __nv_bfloat16*>(b.x)}, p, l, ws,
-                                    b.r, t32, s);
+    e = launchFront<SrcBF16, false>(SrcBF16{static_cast<const __nv_bfloat16*>(b.x)}, p, l, ws, b.r, t32, s);
   } else {
     return cudaErrorInvalidValue;
   }
@@ -515,12 +500,12 @@ int enqueueSelect(const SelectPlan& p, const SelectLayout& l, void* workspace,
     dgcSampleKernel<<<blocksFor(p.dgcCount, kT), kT, 0, s>>>(b.r, p, sampleKeys);
     if (cudaError_t err = cudaGetLastError()) return err;
   }
-  planKernel<<<1, kWide, 0, s>>>(p, st, reinterpret_cast<TileStats*>(ws + l.partials),
-                                 static_cast<int>(l.fusedTiles), sampleKeys);
+  planKernel<<<1, kWide, 0, s>>>(p, st, reinterpret_cast<TileStats*>(ws + l.partials), static_cast<int>(l.fusedTiles),
+                                 sampleKeys);
   if (cudaError_t err = cudaGetLastError()) return err;
   if (p.dense) {
-    takeAllKernel<<<blocksFor(std::min<uint64_t>(p.n, 1u << 22), kT), kT, 0, s>>>(
-        b.r, p.n, b.outValues, b.outIndices, st);
+    takeAllKernel<<<blocksFor(std::min<uint64_t>(p.n, 1u << 22), kT), kT, 0, s>>>(b.r, p.n, b.outValues, b.outIndices,
+                                                                                  st);
     if (cudaError_t err = cudaGetLastError()) return err;
   } else {
     const unsigned grid = static_cast<unsigned>(std::min<size_t>(1024, l.fusedTiles));
@@ -528,8 +513,8 @@ int enqueueSelect(const SelectPlan& p, const SelectLayout& l, void* workspace,
       passKernel<<<std::max(grid, 1u), kT, 0, s>>>(p, st, hist, b.r, candV, candI);
       if (cudaError_t err = cudaGetLastError()) return err;
     }
-    compactKernel<<<static_cast<unsigned>(l.compactTiles), kT, 0, s>>>(
-        p, st, b.r, candV, candI, t64, b.outValues, b.outIndices);
+    compactKernel<<<static_cast<unsigned>(l.compactTiles), kT, 0, s>>>(p, st, b.r, candV, candI, t64, b.outValues,
+                                                                       b.outIndices);
     if (cudaError_t err = cudaGetLastError()) return err;
   }
   finishKernel<<<1, 1, 0, s>>>(p, st, b.d_count, b.d_failure, b.d_info);

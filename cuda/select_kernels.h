@@ -24,13 +24,12 @@ struct SelectBuffers {
   float* r = nullptr;
   float* outValues = nullptr;
   uint32_t* outIndices = nullptr;
-  uint32_t* d_count = nullptr;          // required: selected entries
-  int32_t* d_failure = nullptr;         // optional: 0 or an mgs::Code
-  DeviceSelectInfo* d_info = nullptr;   // optional
+  uint32_t* d_count = nullptr;         // required: selected entries
+  int32_t* d_failure = nullptr;        // optional: 0 or an mgs::Code
+  DeviceSelectInfo* d_info = nullptr;  // optional
 };
 
 // n = p.n >= 1. workspace: l.total bytes, 256-byte aligned.
-int enqueueSelect(const SelectPlan& p, const SelectLayout& l, void* workspace,
-                  const SelectBuffers& b, void* stream);
+int enqueueSelect(const SelectPlan& p, const SelectLayout& l, void* workspace, const SelectBuffers& b, void* stream);
 
 }  // namespace mgs::cuda::kernels

@@ -10,8 +10,7 @@ namespace {
 size_t alignUp(size_t b) { return (b + kLayoutAlign - 1) / kLayoutAlign * kLayoutAlign; }
 }  // namespace
 
-SelectPlan makeSelectPlan(compress::SelectorKind kind, const compress::SelectorOptions& o,
-                          size_t n, uint64_t step) {
+SelectPlan makeSelectPlan(compress::SelectorKind kind, const compress::SelectorOptions& o, size_t n, uint64_t step) {
   using compress::SelectorKind;
   SelectPlan p;
   p.kind = static_cast<int>(kind);
@@ -38,14 +37,13 @@ SelectPlan makeSelectPlan(compress::SelectorKind kind, const compress::SelectorO
   }
   // The candidate list, decided like the CPU's candidateCapacity (density only).
   constexpr size_t kBig = size_t{1} << 30;
-  const double highShare = static_cast<double>(compress::searchConfig(kind, o, kBig).kHigh) /
-                           static_cast<double>(kBig) * o.density;
+  const double highShare =
+      static_cast<double>(compress::searchConfig(kind, o, kBig).kHigh) / static_cast<double>(kBig) * o.density;
   if (kCandSlack * highShare > 0.25) return p;
   p.candCap = kCandSlack * p.cfg.kHigh + 4096;
   p.candShare = static_cast<double>(kCandTarget * p.cfg.kHigh) / static_cast<double>(n);
   if (kind == SelectorKind::kRandomk) {
-    p.fixedTc =
-        static_cast<uint32_t>(std::max(2.0, std::floor(4294967296.0 * (1.0 - p.candShare))));
+    p.fixedTc = static_cast<uint32_t>(std::max(2.0, std::floor(4294967296.0 * (1.0 - p.candShare))));
   } else {
     p.sampleFloor = true;
     p.sampled = std::min<size_t>(n, compress::cpu::kSampleMax);
@@ -53,8 +51,7 @@ SelectPlan makeSelectPlan(compress::SelectorKind kind, const compress::SelectorO
   return p;
 }
 
-SelectLayout makeSelectLayout(const SelectPlan& p, size_t stateBytes, size_t tileBytes32,
-                              size_t tileBytes64) {
+SelectLayout makeSelectLayout(const SelectPlan& p, size_t stateBytes, size_t tileBytes32, size_t tileBytes64) {
   SelectLayout l;
   l.fusedTiles = tilesFor(p.n);
   l.compactTiles = tilesFor(std::max<size_t>(p.n, p.candCap));

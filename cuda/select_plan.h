@@ -38,28 +38,27 @@ constexpr size_t kCandSlack = 8;
 constexpr size_t kCandMinSample = 16;
 
 struct SelectPlan {
-  int kind = 0;                 // compress::SelectorKind
-  int nonFinitePolicy = 0;      // compress::NonFinitePolicy
+  int kind = 0;             // compress::SelectorKind
+  int nonFinitePolicy = 0;  // compress::NonFinitePolicy
   uint64_t n = 0, k = 0;
-  bool dense = false;           // none, or k >= n: take everything
-  compress::SearchConfig cfg;   // the selector's search band and budget
-  double quantile = 0;          // gaussiank: |Phi^-1(rho/2)|
-  double logNK = 0;             // ldte/topk: ln(n/k)
-  uint64_t candCap = 0;         // entries of the candidate list; 0: no list
-  double candShare = 0;         // kCandTarget * kHigh / n
-  bool sampleFloor = false;     // tc from the sample (magnitude selectors with a list)
-  uint64_t sampled = 0;         // sample size, min(n, kSampleMax)
-  uint32_t fixedTc = 0;         // randomk: tc without a sample
-  uint64_t seed = 0;            // randomk / dgc: stepSeed(options.seed, step)
-  uint32_t randomLo = 0;        // randomk: first window
+  bool dense = false;          // none, or k >= n: take everything
+  compress::SearchConfig cfg;  // the selector's search band and budget
+  double quantile = 0;         // gaussiank: |Phi^-1(rho/2)|
+  double logNK = 0;            // ldte/topk: ln(n/k)
+  uint64_t candCap = 0;        // entries of the candidate list; 0: no list
+  double candShare = 0;        // kCandTarget * kHigh / n
+  bool sampleFloor = false;    // tc from the sample (magnitude selectors with a list)
+  uint64_t sampled = 0;        // sample size, min(n, kSampleMax)
+  uint32_t fixedTc = 0;        // randomk: tc without a sample
+  uint64_t seed = 0;           // randomk / dgc: stepSeed(options.seed, step)
+  uint32_t randomLo = 0;       // randomk: first window
   uint64_t dgcStart = 0, dgcStride = 1, dgcCount = 0, dgcKSample = 0;
-  uint64_t dgcCapacity = 0;     // largest dgcCount for this n (workspace)
-  int passLaunches = 0;         // histogram pass launches (cfg.maxPasses)
+  uint64_t dgcCapacity = 0;  // largest dgcCount for this n (workspace)
+  int passLaunches = 0;      // histogram pass launches (cfg.maxPasses)
 };
 
 // Host: everything data-independent for one select() on n elements.
-SelectPlan makeSelectPlan(compress::SelectorKind kind, const compress::SelectorOptions& o,
-                          size_t n, uint64_t step);
+SelectPlan makeSelectPlan(compress::SelectorKind kind, const compress::SelectorOptions& o, size_t n, uint64_t step);
 
 // What a device-side select() leaves for whoever wants it (tests, benchmarks,
 // the timeline): written by the last kernel of the call, read only after the
@@ -81,14 +80,13 @@ struct TileStats {
 
 // Device workspace, carved the same way for the size query and the call.
 struct SelectLayout {
-  size_t state = 0, hist = 0, partials = 0, sample = 0, tiles32 = 0, tiles64 = 0, candValues = 0,
-         candIndices = 0, total = 0;
+  size_t state = 0, hist = 0, partials = 0, sample = 0, tiles32 = 0, tiles64 = 0, candValues = 0, candIndices = 0,
+         total = 0;
   size_t fusedTiles = 0, compactTiles = 0;
 };
 // stateBytes: sizeof the kernels' state block; tileBytes32/64(t): CUB's tile
 // status storage for t tiles (given as numbers so this stays host-testable).
-SelectLayout makeSelectLayout(const SelectPlan& p, size_t stateBytes, size_t tileBytes32,
-                              size_t tileBytes64);
+SelectLayout makeSelectLayout(const SelectPlan& p, size_t stateBytes, size_t tileBytes32, size_t tileBytes64);
 constexpr size_t kLayoutAlign = 256;
 
 #if defined(__CUDACC__)
@@ -122,22 +120,19 @@ MGS_PLAN_FN compress::Moments planMoments(const compress::AccStats& s, uint64_t 
 
 // compress::startKey with the transcendental parts precomputed on the host.
 MGS_PLAN_FN uint32_t planStartKey(const SelectPlan& p, const compress::Moments& m) {
-  const double t = p.kind == static_cast<int>(compress::SelectorKind::kGaussiank)
-                       ? m.mean + p.quantile * m.stddev
-                       : m.meanAbs * p.logNK;
+  const double t = p.kind == static_cast<int>(compress::SelectorKind::kGaussiank) ? m.mean + p.quantile * m.stddev
+                                                                                  : m.meanAbs * p.logNK;
   return compress::thresholdKey(t / 8);
 }
 
 // The search as the CPU selector starts it (selector.cc, after the fused
 // pass): top from max|acc|, lo from the estimate (or dgc's sample key, or
 // randomk's start), raised to the candidate floor tc when there is one.
-MGS_PLAN_FN compress::ThresholdSearch planSearch(const SelectPlan& p, float maxAbs,
-                                                 const compress::Moments& m, uint32_t tc,
-                                                 uint32_t dgcKey) {
+MGS_PLAN_FN compress::ThresholdSearch planSearch(const SelectPlan& p, float maxAbs, const compress::Moments& m,
+                                                 uint32_t tc, uint32_t dgcKey) {
   using compress::SelectorKind;
   compress::SearchConfig cfg = p.cfg;
-  const uint64_t top =
-      uint64_t{compress::magnitudeKey(maxAbs)} + (maxAbs > 0 ? 1 : 0);
+  const uint64_t top = uint64_t{compress::magnitudeKey(maxAbs)} + (maxAbs > 0 ? 1 : 0);
   uint32_t lo = 1;
   bool roundLo = true;
   if (p.kind == static_cast<int>(SelectorKind::kRandomk)) {
@@ -148,8 +143,7 @@ MGS_PLAN_FN compress::ThresholdSearch planSearch(const SelectPlan& p, float maxA
   } else {
     lo = planStartKey(p, m);
   }
-  const uint64_t searchTop =
-      p.kind == static_cast<int>(SelectorKind::kRandomk) ? (uint64_t{1} << 32) : top;
+  const uint64_t searchTop = p.kind == static_cast<int>(SelectorKind::kRandomk) ? (uint64_t{1} << 32) : top;
   if (tc && roundLo && searchTop > 1) {
     const uint64_t capped = lo < searchTop - 1 ? lo : searchTop - 1;
     const uint32_t r = compress::roundDownToOctave(static_cast<uint32_t>(capped));

@@ -8,14 +8,11 @@
 namespace mgs {
 namespace launcher {
 
-Status buildMpirunArgv(const LaunchRequest& request, const LaunchContext& context,
-                       std::vector<std::string>* argv) {
+Status buildMpirunArgv(const LaunchRequest& request, const LaunchContext& context, std::vector<std::string>* argv) {
   if (request.np < 1)
-    return Status(Code::kInvalidArgument,
-                  "-np " + std::to_string(request.np) + ": the number of ranks must be >= 1");
+    return Status(Code::kInvalidArgument, "-np " + std::to_string(request.np) + ": the number of ranks must be >= 1");
   if (request.command.empty() || request.command.front().empty())
-    return Status(Code::kInvalidArgument,
-                  "no command to run (usage: mgsrun -np N [options] -- command args...)");
+    return Status(Code::kInvalidArgument, "no command to run (usage: mgsrun -np N [options] -- command args...)");
 
   std::vector<HostSlots> hosts;
   if (!request.hosts.empty()) {
@@ -31,8 +28,7 @@ Status buildMpirunArgv(const LaunchRequest& request, const LaunchContext& contex
 
   bool single_host = true;
   for (const auto& h : hosts) single_host = single_host && isLocalHost(h.host, context.local_names);
-  for (const auto& h : request.hostfile_hosts)
-    single_host = single_host && isLocalHost(h, context.local_names);
+  for (const auto& h : request.hostfile_hosts) single_host = single_host && isLocalHost(h, context.local_names);
 
   std::vector<std::string> a = {"mpirun", "-np", std::to_string(request.np)};
   if (!request.hosts.empty()) a.insert(a.end(), {"-H", request.hosts});
@@ -61,9 +57,9 @@ bool isForwardedVariable(const std::string& name) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
   for (const char* prefix : {"MGS_", "OMPI_", "PMIX_", "PMI_", "BASH_FUNC_", "SLURM_"})
     if (name.rfind(prefix, 0) == 0) return false;
-  for (const char* skip : {"_", "PWD", "OLDPWD", "SHLVL", "HOSTNAME", "HOME", "USER", "LOGNAME", "SHELL",
-                           "TERM", "DISPLAY", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK",
-                           "TMPDIR", "XDG_RUNTIME_DIR", "XDG_SESSION_ID"})
+  for (const char* skip :
+       {"_", "PWD", "OLDPWD", "SHLVL", "HOSTNAME", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "DISPLAY", "SSH_CLIENT",
+        "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK", "TMPDIR", "XDG_RUNTIME_DIR", "XDG_SESSION_ID"})
     if (name == skip) return false;
   return true;
 }
@@ -97,8 +93,7 @@ Status splitMpiArgs(const std::string& text, std::vector<std::string>* out) {
       in_word = true;
     }
   }
-  if (quote)
-    return Status(Code::kInvalidArgument, "--mpi-args '" + text + "': unterminated " + std::string(1, quote));
+  if (quote) return Status(Code::kInvalidArgument, "--mpi-args '" + text + "': unterminated " + std::string(1, quote));
   if (in_word) words.push_back(word);
   out->insert(out->end(), words.begin(), words.end());
   return Status::OK();
@@ -110,8 +105,8 @@ std::string shellJoin(const std::vector<std::string>& argv) {
     if (!out.empty()) out += ' ';
     bool plain = !arg.empty();
     for (char c : arg)
-      plain = plain && (std::isalnum(static_cast<unsigned char>(c)) ||
-                        std::string("@%+=:,./_-").find(c) != std::string::npos);
+      plain = plain &&
+              (std::isalnum(static_cast<unsigned char>(c)) || std::string("@%+=:,./_-").find(c) != std::string::npos);
     if (plain) {
       out += arg;
       continue;

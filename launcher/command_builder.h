@@ -42,8 +42,7 @@ struct LaunchContext {
 // np <= 2, which the coordinator thread, intra-op threads and data loaders then
 // share. Every exportable variable of the environment is forwarded by name (as
 // horovodrun does; see isForwardedVariable), MGS_* ones with their checked value.
-Status buildMpirunArgv(const LaunchRequest& request, const LaunchContext& context,
-                       std::vector<std::string>* argv);
+Status buildMpirunArgv(const LaunchRequest& request, const LaunchContext& context, std::vector<std::string>* argv);
 
 // True for an environment variable mgsrun forwards with -x NAME: a shell-safe
 // name that is not per-process state (PWD, SHLVL, ...), an MPI launcher's own

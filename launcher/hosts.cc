@@ -20,8 +20,7 @@ Status parseHostList(const std::string& list, std::vector<HostSlots>* out) {
   std::stringstream ss(list);
   std::string entry;
   auto bad = [&](const std::string& why) {
-    return Status(Code::kInvalidArgument,
-                  "-H '" + list + "': " + why + " (expected host[:slots],... with slots >= 1)");
+    return Status(Code::kInvalidArgument, "-H '" + list + "': " + why + " (expected host[:slots],... with slots >= 1)");
   };
   if (list.empty()) return bad("empty host list");
   while (std::getline(ss, entry, ',')) {

@@ -74,8 +74,8 @@ Status probeMpirun(const std::string& path_var, std::string* path, std::string* 
   const int rc = pclose(pipe);
   const std::string first = out.substr(0, out.find('\n'));
   if (!isOpenMpiVersionText(out))
-    return Status(Code::kUnsupported, found + " is not Open MPI ('" + found + " --version' printed '" +
-                                          first + "'); mgsrun needs Open MPI's mpirun first in PATH");
+    return Status(Code::kUnsupported, found + " is not Open MPI ('" + found + " --version' printed '" + first +
+                                          "'); mgsrun needs Open MPI's mpirun first in PATH");
   if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) != 0)
     return Status(Code::kUnsupported, "'" + found + " --version' failed (status " + std::to_string(rc) + ")");
   *path = found;

@@ -18,8 +18,7 @@ std::string flagHelp(const ParamSpec& spec) {
 }
 
 Status validateVariables(const std::map<std::string, std::string>& flag_vars,
-                         const std::map<std::string, std::string>& env,
-                         std::map<std::string, std::string>* merged) {
+                         const std::map<std::string, std::string>& env, std::map<std::string, std::string>* merged) {
   // Flags first, so a bad flag is reported as the flag the user typed.
   for (const auto& [name, value] : flag_vars) {
     const ParamSpec* spec = findParam(name);

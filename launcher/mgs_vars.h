@@ -26,8 +26,7 @@ std::string flagHelp(const ParamSpec& spec);
 // environment is rejected here instead of on every rank. On success `merged`
 // holds what the ranks will see.
 Status validateVariables(const std::map<std::string, std::string>& flag_vars,
-                         const std::map<std::string, std::string>& env,
-                         std::map<std::string, std::string>* merged);
+                         const std::map<std::string, std::string>& env, std::map<std::string, std::string>* merged);
 
 }  // namespace launcher
 }  // namespace mgs

@@ -88,16 +88,14 @@ int run(int argc, char** argv) {
     args.erase(dashdash, args.end());
   }
 
-  CLI::App app("Launch an mgs job with Open MPI's mpirun, forwarding and validating MGS_* settings.",
-               "mgsrun");
+  CLI::App app("Launch an mgs job with Open MPI's mpirun, forwarding and validating MGS_* settings.", "mgsrun");
   app.formatter(std::make_shared<UsageFormatter>());
   app.prefix_command();  // "mgsrun -np 2 python3 x.py --lr 1" works without "--"
   mgs::launcher::LaunchRequest req;
   bool verbose = false, dry_run = false;
   app.add_option("-n,--np,--num-proc", req.np, "Number of ranks (also spelled -np, as in mpirun)")->required();
   std::vector<std::string> hosts;
-  app.add_option("-H,--host,--hosts", hosts,
-                 "Hosts and slots, host[:slots],... (repeatable); passed to mpirun -H")
+  app.add_option("-H,--host,--hosts", hosts, "Hosts and slots, host[:slots],... (repeatable); passed to mpirun -H")
       ->delimiter(',');
   app.add_option("--hostfile", req.hostfile, "Open MPI hostfile (also -hostfile); passed to mpirun --hostfile");
   app.add_flag("-v,--verbose", verbose, "Print the mpirun command (to stderr) before running it");
@@ -129,8 +127,7 @@ int run(int argc, char** argv) {
                "Forward only MGS_*, PATH, LD_LIBRARY_PATH and PYTHONPATH, not the whole environment")
       ->group(mpi_group);
 
-  const std::string group =
-      "MGS parameters (each sets the MGS_* variable named, forwarded to every rank with -x)";
+  const std::string group = "MGS parameters (each sets the MGS_* variable named, forwarded to every rank with -x)";
   std::map<std::string, std::string> values;  // parameter name -> flag value
   std::vector<std::pair<std::string, CLI::Option*>> param_opts;
   for (const auto& spec : mgs::paramSpecs()) {
@@ -203,8 +200,7 @@ int run(int argc, char** argv) {
     std::cout << line << std::endl;
     return 0;
   }
-  if (verbose)
-    std::cerr << "mgsrun: " << mpirun_path << " (" << version << ")\nmgsrun: " << line << std::endl;
+  if (verbose) std::cerr << "mgsrun: " << mpirun_path << " (" << version << ")\nmgsrun: " << line << std::endl;
 
   std::vector<char*> cargv;
   for (auto& a : mpirun_argv) cargv.push_back(a.data());

@@ -19,42 +19,41 @@ void explain(const PlanInput& in, const Plan& plan) {
   std::vector<GroupTiming> t;
   if (!mgs::plan::planTimeline(in, plan.groups, plan.sparse, &t).ok()) return;
   const bool separate = plan.sparse && plan.selection == mgs::plan::Selection::kSeparate;
-  std::fprintf(stderr, "%s: %zu groups over %zu layers, %s model%s, predicted %.6f s\n", plan.planner.c_str(),
-               t.size(), in.layers.size(), plan.sparse ? "sparse" : "dense",
-               !plan.sparse ? "" : separate ? " (selection separate)" : " (selection on compute)",
+  std::fprintf(stderr, "%s: %zu groups over %zu layers, %s model%s, predicted %.6f s\n", plan.planner.c_str(), t.size(),
+               in.layers.size(), plan.sparse ? "sparse" : "dense",
+               !plan.sparse ? ""
+               : separate   ? " (selection separate)"
+                            : " (selection on compute)",
                plan.predicted_s);
   // sel_start_s (separate selection only): when the selection stage took
   // the group up, after it was ready and the previous selection ended.
   std::fprintf(stderr, "%5s  %-9s %12s %12s", "group", "layers", "elements", "ready_s");
   if (separate) std::fprintf(stderr, " %12s", "sel_start_s");
-  std::fprintf(stderr, " %12s %12s %12s %10s  %s\n", plan.sparse ? "selected_s" : "", "comm_start_s",
-               "comm_end_s", "waited_s", "first .. last");
+  std::fprintf(stderr, " %12s %12s %12s %10s  %s\n", plan.sparse ? "selected_s" : "", "comm_start_s", "comm_end_s",
+               "waited_s", "first .. last");
   double prev_end = 0;
   for (size_t g = 0; g < t.size(); ++g) {
     const GroupTiming& x = t[g];
     const std::string range = std::to_string(x.first) + ".." + std::to_string(x.last);
-    std::fprintf(stderr, "%5zu  %-9s %12lld %12.6f", g, range.c_str(), static_cast<long long>(x.elements),
-                 x.ready_s);
+    std::fprintf(stderr, "%5zu  %-9s %12lld %12.6f", g, range.c_str(), static_cast<long long>(x.elements), x.ready_s);
     if (separate) std::fprintf(stderr, " %12.6f", x.select_start_s);
     // waited_s: how long the ready group waited for the previous communication.
     std::fprintf(stderr, " %12s %12.6f %12.6f %10.6f  %s .. %s\n",
                  plan.sparse ? std::to_string(x.sparsified_s).c_str() : "", x.comm_start_s, x.comm_end_s,
-                 x.comm_start_s - x.sparsified_s, in.layers[x.first].name.c_str(),
-                 in.layers[x.last].name.c_str());
+                 x.comm_start_s - x.sparsified_s, in.layers[x.first].name.c_str(), in.layers[x.last].name.c_str());
     prev_end = x.comm_end_s;
   }
   if (separate) {
     // Backward is untouched; the selection stage ends after it.
     const double backward = t.empty() ? 0.0 : t.back().ready_s;
     const double selected = t.empty() ? 0.0 : t.back().sparsified_s;
-    std::fprintf(stderr,
-                 "backward ends %.6f s; selection ends %.6f s; communication ends %.6f s (%.6f s exposed)\n",
+    std::fprintf(stderr, "backward ends %.6f s; selection ends %.6f s; communication ends %.6f s (%.6f s exposed)\n",
                  backward, selected, prev_end, prev_end - backward);
     return;
   }
   const double compute = t.empty() ? 0.0 : t.back().sparsified_s;
-  std::fprintf(stderr, "compute stream ends %.6f s; communication ends %.6f s (%.6f s exposed)\n", compute,
-               prev_end, prev_end - compute);
+  std::fprintf(stderr, "compute stream ends %.6f s; communication ends %.6f s (%.6f s exposed)\n", compute, prev_end,
+               prev_end - compute);
 }
 
 }  // namespace

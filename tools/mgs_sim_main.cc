@@ -25,9 +25,7 @@ void printTable(const std::vector<SimPoint>& pts, const std::string& metric) {
     std::printf("%6d", workers);
     for (const auto& c : cols) {
       const SimPoint* p = row.at(c);
-      const double v = metric == "time"         ? p->iteration_s * 1e3
-                       : metric == "efficiency" ? p->efficiency
-                                                : p->speedup;
+      const double v = metric == "time" ? p->iteration_s * 1e3 : metric == "efficiency" ? p->efficiency : p->speedup;
       std::printf(" %12.*f%c", metric == "efficiency" ? 3 : 1, v, p->front_capped ? '*' : ' ');
     }
     std::printf("\n");
@@ -43,8 +41,7 @@ void printTable(const std::vector<SimPoint>& pts, const std::string& metric) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Trace-based scaling simulator for merged-gradient communication"};
-  std::string trace_path, network = "10gbe", json_path, metric = "speedup", sparsify = "nlogn",
-              selection = "compute";
+  std::string trace_path, network = "10gbe", json_path, metric = "speedup", sparsify = "nlogn", selection = "compute";
   double latency_us = -1, bandwidth_gbps = -1, fusion_mib = 64;
   mgs::tools::SimOptions opt;
   app.add_option("-t,--trace", trace_path, "model trace JSON (tools/traces/*.json)")->required();
@@ -101,9 +98,8 @@ int main(int argc, char** argv) {
   std::printf("# %s: %zu tensors, %lld parameters, forward %.1f ms, backward %.1f ms\n", trace.model.c_str(),
               trace.layers.size(), static_cast<long long>(params), trace.forward_s * 1e3, backward * 1e3);
   std::printf("# network %s: latency %.1f us, %.1f Gbit/s; density %g; t_s %s c=%g; selection %s; %s\n",
-              opt.network.name.c_str(), opt.network.latency_s * 1e6,
-              opt.network.bandwidth_bytes_per_s * 8 / 1e9, opt.density, sparsify.c_str(), opt.sparsify.c_s,
-              selection.c_str(), metric.c_str());
+              opt.network.name.c_str(), opt.network.latency_s * 1e6, opt.network.bandwidth_bytes_per_s * 8 / 1e9,
+              opt.density, sparsify.c_str(), opt.sparsify.c_s, selection.c_str(), metric.c_str());
   printTable(pts, metric);
 
   if (!json_path.empty()) {

@@ -141,8 +141,8 @@ int main(int argc, char** argv) {
   }
   for (size_t i = 0; i < sizes.size(); ++i) {
     char f[256];
-    std::snprintf(f, sizeof f, "\"bytes\":%lld,\"mpi_s\":%.6e,\"mgs_s\":%.6e,\"ratio\":%.3f",
-                  (long long)sizes[i], raw[i], ours[i], ours[i] / raw[i]);
+    std::snprintf(f, sizeof f, "\"bytes\":%lld,\"mpi_s\":%.6e,\"mgs_s\":%.6e,\"ratio\":%.3f", (long long)sizes[i],
+                  raw[i], ours[i], ours[i] / raw[i]);
     emit("allreduce", f);
   }
 
@@ -164,8 +164,7 @@ int main(int argc, char** argv) {
   check(mgs_get_stats(&before, sizeof before), "stats");
   const double mgs_step = timeIt(0, steps, step);
   check(mgs_get_stats(&after, sizeof after), "stats");
-  const double nego_per_step =
-      maxOverRanks((after.negotiation_seconds - before.negotiation_seconds) / steps);
+  const double nego_per_step = maxOverRanks((after.negotiation_seconds - before.negotiation_seconds) / steps);
   const uint64_t slow = after.negotiation_slow_cycles - before.negotiation_slow_cycles;
   char f[512];
   std::snprintf(f, sizeof f,

@@ -130,9 +130,8 @@ int main(int argc, char** argv) {
     return 77;
   }
   if (!json)
-    std::printf("%-9s %-5s %-7s %9s %7s %7s %6s %9s %3s %7s %8s %6s %9s %7s\n", "selector", "dev",
-                "dist", "n", "k", "count", "err", "ms", "ps", "GB/s", "copy_ms", "x_copy",
-                "base_ms", "speedup");
+    std::printf("%-9s %-5s %-7s %9s %7s %7s %6s %9s %3s %7s %8s %6s %9s %7s\n", "selector", "dev", "dist", "n", "k",
+                "count", "err", "ms", "ps", "GB/s", "copy_ms", "x_copy", "base_ms", "speedup");
   for (size_t n : ns) {
     const auto x = makeGradients(dist, n, 1);
     for (double rho : densities) {

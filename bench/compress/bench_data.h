@@ -25,9 +25,7 @@ inline std::vector<float> makeGradients(const std::string& dist, size_t n, uint6
       std::student_t_distribution<float> t3(3);
       const size_t lo = n * b / blocks, hi = n * (b + 1) / blocks;
       for (size_t i = lo; i < hi; ++i) {
-        float v = dist == "laplace" ? ((g() & 1) ? expo(g) : -expo(g))
-                  : dist == "t3"    ? t3(g)
-                                    : normal(g);
+        float v = dist == "laplace" ? ((g() & 1) ? expo(g) : -expo(g)) : dist == "t3" ? t3(g) : normal(g);
         x[i] = v * 1e-3f;
       }
     }

@@ -65,9 +65,8 @@ T* devAlloc(size_t n) {
 
 bool gpuAvailable() { return cuda::visibleDevices() > 0; }
 
-void runGpuSweep(const std::vector<std::string>& names, const std::string& dist,
-                 const std::vector<float>& x, double rho, int reps, bool json, bool inplace,
-                 double bandEps) {
+void runGpuSweep(const std::vector<std::string>& names, const std::string& dist, const std::vector<float>& x,
+                 double rho, int reps, bool json, bool inplace, double bandEps) {
   const size_t n = x.size();
   static const std::string dev = "cuda:" + deviceName();
   // Residual of a previous step: Normal, 10x smaller than the gradient.
@@ -144,9 +143,8 @@ void runGpuSweep(const std::vector<std::string>& names, const std::string& dist,
     print(row, json);
     for (void* p : {dws, static_cast<void*>(dv), static_cast<void*>(di)}) cudaFree(p);
   }
-  for (void* p : {static_cast<void*>(dx), static_cast<void*>(dr0), static_cast<void*>(dr),
-                  static_cast<void*>(dy), static_cast<void*>(dcount), static_cast<void*>(dfail),
-                  static_cast<void*>(dinfo)})
+  for (void* p : {static_cast<void*>(dx), static_cast<void*>(dr0), static_cast<void*>(dr), static_cast<void*>(dy),
+                  static_cast<void*>(dcount), static_cast<void*>(dfail), static_cast<void*>(dinfo)})
     cudaFree(p);
 }
 

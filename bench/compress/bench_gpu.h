@@ -12,8 +12,7 @@ bool gpuAvailable();
 // The residual starts as a nonzero Normal buffer (error feedback on); with
 // inplace the residual already holds acc (x = nullptr). bandEps: the
 // gaussiank/ldte band (the goal is [k, 1.03k]).
-void runGpuSweep(const std::vector<std::string>& names, const std::string& dist,
-                 const std::vector<float>& x, double rho, int reps, bool json, bool inplace,
-                 double bandEps = 0.1);
+void runGpuSweep(const std::vector<std::string>& names, const std::string& dist, const std::vector<float>& x,
+                 double rho, int reps, bool json, bool inplace, double bandEps = 0.1);
 
 }  // namespace mgs::bench

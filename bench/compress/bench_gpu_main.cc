@@ -35,9 +35,11 @@ int main(int argc, char** argv) {
     if (a == "--n") {
       n = std::strtoull(next(), nullptr, 10);
     } else if (a == "--density") {
-      do densities.push_back(std::atof(next())); while (more());
+      do densities.push_back(std::atof(next()));
+      while (more());
     } else if (a == "--selector") {
-      do names.push_back(next()); while (more());
+      do names.push_back(next());
+      while (more());
     } else if (a == "--reps") {
       reps = std::atoi(next());
     } else if (a == "--dist") {

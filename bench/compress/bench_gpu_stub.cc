@@ -3,6 +3,6 @@
 
 namespace mgs::bench {
 bool gpuAvailable() { return false; }
-void runGpuSweep(const std::vector<std::string>&, const std::string&, const std::vector<float>&,
-                 double, int, bool, bool, double) {}
+void runGpuSweep(const std::vector<std::string>&, const std::string&, const std::vector<float>&, double, int, bool,
+                 bool, double) {}
 }  // namespace mgs::bench

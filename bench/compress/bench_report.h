@@ -25,14 +25,12 @@ inline void print(const Row& r, bool json) {
         "\"count_err\":%.4f,\"median_ms\":%.4f,\"passes\":%d,\"host_syncs\":%d,\"gbps\":%.3f,"
         "\"copy_ms\":%.4f,\"copy_ratio\":%.3f,\"baseline\":\"%s\",\"baseline_ms\":%.4f,"
         "\"speedup\":%.2f,\"inplace\":%s}\n",
-        r.selector.c_str(), r.device.c_str(), r.dist.c_str(), r.n, r.k, r.count, err, r.ms,
-        r.passes, r.syncs, gbps, r.copyMs, r.ms / r.copyMs, r.baseline.c_str(), r.baselineMs,
-        r.baselineMs / r.ms, r.inplace ? "true" : "false");
+        r.selector.c_str(), r.device.c_str(), r.dist.c_str(), r.n, r.k, r.count, err, r.ms, r.passes, r.syncs, gbps,
+        r.copyMs, r.ms / r.copyMs, r.baseline.c_str(), r.baselineMs, r.baselineMs / r.ms, r.inplace ? "true" : "false");
   } else {
-    std::printf("%-9s %-4s%s %-7s %9zu %7zu %7zu %6.3f %9.3f %3d %7.2f %8.3f %6.2f %9.3f %7.2f\n",
-                r.selector.c_str(), r.device.c_str(), r.inplace ? "*" : " ", r.dist.c_str(), r.n,
-                r.k, r.count, err, r.ms, r.passes, gbps, r.copyMs, r.ms / r.copyMs, r.baselineMs,
-                r.baselineMs / r.ms);
+    std::printf("%-9s %-4s%s %-7s %9zu %7zu %7zu %6.3f %9.3f %3d %7.2f %8.3f %6.2f %9.3f %7.2f\n", r.selector.c_str(),
+                r.device.c_str(), r.inplace ? "*" : " ", r.dist.c_str(), r.n, r.k, r.count, err, r.ms, r.passes, gbps,
+                r.copyMs, r.ms / r.copyMs, r.baselineMs, r.baselineMs / r.ms);
   }
   std::fflush(stdout);
 }

@@ -43,9 +43,8 @@ std::vector<mgs::plan::LayerInfo> tile(const std::vector<mgs::plan::LayerInfo>& 
 void row(const std::string& name, const std::string& planner, const mgs::plan::PlanInput& in) {
   mgs::plan::Plan plan;
   const double s = medianSeconds([&] { (void)mgs::plan::computePlan(planner, in, &plan); });
-  std::printf("| %-22s | %-7s | %5zu | %5d | %9.2f | %6d | %-6s |\n", name.c_str(), planner.c_str(),
-              in.layers.size(), in.cost.workers, s * 1e3, plan.max_front,
-              planner == "mgs" ? (plan.front_capped ? "yes" : "no") : "-");
+  std::printf("| %-22s | %-7s | %5zu | %5d | %9.2f | %6d | %-6s |\n", name.c_str(), planner.c_str(), in.layers.size(),
+              in.cost.workers, s * 1e3, plan.max_front, planner == "mgs" ? (plan.front_capped ? "yes" : "no") : "-");
 }
 
 }  // namespace
@@ -60,8 +59,7 @@ int main(int argc, char** argv) {
   for (const char* model : {"resnet50", "bert_base", "vgg16"}) {
     nlohmann::json j;
     mgs::tools::Trace trace;
-    if (!mgs::tools::readJsonFile(dir + "/" + model + ".json", &j).ok() ||
-        !mgs::tools::parseTrace(j, &trace).ok()) {
+    if (!mgs::tools::readJsonFile(dir + "/" + model + ".json", &j).ok() || !mgs::tools::parseTrace(j, &trace).ok()) {
       std::fprintf(stderr, "cannot read %s/%s.json\n", dir.c_str(), model);
       return 1;
     }

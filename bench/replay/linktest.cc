@@ -62,9 +62,10 @@ int main(int argc, char** argv) {
     }
     if (rank == 0) {
       const double s = med(t);
-      std::printf("{\"test\":\"stream\",\"host0\":\"%s\",\"bytes\":%zu,\"median_s\":%.6f,\"gbit_per_s\":%.4f,"
-                  "\"of_rate\":%.3f}\n",
-                  host, bytes, s, bytes * 8 / s / 1e9, bytes / s / rate);
+      std::printf(
+          "{\"test\":\"stream\",\"host0\":\"%s\",\"bytes\":%zu,\"median_s\":%.6f,\"gbit_per_s\":%.4f,"
+          "\"of_rate\":%.3f}\n",
+          host, bytes, s, bytes * 8 / s / 1e9, bytes / s / rate);
       std::printf("{\"test\":\"pingpong\",\"bytes\":8,\"median_one_way_us\":%.1f}\n", med(lat) * 1e6);
     }
   }
@@ -81,9 +82,10 @@ int main(int argc, char** argv) {
     }
     if (rank == 0) {
       const double s = med(t), ring = size > 1 ? 2.0 * (size - 1) / size * bytes / rate : 0;
-      std::printf("{\"test\":\"allreduce\",\"ranks\":%d,\"bytes\":%zu,\"median_s\":%.6f,\"ring_bound_s\":%.6f,"
-                  "\"bound_over_measured\":%.3f}\n",
-                  size, bytes, s, ring, s > 0 ? ring / s : 0);
+      std::printf(
+          "{\"test\":\"allreduce\",\"ranks\":%d,\"bytes\":%zu,\"median_s\":%.6f,\"ring_bound_s\":%.6f,"
+          "\"bound_over_measured\":%.3f}\n",
+          size, bytes, s, ring, s > 0 ? ring / s : 0);
     }
   }
   MPI_Finalize();

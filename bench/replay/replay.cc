@@ -100,8 +100,7 @@ struct Prediction {
 // Sparse-eligible layers as the runtime's profiler sees them: a tensor below
 // MGS_MIN_SPARSE_ELEMENTS goes dense, and its backward time becomes part of
 // the gap before the next sparse gradient.
-std::vector<mgs::plan::LayerInfo> sparseLayers(const std::vector<mgs::plan::LayerInfo>& all,
-                                               int64_t min_sparse) {
+std::vector<mgs::plan::LayerInfo> sparseLayers(const std::vector<mgs::plan::LayerInfo>& all, int64_t min_sparse) {
   std::vector<mgs::plan::LayerInfo> out;
   double carry = 0;
   for (const auto& l : all) {
@@ -315,16 +314,15 @@ int main(int argc, char** argv) {
     const double dsteps = static_cast<double>(s1.sparse_steps - s0.sparse_steps);
     std::ostringstream js;
     js << "{\"bench\":\"replay\",\"model\":\"" << trace.model << "\",\"strategy\":\"" << strat.name
-       << "\",\"compressor\":\"" << strat.compressor << "\",\"planner\":\"" << strat.planner
-       << "\",\"label\":\"" << label << "\",\"ranks\":" << size << ",\"density\":" << fmt(density)
-       << ",\"scale_elements\":" << fmt(scale_elements) << ",\"scale_time\":" << fmt(scale_time)
-       << ",\"tensors\":" << L << ",\"elements\":" << total_elements << ",\"forward_s\":" << fmt(forward_s)
+       << "\",\"compressor\":\"" << strat.compressor << "\",\"planner\":\"" << strat.planner << "\",\"label\":\""
+       << label << "\",\"ranks\":" << size << ",\"density\":" << fmt(density)
+       << ",\"scale_elements\":" << fmt(scale_elements) << ",\"scale_time\":" << fmt(scale_time) << ",\"tensors\":" << L
+       << ",\"elements\":" << total_elements << ",\"forward_s\":" << fmt(forward_s)
        << ",\"backward_s\":" << fmt(backward) << ",\"warmup\":" << warmup << ",\"steps\":" << step_s.size()
        << ",\"median_s\":" << fmt(med) << ",\"min_s\":" << fmt(*std::min_element(max_s.begin(), max_s.end()))
-       << ",\"max_s\":" << fmt(*std::max_element(max_s.begin(), max_s.end()))
-       << ",\"step_s\":" << jsonArray(max_s) << ",\"plan_buckets\":" << s1.plan_buckets
-       << ",\"plans\":" << s1.plans << ",\"sparse_buckets_per_step\":"
-       << fmt(dsteps > 0 ? (s1.sparse_buckets - s0.sparse_buckets) / dsteps : 0)
+       << ",\"max_s\":" << fmt(*std::max_element(max_s.begin(), max_s.end())) << ",\"step_s\":" << jsonArray(max_s)
+       << ",\"plan_buckets\":" << s1.plan_buckets << ",\"plans\":" << s1.plans
+       << ",\"sparse_buckets_per_step\":" << fmt(dsteps > 0 ? (s1.sparse_buckets - s0.sparse_buckets) / dsteps : 0)
        << ",\"dense_buckets_per_step\":"
        << fmt(dsteps > 0 ? (s1.sparse_dense_buckets - s0.sparse_dense_buckets) / dsteps : 0)
        << ",\"selected_over_target\":"
@@ -332,14 +330,13 @@ int main(int argc, char** argv) {
                   ? double(s1.sparse_selected - s0.sparse_selected) / double(s1.sparse_target - s0.sparse_target)
                   : 0)
        << ",\"sent_over_dense\":"
-       << fmt(s1.sparse_dense_bytes > s0.sparse_dense_bytes
-                  ? double(s1.sparse_bytes_sent - s0.sparse_bytes_sent) /
-                        double(s1.sparse_dense_bytes - s0.sparse_dense_bytes)
-                  : 1)
+       << fmt(s1.sparse_dense_bytes > s0.sparse_dense_bytes ? double(s1.sparse_bytes_sent - s0.sparse_bytes_sent) /
+                                                                  double(s1.sparse_dense_bytes - s0.sparse_dense_bytes)
+                                                            : 1)
        << ",\"predicted_calibrated_s\":" << fmt(p_cal.seconds) << ",\"predicted_calibrated_groups\":" << p_cal.groups
        << ",\"predicted_sim_s\":" << fmt(p_sim.seconds) << ",\"predicted_sim_groups\":" << p_sim.groups
-       << ",\"predicted_sim_compute_s\":" << fmt(p_sim_compute.seconds)
-       << ",\"sim_network\":\"" << sim_network << "\"}";
+       << ",\"predicted_sim_compute_s\":" << fmt(p_sim_compute.seconds) << ",\"sim_network\":\"" << sim_network
+       << "\"}";
     std::cout << js.str() << std::endl;
   }
   return 0;

@@ -14,13 +14,13 @@
 
 #include "mgs/mgs.h"
 
-#define CHECK(call)                                                                  \
-  do {                                                                               \
-    mgs_status_t st_ = (call);                                                       \
-    if (st_ != MGS_SUCCESS) {                                                        \
-      fprintf(stderr, "%s failed: %s\n", #call, mgs_last_error());                   \
-      exit(1);                                                                       \
-    }                                                                                \
+#define CHECK(call)                                                \
+  do {                                                             \
+    mgs_status_t st_ = (call);                                     \
+    if (st_ != MGS_SUCCESS) {                                      \
+      fprintf(stderr, "%s failed: %s\n", #call, mgs_last_error()); \
+      exit(1);                                                     \
+    }                                                              \
   } while (0)
 
 static double now_s(void) {
@@ -44,8 +44,10 @@ int main(int argc, char** argv) {
   int tensors = 64;
   int64_t elements = 1 << 16;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--tensors")) tensors = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--elements")) elements = atoll(argv[i + 1]);
+    if (!strcmp(argv[i], "--tensors"))
+      tensors = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--elements"))
+      elements = atoll(argv[i + 1]);
   }
   CHECK(mgs_init());
   int rank, size;
@@ -66,8 +68,8 @@ int main(int argc, char** argv) {
     char name[64];
     snprintf(name, sizeof name, "grad.%d", idx);
     mgs_tensor_t tt = cpu_tensor(bufs[idx], MGS_FLOAT32, 1, shape);
-    CHECK(mgs_allreduce_async(name, &tt, &tt, idx % 2 ? MGS_REDUCE_AVERAGE : MGS_REDUCE_SUM, 1.0, 1.0,
-                              MGS_FLAG_NONE, &handles[idx]));
+    CHECK(mgs_allreduce_async(name, &tt, &tt, idx % 2 ? MGS_REDUCE_AVERAGE : MGS_REDUCE_SUM, 1.0, 1.0, MGS_FLAG_NONE,
+                              &handles[idx]));
   }
   for (int t = 0; t < tensors; ++t) {
     CHECK(mgs_wait(handles[t]));
@@ -75,7 +77,10 @@ int main(int argc, char** argv) {
     double want = (t + 1) * size * (size + 1) / 2.0;
     if (t % 2) want /= size;
     for (int64_t i = 0; i < elements; ++i)
-      if (fabs(bufs[t][i] - want) > 1e-4 * want) { ++failures; break; }
+      if (fabs(bufs[t][i] - want) > 1e-4 * want) {
+        ++failures;
+        break;
+      }
     free(bufs[t]);
   }
   double allreduce_s = now_s() - t0;
@@ -134,8 +139,8 @@ int main(int argc, char** argv) {
            mgs_built_with_cuda() ? "built" : "not built");
     printf("  allreduce : %d tensors x %lld float32 (sum/average, mixed order) in %.3f s\n", tensors,
            (long long)elements, allreduce_s);
-    printf("  allgather : per-rank rows 1..%d -> [%lld, 3] int64 in %.4f s\n", size,
-           (long long)out_shape[0], allgather_s);
+    printf("  allgather : per-rank rows 1..%d -> [%lld, 3] int64 in %.4f s\n", size, (long long)out_shape[0],
+           allgather_s);
     printf("  broadcast : from each of %d roots in %.4f s\n", size, broadcast_s);
     printf("  result    : %s (%lld wrong values across all ranks)\n", fail64 ? "FAILED" : "all correct",
            (long long)fail64);

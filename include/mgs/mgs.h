@@ -69,20 +69,20 @@ extern "C" {
 /** Result of every mgs function and of every asynchronous operation. */
 typedef enum mgs_status {
   MGS_SUCCESS = 0,
-  MGS_ERR_INVALID_ARGUMENT = 1,  /**< bad pointer, dtype, shape, name, handle... */
-  MGS_ERR_NOT_INITIALIZED = 2,   /**< called before mgs_init() or after mgs_shutdown() */
+  MGS_ERR_INVALID_ARGUMENT = 1, /**< bad pointer, dtype, shape, name, handle... */
+  MGS_ERR_NOT_INITIALIZED = 2,  /**< called before mgs_init() or after mgs_shutdown() */
   MGS_ERR_ALREADY_INITIALIZED = 3,
-  MGS_ERR_DUPLICATE_NAME = 4,    /**< the name is already in flight on this rank */
-  MGS_ERR_MISMATCH = 5,          /**< ranks disagree on dtype, shape, op, root or device */
-  MGS_ERR_CONFIG = 6,            /**< an MGS_* environment variable is unknown or invalid */
-  MGS_ERR_COMMUNICATION = 7,     /**< an MPI / NCCL call failed */
-  MGS_ERR_CUDA = 8,              /**< a CUDA call failed */
-  MGS_ERR_TIMEOUT = 9,           /**< the stall inspector aborted the operation */
-  MGS_ERR_SHUTDOWN = 10,         /**< the runtime shut down before the operation ran */
-  MGS_ERR_UNSUPPORTED = 11,      /**< valid request this build cannot serve (e.g. no CUDA) */
-  MGS_ERR_NUMERIC = 12,          /**< non-finite values where they are not allowed */
+  MGS_ERR_DUPLICATE_NAME = 4, /**< the name is already in flight on this rank */
+  MGS_ERR_MISMATCH = 5,       /**< ranks disagree on dtype, shape, op, root or device */
+  MGS_ERR_CONFIG = 6,         /**< an MGS_* environment variable is unknown or invalid */
+  MGS_ERR_COMMUNICATION = 7,  /**< an MPI / NCCL call failed */
+  MGS_ERR_CUDA = 8,           /**< a CUDA call failed */
+  MGS_ERR_TIMEOUT = 9,        /**< the stall inspector aborted the operation */
+  MGS_ERR_SHUTDOWN = 10,      /**< the runtime shut down before the operation ran */
+  MGS_ERR_UNSUPPORTED = 11,   /**< valid request this build cannot serve (e.g. no CUDA) */
+  MGS_ERR_NUMERIC = 12,       /**< non-finite values where they are not allowed */
   MGS_ERR_INTERNAL = 13,
-  MGS_ERR_IN_PROGRESS = 14       /**< the operation has not completed yet */
+  MGS_ERR_IN_PROGRESS = 14 /**< the operation has not completed yet */
 } mgs_status_t;
 
 /** A static, human-readable name for a status ("MGS_ERR_MISMATCH: ..."). Never NULL. */
@@ -122,14 +122,14 @@ MGS_API size_t mgs_dtype_size(mgs_dtype_t dtype);
  * handle completes.
  */
 typedef struct mgs_tensor {
-  void* data;               /**< host pointer, or CUDA device pointer */
+  void* data; /**< host pointer, or CUDA device pointer */
   mgs_dtype_t dtype;
-  int32_t ndim;             /**< 0 (scalar) .. MGS_MAX_DIMS */
-  const int64_t* shape;     /**< ndim non-negative extents (may be NULL when ndim == 0) */
-  int32_t device;           /**< MGS_DEVICE_CPU or a CUDA device ordinal */
-  void* stream;             /**< CUDA: the framework's cudaStream_t producing `data` (may be NULL) */
-  void* ready_event;        /**< CUDA: a cudaEvent_t recorded after `data` is written (may be NULL:
-                                 then mgs waits for `stream`) */
+  int32_t ndim;         /**< 0 (scalar) .. MGS_MAX_DIMS */
+  const int64_t* shape; /**< ndim non-negative extents (may be NULL when ndim == 0) */
+  int32_t device;       /**< MGS_DEVICE_CPU or a CUDA device ordinal */
+  void* stream;         /**< CUDA: the framework's cudaStream_t producing `data` (may be NULL) */
+  void* ready_event;    /**< CUDA: a cudaEvent_t recorded after `data` is written (may be NULL:
+                             then mgs waits for `stream`) */
 } mgs_tensor_t;
 
 /* -------------------------------------------------------------- lifecycle -- */
@@ -185,10 +185,7 @@ MGS_API mgs_status_t mgs_local_size(int* local_size);
 /** Opaque handle of an asynchronous operation. 0 is never a valid handle. */
 typedef uint64_t mgs_handle_t;
 
-typedef enum mgs_reduce_op {
-  MGS_REDUCE_SUM = 0,
-  MGS_REDUCE_AVERAGE = 1
-} mgs_reduce_op_t;
+typedef enum mgs_reduce_op { MGS_REDUCE_SUM = 0, MGS_REDUCE_AVERAGE = 1 } mgs_reduce_op_t;
 
 /** Flags for mgs_allreduce_async. */
 #define MGS_FLAG_NONE 0u
@@ -209,9 +206,8 @@ typedef enum mgs_reduce_op {
  * Errors at enqueue: MGS_ERR_NOT_INITIALIZED, MGS_ERR_INVALID_ARGUMENT,
  * MGS_ERR_DUPLICATE_NAME, MGS_ERR_UNSUPPORTED (CUDA tensor in a CPU-only build).
  */
-MGS_API mgs_status_t mgs_allreduce_async(const char* name, const mgs_tensor_t* input,
-                                         const mgs_tensor_t* output, mgs_reduce_op_t op,
-                                         double prescale_factor, double postscale_factor,
+MGS_API mgs_status_t mgs_allreduce_async(const char* name, const mgs_tensor_t* input, const mgs_tensor_t* output,
+                                         mgs_reduce_op_t op, double prescale_factor, double postscale_factor,
                                          uint32_t flags, mgs_handle_t* handle);
 
 /**
@@ -222,15 +218,13 @@ MGS_API mgs_status_t mgs_allreduce_async(const char* name, const mgs_tensor_t* i
  * mgs_allgather_copy_output(); mgs_allgather_rank_sizes() gives each rank's first
  * dimension. `input` may be released as soon as the handle completes.
  */
-MGS_API mgs_status_t mgs_allgather_async(const char* name, const mgs_tensor_t* input,
-                                         mgs_handle_t* handle);
+MGS_API mgs_status_t mgs_allgather_async(const char* name, const mgs_tensor_t* input, mgs_handle_t* handle);
 
 /**
  * After a successful allgather: the output's number of dimensions and extents
  * (`shape` must hold MGS_MAX_DIMS entries).
  */
-MGS_API mgs_status_t mgs_allgather_output_shape(mgs_handle_t handle, int32_t* ndim,
-                                                int64_t* shape);
+MGS_API mgs_status_t mgs_allgather_output_shape(mgs_handle_t handle, int32_t* ndim, int64_t* shape);
 
 /** After a successful allgather: the first dimension of every rank (`sizes` holds world-size entries). */
 MGS_API mgs_status_t mgs_allgather_rank_sizes(mgs_handle_t handle, int64_t* sizes);
@@ -245,8 +239,8 @@ MGS_API mgs_status_t mgs_allgather_copy_output(mgs_handle_t handle, const mgs_te
  * Broadcast `tensor` (in place) from `root_rank` to every rank. Every rank must use
  * the same name, dtype, shape, device kind and root.
  */
-MGS_API mgs_status_t mgs_broadcast_async(const char* name, const mgs_tensor_t* tensor,
-                                         int root_rank, mgs_handle_t* handle);
+MGS_API mgs_status_t mgs_broadcast_async(const char* name, const mgs_tensor_t* tensor, int root_rank,
+                                         mgs_handle_t* handle);
 
 /** Block until every rank has called mgs_barrier (negotiated like any other op). */
 MGS_API mgs_status_t mgs_barrier(void);
@@ -285,24 +279,24 @@ MGS_API mgs_status_t mgs_release(mgs_handle_t handle);
  * the end; pass sizeof(mgs_stats_t) so older callers keep working.
  */
 typedef struct mgs_stats {
-  uint64_t negotiation_cycles;       /**< coordinator cycles that had work pending */
-  uint64_t negotiation_fast_cycles;  /**< ... decided by the cached bit-vector allreduce alone */
-  uint64_t negotiation_slow_cycles;  /**< ... that needed the gather to rank 0 */
-  double negotiation_seconds;        /**< time spent negotiating in cycles with work */
-  uint64_t ops_completed;            /**< operations completed (any status) */
-  uint64_t bytes_reduced;            /**< payload bytes of completed allreduces */
+  uint64_t negotiation_cycles;      /**< coordinator cycles that had work pending */
+  uint64_t negotiation_fast_cycles; /**< ... decided by the cached bit-vector allreduce alone */
+  uint64_t negotiation_slow_cycles; /**< ... that needed the gather to rank 0 */
+  double negotiation_seconds;       /**< time spent negotiating in cycles with work */
+  uint64_t ops_completed;           /**< operations completed (any status) */
+  uint64_t bytes_reduced;           /**< payload bytes of completed allreduces */
   /* The sparse pipeline (MGS_COMPRESSOR != none), for gradients enqueued with MGS_FLAG_SPARSE_OK. */
-  uint64_t sparse_steps;             /**< training steps seen (a step ends when a gradient name recurs) */
-  uint64_t sparse_buckets;           /**< merged buckets exchanged sparsely */
-  uint64_t sparse_dense_buckets;     /**< buckets the cost model sent as a dense allreduce */
-  uint64_t sparse_selected;          /**< entries this rank selected and sent, summed over buckets */
-  uint64_t sparse_target;            /**< k summed over the same buckets (selected/target ~ 1) */
-  uint64_t sparse_bytes_sent;        /**< bytes this rank sent for gradients (values + indices) */
-  uint64_t sparse_dense_bytes;       /**< bytes a dense allreduce of the same gradients would send */
-  uint64_t plan_buckets;             /**< buckets in the current merge plan (0 while profiling) */
-  uint64_t plans;                    /**< merge plans computed so far */
-  uint64_t name_cache_entries;       /**< names in the negotiation cache (at most 8192: least
-                                          recently used names are evicted) */
+  uint64_t sparse_steps;         /**< training steps seen (a step ends when a gradient name recurs) */
+  uint64_t sparse_buckets;       /**< merged buckets exchanged sparsely */
+  uint64_t sparse_dense_buckets; /**< buckets the cost model sent as a dense allreduce */
+  uint64_t sparse_selected;      /**< entries this rank selected and sent, summed over buckets */
+  uint64_t sparse_target;        /**< k summed over the same buckets (selected/target ~ 1) */
+  uint64_t sparse_bytes_sent;    /**< bytes this rank sent for gradients (values + indices) */
+  uint64_t sparse_dense_bytes;   /**< bytes a dense allreduce of the same gradients would send */
+  uint64_t plan_buckets;         /**< buckets in the current merge plan (0 while profiling) */
+  uint64_t plans;                /**< merge plans computed so far */
+  uint64_t name_cache_entries;   /**< names in the negotiation cache (at most 8192: least
+                                      recently used names are evicted) */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

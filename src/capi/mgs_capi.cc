@@ -62,8 +62,7 @@ mgs_status_t guarded(F&& f) {
 // kShutdown with the reason, which names the rank that stopped the job.
 Status runtime(std::shared_ptr<mgs::Runtime>* out, bool stopped_ok = false) {
   std::lock_guard<std::mutex> lk(g_mu);
-  if (!g_runtime)
-    return Status(Code::kNotInitialized, "mgs is not initialized: call mgs_init() first");
+  if (!g_runtime) return Status(Code::kNotInitialized, "mgs is not initialized: call mgs_init() first");
   if (!g_runtime->running()) {
     if (g_runtime->stoppedLocally())
       return Status(Code::kNotInitialized,
@@ -78,8 +77,8 @@ Status runtime(std::shared_ptr<mgs::Runtime>* out, bool stopped_ok = false) {
 Status toDesc(const mgs_tensor_t* t, const std::string& what, mgs::TensorDesc* out) {
   if (t == nullptr) return Status(Code::kInvalidArgument, what + ": the tensor pointer is NULL");
   if (t->ndim < 0 || t->ndim > MGS_MAX_DIMS)
-    return Status(Code::kInvalidArgument, what + " has ndim " + std::to_string(t->ndim) + "; allowed 0.." +
-                                              std::to_string(MGS_MAX_DIMS));
+    return Status(Code::kInvalidArgument,
+                  what + " has ndim " + std::to_string(t->ndim) + "; allowed 0.." + std::to_string(MGS_MAX_DIMS));
   if (t->ndim > 0 && t->shape == nullptr)
     return Status(Code::kInvalidArgument, what + " has ndim > 0 but shape is NULL");
   if (t->device < MGS_DEVICE_CPU)
@@ -90,8 +89,8 @@ Status toDesc(const mgs_tensor_t* t, const std::string& what, mgs::TensorDesc* o
   static_assert(sizeof(t->dtype) == sizeof(dtype), "mgs_dtype_t is 32-bit");
   std::memcpy(&dtype, &t->dtype, sizeof dtype);
   if (!mgs::dtypeValid(dtype))
-    return Status(Code::kInvalidArgument, what + " has invalid dtype " + std::to_string(dtype) +
-                                              " (expected an mgs_dtype_t value)");
+    return Status(Code::kInvalidArgument,
+                  what + " has invalid dtype " + std::to_string(dtype) + " (expected an mgs_dtype_t value)");
   out->data = t->data;
   out->dtype = static_cast<mgs_dtype_t>(dtype);
   out->shape.assign(t->shape, t->shape + t->ndim);
@@ -113,8 +112,7 @@ int32_t enumValue(const E& e) {
 }
 
 Status checkName(const char* name) {
-  if (name == nullptr || name[0] == '\0')
-    return Status(Code::kInvalidArgument, "the tensor name is NULL or empty");
+  if (name == nullptr || name[0] == '\0') return Status(Code::kInvalidArgument, "the tensor name is NULL or empty");
   return Status::OK();
 }
 
@@ -179,8 +177,7 @@ size_t mgs_dtype_size(mgs_dtype_t dtype) {
 mgs_status_t mgs_init(void) {
   return guarded([]() -> Status {
     std::lock_guard<std::mutex> lk(g_mu);
-    if (g_runtime && g_runtime->running())
-      return Status(Code::kAlreadyInitialized, "mgs is already initialized");
+    if (g_runtime && g_runtime->running()) return Status(Code::kAlreadyInitialized, "mgs is already initialized");
     mgs::Config config;
     Status st = mgs::parseConfig(mgs::mgsEnvironment(), &config);
     if (!st.ok()) return st;
@@ -216,16 +213,16 @@ int mgs_is_initialized(void) {
   return g_runtime && g_runtime->running() ? 1 : 0;
 }
 
-#define MGS_TOPOLOGY(fn, getter)                                                   \
-  mgs_status_t fn(int* out) {                                                      \
-    return guarded([&]() -> Status {                                               \
+#define MGS_TOPOLOGY(fn, getter)                                                                 \
+  mgs_status_t fn(int* out) {                                                                    \
+    return guarded([&]() -> Status {                                                             \
       if (out == nullptr) return Status(Code::kInvalidArgument, #fn ": output pointer is NULL"); \
-      std::shared_ptr<mgs::Runtime> rt;                                            \
-      Status st = runtime(&rt, /*stopped_ok=*/true);                               \
-      if (!st.ok()) return st;                                                     \
-      *out = rt->getter();                                                         \
-      return Status::OK();                                                         \
-    });                                                                            \
+      std::shared_ptr<mgs::Runtime> rt;                                                          \
+      Status st = runtime(&rt, /*stopped_ok=*/true);                                             \
+      if (!st.ok()) return st;                                                                   \
+      *out = rt->getter();                                                                       \
+      return Status::OK();                                                                       \
+    });                                                                                          \
   }
 MGS_TOPOLOGY(mgs_rank, rank)
 MGS_TOPOLOGY(mgs_size, size)
@@ -234,8 +231,8 @@ MGS_TOPOLOGY(mgs_local_size, localSize)
 #undef MGS_TOPOLOGY
 
 mgs_status_t mgs_allreduce_async(const char* name, const mgs_tensor_t* input, const mgs_tensor_t* output,
-                                 mgs_reduce_op_t op, double prescale_factor, double postscale_factor,
-                                 uint32_t flags, mgs_handle_t* handle) {
+                                 mgs_reduce_op_t op, double prescale_factor, double postscale_factor, uint32_t flags,
+                                 mgs_handle_t* handle) {
   const int32_t op_value = enumValue(op);
   return guarded([&]() -> Status {
     std::shared_ptr<mgs::Runtime> rt;
@@ -257,8 +254,7 @@ mgs_status_t mgs_allgather_async(const char* name, const mgs_tensor_t* input, mg
   });
 }
 
-mgs_status_t mgs_broadcast_async(const char* name, const mgs_tensor_t* tensor, int root_rank,
-                                 mgs_handle_t* handle) {
+mgs_status_t mgs_broadcast_async(const char* name, const mgs_tensor_t* tensor, int root_rank, mgs_handle_t* handle) {
   return guarded([&]() -> Status {
     std::shared_ptr<mgs::Runtime> rt;
     mgs::TensorDesc t;

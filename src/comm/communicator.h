@@ -44,8 +44,7 @@ class Communicator {
   virtual Status allgather(const void* send, size_t bytes, void* recv) = 0;
   // Rank r contributes recv_bytes[r] (send_bytes on this rank); `recv` receives
   // them back to back in rank order.
-  virtual Status allgatherv(const void* send, size_t send_bytes, void* recv,
-                            const std::vector<size_t>& recv_bytes) = 0;
+  virtual Status allgatherv(const void* send, size_t send_bytes, void* recv, const std::vector<size_t>& recv_bytes) = 0;
   // Nonblocking allgather: the contract of allgather(), but it returns at
   // once; `send` and `recv` stay untouched by the caller until *op reports
   // completion. Other collectives may be issued meanwhile (same order on

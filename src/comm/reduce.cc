@@ -11,9 +11,12 @@ namespace {
 template <typename T>
 T combine(T a, T b, CommOp op) {
   switch (op) {
-    case CommOp::kSum: return static_cast<T>(a + b);
-    case CommOp::kMax: return std::max(a, b);
-    case CommOp::kMin: return std::min(a, b);
+    case CommOp::kSum:
+      return static_cast<T>(a + b);
+    case CommOp::kMax:
+      return std::max(a, b);
+    case CommOp::kMin:
+      return std::min(a, b);
     case CommOp::kBitAnd:
       if constexpr (std::is_integral_v<T>) return static_cast<T>(a & b);
       return a;
@@ -53,14 +56,29 @@ Status reduceInto(void* acc, const void* in, size_t n, DataType dtype, CommOp op
   MGS_ENSURE(reducible(dtype, op), kInternal, "no reduction of " << dtypeName(dtype) << " with this operation");
   if (n == 0) return Status::OK();
   switch (dtype) {
-    case MGS_FLOAT32: reduceTyped<float>(acc, in, n, op); break;
-    case MGS_FLOAT64: reduceTyped<double>(acc, in, n, op); break;
-    case MGS_INT32: reduceTyped<int32_t>(acc, in, n, op); break;
-    case MGS_INT64: reduceTyped<int64_t>(acc, in, n, op); break;
-    case MGS_UINT8: reduceTyped<uint8_t>(acc, in, n, op); break;
-    case MGS_FLOAT16: reduce16<halfToFloat, floatToHalf>(acc, in, n, op); break;
-    case MGS_BFLOAT16: reduce16<bfloat16ToFloat, floatToBfloat16>(acc, in, n, op); break;
-    default: break;
+    case MGS_FLOAT32:
+      reduceTyped<float>(acc, in, n, op);
+      break;
+    case MGS_FLOAT64:
+      reduceTyped<double>(acc, in, n, op);
+      break;
+    case MGS_INT32:
+      reduceTyped<int32_t>(acc, in, n, op);
+      break;
+    case MGS_INT64:
+      reduceTyped<int64_t>(acc, in, n, op);
+      break;
+    case MGS_UINT8:
+      reduceTyped<uint8_t>(acc, in, n, op);
+      break;
+    case MGS_FLOAT16:
+      reduce16<halfToFloat, floatToHalf>(acc, in, n, op);
+      break;
+    case MGS_BFLOAT16:
+      reduce16<bfloat16ToFloat, floatToBfloat16>(acc, in, n, op);
+      break;
+    default:
+      break;
   }
   return Status::OK();
 }

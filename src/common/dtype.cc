@@ -9,13 +9,20 @@ namespace mgs {
 
 size_t dtypeSize(DataType dtype) {
   switch (dtype) {
-    case MGS_FLOAT32: return 4;
-    case MGS_FLOAT64: return 8;
-    case MGS_FLOAT16: return 2;
-    case MGS_BFLOAT16: return 2;
-    case MGS_INT32: return 4;
-    case MGS_INT64: return 8;
-    case MGS_UINT8: return 1;
+    case MGS_FLOAT32:
+      return 4;
+    case MGS_FLOAT64:
+      return 8;
+    case MGS_FLOAT16:
+      return 2;
+    case MGS_BFLOAT16:
+      return 2;
+    case MGS_INT32:
+      return 4;
+    case MGS_INT64:
+      return 8;
+    case MGS_UINT8:
+      return 1;
   }
   return 0;
 }
@@ -23,19 +30,25 @@ size_t dtypeSize(DataType dtype) {
 bool dtypeValid(int dtype) { return dtype >= MGS_FLOAT32 && dtype <= MGS_UINT8; }
 
 bool dtypeIsFloat(DataType dtype) {
-  return dtype == MGS_FLOAT32 || dtype == MGS_FLOAT64 || dtype == MGS_FLOAT16 ||
-         dtype == MGS_BFLOAT16;
+  return dtype == MGS_FLOAT32 || dtype == MGS_FLOAT64 || dtype == MGS_FLOAT16 || dtype == MGS_BFLOAT16;
 }
 
 std::string dtypeName(DataType dtype) {
   switch (dtype) {
-    case MGS_FLOAT32: return "float32";
-    case MGS_FLOAT64: return "float64";
-    case MGS_FLOAT16: return "float16";
-    case MGS_BFLOAT16: return "bfloat16";
-    case MGS_INT32: return "int32";
-    case MGS_INT64: return "int64";
-    case MGS_UINT8: return "uint8";
+    case MGS_FLOAT32:
+      return "float32";
+    case MGS_FLOAT64:
+      return "float64";
+    case MGS_FLOAT16:
+      return "float16";
+    case MGS_BFLOAT16:
+      return "bfloat16";
+    case MGS_INT32:
+      return "int32";
+    case MGS_INT64:
+      return "int64";
+    case MGS_UINT8:
+      return "uint8";
   }
   return "invalid(" + std::to_string(static_cast<int>(dtype)) + ")";
 }
@@ -116,26 +129,82 @@ namespace {
 template <typename T>
 void convertFrom(const void* src, size_t n, T* dst, DataType dtype) {
   switch (dtype) {
-    case MGS_FLOAT32: { auto* s = static_cast<const float*>(src); for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(s[i]); break; }
-    case MGS_FLOAT64: { auto* s = static_cast<const double*>(src); for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(s[i]); break; }
-    case MGS_FLOAT16: { auto* s = static_cast<const uint16_t*>(src); for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(halfToFloat(s[i])); break; }
-    case MGS_BFLOAT16: { auto* s = static_cast<const uint16_t*>(src); for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(bfloat16ToFloat(s[i])); break; }
-    case MGS_INT32: { auto* s = static_cast<const int32_t*>(src); for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(s[i]); break; }
-    case MGS_INT64: { auto* s = static_cast<const int64_t*>(src); for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(s[i]); break; }
-    case MGS_UINT8: { auto* s = static_cast<const uint8_t*>(src); for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(s[i]); break; }
+    case MGS_FLOAT32: {
+      auto* s = static_cast<const float*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(s[i]);
+      break;
+    }
+    case MGS_FLOAT64: {
+      auto* s = static_cast<const double*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(s[i]);
+      break;
+    }
+    case MGS_FLOAT16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(halfToFloat(s[i]));
+      break;
+    }
+    case MGS_BFLOAT16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(bfloat16ToFloat(s[i]));
+      break;
+    }
+    case MGS_INT32: {
+      auto* s = static_cast<const int32_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(s[i]);
+      break;
+    }
+    case MGS_INT64: {
+      auto* s = static_cast<const int64_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(s[i]);
+      break;
+    }
+    case MGS_UINT8: {
+      auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(s[i]);
+      break;
+    }
   }
 }
 
 template <typename T>
 void convertTo(const T* src, size_t n, void* dst, DataType dtype) {
   switch (dtype) {
-    case MGS_FLOAT32: { auto* d = static_cast<float*>(dst); for (size_t i = 0; i < n; ++i) d[i] = static_cast<float>(src[i]); break; }
-    case MGS_FLOAT64: { auto* d = static_cast<double*>(dst); for (size_t i = 0; i < n; ++i) d[i] = static_cast<double>(src[i]); break; }
-    case MGS_FLOAT16: { auto* d = static_cast<uint16_t*>(dst); for (size_t i = 0; i < n; ++i) d[i] = floatToHalf(static_cast<float>(src[i])); break; }
-    case MGS_BFLOAT16: { auto* d = static_cast<uint16_t*>(dst); for (size_t i = 0; i < n; ++i) d[i] = floatToBfloat16(static_cast<float>(src[i])); break; }
-    case MGS_INT32: { auto* d = static_cast<int32_t*>(dst); for (size_t i = 0; i < n; ++i) d[i] = static_cast<int32_t>(std::trunc(static_cast<double>(src[i]))); break; }
-    case MGS_INT64: { auto* d = static_cast<int64_t*>(dst); for (size_t i = 0; i < n; ++i) d[i] = static_cast<int64_t>(std::trunc(static_cast<double>(src[i]))); break; }
-    case MGS_UINT8: { auto* d = static_cast<uint8_t*>(dst); for (size_t i = 0; i < n; ++i) d[i] = static_cast<uint8_t>(std::trunc(static_cast<double>(src[i]))); break; }
+    case MGS_FLOAT32: {
+      auto* d = static_cast<float*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = static_cast<float>(src[i]);
+      break;
+    }
+    case MGS_FLOAT64: {
+      auto* d = static_cast<double*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = static_cast<double>(src[i]);
+      break;
+    }
+    case MGS_FLOAT16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = floatToHalf(static_cast<float>(src[i]));
+      break;
+    }
+    case MGS_BFLOAT16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = floatToBfloat16(static_cast<float>(src[i]));
+      break;
+    }
+    case MGS_INT32: {
+      auto* d = static_cast<int32_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = static_cast<int32_t>(std::trunc(static_cast<double>(src[i])));
+      break;
+    }
+    case MGS_INT64: {
+      auto* d = static_cast<int64_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = static_cast<int64_t>(std::trunc(static_cast<double>(src[i])));
+      break;
+    }
+    case MGS_UINT8: {
+      auto* d = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = static_cast<uint8_t>(std::trunc(static_cast<double>(src[i])));
+      break;
+    }
   }
 }
 }  // namespace

@@ -16,10 +16,10 @@ void configureLogging(int rank, const std::string& level);
 
 }  // namespace mgs
 
-#define MGS_LOG_AT(lvl, ...)                                         \
-  do {                                                               \
-    auto& _mgs_lg = ::mgs::logger();                                 \
-    if (_mgs_lg.should_log(lvl)) _mgs_lg.log(lvl, __VA_ARGS__);      \
+#define MGS_LOG_AT(lvl, ...)                                    \
+  do {                                                          \
+    auto& _mgs_lg = ::mgs::logger();                            \
+    if (_mgs_lg.should_log(lvl)) _mgs_lg.log(lvl, __VA_ARGS__); \
   } while (0)
 #define MGS_LOG_TRACE(...) MGS_LOG_AT(spdlog::level::trace, __VA_ARGS__)
 #define MGS_LOG_DEBUG(...) MGS_LOG_AT(spdlog::level::debug, __VA_ARGS__)

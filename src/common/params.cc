@@ -13,8 +13,7 @@ namespace mgs {
 namespace {
 
 Status bad(const std::string& name, const std::string& value, const std::string& allowed) {
-  return Status(Code::kConfig,
-                "invalid " + name + "='" + value + "': expected " + allowed);
+  return Status(Code::kConfig, "invalid " + name + "='" + value + "': expected " + allowed);
 }
 
 bool parseDouble(const std::string& s, double* out) {
@@ -55,8 +54,8 @@ std::string joined(const std::vector<std::string>& values) {
 // Builders for the kinds of parameter; each returns a ParamSpec with `apply`
 // and `show` bound to one Config field, so a row of the table is the only
 // place a parameter is written down.
-ParamSpec enumParam(std::string name, std::string def, std::vector<std::string> values, Scope scope,
-                    std::string doc, std::string Config::*field) {
+ParamSpec enumParam(std::string name, std::string def, std::vector<std::string> values, Scope scope, std::string doc,
+                    std::string Config::*field) {
   const std::string allowed = "one of " + joined(values);
   ParamSpec p{name, "enum", std::move(def), allowed, std::move(doc), scope, nullptr, nullptr};
   p.apply = [name, values, allowed, field](const std::string& v, Config& c) {
@@ -72,8 +71,8 @@ ParamSpec enumParam(std::string name, std::string def, std::vector<std::string> 
 }
 
 // A number in [lo, hi], or (lo, hi] when lo_open.
-ParamSpec doubleParam(std::string name, std::string def, double lo, bool lo_open, double hi,
-                      std::string allowed, Scope scope, std::string doc, double Config::*field) {
+ParamSpec doubleParam(std::string name, std::string def, double lo, bool lo_open, double hi, std::string allowed,
+                      Scope scope, std::string doc, double Config::*field) {
   ParamSpec p{name, "float", std::move(def), allowed, std::move(doc), scope, nullptr, nullptr};
   p.apply = [name, lo, lo_open, hi, allowed, field](const std::string& v, Config& c) {
     double d;
@@ -144,8 +143,7 @@ std::vector<ParamSpec> buildSpecs() {
                        "threshold). 0 disables fusion.",
                        &Config::fusion_threshold_bytes));
   s.push_back(intParam("MGS_MIN_SPARSE_ELEMENTS", "4096", 0, INT64_MAX, "an integer >= 0", kSame,
-                       "Sparse-eligible tensors smaller than this are reduced densely.",
-                       &Config::min_sparse_elements));
+                       "Sparse-eligible tensors smaller than this are reduced densely.", &Config::min_sparse_elements));
   s.push_back(enumParam("MGS_BACKEND", "auto", backendNames(), kSame,
                         "Communication backend. 'auto' picks the best one built in; this build has only "
                         "MPI (CUDA tensors are staged through host memory).",
@@ -164,9 +162,8 @@ std::vector<ParamSpec> buildSpecs() {
                        &Config::profile_steps));
   // Steers when a partial sparse bucket is flushed, a decision every rank
   // must take in the same cycle. The floor keeps cycles-per-second in an int.
-  s.push_back(doubleParam("MGS_CYCLE_TIME_MS", "1", 0.001, false, 10000.0,
-                          "a number in [0.001, 10000] (milliseconds)", kSame,
-                          "Coordinator cycle: how often ranks negotiate which tensors are ready.",
+  s.push_back(doubleParam("MGS_CYCLE_TIME_MS", "1", 0.001, false, 10000.0, "a number in [0.001, 10000] (milliseconds)",
+                          kSame, "Coordinator cycle: how often ranks negotiate which tensors are ready.",
                           &Config::cycle_time_ms));
   s.push_back(textParam("MGS_TIMELINE", "path", "", "a writable file path", false, kLocal,
                         "Rank 0 writes a Chrome-trace JSON timeline (chrome://tracing, Perfetto) here.",
@@ -244,8 +241,7 @@ Status parseConfig(const std::map<std::string, std::string>& vars, Config* out) 
     if (p == nullptr) {
       std::string known;
       for (const auto& q : paramSpecs()) known += (known.empty() ? "" : ", ") + q.name;
-      return Status(Code::kConfig, "unknown variable " + name + "='" + value +
-                                       "' (mgs knows: " + known + ")");
+      return Status(Code::kConfig, "unknown variable " + name + "='" + value + "' (mgs knows: " + known + ")");
     }
     Status st = p->apply(value, c);
     if (!st.ok()) return st;
@@ -313,8 +309,8 @@ Status checkAgreement(const Config& config, int size,
   MGS_RETURN_IF_ERROR(allgather(mine.data(), mine.size() * sizeof(uint64_t), all.data()));
   const std::string diff = agreementErrors(config, all, size);
   if (diff.empty()) return Status::OK();
-  return Status(Code::kConfig, "MGS_* settings differ from rank 0's: " + diff +
-                                   "; give every rank the same settings, as mgsrun does");
+  return Status(Code::kConfig,
+                "MGS_* settings differ from rank 0's: " + diff + "; give every rank the same settings, as mgsrun does");
 }
 
 }  // namespace mgs

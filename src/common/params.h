@@ -49,10 +49,10 @@ struct Config {
 enum class Scope { kSameOnAllRanks, kPerRank };
 
 struct ParamSpec {
-  std::string name;          // "MGS_DENSITY"
-  std::string type;          // "float", "int", "bool", "enum", "path", "string"
-  std::string default_value; // as a user would write it
-  std::string allowed;       // human-readable allowed values, used in errors
+  std::string name;           // "MGS_DENSITY"
+  std::string type;           // "float", "int", "bool", "enum", "path", "string"
+  std::string default_value;  // as a user would write it
+  std::string allowed;        // human-readable allowed values, used in errors
   std::string doc;
   Scope scope = Scope::kSameOnAllRanks;
   // Parse `value` into `config`; an error message says what is allowed.

@@ -24,9 +24,7 @@ int threadBudgetFor(int64_t requested, int cores, int localSize) {
   return std::clamp(share, 1, kMaxAutoThreads);
 }
 
-int threadBudget(int64_t requested, int localSize) {
-  return threadBudgetFor(requested, availableCores(), localSize);
-}
+int threadBudget(int64_t requested, int localSize) { return threadBudgetFor(requested, availableCores(), localSize); }
 
 int threadsFor(size_t n, int budget) {
   const size_t useful = std::max<size_t>(n / kMinElementsPerThread, 1);

@@ -91,8 +91,8 @@ inline __attribute__((always_inline)) bool anyLane(const V& v) {
 // into `s`, candidates into `out`. xb points at x[b] (ignored without kHasX).
 // Vector casts between same-size vector types reinterpret the bits.
 template <int W, bool kHasX, bool kRandom>
-inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r, size_t b,
-                                                      size_t len, BufferStats* s, CandOut* out) {
+inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r, size_t b, size_t len, BufferStats* s,
+                                                      CandOut* out) {
   typedef typename Vec<W>::F F;
   typedef typename Vec<W>::I I;
   typedef typename Vec<W>::U U;
@@ -135,8 +135,7 @@ inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r,
       if constexpr (kRandom) {
         // randomKey of W consecutive indices (0 stays 0 here where randomKey
         // folds it to 1: below every tc >= 2 either way).
-        U x = (Vec<W>::lane + static_cast<uint32_t>(b + v)) * 0x9E3779B1u +
-              static_cast<uint32_t>(out->seed);
+        U x = (Vec<W>::lane + static_cast<uint32_t>(b + v)) * 0x9E3779B1u + static_cast<uint32_t>(out->seed);
         x ^= x >> 16;
         x *= 0x85EBCA6Bu;
         x ^= x >> 13;
@@ -190,8 +189,7 @@ inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r,
 
 // x == nullptr: in place. widen (f16/bf16) fills a float block first.
 template <int W, typename Widen>
-inline __attribute__((always_inline)) BufferStats fusedRangeW(const float* x, Widen widen,
-                                                              float* r, size_t b, size_t e,
+inline __attribute__((always_inline)) BufferStats fusedRangeW(const float* x, Widen widen, float* r, size_t b, size_t e,
                                                               CandOut* out) {
   BufferStats s;
   float xf[kBlock];
@@ -219,8 +217,7 @@ inline __attribute__((always_inline)) BufferStats fusedRangeW(const float* x, Wi
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(MGS_NO_AVX2_PATH)
 #define MGS_AVX2_PATH 1
-__attribute__((target("avx2"))) BufferStats fusedRangeAvx2(const float* x, float* r, size_t b,
-                                                           size_t e, CandOut* out) {
+__attribute__((target("avx2"))) BufferStats fusedRangeAvx2(const float* x, float* r, size_t b, size_t e, CandOut* out) {
   return fusedRangeW<8>(x, nullptr, r, b, e, out);
 }
 bool haveAvx2() {
@@ -232,20 +229,20 @@ bool haveAvx2() {
 }
 #endif
 
-BufferStats fusedChunkAny(const void* x, DataType dtype, float* r, size_t b, size_t e,
-                          CandOut* out) {
+BufferStats fusedChunkAny(const void* x, DataType dtype, float* r, size_t b, size_t e, CandOut* out) {
   if (x != nullptr && dtype == MGS_FLOAT16) {
     const auto* h = static_cast<const uint16_t*>(x);
-    return fusedRangeW<4>(nullptr, [h](size_t i) { return halfToFloat(h[i]); }, r, b, e, out);
+    return fusedRangeW<4>(
+        nullptr, [h](size_t i) { return halfToFloat(h[i]); }, r, b, e, out);
   }
   if (x != nullptr && dtype == MGS_BFLOAT16) {
     const auto* h = static_cast<const uint16_t*>(x);
-    return fusedRangeW<4>(nullptr, [h](size_t i) { return bfloat16ToFloat(h[i]); }, r, b, e, out);
+    return fusedRangeW<4>(
+        nullptr, [h](size_t i) { return bfloat16ToFloat(h[i]); }, r, b, e, out);
   }
   const auto* f = static_cast<const float*>(x);
 #ifdef MGS_AVX2_PATH
-  if (haveAvx2() && !testForceBaseline.load(std::memory_order_relaxed))
-    return fusedRangeAvx2(f, r, b, e, out);
+  if (haveAvx2() && !testForceBaseline.load(std::memory_order_relaxed)) return fusedRangeAvx2(f, r, b, e, out);
 #endif
   return fusedRangeW<4>(f, nullptr, r, b, e, out);
 }
@@ -292,8 +289,8 @@ void histogramChunk(KeyFn key, size_t b, size_t e, Window w, uint32_t* h) {
 }
 
 template <typename KeyFn>
-void compactChunk(KeyFn key, size_t b, size_t e, const Selection& sel, size_t quota,
-                  size_t off, float* r, float* values, uint32_t* indices) {
+void compactChunk(KeyFn key, size_t b, size_t e, const Selection& sel, size_t quota, size_t off, float* r,
+                  float* values, uint32_t* indices) {
   // Few entries pass, so skip 32-entry groups whose largest key is below the
   // lowest selectable key; the max is a vectorisable reduction.
   constexpr size_t kGroup = 32;
@@ -452,8 +449,7 @@ void candidateHistogram(const Candidates& cand, Window w, uint64_t* hist) {
   }
 }
 
-size_t compactCandidates(const Candidates& cand, const Selection& sel, float* r, float* values,
-                         uint32_t* indices) {
+size_t compactCandidates(const Candidates& cand, const Selection& sel, float* r, float* values, uint32_t* indices) {
   size_t off = 0, quota = sel.hasTie ? sel.quota : 0;
   for (int t = 0; t < cand.regions; ++t) {
     const float* v = cand.values + cand.cap * t;

@@ -23,12 +23,8 @@ struct BufferStats {
 };
 
 constexpr int kMaxChunks = 64;
-inline int chunksFor(size_t n) {
-  return static_cast<int>(std::min<size_t>(kMaxChunks, std::max<size_t>(1, n >> 16)));
-}
-inline size_t chunkBegin(size_t n, int chunks, int c) {
-  return n / chunks * c + std::min<size_t>(c, n % chunks);
-}
+inline int chunksFor(size_t n) { return static_cast<int>(std::min<size_t>(kMaxChunks, std::max<size_t>(1, n >> 16))); }
+inline size_t chunkBegin(size_t n, int chunks, int c) { return n / chunks * c + std::min<size_t>(c, n % chunks); }
 
 // r[i] = float(x[i]) + r[i]; returns the statistics of the new r. x == nullptr:
 // r already holds acc (in-place mode), nothing is written.
@@ -42,11 +38,11 @@ BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int ch
 struct Candidates {
   float* values = nullptr;
   uint32_t* indices = nullptr;
-  size_t cap = 0;       // entries per region
-  int regions = 0;      // >= the fused pass's thread count
+  size_t cap = 0;           // entries per region
+  int regions = 0;          // >= the fused pass's thread count
   size_t* count = nullptr;  // `regions` counters
   bool overflow = false;
-  bool random = false;      // randomk: keys randomKey(seed, index), any value
+  bool random = false;  // randomk: keys randomKey(seed, index), any value
   uint64_t seed = 0;
   size_t total() const {
     size_t t = 0;
@@ -60,8 +56,8 @@ struct Candidates {
 // (1 <= tc < 2^31), or with cand->random of every entry with
 // randomKey(seed, i) >= tc (tc >= 1). Statistics are reduced in chunk order as in accumulate(), so
 // they are bitwise those of accumulate() for any thread count.
-BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t n, int chunks,
-                                 int threads, uint32_t tc, Candidates* cand);
+BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t n, int chunks, int threads,
+                                 uint32_t tc, Candidates* cand);
 
 // Keys of acc = float(x) + r (x == nullptr: r) at the sample positions,
 // written nowhere else: all of [0, n) when n <= kSampleMax, else
@@ -70,8 +66,7 @@ BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t
 // for a non-finite entry; returns the number of finite entries.
 constexpr size_t kSampleMax = 65536;
 constexpr size_t kSampleBlock = 256;
-size_t sampleKeys(const void* x, DataType dtype, const float* r, size_t n, int threads,
-                  uint32_t* keys);
+size_t sampleKeys(const void* x, DataType dtype, const float* r, size_t n, int threads, uint32_t* keys);
 // The want-th largest of keys[0, s) (1 <= want <= s, keys < 2^31), as
 // std::nth_element would find it, by a 2048-bin histogram of the top key
 // bits and a selection among the keys of the crossing bin; reorders keys.
@@ -91,8 +86,8 @@ void histogram(const KeySource& keys, size_t n, Window w, int chunks, int thread
 
 // Writes the selected entries (ascending index) and zeroes them in r.
 // `hist` is the per-chunk histogram of the window the search finished in.
-void compact(const KeySource& keys, size_t n, const Selection& sel, int chunks, int threads,
-             const uint32_t* hist, float* r, float* values, uint32_t* indices);
+void compact(const KeySource& keys, size_t n, const Selection& sel, int chunks, int threads, const uint32_t* hist,
+             float* r, float* values, uint32_t* indices);
 
 // Histogram of window `w` over the candidate list (single thread): the same
 // counts as histogram() over the whole buffer as long as w.lo >= tc and the
@@ -101,8 +96,7 @@ void candidateHistogram(const Candidates& cand, Window w, uint64_t* hist);
 // Compaction from the candidate list: every candidate with key >= keyAll plus
 // the first `quota` (index order) with key in [keyTie, keyAll); values and
 // indices ascending, r zeroed at those indices. Returns the count written.
-size_t compactCandidates(const Candidates& cand, const Selection& sel, float* r, float* values,
-                         uint32_t* indices);
+size_t compactCandidates(const Candidates& cand, const Selection& sel, float* r, float* values, uint32_t* indices);
 
 // Tests only: when nonzero, caps the entries per candidate region (the
 // workspace keeps its size), which forces the overflow fallback.

@@ -10,8 +10,8 @@
 
 namespace mgs::compress {
 
-Status scatterAdd(const float* values, const uint32_t* indices, const size_t* counts,
-                  size_t ranks, size_t n, float scale, float* out) {
+Status scatterAdd(const float* values, const uint32_t* indices, const size_t* counts, size_t ranks, size_t n,
+                  float scale, float* out) {
   size_t total = 0;
   for (size_t r = 0; r < ranks; ++r) total += counts[r];
   MGS_ENSURE(n == 0 || out != nullptr, kInvalidArgument, "scatterAdd: null output");

@@ -19,7 +19,7 @@ namespace mgs::compress {
 // values/indices hold sum(counts) pairs; counts has `ranks` entries.
 // Errors: kInvalidArgument for an index >= n or null buffers with pairs.
 // Uses OpenMP threads (each owns a slice of `out`, so no atomics).
-Status scatterAdd(const float* values, const uint32_t* indices, const size_t* counts,
-                  size_t ranks, size_t n, float scale, float* out);
+Status scatterAdd(const float* values, const uint32_t* indices, const size_t* counts, size_t ranks, size_t n,
+                  float scale, float* out);
 
 }  // namespace mgs::compress

@@ -22,9 +22,9 @@ struct NameKind {
   const char* name;
   SelectorKind kind;
 };
-constexpr NameKind kNames[] = {{"none", SelectorKind::kNone},       {"topk", SelectorKind::kTopk},
-                               {"gaussiank", SelectorKind::kGaussiank}, {"ldte", SelectorKind::kLdte},
-                               {"dgc", SelectorKind::kDgc},         {"randomk", SelectorKind::kRandomk}};
+constexpr NameKind kNames[] = {
+    {"none", SelectorKind::kNone}, {"topk", SelectorKind::kTopk}, {"gaussiank", SelectorKind::kGaussiank},
+    {"ldte", SelectorKind::kLdte}, {"dgc", SelectorKind::kDgc},   {"randomk", SelectorKind::kRandomk}};
 
 constexpr size_t kAlign = 64;
 size_t alignUp(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
@@ -34,8 +34,8 @@ static_assert(cpu::kSampleMax * sizeof(uint32_t) <= sizeof(uint32_t) * (kHistBin
               "the sample keys reuse the histogram workspace");
 
 // One full-buffer histogram pass of the search's window, summed over chunks.
-void fullHistogram(const ThresholdSearch& search, const cpu::KeySource& keys, size_t n,
-                   int chunks, int threads, uint32_t* hist, uint64_t* total) {
+void fullHistogram(const ThresholdSearch& search, const cpu::KeySource& keys, size_t n, int chunks, int threads,
+                   uint32_t* hist, uint64_t* total) {
   cpu::histogram(keys, n, search.window(), chunks, threads, hist);
   std::fill(total, total + kHistBins + 1, uint64_t{0});
   for (int c = 0; c < chunks; ++c)
@@ -76,8 +76,7 @@ size_t kForDensity(size_t n, double density) {
   return f >= static_cast<double>(n) ? n : static_cast<size_t>(f);
 }
 
-Status Selector::create(const std::string& name, const SelectorOptions& options,
-                        std::unique_ptr<Selector>* out) {
+Status Selector::create(const std::string& name, const SelectorOptions& options, std::unique_ptr<Selector>* out) {
   SelectorKind kind;
   MGS_RETURN_IF_ERROR(parseSelectorKind(name, &kind));
   MGS_ENSURE(options.density > 0 && options.density <= 1, kInvalidArgument,
@@ -90,8 +89,7 @@ Status Selector::create(const std::string& name, const SelectorOptions& options,
   return Status::OK();
 }
 
-Selector::Selector(SelectorKind kind, const SelectorOptions& options)
-    : kind_(kind), options_(options) {
+Selector::Selector(SelectorKind kind, const SelectorOptions& options) : kind_(kind), options_(options) {
   int t = options.numThreads;
 #ifdef _OPENMP
   if (t <= 0) t = omp_get_max_threads();
@@ -110,8 +108,8 @@ size_t Selector::candidateCapacity(size_t n) const {
   // Dense (the candidates would not pay): decided on the density alone, so
   // that the capacity, like workspaceBytes(n), never shrinks as n grows.
   constexpr size_t kBig = size_t{1} << 30;
-  const double highShare = static_cast<double>(searchConfig(kind_, options_, kBig).kHigh) /
-                           static_cast<double>(kBig) * options_.density;
+  const double highShare =
+      static_cast<double>(searchConfig(kind_, options_, kBig).kHigh) / static_cast<double>(kBig) * options_.density;
   if (kCandSlack * highShare > 0.25) return 0;
   const size_t kHigh = searchConfig(kind_, options_, kForDensity(n, options_.density)).kHigh;
   const size_t all = kCandSlack * kHigh + 4096;
@@ -133,9 +131,8 @@ Status checkSelectArgs(const SelectArgs& a, SelectResult* result) {
   *result = SelectResult{};
   MGS_ENSURE(a.n < (size_t{1} << 32), kInvalidArgument,
              "select '" << a.name << "': n = " << a.n << " does not fit uint32 indices");
-  MGS_ENSURE(a.dtype == MGS_FLOAT32 || a.dtype == MGS_FLOAT16 || a.dtype == MGS_BFLOAT16,
-             kInvalidArgument, "select '" << a.name << "': dtype " << dtypeName(a.dtype)
-                                          << " is not float32/float16/bfloat16");
+  MGS_ENSURE(a.dtype == MGS_FLOAT32 || a.dtype == MGS_FLOAT16 || a.dtype == MGS_BFLOAT16, kInvalidArgument,
+             "select '" << a.name << "': dtype " << dtypeName(a.dtype) << " is not float32/float16/bfloat16");
   return Status::OK();
 }
 
@@ -146,11 +143,9 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
     result->inBand = true;
     return Status::OK();
   }
-  MGS_ENSURE(a.residual && a.outValues && a.outIndices, kInvalidArgument,
-             "select '" << a.name << "': null buffer");
+  MGS_ENSURE(a.residual && a.outValues && a.outIndices, kInvalidArgument, "select '" << a.name << "': null buffer");
   MGS_ENSURE(a.workspace != nullptr && a.workspaceBytes >= workspaceBytes(n), kInvalidArgument,
-             "select '" << a.name << "': workspace " << a.workspaceBytes << " < "
-                        << workspaceBytes(n) << " bytes");
+             "select '" << a.name << "': workspace " << a.workspaceBytes << " < " << workspaceBytes(n) << " bytes");
   const int chunks = cpu::chunksFor(n);
   const size_t k = kForDensity(n, options_.density);
   result->k = k;
@@ -202,9 +197,8 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
   }
 
   // The one full pass: acc (unless in place), statistics, candidates.
-  const cpu::BufferStats bs =
-      tc ? cpu::accumulateCandidates(a.x, a.dtype, a.residual, n, chunks, threads, tc, &cand)
-         : cpu::accumulate(a.x, a.dtype, a.residual, n, chunks, threads);
+  const cpu::BufferStats bs = tc ? cpu::accumulateCandidates(a.x, a.dtype, a.residual, n, chunks, threads, tc, &cand)
+                                 : cpu::accumulate(a.x, a.dtype, a.residual, n, chunks, threads);
   AccStats st{bs.sum, bs.sumSq, bs.sumAbs, bs.maxAbs, bs.nonFinite};
   const Moments m = moments(st, n);
   result->mean = m.mean;
@@ -279,8 +273,7 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
   if (fromCandidates) {
     const size_t written = cpu::compactCandidates(cand, sel, a.residual, a.outValues, a.outIndices);
     MGS_ENSURE(written == sel.count, kInternal,
-               "select '" << a.name << "': candidate compaction wrote " << written << " of "
-                          << sel.count);
+               "select '" << a.name << "': candidate compaction wrote " << written << " of " << sel.count);
   } else {
     cpu::compact(keys, n, sel, chunks, threads, hist, a.residual, a.outValues, a.outIndices);
     ++fullPasses;

@@ -62,43 +62,43 @@ enum class NonFinitePolicy {
 };
 
 struct SelectorOptions {
-  double density = 0.001;       // rho; k = kForDensity(n, density)
-  double bandEps = 0.1;         // gaussiank/ldte target band [k, floor((1+eps)k)]
-  bool exactTrim = false;       // ldte/gaussiank: return exactly k (the top k of the band)
-  int maxPasses = 8;            // histogram passes of the threshold search
-  uint64_t seed = 0;            // randomk/dgc: combined with SelectArgs::step
+  double density = 0.001;  // rho; k = kForDensity(n, density)
+  double bandEps = 0.1;    // gaussiank/ldte target band [k, floor((1+eps)k)]
+  bool exactTrim = false;  // ldte/gaussiank: return exactly k (the top k of the band)
+  int maxPasses = 8;       // histogram passes of the threshold search
+  uint64_t seed = 0;       // randomk/dgc: combined with SelectArgs::step
   NonFinitePolicy nonFinite = NonFinitePolicy::kError;
-  int numThreads = 0;           // CPU threads; 0 = OpenMP default
+  int numThreads = 0;  // CPU threads; 0 = OpenMP default
 };
 
 // k = clamp(floor(rho*n), 1, n); 0 when n == 0.
 size_t kForDensity(size_t n, double density);
 
 struct SelectArgs {
-  const void* x = nullptr;           // n gradient values of `dtype` (f32, f16 or bf16);
-                                     // nullptr (CPU): in place, the residual holds acc
+  const void* x = nullptr;  // n gradient values of `dtype` (f32, f16 or bf16);
+                            // nullptr (CPU): in place, the residual holds acc
 
   DataType dtype = MGS_FLOAT32;
-  float* residual = nullptr;         // n floats, read and rewritten (must not alias x)
-  size_t n = 0;                      // < 2^32 (indices are uint32)
-  float* outValues = nullptr;        // capacity maxCount(n)
-  uint32_t* outIndices = nullptr;    // capacity maxCount(n)
-  void* workspace = nullptr;         // workspaceBytes(n) bytes, 16-byte aligned
+  float* residual = nullptr;       // n floats, read and rewritten (must not alias x)
+  size_t n = 0;                    // < 2^32 (indices are uint32)
+  float* outValues = nullptr;      // capacity maxCount(n)
+  uint32_t* outIndices = nullptr;  // capacity maxCount(n)
+  void* workspace = nullptr;       // workspaceBytes(n) bytes, 16-byte aligned
   size_t workspaceBytes = 0;
-  uint64_t step = 0;                 // iteration number: same on all ranks (randomk, dgc)
-  const char* name = "";             // bucket name, used in error messages
+  uint64_t step = 0;      // iteration number: same on all ranks (randomk, dgc)
+  const char* name = "";  // bucket name, used in error messages
 };
 
 struct SelectResult {
-  size_t count = 0;       // entries written to outValues/outIndices
-  size_t k = 0;           // target k for this n
-  float threshold = 0;    // smallest magnitude selected in bulk (key threshold), 0 if none
-  int passes = 0;         // full passes over the buffer (accumulate, histograms, compaction);
-                          // the CPU's sample of <= 65536 entries is not counted
-  bool inBand = false;    // count within the selector's documented band
-  bool exact = true;      // topk: the set is the exact top-k (ties by lower index)
-  size_t nonFinite = 0;   // non-finite entries found in acc (dropped from the residual)
-  int hostSyncs = 0;      // GPU path: device-to-host round trips this call made
+  size_t count = 0;                          // entries written to outValues/outIndices
+  size_t k = 0;                              // target k for this n
+  float threshold = 0;                       // smallest magnitude selected in bulk (key threshold), 0 if none
+  int passes = 0;                            // full passes over the buffer (accumulate, histograms, compaction);
+                                             // the CPU's sample of <= 65536 entries is not counted
+  bool inBand = false;                       // count within the selector's documented band
+  bool exact = true;                         // topk: the set is the exact top-k (ties by lower index)
+  size_t nonFinite = 0;                      // non-finite entries found in acc (dropped from the residual)
+  int hostSyncs = 0;                         // GPU path: device-to-host round trips this call made
   double mean = 0, stddev = 0, meanAbs = 0;  // statistics of acc (finite entries)
   float maxAbs = 0;
 };
@@ -109,8 +109,7 @@ Status checkSelectArgs(const SelectArgs& args, SelectResult* result);
 
 class Selector {
  public:
-  static Status create(const std::string& name, const SelectorOptions& options,
-                       std::unique_ptr<Selector>* out);
+  static Status create(const std::string& name, const SelectorOptions& options, std::unique_ptr<Selector>* out);
   Selector(SelectorKind kind, const SelectorOptions& options);
 
   SelectorKind kind() const { return kind_; }

@@ -29,8 +29,7 @@ SearchConfig searchConfig(SelectorKind kind, const SelectorOptions& o, size_t k)
   switch (kind) {
     case SelectorKind::kGaussiank:
     case SelectorKind::kLdte:
-      if (!o.exactTrim)
-        c.kHigh = std::max(k, static_cast<size_t>(std::floor((1.0 + o.bandEps) * k)));
+      if (!o.exactTrim) c.kHigh = std::max(k, static_cast<size_t>(std::floor((1.0 + o.bandEps) * k)));
       break;
     case SelectorKind::kDgc:
       // synxlin/DGC: accept [0.8k, k]; lower the threshold by 0.8 up to 10
@@ -52,8 +51,7 @@ SearchConfig searchConfig(SelectorKind kind, const SelectorOptions& o, size_t k)
   return c;
 }
 
-uint32_t startKey(SelectorKind kind, const SelectorOptions& o, size_t n, size_t k,
-                  const Moments& m) {
+uint32_t startKey(SelectorKind kind, const SelectorOptions& o, size_t n, size_t k, const Moments& m) {
   double t;
   if (kind == SelectorKind::kGaussiank) {
     t = m.mean + normalQuantileAbs(o.density / 2) * m.stddev;

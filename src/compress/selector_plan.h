@@ -29,8 +29,7 @@ SearchConfig searchConfig(SelectorKind kind, const SelectorOptions& o, size_t k)
 // First window's low key for magnitude selectors: estimate / 8.
 //   gaussiank: t = mean + |Phi^-1(rho/2)| * stddev   (GaussianK-SGD, algorithms.md 7.3)
 //   ldte, topk: t = b * ln(n/k), b = mean|acc|       (Laplace MLE with mu = 0, 7.4)
-uint32_t startKey(SelectorKind kind, const SelectorOptions& o, size_t n, size_t k,
-                  const Moments& m);
+uint32_t startKey(SelectorKind kind, const SelectorOptions& o, size_t n, size_t k, const Moments& m);
 // randomk: the first window's low key, around 2^32 * (1 - 2k/n).
 uint32_t randomStartKey(size_t n, size_t k);
 // randomk's per-step seed (identical on every rank for the same seed and step).

@@ -94,10 +94,10 @@ struct Selection {
 };
 
 struct SearchConfig {
-  size_t k = 1;          // target count
-  size_t kHigh = 1;      // accept counts in [acceptLow, kHigh]; kHigh == k means exact
-  size_t acceptLow = 1;  // a window whose total is >= acceptLow (but < k) is accepted as is
-  int maxPasses = 8;     // histogram passes before the fallback
+  size_t k = 1;                      // target count
+  size_t kHigh = 1;                  // accept counts in [acceptLow, kHigh]; kHigh == k means exact
+  size_t acceptLow = 1;              // a window whose total is >= acceptLow (but < k) is accepted as is
+  int maxPasses = 8;                 // histogram passes before the fallback
   double lowerFactor = 1.0 / 256.0;  // how far a window moves down when it holds < acceptLow
   bool magnitudeKeys = true;         // keys are float bit patterns (else: plain integers)
   // A move down from a window whose lo is above stopKey goes no lower than
@@ -146,8 +146,7 @@ class ThresholdSearch {
   // estimates that differ only by rounding (CPU vs GPU statistics) give the
   // same window and hence the same threshold. top <= 1 finishes at once
   // with nothing selected (an all-zero buffer).
-  MGS_HOST_DEVICE ThresholdSearch(const SearchConfig& config, uint64_t top, uint32_t lo,
-                                  bool roundLo);
+  MGS_HOST_DEVICE ThresholdSearch(const SearchConfig& config, uint64_t top, uint32_t lo, bool roundLo);
 
   MGS_HOST_DEVICE bool done() const { return done_; }
   MGS_HOST_DEVICE const Window& window() const { return window_; }
@@ -193,8 +192,7 @@ MGS_HOST_DEVICE uint32_t thresholdKey(double t) {
 
 // The search itself: host and device run this same code (the CPU selector,
 // the GPU selector's device-side search, and tests).
-MGS_HOST_DEVICE ThresholdSearch::ThresholdSearch(const SearchConfig& config, uint64_t top,
-                                                 uint32_t lo, bool roundLo)
+MGS_HOST_DEVICE ThresholdSearch::ThresholdSearch(const SearchConfig& config, uint64_t top, uint32_t lo, bool roundLo)
     : cfg_(config), top_(top) {
   if (top <= 1) {
     finish(Selection{}, true);
@@ -238,8 +236,7 @@ MGS_HOST_DEVICE void ThresholdSearch::step(const HistSummary& h) {
     }
     uint64_t next;
     if (cfg_.magnitudeKeys) {
-      next = thresholdKey(static_cast<double>(keyToMagnitude(static_cast<uint32_t>(lo))) *
-                          cfg_.lowerFactor);
+      next = thresholdKey(static_cast<double>(keyToMagnitude(static_cast<uint32_t>(lo))) * cfg_.lowerFactor);
     } else {
       next = static_cast<uint64_t>(static_cast<double>(lo) * cfg_.lowerFactor);
     }

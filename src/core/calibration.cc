@@ -135,8 +135,8 @@ Status resolveCostModel(Communicator& comm, const Config& config, const compress
         return Status(Code::kConfig, "MGS_CALIBRATION='" + config.calibration + "': " + st.message() +
                                          " (docs/planner.md describes the format)");
       if (m.workers != P)
-        MGS_LOG_WARN("MGS_CALIBRATION='{}' was measured on {} ranks; this job has {}", config.calibration,
-                     m.workers, P);
+        MGS_LOG_WARN("MGS_CALIBRATION='{}' was measured on {} ranks; this job has {}", config.calibration, m.workers,
+                     P);
     } else {
       MGS_RETURN_IF_ERROR(measure(comm, selector, &m));
       m.workers = P;

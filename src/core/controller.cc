@@ -33,9 +33,8 @@ void writeSignature(WireWriter& w, const std::string& name, const Signature& s) 
 bool readSignature(WireReader& r, std::string* name, Signature* s) {
   uint8_t type, cuda;
   int32_t dtype;
-  if (!r.getString(name) || !r.get(&type) || !r.get(&dtype) || !r.getShape(&s->shape) ||
-      !r.get(&cuda) || !r.get(&s->reduce_op) || !r.get(&s->prescale) || !r.get(&s->postscale) ||
-      !r.get(&s->flags) || !r.get(&s->root))
+  if (!r.getString(name) || !r.get(&type) || !r.get(&dtype) || !r.getShape(&s->shape) || !r.get(&cuda) ||
+      !r.get(&s->reduce_op) || !r.get(&s->prescale) || !r.get(&s->postscale) || !r.get(&s->flags) || !r.get(&s->root))
     return false;
   s->type = static_cast<OpType>(type);
   s->dtype = static_cast<DataType>(dtype);
@@ -144,8 +143,7 @@ Status Controller::slowPath(CycleResult* out) {
                "corrupt response list from rank 0");
     auto it = pending_.find(name);
     if (code == static_cast<int32_t>(Code::kOk)) {
-      MGS_ENSURE(it != pending_.end(), kInternal,
-                 "rank 0 declared '" << name << "' ready but it is not pending here");
+      MGS_ENSURE(it != pending_.end(), kInternal, "rank 0 declared '" << name << "' ready but it is not pending here");
       cache_.put(name, it->second.req.sig, tick_);
     } else {
       cache_.erase(name);

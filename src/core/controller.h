@@ -50,8 +50,7 @@ struct ControllerStats {
 
 class Controller {
  public:
-  Controller(Communicator& comm, const Config& config,
-             size_t cache_capacity = ResponseCache::kDefaultCapacity);
+  Controller(Communicator& comm, const Config& config, size_t cache_capacity = ResponseCache::kDefaultCapacity);
 
   // One negotiation round. Collective: every rank calls it once per cycle.
   // `shutdown_word` != 0 asks every rank to stop; its value (the caller's

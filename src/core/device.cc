@@ -14,12 +14,12 @@ namespace mgs::device {
 
 #ifdef MGS_HAVE_CUDA
 
-#define MGS_CUDA_CHECK(call)                                                                   \
-  do {                                                                                         \
-    const cudaError_t _mgs_e = (call);                                                         \
-    if (_mgs_e != cudaSuccess)                                                                 \
+#define MGS_CUDA_CHECK(call)                                                                     \
+  do {                                                                                           \
+    const cudaError_t _mgs_e = (call);                                                           \
+    if (_mgs_e != cudaSuccess)                                                                   \
       return Status(Code::kCuda, std::string(#call) + " failed: " + cudaGetErrorString(_mgs_e) + \
-                                     detail::where(__FILE__, __LINE__));                       \
+                                     detail::where(__FILE__, __LINE__));                         \
   } while (0)
 
 bool builtWithCuda() { return true; }

@@ -53,9 +53,14 @@ void Executor::run(std::vector<ReadyOp>& ops) {
       case OpType::kAllreduce:
         st = first.sig.on_cuda ? allreduceCuda(first) : allreduceGroup(group);
         break;
-      case OpType::kAllgather: st = allgather(first); break;
-      case OpType::kBroadcast: st = broadcast(first); break;
-      case OpType::kBarrier: break;  // negotiation already synchronised every rank
+      case OpType::kAllgather:
+        st = allgather(first);
+        break;
+      case OpType::kBroadcast:
+        st = broadcast(first);
+        break;
+      case OpType::kBarrier:
+        break;  // negotiation already synchronised every rank
     }
     if (!st.ok())
       st = Status(st.code(), "rank " + std::to_string(comm_.rank()) + ", " + opTypeName(first.sig.type) +

@@ -21,8 +21,7 @@ class Executor {
   using Complete = std::function<void(Request& req, Status status)>;
 
   // `sparse` (may be null) takes the allreduces it declares eligible.
-  Executor(Communicator& comm, const Config& config, Timeline* timeline, SparsePipeline* sparse,
-           Complete complete)
+  Executor(Communicator& comm, const Config& config, Timeline* timeline, SparsePipeline* sparse, Complete complete)
       : comm_(comm), config_(config), timeline_(timeline), sparse_(sparse), complete_(std::move(complete)) {}
 
   void run(std::vector<ReadyOp>& ops);

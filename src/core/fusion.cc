@@ -6,8 +6,8 @@ namespace mgs {
 
 namespace {
 bool fusable(const Signature& a, const Signature& b) {
-  return a.dtype == b.dtype && a.on_cuda == b.on_cuda && a.reduce_op == b.reduce_op &&
-         a.prescale == b.prescale && a.postscale == b.postscale;
+  return a.dtype == b.dtype && a.on_cuda == b.on_cuda && a.reduce_op == b.reduce_op && a.prescale == b.prescale &&
+         a.postscale == b.postscale;
 }
 }  // namespace
 
@@ -42,8 +42,8 @@ std::vector<std::vector<size_t>> fusionGroups(const std::vector<const Signature*
   return groups;
 }
 
-void packFusion(const std::vector<const void*>& inputs, const std::vector<size_t>& counts,
-                DataType dtype, double prescale, std::vector<char>* wire) {
+void packFusion(const std::vector<const void*>& inputs, const std::vector<size_t>& counts, DataType dtype,
+                double prescale, std::vector<char>* wire) {
   const size_t esize = dtypeSize(dtype);
   size_t total = 0;
   for (size_t c : counts) total += c;
@@ -56,8 +56,8 @@ void packFusion(const std::vector<const void*>& inputs, const std::vector<size_t
   scaleHost(wire->data(), dtype, total, prescale);
 }
 
-void unpackFusion(std::vector<char>& wire, DataType dtype, double factor,
-                  const std::vector<void*>& outputs, const std::vector<size_t>& counts) {
+void unpackFusion(std::vector<char>& wire, DataType dtype, double factor, const std::vector<void*>& outputs,
+                  const std::vector<size_t>& counts) {
   const size_t esize = dtypeSize(dtype);
   scaleHost(wire.data(), dtype, wire.size() / esize, factor);
   size_t off = 0;

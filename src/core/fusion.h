@@ -27,10 +27,10 @@ std::vector<std::vector<size_t>> fusionGroups(const std::vector<const Signature*
 // Pack `inputs` (host pointers, all of `dtype`, with `counts` elements each)
 // into `wire`, multiplying by `prescale`. Every dtype crosses the wire as
 // itself: 16-bit floats stay 16-bit (communicators reduce them natively).
-void packFusion(const std::vector<const void*>& inputs, const std::vector<size_t>& counts,
-                DataType dtype, double prescale, std::vector<char>* wire);
+void packFusion(const std::vector<const void*>& inputs, const std::vector<size_t>& counts, DataType dtype,
+                double prescale, std::vector<char>* wire);
 // Scale the wire buffer by `factor`, then unpack into `outputs`.
-void unpackFusion(std::vector<char>& wire, DataType dtype, double factor,
-                  const std::vector<void*>& outputs, const std::vector<size_t>& counts);
+void unpackFusion(std::vector<char>& wire, DataType dtype, double factor, const std::vector<void*>& outputs,
+                  const std::vector<size_t>& counts);
 
 }  // namespace mgs

@@ -6,10 +6,14 @@ namespace mgs {
 
 const char* opTypeName(OpType t) {
   switch (t) {
-    case OpType::kAllreduce: return "allreduce";
-    case OpType::kAllgather: return "allgather";
-    case OpType::kBroadcast: return "broadcast";
-    case OpType::kBarrier: return "barrier";
+    case OpType::kAllreduce:
+      return "allreduce";
+    case OpType::kAllgather:
+      return "allgather";
+    case OpType::kBroadcast:
+      return "broadcast";
+    case OpType::kBarrier:
+      return "barrier";
   }
   return "unknown";
 }
@@ -49,8 +53,8 @@ Status allgatherLayout(const std::vector<int64_t>& shape, DataType dtype, const 
   out->rows = 0;
   for (size_t r = 0; r < dims.size(); ++r) {
     if (dims[r] < 0)
-      return Status(Code::kInvalidArgument, "rank " + std::to_string(r) + " has first dimension " +
-                                                std::to_string(dims[r]));
+      return Status(Code::kInvalidArgument,
+                    "rank " + std::to_string(r) + " has first dimension " + std::to_string(dims[r]));
     uint64_t b = 0;
     if (__builtin_mul_overflow(static_cast<uint64_t>(dims[r]), static_cast<uint64_t>(row), &b) || b > kMaxBytes)
       return Status(Code::kInvalidArgument, "rank " + std::to_string(r) + "'s input (first dimension " +
@@ -77,8 +81,7 @@ std::string shapeString(const std::vector<int64_t>& shape) {
 std::string Signature::mismatch(const Signature& o, int rank_a, int rank_b) const {
   std::ostringstream os;
   auto differ = [&](const char* what, const std::string& a, const std::string& b) {
-    os << "mismatched " << what << ": rank " << rank_a << " has " << a << " but rank " << rank_b
-       << " has " << b;
+    os << "mismatched " << what << ": rank " << rank_a << " has " << a << " but rank " << rank_b << " has " << b;
   };
   if (type != o.type) {
     differ("operation", opTypeName(type), opTypeName(o.type));
@@ -89,8 +92,8 @@ std::string Signature::mismatch(const Signature& o, int rank_a, int rank_b) cons
   } else if (type == OpType::kAllgather) {
     const bool same = shape.size() == o.shape.size() && shape.size() >= 1 &&
                       std::equal(shape.begin() + 1, shape.end(), o.shape.begin() + 1);
-    if (!same) differ("shape (allgather needs equal dimensions after the first)", shapeString(shape),
-                      shapeString(o.shape));
+    if (!same)
+      differ("shape (allgather needs equal dimensions after the first)", shapeString(shape), shapeString(o.shape));
   } else if (shape != o.shape) {
     differ("shape", shapeString(shape), shapeString(o.shape));
   } else if (reduce_op != o.reduce_op) {

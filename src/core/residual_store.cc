@@ -63,8 +63,8 @@ Status ResidualStore::copyOut(const std::string& name, float* dst, size_t n) con
   if (it == map_.end())
     return Status(Code::kInvalidArgument, "tensor '" + name + "' has no residual (never sparsified on this rank)");
   if (it->second.n != n)
-    return Status(Code::kInvalidArgument, "tensor '" + name + "' has a residual of " +
-                                              std::to_string(it->second.n) + " elements, not " + std::to_string(n));
+    return Status(Code::kInvalidArgument, "tensor '" + name + "' has a residual of " + std::to_string(it->second.n) +
+                                              " elements, not " + std::to_string(n));
   if (n) std::memcpy(dst, it->second.data(), n * sizeof(float));
   return Status::OK();
 }

@@ -28,15 +28,14 @@ Status checkTensor(const std::string& name, const char* role, const TensorDesc& 
              "tensor '" << name << "': " << role << " has invalid dtype " << static_cast<int>(t.dtype));
   for (int64_t d : t.shape)
     MGS_ENSURE(d >= 0, kInvalidArgument,
-               "tensor '" << name << "': " << role << " has a negative dimension in shape "
-                          << shapeString(t.shape));
+               "tensor '" << name << "': " << role << " has a negative dimension in shape " << shapeString(t.shape));
   // Every later size computation (fusion, MPI counts, staging) relies on this.
   size_t numel = 0, bytes = 0;
   if (Status st = checkedSize(t.shape, t.dtype, &numel, &bytes); !st.ok())
     return Status(st.code(), "tensor '" + name + "': " + role + " " + st.message());
   MGS_ENSURE(t.data != nullptr || numel == 0, kInvalidArgument,
-             "tensor '" << name << "': " << role << " data is NULL but the shape "
-                        << shapeString(t.shape) << " has " << t.numel() << " elements");
+             "tensor '" << name << "': " << role << " data is NULL but the shape " << shapeString(t.shape) << " has "
+                        << t.numel() << " elements");
   Status st = device::checkUsable(t);
   if (!st.ok()) return Status(st.code(), "tensor '" + name + "': " + st.message());
   return Status::OK();
@@ -105,8 +104,8 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
     rt->thread_.join();
     return st;
   }
-  MGS_LOG_DEBUG("mgs started: rank {}/{} (local {}/{}), {}", rt->rank_, rt->size_, rt->local_rank_,
-                rt->local_size_, describeConfig(config));
+  MGS_LOG_DEBUG("mgs started: rank {}/{} (local {}/{}), {}", rt->rank_, rt->size_, rt->local_rank_, rt->local_size_,
+                describeConfig(config));
   *out = std::move(rt);
   return Status::OK();
 }
@@ -129,8 +128,8 @@ std::string stopText(int32_t word) {
   if (word & kStopAfterStall)
     return "shut down after a stall abort there (one of its operations waited longer than MGS_STALL_ABORT_S "
            "for other ranks)";
-  std::string how = (word & 0xF) == static_cast<int32_t>(Runtime::StopReason::kProcessExit)
-                        ? "its process exited" : "it called mgs_shutdown";
+  std::string how = (word & 0xF) == static_cast<int32_t>(Runtime::StopReason::kProcessExit) ? "its process exited"
+                                                                                            : "it called mgs_shutdown";
   if (word & kStopAfterError) return "shut down after an operation failed there (" + how + ")";
   return "finished normally (" + how + ")";
 }
@@ -147,8 +146,8 @@ std::string describeStop(const std::vector<int32_t>& words) {
   }
   std::string out;
   for (const auto& [text, ranks] : groups)
-    out += (out.empty() ? "" : "; ") + std::string(ranks.find(',') == std::string::npos ? "rank " : "ranks ") +
-           ranks + " " + text;
+    out += (out.empty() ? "" : "; ") + std::string(ranks.find(',') == std::string::npos ? "rank " : "ranks ") + ranks +
+           " " + text;
   return out;
 }
 }  // namespace
@@ -173,8 +172,8 @@ std::string Runtime::exitHazard() const {
 
 Status Runtime::stoppedStatus() {
   const std::string why = queue_.closedReason();
-  return Status(Code::kShutdown, "rank " + std::to_string(rank_) + ": " +
-                                     (why.empty() ? std::string("mgs is not running") : why));
+  return Status(Code::kShutdown,
+                "rank " + std::to_string(rank_) + ": " + (why.empty() ? std::string("mgs is not running") : why));
 }
 
 void Runtime::loop(std::unique_ptr<Communicator> comm) {
@@ -215,8 +214,8 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
     });
   }
   Executor executor(*comm, config_, timeline.get(), &sparse, complete);
-  const auto cycle = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
+  const auto cycle =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   const std::string me = "rank " + std::to_string(rank_);
 
   Status fatal;
@@ -268,8 +267,8 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
       break;
     }
     if (result.shutdown) {
-      if (!shutdown_requested_) why = "mgs has stopped because " + describeStop(result.shutdown_words) +
-                                      "; no collective can run after that";
+      if (!shutdown_requested_)
+        why = "mgs has stopped because " + describeStop(result.shutdown_words) + "; no collective can run after that";
       break;
     }
     // Sleep out the cycle, but start the next one as soon as a request arrives:
@@ -285,8 +284,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
   const Status final_status = fatal.ok() ? Status(Code::kShutdown, why) : fatal;
   auto fail = [&](Request& r) {
     queue_.finish(r.name);
-    r.handle->complete(Status(final_status.code(),
-                              "tensor '" + r.name + "' did not run: " + final_status.message()));
+    r.handle->complete(Status(final_status.code(), "tensor '" + r.name + "' did not run: " + final_status.message()));
   };
   try {
     if (fatal.ok()) sparse.drain();  // shutdown was negotiated: every rank finishes the same exchanges
@@ -300,8 +298,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
   // waiter blocked forever.
   handles_.completeAll(final_status);
   const auto s = controller.stats();
-  MGS_LOG_DEBUG("coordinator stopped after {} fast and {} slow negotiation cycles", s.fast_cycles,
-                s.slow_cycles);
+  MGS_LOG_DEBUG("coordinator stopped after {} fast and {} slow negotiation cycles", s.fast_cycles, s.slow_cycles);
 }
 
 NegotiationStats Runtime::negotiationStats() const {
@@ -342,19 +339,15 @@ Status Runtime::enqueue(Request req, uint64_t* handle) {
   return Status::OK();
 }
 
-Status Runtime::enqueueAllreduce(const std::string& name, const TensorDesc& in, const TensorDesc& out,
-                                 int reduce_op, double prescale, double postscale, uint32_t flags,
-                                 uint64_t* handle) {
+Status Runtime::enqueueAllreduce(const std::string& name, const TensorDesc& in, const TensorDesc& out, int reduce_op,
+                                 double prescale, double postscale, uint32_t flags, uint64_t* handle) {
   MGS_ENSURE(!name.empty(), kInvalidArgument, "allreduce: the tensor name is empty");
   MGS_RETURN_IF_ERROR(checkTensor(name, "input", in));
   MGS_RETURN_IF_ERROR(checkTensor(name, "output", out));
-  MGS_ENSURE(in.dtype == out.dtype && in.shape == out.shape && in.device == out.device,
-             kInvalidArgument,
-             "allreduce of tensor '" << name << "': input (" << dtypeName(in.dtype) << " "
-                                     << shapeString(in.shape) << " device " << in.device
-                                     << ") and output (" << dtypeName(out.dtype) << " "
-                                     << shapeString(out.shape) << " device " << out.device
-                                     << ") differ");
+  MGS_ENSURE(in.dtype == out.dtype && in.shape == out.shape && in.device == out.device, kInvalidArgument,
+             "allreduce of tensor '" << name << "': input (" << dtypeName(in.dtype) << " " << shapeString(in.shape)
+                                     << " device " << in.device << ") and output (" << dtypeName(out.dtype) << " "
+                                     << shapeString(out.shape) << " device " << out.device << ") differ");
   MGS_ENSURE(reduce_op == MGS_REDUCE_SUM || reduce_op == MGS_REDUCE_AVERAGE, kInvalidArgument,
              "allreduce of tensor '" << name << "': unknown reduce op " << reduce_op);
   MGS_ENSURE(std::isfinite(prescale) && std::isfinite(postscale), kInvalidArgument,

@@ -70,9 +70,8 @@ class Runtime {
   int localSize() const { return local_size_; }
   const Config& config() const { return config_; }
 
-  Status enqueueAllreduce(const std::string& name, const TensorDesc& in, const TensorDesc& out,
-                          int reduce_op, double prescale, double postscale, uint32_t flags,
-                          uint64_t* handle);
+  Status enqueueAllreduce(const std::string& name, const TensorDesc& in, const TensorDesc& out, int reduce_op,
+                          double prescale, double postscale, uint32_t flags, uint64_t* handle);
   Status enqueueAllgather(const std::string& name, const TensorDesc& in, uint64_t* handle);
   Status enqueueBroadcast(const std::string& name, const TensorDesc& t, int root, uint64_t* handle);
   // Blocking barrier across ranks.

@@ -227,10 +227,10 @@ Status SparsePipeline::finishSparse(InFlight& f) {
     std::memcpy(&counts_[i], f.recv.data() + i * bb, sizeof(uint64_t));
     if (counts_[i] <= f.cap) continue;
     const uint64_t m = UINT64_MAX - 1 - counts_[i];  // wraps to huge for UINT64_MAX
-    failed += std::string(failed.empty() ? "" : "; ") + "rank " + std::to_string(i) +
-              (counts_[i] != UINT64_MAX && m < members.size()
-                   ? ": non-finite gradient in tensor '" + members[m].name + "'"
-                   : ": local error (see that rank's log)");
+    failed +=
+        std::string(failed.empty() ? "" : "; ") + "rank " + std::to_string(i) +
+        (counts_[i] != UINT64_MAX && m < members.size() ? ": non-finite gradient in tensor '" + members[m].name + "'"
+                                                        : ": local error (see that rank's log)");
   }
   if (!failed.empty()) {
     if (!f.local.ok()) return f.local;
@@ -280,7 +280,7 @@ Status SparsePipeline::finishSparse(InFlight& f) {
       const uint32_t i = idx[j];
       const uint64_t bit = uint64_t{1} << (i & 63);
       if (!(touched_[i >> 6] & bit)) continue;  // already scaled (a duplicate)
-      touched_[i >> 6] &= ~bit;                  // leaves the bitmap all zero
+      touched_[i >> 6] &= ~bit;                 // leaves the bitmap all zero
       const size_t b = memberOf(i);
       const float fac = static_cast<float>(outputFactor(members[b]));
       if (fac != 1.0f) dest_[b][i - offsets_[b]] *= fac;

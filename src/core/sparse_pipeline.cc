@@ -1,6 +1,5 @@
 #include "core/sparse_pipeline.h"
 
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -22,8 +21,8 @@ std::string SparsePipeline::bucketName(const std::vector<Request>& m) {
   return "bucket[" + m.front().name + " .. " + m.back().name + "] (" + std::to_string(m.size()) + " tensors)";
 }
 
-SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, Timeline* timeline,
-                               ResidualStore& residuals, Complete complete)
+SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, Timeline* timeline, ResidualStore& residuals,
+                               Complete complete)
     : comm_(comm),
       config_(config),
       timeline_(timeline),
@@ -43,8 +42,7 @@ Status SparsePipeline::init() {
 }
 
 bool SparsePipeline::eligible(const Signature& sig) const {
-  if (config_.compressor == "none" || !(sig.flags & MGS_FLAG_SPARSE_OK) || sig.type != OpType::kAllreduce)
-    return false;
+  if (config_.compressor == "none" || !(sig.flags & MGS_FLAG_SPARSE_OK) || sig.type != OpType::kAllreduce) return false;
   if (sig.dtype != MGS_FLOAT32 && sig.dtype != MGS_FLOAT16 && sig.dtype != MGS_BFLOAT16) return false;
   int64_t n = 1;
   for (int64_t d : sig.shape) n *= d;
@@ -207,10 +205,10 @@ Status SparsePipeline::replan() {
     if (!st.ok()) {
       MGS_LOG_ERROR("planner {}: {}", config_.effectivePlanner(), st.toString());
     } else {
-      if (plan.front_capped) MGS_LOG_WARN("MGS planner hit its Pareto front cap ({}): the plan may not be optimal",
-                                          plan.max_front);
-      MGS_LOG_INFO("merge plan ({}): {} sparse tensors in {} buckets, predicted {:.3f} ms per step",
-                   plan.planner, in.layers.size(), plan.groups.size(), plan.predicted_s * 1e3);
+      if (plan.front_capped)
+        MGS_LOG_WARN("MGS planner hit its Pareto front cap ({}): the plan may not be optimal", plan.max_front);
+      MGS_LOG_INFO("merge plan ({}): {} sparse tensors in {} buckets, predicted {:.3f} ms per step", plan.planner,
+                   in.layers.size(), plan.groups.size(), plan.predicted_s * 1e3);
       WireWriter w;
       w.put(static_cast<uint32_t>(plan.groups.size()));
       for (const auto& g : plan.groups) {
@@ -253,9 +251,9 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   const std::string name = bucketName(members);
   bool dense = config_.dense_fallback && density * P >= 1.0;  // the 1/P rule until the cost model is measured
   if (have_cost_ && config_.dense_fallback)
-    dense = cost_.allreduce.seconds(4.0 * n) <=
-            cost_.sparsify.seconds(static_cast<int64_t>(n)) +
-                cost_.allgather.seconds(8.0 * P * compress::kForDensity(n, density));
+    dense =
+        cost_.allreduce.seconds(4.0 * n) <= cost_.sparsify.seconds(static_cast<int64_t>(n)) +
+                                                cost_.allgather.seconds(8.0 * P * compress::kForDensity(n, density));
 
   // Local part, under the residual lock: add the gradients into the bucket's
   // residual slab (acc = gradient + residual), then select in place, or for a
@@ -297,8 +295,8 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
           src = stage_.data();
         }
         if (!local.ok()) {
-          local = Status(local.code(), "rank " + std::to_string(comm_.rank()) + ", tensor '" + m.name +
-                                           "': " + local.message());
+          local = Status(local.code(),
+                         "rank " + std::to_string(comm_.rank()) + ", tensor '" + m.name + "': " + local.message());
           break;
         }
         addIntoFloat(src, m.input.dtype, cnt, m.sig.prescale, !config_.error_feedback, r + off);
@@ -347,8 +345,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
       if (timeline_)
         for (auto& m : members)
           timeline_->span(m.name, "SELECT", ts, Clock::now(),
-                          "{\"count\":" + std::to_string(sel_res.count) + ",\"k\":" + std::to_string(sel_res.k) +
-                              "}");
+                          "{\"count\":" + std::to_string(sel_res.count) + ",\"k\":" + std::to_string(sel_res.k) + "}");
     }
   }
 

@@ -35,15 +35,15 @@
 namespace mgs {
 
 struct SparseStats {
-  uint64_t steps = 0;            // completed steps
-  uint64_t buckets = 0;          // buckets exchanged sparsely
-  uint64_t dense_buckets = 0;    // buckets the cost model sent dense
-  uint64_t selected = 0;         // entries this rank sent
-  uint64_t target = 0;           // k summed over sparse buckets
-  uint64_t bytes_sent = 0;       // values + indices this rank sent (dense buckets: the payload)
-  uint64_t dense_bytes = 0;      // what a dense allreduce would have sent
-  uint64_t plan_buckets = 0;     // buckets in the current plan (0: profiling)
-  uint64_t plans = 0;            // plans computed
+  uint64_t steps = 0;          // completed steps
+  uint64_t buckets = 0;        // buckets exchanged sparsely
+  uint64_t dense_buckets = 0;  // buckets the cost model sent dense
+  uint64_t selected = 0;       // entries this rank sent
+  uint64_t target = 0;         // k summed over sparse buckets
+  uint64_t bytes_sent = 0;     // values + indices this rank sent (dense buckets: the payload)
+  uint64_t dense_bytes = 0;    // what a dense allreduce would have sent
+  uint64_t plan_buckets = 0;   // buckets in the current plan (0: profiling)
+  uint64_t plans = 0;          // plans computed
 };
 
 class SparsePipeline {
@@ -145,12 +145,12 @@ class SparsePipeline {
   std::map<double, std::unique_ptr<compress::Selector>> selectors_;
 
   // Reused buffers (no allocation in steady state).
-  std::vector<float> res_, out_;          // residual without error feedback; dense/staged outputs
-  std::deque<InFlight> inflight_;          // started in order, finished in order
-  std::vector<std::vector<char>> pool_;   // exchange blocks for reuse
+  std::vector<float> res_, out_;            // residual without error feedback; dense/staged outputs
+  std::deque<InFlight> inflight_;           // started in order, finished in order
+  std::vector<std::vector<char>> pool_;     // exchange blocks for reuse
   std::vector<uint64_t> counts_, touched_;  // per-rank counts; bitmap of scaled entries (kept zero)
-  std::vector<float*> dest_;              // per member: where its result goes
-  std::vector<size_t> offsets_;           // member offsets in the bucket (M + 1)
+  std::vector<float*> dest_;                // per member: where its result goes
+  std::vector<size_t> offsets_;             // member offsets in the bucket (M + 1)
   std::vector<char> workspace_, stage_;
   SparseStats stats_;
   std::function<void(const SparseStats&)> publish_;

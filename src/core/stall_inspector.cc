@@ -17,10 +17,9 @@ StallVerdict StallInspector::inspect(std::vector<StallEntry*>& entries, Clock::t
     const double age = std::chrono::duration<double>(now - e->first_seen).count();
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.1f", age);
-    const std::string what = std::string(opTypeName(e->type)) + " of tensor '" + e->name +
-                             "' was submitted by ranks " + rankList(e->submitted, true) +
-                             " but not by ranks " + rankList(e->submitted, false) + " for " +
-                             secs + " s";
+    const std::string what = std::string(opTypeName(e->type)) + " of tensor '" + e->name + "' was submitted by ranks " +
+                             rankList(e->submitted, true) + " but not by ranks " + rankList(e->submitted, false) +
+                             " for " + secs + " s";
     if (abort_s_ > 0 && age >= abort_s_) {
       char limit[32];
       std::snprintf(limit, sizeof limit, "%g", abort_s_);
@@ -30,8 +29,7 @@ StallVerdict StallInspector::inspect(std::vector<StallEntry*>& entries, Clock::t
     const bool due = e->last_warned == Clock::time_point{} ||
                      std::chrono::duration<double>(now - e->last_warned).count() >= warning_s_;
     if (age >= warning_s_ && due) {
-      v.warnings.push_back("stall: " + what +
-                           "; a rank may be stuck, or ranks submit different tensors");
+      v.warnings.push_back("stall: " + what + "; a rank may be stuck, or ranks submit different tensors");
       e->last_warned = now;
     }
   }

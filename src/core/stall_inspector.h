@@ -19,7 +19,7 @@ struct StallEntry {
 };
 
 struct StallVerdict {
-  std::vector<std::string> warnings;  // one message per stalled tensor to warn about
+  std::vector<std::string> warnings;                        // one message per stalled tensor to warn about
   std::vector<std::pair<std::string, std::string>> aborts;  // (name, message)
 };
 

@@ -9,11 +9,21 @@ std::string jsonQuote(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -29,9 +39,7 @@ std::string jsonQuote(const std::string& s) {
 
 Status Timeline::open(const std::string& path, std::unique_ptr<Timeline>* out) {
   std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f)
-    return Status(Code::kConfig, "cannot open MGS_TIMELINE='" + path + "' for writing: " +
-                                     std::strerror(errno));
+  if (!f) return Status(Code::kConfig, "cannot open MGS_TIMELINE='" + path + "' for writing: " + std::strerror(errno));
   std::fputs("[\n", f);
   out->reset(new Timeline(f));
   return Status::OK();
@@ -58,8 +66,8 @@ int Timeline::trackOf(const std::string& tensor) {
   return id;
 }
 
-void Timeline::span(const std::string& tensor, const char* activity, Clock::time_point start,
-                    Clock::time_point end, const std::string& args_json) {
+void Timeline::span(const std::string& tensor, const char* activity, Clock::time_point start, Clock::time_point end,
+                    const std::string& args_json) {
   const int tid = trackOf(tensor);
   using us = std::chrono::duration<double, std::micro>;
   char buf[160];

@@ -21,8 +21,8 @@ class Timeline {
   ~Timeline();
 
   // A complete event ("ph":"X") on the tensor's track.
-  void span(const std::string& tensor, const char* activity, Clock::time_point start,
-            Clock::time_point end, const std::string& args_json = "");
+  void span(const std::string& tensor, const char* activity, Clock::time_point start, Clock::time_point end,
+            const std::string& args_json = "");
   void flush();
 
  private:

@@ -13,8 +13,8 @@ CommModel CommModel::linear(double alpha_s, double beta_s_per_byte) {
   return m;
 }
 
-CommModel CommModel::switched(double threshold_bytes, double small_alpha, double small_beta,
-                              double large_alpha, double large_beta) {
+CommModel CommModel::switched(double threshold_bytes, double small_alpha, double small_beta, double large_alpha,
+                              double large_beta) {
   CommModel m;
   m.segments_.push_back({0.0, small_alpha, small_beta});
   m.segments_.push_back({threshold_bytes, large_alpha, large_beta});
@@ -22,8 +22,7 @@ CommModel CommModel::switched(double threshold_bytes, double small_alpha, double
 }
 
 Status CommModel::table(std::vector<Sample> points, CommModel* out) {
-  MGS_ENSURE(points.size() >= 2, kInvalidArgument,
-             "a cost table needs at least 2 points, got " << points.size());
+  MGS_ENSURE(points.size() >= 2, kInvalidArgument, "a cost table needs at least 2 points, got " << points.size());
   std::sort(points.begin(), points.end());
   CommModel m;
   for (size_t i = 0; i + 1 < points.size(); ++i) {
@@ -58,8 +57,7 @@ Status CommModel::fromSegments(std::vector<Segment> segments, CommModel* out) {
 }
 
 Status CommModel::fit(const std::vector<Sample>& samples, CommModel* out) {
-  MGS_ENSURE(samples.size() >= 2, kInvalidArgument,
-             "a linear fit needs at least 2 samples, got " << samples.size());
+  MGS_ENSURE(samples.size() >= 2, kInvalidArgument, "a linear fit needs at least 2 samples, got " << samples.size());
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const auto& [x, y] : samples) {
     MGS_ENSURE(std::isfinite(x) && std::isfinite(y) && x >= 0 && y >= 0, kInvalidArgument,
@@ -123,8 +121,7 @@ double CostModel::allreduceSeconds(int64_t elements) const {
 double CostModel::allgatherSeconds(int64_t elements) const {
   // Every rank contributes k values and k int32 indices (two collectives in
   // the authors' code; the model's alpha covers both startups).
-  const double bytes =
-      static_cast<double>(workers) * static_cast<double>(selected(elements)) * (bytes_per_element + 4);
+  const double bytes = static_cast<double>(workers) * static_cast<double>(selected(elements)) * (bytes_per_element + 4);
   return allgather.seconds(bytes);
 }
 

@@ -41,12 +41,12 @@ Status integer(const json& j, const std::string& path, int64_t lo, int64_t hi, i
     return invalid(path, "expected an integer, got " + (j.is_number() ? j.dump() : typeOf(j)));
   // An unsigned value above INT64_MAX is out of range, not negative.
   if (j.is_number_unsigned() && j.get<uint64_t>() > static_cast<uint64_t>(hi))
-    return invalid(path, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-                             j.dump());
+    return invalid(path,
+                   "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + j.dump());
   const int64_t v = j.get<int64_t>();
   if (v < lo || v > hi)
-    return invalid(path, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-                             j.dump());
+    return invalid(path,
+                   "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + j.dump());
   *out = v;
   return Status::OK();
 }
@@ -71,8 +71,9 @@ Status tuple(const json& j, const std::string& path, size_t n, const char* shape
 Status readComm(const json& j, const std::string& path, CommModel* out) {
   if (!j.is_object()) return invalid(path, "expected an object, got " + typeOf(j));
   if (j.contains("points"))
-    return invalid(path, "\"points\" is the format of calibrations saved before this release: rename it to "
-                         "\"table\" or delete the file so that it is measured again");
+    return invalid(path,
+                   "\"points\" is the format of calibrations saved before this release: rename it to "
+                   "\"table\" or delete the file so that it is measured again");
   const int forms = int(j.contains("table")) + int(j.contains("segments")) + int(j.contains("alpha_s"));
   if (forms != 1)
     return invalid(path, "expected exactly one of \"table\", \"segments\" or \"alpha_s\" + \"beta_s_per_byte\"");
@@ -120,9 +121,12 @@ Status readSparsify(const json& j, SparsifyModel* out) {
   SparsifyModel m;
   if (j.contains("kind")) {
     const json& k = j.at("kind");
-    if (k == "linear") m.kind = SparsifyModel::Kind::kLinear;
-    else if (k == "nlogn") m.kind = SparsifyModel::Kind::kNLogN;
-    else return invalid("sparsify.kind", "expected \"linear\" or \"nlogn\", got " + k.dump());
+    if (k == "linear")
+      m.kind = SparsifyModel::Kind::kLinear;
+    else if (k == "nlogn")
+      m.kind = SparsifyModel::Kind::kNLogN;
+    else
+      return invalid("sparsify.kind", "expected \"linear\" or \"nlogn\", got " + k.dump());
   }
   if (!j.contains("c_s")) return invalid("sparsify", "needs \"c_s\" (seconds per element, or per n*log2(n))");
   MGS_RETURN_IF_ERROR(nonNegative(j.at("c_s"), "sparsify.c_s", &m.c_s));
@@ -178,8 +182,9 @@ Status parseCostModel(const std::string& text, CostModel* out) {
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status(Code::kInvalidArgument, "not valid JSON");
   if (!j.is_object()) return invalid("cost model", "expected a JSON object, got " + typeOf(j));
-  MGS_RETURN_IF_ERROR(onlyKeys(j, "cost model", {"format", "version", "workers", "bytes_per_element", "allreduce",
-                                                 "allgather", "sparsify", "comment"}));
+  MGS_RETURN_IF_ERROR(
+      onlyKeys(j, "cost model",
+               {"format", "version", "workers", "bytes_per_element", "allreduce", "allgather", "sparsify", "comment"}));
   for (const char* k : {"workers", "allreduce", "allgather", "sparsify"})
     if (!j.contains(k)) return invalid("cost model", std::string("missing \"") + k + "\"");
   CostModel m = *out;

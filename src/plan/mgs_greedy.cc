@@ -25,8 +25,8 @@ PlannerResult planMgsGreedy(const std::vector<LayerInfo>& layers, const ElementC
     // tw: extra waiting of the merged communication (the next backward plus
     // the extra selection, minus the slack the open group already waits);
     // tsave: the startup saved by one call instead of two (§5.2).
-    const double tw = layers[j].backward_s + sparsify(elements + p) - sparsify(elements) - sparsify(p) -
-                      (comm_start - sparsified);
+    const double tw =
+        layers[j].backward_s + sparsify(elements + p) - sparsify(elements) - sparsify(p) - (comm_start - sparsified);
     const double tsave = allgather(elements) + allgather(p) - allgather(elements + p);
     // The released loop starts one layer late: it never evaluates the first
     // pair and merges it in its output only (algorithms.md §4.2).

@@ -40,8 +40,8 @@ struct SeparateStage {  // selection on its own stage, one group at a time
 // strictly descending), unless a kept state is at least as good in both.
 // Keeping the earlier of two equal states makes ties deterministic.
 void insertPareto(std::vector<State>& front, const State& c) {
-  auto pos = std::lower_bound(front.begin(), front.end(), c.compute,
-                              [](const State& s, double t) { return s.compute < t; });
+  auto pos =
+      std::lower_bound(front.begin(), front.end(), c.compute, [](const State& s, double t) { return s.compute < t; });
   if (pos != front.begin() && std::prev(pos)->comm <= c.comm) return;
   if (pos != front.end() && pos->compute == c.compute && pos->comm <= c.comm) return;
   auto end = pos;
@@ -136,8 +136,8 @@ SuffixBounds suffixBounds(const std::vector<LayerInfo>& layers, const GroupCosts
 // plan's) are not kept: they cannot be on a better path. Returns no groups if
 // the cap emptied the final front.
 template <typename NextStage>
-PlannerResult paretoDp(const std::vector<LayerInfo>& layers, const GroupCosts& cost,
-                       const SuffixBounds& bound, double limit, int front_cap, NextStage next) {
+PlannerResult paretoDp(const std::vector<LayerInfo>& layers, const GroupCosts& cost, const SuffixBounds& bound,
+                       double limit, int front_cap, NextStage next) {
   const int n = static_cast<int>(layers.size());
   PlannerResult r;
   // ready[e]: end of backward of layers 0..e-1, accumulated in layer order
@@ -194,8 +194,8 @@ double limitFor(double known_s) { return known_s * (1 + 1e-9) + 1e-300; }
 
 }  // namespace
 
-PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& allgather,
-                      const ElementCost& sparsify, int front_cap, Selection selection) {
+PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& allgather, const ElementCost& sparsify,
+                      int front_cap, Selection selection) {
   const int n = static_cast<int>(layers.size());
   if (n == 0) return {};
   // Without bounds the fronts reach thousands of states when communication

@@ -38,8 +38,7 @@ PlannerResult planMgwfbp(const std::vector<LayerInfo>& layers, const ElementCost
   return r;
 }
 
-PlannerResult planMgwfbpGreedy(const std::vector<LayerInfo>& layers, const ElementCost& allreduce,
-                               double startup_s) {
+PlannerResult planMgwfbpGreedy(const std::vector<LayerInfo>& layers, const ElementCost& allreduce, double startup_s) {
   const int n = static_cast<int>(layers.size());
   PlannerResult r;
   if (n == 0) return r;

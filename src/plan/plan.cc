@@ -47,11 +47,9 @@ Status validatePlanInput(const PlanInput& in) {
                "layer " << i << " ('" << l.name << "') has backward_s " << l.backward_s);
   }
   const CostModel& c = in.cost;
-  MGS_ENSURE(c.density > 0 && c.density <= 1, kInvalidArgument,
-             "density must be in (0, 1], got " << c.density);
+  MGS_ENSURE(c.density > 0 && c.density <= 1, kInvalidArgument, "density must be in (0, 1], got " << c.density);
   MGS_ENSURE(c.workers >= 1, kInvalidArgument, "workers must be >= 1, got " << c.workers);
-  MGS_ENSURE(c.bytes_per_element >= 1, kInvalidArgument,
-             "bytes_per_element must be >= 1, got " << c.bytes_per_element);
+  MGS_ENSURE(c.bytes_per_element >= 1, kInvalidArgument, "bytes_per_element must be >= 1, got " << c.bytes_per_element);
   MGS_ENSURE(c.sparsify.c_s >= 0 && std::isfinite(c.sparsify.c_s), kInvalidArgument,
              "sparsify c_s must be finite and >= 0, got " << c.sparsify.c_s);
   MGS_ENSURE(in.fusion_threshold_bytes >= 0, kInvalidArgument,
@@ -86,8 +84,7 @@ Status computePlan(const std::string& planner, const PlanInput& in, Plan* plan) 
     out.front_capped = r.front_capped;
     out.max_front = r.max_front;
   } else {
-    if (planner == "fusion")
-      out.groups = planFusion(in.layers, in.fusion_threshold_bytes, in.cost.bytes_per_element);
+    if (planner == "fusion") out.groups = planFusion(in.layers, in.fusion_threshold_bytes, in.cost.bytes_per_element);
     if (planner == "layerwise") out.groups = planLayerwise(n);
     if (planner == "single") out.groups = planSingle(n);
     MGS_RETURN_IF_ERROR(evaluatePlan(in, out.groups, out.sparse, &out.predicted_s));
@@ -96,8 +93,7 @@ Status computePlan(const std::string& planner, const PlanInput& in, Plan* plan) 
   return Status::OK();
 }
 
-Status planTimeline(const PlanInput& in, const Groups& groups, bool sparse,
-                    std::vector<GroupTiming>* timeline) {
+Status planTimeline(const PlanInput& in, const Groups& groups, bool sparse, std::vector<GroupTiming>* timeline) {
   MGS_RETURN_IF_ERROR(validateGroups(groups, static_cast<int>(in.layers.size())));
   const Costs f = costsOf(in.cost);
   *timeline = sparse ? sparseTimeline(in.layers, groups, f.allgather, f.sparsify, in.selection)

@@ -48,12 +48,12 @@ struct PlanInput {
 
 struct Plan {
   std::string planner;
-  Groups groups;              // indices into PlanInput::layers, in backward order
-  double predicted_s = 0;     // end of the last communication, backward starting at 0
-  bool sparse = true;         // which model predicted_s is under
+  Groups groups;                              // indices into PlanInput::layers, in backward order
+  double predicted_s = 0;                     // end of the last communication, backward starting at 0
+  bool sparse = true;                         // which model predicted_s is under
   Selection selection = Selection::kCompute;  // and, when sparse, which selection placement
-  bool front_capped = false;  // "mgs" only: the result may not be optimal
-  int max_front = 0;          // "mgs" only
+  bool front_capped = false;                  // "mgs" only: the result may not be optimal
+  int max_front = 0;                          // "mgs" only
 };
 
 // The MGS_PLANNER values: mgs, mgwfbp, mgs-greedy, mgwfbp-greedy, fusion,
@@ -76,7 +76,6 @@ Status computePlan(const std::string& planner, const PlanInput& input, Plan* pla
 // `sparse`, the input's selection placement).
 Status evaluatePlan(const PlanInput& input, const Groups& groups, bool sparse, double* seconds);
 // Per-group timeline of a plan, for explaining it.
-Status planTimeline(const PlanInput& input, const Groups& groups, bool sparse,
-                    std::vector<GroupTiming>* timeline);
+Status planTimeline(const PlanInput& input, const Groups& groups, bool sparse, std::vector<GroupTiming>* timeline);
 
 }  // namespace mgs::plan

@@ -26,8 +26,7 @@ PlannerResult planMgwfbp(const std::vector<LayerInfo>& layers, const ElementCost
 // The authors' MG-WFBP rule (§4.2, the correct TPDS loop), streamed in O(L):
 // merge the open group into the next layer iff that layer becomes ready less
 // than `startup_s` (the allreduce's `a`) after the open group could start.
-PlannerResult planMgwfbpGreedy(const std::vector<LayerInfo>& layers, const ElementCost& allreduce,
-                               double startup_s);
+PlannerResult planMgwfbpGreedy(const std::vector<LayerInfo>& layers, const ElementCost& allreduce, double startup_s);
 
 // Default cap on each Pareto front of planMgs (algorithms.md §5.4).
 constexpr int kDefaultFrontCap = 256;
@@ -39,9 +38,8 @@ constexpr int kDefaultFrontCap = 256;
 // `front_cap`, states are dropped (spread evenly along the front), the
 // result becomes a heuristic, and front_capped says so. Ties: fewest groups
 // at the end of the plan first.
-PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& allgather,
-                      const ElementCost& sparsify, int front_cap = kDefaultFrontCap,
-                      Selection selection = Selection::kCompute);
+PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& allgather, const ElementCost& sparsify,
+                      int front_cap = kDefaultFrontCap, Selection selection = Selection::kCompute);
 
 // The authors' MGS rule (§5.2), with the off-by-one fixed. `released`
 // reproduces the released code instead, which always puts the first two

@@ -58,8 +58,8 @@ Status costModelPreset(const std::string& name, CostModel* out) {
     p = std::stoi(name.substr(dash + 2));
   } catch (...) {
   }
-  MGS_ENSURE(k10GbeAllreduce.count(p) && (net == "10gbe" || net == "1gbe" || net == "gk-1gbe"),
-             kInvalidArgument, "unknown cost model preset '" << name << "'");
+  MGS_ENSURE(k10GbeAllreduce.count(p) && (net == "10gbe" || net == "1gbe" || net == "gk-1gbe"), kInvalidArgument,
+             "unknown cost model preset '" << name << "'");
   CostModel m;
   m.workers = p;
   m.bytes_per_element = 4;

@@ -71,9 +71,7 @@ double sparseTime(const std::vector<LayerInfo>& layers, const Groups& groups, co
   return t.empty() ? 0.0 : t.back().comm_end_s;
 }
 
-const char* selectionName(Selection selection) {
-  return selection == Selection::kSeparate ? "separate" : "compute";
-}
+const char* selectionName(Selection selection) { return selection == Selection::kSeparate ? "separate" : "compute"; }
 
 bool parseSelection(const std::string& name, Selection* out) {
   if (name == "compute") {
@@ -97,8 +95,7 @@ Status validateGroups(const Groups& groups, int num_layers) {
       ++next;
     }
   }
-  MGS_ENSURE(next == num_layers, kInvalidArgument,
-             "groups cover " << next << " layers, the model has " << num_layers);
+  MGS_ENSURE(next == num_layers, kInvalidArgument, "groups cover " << next << " layers, the model has " << num_layers);
   return Status::OK();
 }
 

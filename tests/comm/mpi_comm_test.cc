@@ -19,19 +19,19 @@ namespace {
 int g_failures = 0;
 int g_rank = -1;
 
-#define CHECK_TRUE(cond, ...)                                                                       \
-  do {                                                                                              \
-    if (!(cond)) {                                                                                  \
-      ++g_failures;                                                                                 \
-      std::fprintf(stderr, "[rank %d] %s:%d: %s failed: ", g_rank, __FILE__, __LINE__, #cond);      \
-      std::fprintf(stderr, __VA_ARGS__);                                                            \
-      std::fprintf(stderr, "\n");                                                                   \
-    }                                                                                               \
+#define CHECK_TRUE(cond, ...)                                                                  \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
+      ++g_failures;                                                                            \
+      std::fprintf(stderr, "[rank %d] %s:%d: %s failed: ", g_rank, __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                                       \
+      std::fprintf(stderr, "\n");                                                              \
+    }                                                                                          \
   } while (0)
-#define CHECK_OK(expr)                                                  \
-  do {                                                                  \
-    Status _st = (expr);                                                \
-    CHECK_TRUE(_st.ok(), "%s -> %s", #expr, _st.toString().c_str());    \
+#define CHECK_OK(expr)                                               \
+  do {                                                               \
+    Status _st = (expr);                                             \
+    CHECK_TRUE(_st.ok(), "%s -> %s", #expr, _st.toString().c_str()); \
   } while (0)
 
 // Every rank's buffer equals rank 0's, byte for byte.
@@ -45,20 +45,34 @@ bool sameEverywhere(Communicator& c, const std::vector<char>& buf) {
 
 void put(std::vector<char>& b, DataType d, size_t i, float v) {
   switch (d) {
-    case MGS_FLOAT32: reinterpret_cast<float*>(b.data())[i] = v; break;
-    case MGS_FLOAT64: reinterpret_cast<double*>(b.data())[i] = v; break;
-    case MGS_FLOAT16: reinterpret_cast<uint16_t*>(b.data())[i] = floatToHalf(v); break;
-    case MGS_BFLOAT16: reinterpret_cast<uint16_t*>(b.data())[i] = floatToBfloat16(v); break;
-    default: break;
+    case MGS_FLOAT32:
+      reinterpret_cast<float*>(b.data())[i] = v;
+      break;
+    case MGS_FLOAT64:
+      reinterpret_cast<double*>(b.data())[i] = v;
+      break;
+    case MGS_FLOAT16:
+      reinterpret_cast<uint16_t*>(b.data())[i] = floatToHalf(v);
+      break;
+    case MGS_BFLOAT16:
+      reinterpret_cast<uint16_t*>(b.data())[i] = floatToBfloat16(v);
+      break;
+    default:
+      break;
   }
 }
 double get(const std::vector<char>& b, DataType d, size_t i) {
   switch (d) {
-    case MGS_FLOAT32: return reinterpret_cast<const float*>(b.data())[i];
-    case MGS_FLOAT64: return reinterpret_cast<const double*>(b.data())[i];
-    case MGS_FLOAT16: return halfToFloat(reinterpret_cast<const uint16_t*>(b.data())[i]);
-    case MGS_BFLOAT16: return bfloat16ToFloat(reinterpret_cast<const uint16_t*>(b.data())[i]);
-    default: return 0;
+    case MGS_FLOAT32:
+      return reinterpret_cast<const float*>(b.data())[i];
+    case MGS_FLOAT64:
+      return reinterpret_cast<const double*>(b.data())[i];
+    case MGS_FLOAT16:
+      return halfToFloat(reinterpret_cast<const uint16_t*>(b.data())[i]);
+    case MGS_BFLOAT16:
+      return bfloat16ToFloat(reinterpret_cast<const uint16_t*>(b.data())[i]);
+    default:
+      return 0;
   }
 }
 
@@ -76,13 +90,12 @@ void floatReductions(Communicator& c) {
         size_t bad = 0;
         for (size_t i = 0; i < n; ++i) {
           const double base = static_cast<double>(i % 13);
-          const double want = op == CommOp::kSum ? p * base + p * (p - 1) / 2.0
+          const double want = op == CommOp::kSum   ? p * base + p * (p - 1) / 2.0
                               : op == CommOp::kMax ? base + (p - 1)
                                                    : base;
           bad += get(b, d, i) != want;
         }
-        CHECK_TRUE(bad == 0, "%s n=%zu op=%d: %zu wrong elements", dtypeName(d).c_str(), n, static_cast<int>(op),
-                   bad);
+        CHECK_TRUE(bad == 0, "%s n=%zu op=%d: %zu wrong elements", dtypeName(d).c_str(), n, static_cast<int>(op), bad);
         CHECK_TRUE(sameEverywhere(c, b), "%s n=%zu: ranks differ", dtypeName(d).c_str(), n);
       }
     }
@@ -134,8 +147,9 @@ void integerAndOthers(Communicator& c) {
   CHECK_TRUE(all.back() == p - 1 && all.front() == 0, "allgatherv");
   std::vector<std::string> strs;
   CHECK_OK(c.gatherStrings(std::string(static_cast<size_t>(r), 'x'), 0, &strs));
-  if (r == 0) CHECK_TRUE(strs.size() == static_cast<size_t>(p) && strs[p - 1].size() == static_cast<size_t>(p - 1),
-                         "gatherStrings");
+  if (r == 0)
+    CHECK_TRUE(strs.size() == static_cast<size_t>(p) && strs[p - 1].size() == static_cast<size_t>(p - 1),
+               "gatherStrings");
   CHECK_OK(c.barrier());
 }
 

@@ -17,9 +17,9 @@
 #include "mgs/mgs.h"
 
 // abi_shim.c: mgs_allreduce_async with the op as a C caller passes it.
-extern "C" mgs_status_t fuzz_allreduce_raw_op(const char* name, const mgs_tensor_t* input,
-                                              const mgs_tensor_t* output, int op, double prescale,
-                                              double postscale, uint32_t flags, mgs_handle_t* handle);
+extern "C" mgs_status_t fuzz_allreduce_raw_op(const char* name, const mgs_tensor_t* input, const mgs_tensor_t* output,
+                                              int op, double prescale, double postscale, uint32_t flags,
+                                              mgs_handle_t* handle);
 
 namespace {
 
@@ -48,11 +48,23 @@ size_t claimedBytes(int32_t dtype, int32_t ndim, const int64_t* shape) {
   if (ndim < 0 || ndim > MGS_MAX_DIMS) return 0;
   size_t esize = 0;
   switch (dtype) {
-    case MGS_UINT8: esize = 1; break;
-    case MGS_FLOAT16: case MGS_BFLOAT16: esize = 2; break;
-    case MGS_FLOAT32: case MGS_INT32: esize = 4; break;
-    case MGS_FLOAT64: case MGS_INT64: esize = 8; break;
-    default: esize = 8;  // invalid dtype: mgs must refuse before touching data
+    case MGS_UINT8:
+      esize = 1;
+      break;
+    case MGS_FLOAT16:
+    case MGS_BFLOAT16:
+      esize = 2;
+      break;
+    case MGS_FLOAT32:
+    case MGS_INT32:
+      esize = 4;
+      break;
+    case MGS_FLOAT64:
+    case MGS_INT64:
+      esize = 8;
+      break;
+    default:
+      esize = 8;  // invalid dtype: mgs must refuse before touching data
   }
   size_t bytes = esize;
   for (int i = 0; i < ndim; ++i) {

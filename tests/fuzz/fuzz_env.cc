@@ -59,7 +59,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto mine = mgs::agreementDigests(c);
   for (int ranks = 1; ranks <= 3; ++ranks) {
     std::vector<uint64_t> all(mine.size() * ranks);
-    for (size_t i = 0; i < all.size(); ++i) all[i] = (i < size) ? mine[i % mine.size()] ^ data[i] : mine[i % mine.size()];
+    for (size_t i = 0; i < all.size(); ++i)
+      all[i] = (i < size) ? mine[i % mine.size()] ^ data[i] : mine[i % mine.size()];
     (void)mgs::agreementErrors(c, all, ranks);
     all.pop_back();  // a short gather is reported, not read past
     require(!mgs::agreementErrors(c, all, ranks).empty());

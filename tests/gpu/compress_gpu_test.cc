@@ -39,8 +39,7 @@ template <typename T>
 struct DeviceBuffer {
   T* p = nullptr;
   explicit DeviceBuffer(size_t n) {
-    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(n, 1) * sizeof(T)) ==
-            cudaSuccess);
+    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&p), std::max<size_t>(n, 1) * sizeof(T)) == cudaSuccess);
   }
   ~DeviceBuffer() { cudaFree(p); }
   void upload(const T* h, size_t n) { REQUIRE(cudaMemcpy(p, h, n * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess); }
@@ -80,13 +79,11 @@ struct Out {
 // Host bytes of x in `dtype` (f32 passes through).
 std::vector<uint16_t> narrow(const std::vector<float>& x, DataType dtype) {
   std::vector<uint16_t> h(x.size());
-  for (size_t i = 0; i < x.size(); ++i)
-    h[i] = dtype == MGS_FLOAT16 ? floatToHalf(x[i]) : floatToBfloat16(x[i]);
+  for (size_t i = 0; i < x.size(); ++i) h[i] = dtype == MGS_FLOAT16 ? floatToHalf(x[i]) : floatToBfloat16(x[i]);
   return h;
 }
 
-void compare(const std::string& name, DataType dtype, size_t n, double density,
-             bool inPlace = false) {
+void compare(const std::string& name, DataType dtype, size_t n, double density, bool inPlace = false) {
   CAPTURE(name, dtypeName(dtype), n, density, inPlace);
   SelectorOptions o;
   o.density = density;
@@ -103,9 +100,7 @@ void compare(const std::string& name, DataType dtype, size_t n, double density,
   }
   if (inPlace) {  // the residual already holds acc = float(x) + r
     for (size_t i = 0; i < n; ++i)
-      r0[i] += dtype == MGS_FLOAT32   ? xf[i]
-               : dtype == MGS_FLOAT16 ? halfToFloat(xh[i])
-                                      : bfloat16ToFloat(xh[i]);
+      r0[i] += dtype == MGS_FLOAT32 ? xf[i] : dtype == MGS_FLOAT16 ? halfToFloat(xh[i]) : bfloat16ToFloat(xh[i]);
     xhost = nullptr;
   }
   // CPU oracle.
@@ -389,8 +384,9 @@ TEST_CASE("gpu scatterAdd equals the CPU bitwise", "[gpu][decompress]") {
 
 int main(int argc, char** argv) {
   if (mgs::cuda::visibleDevices() == 0) {
-    std::printf("SKIPPED: no CUDA device visible (cudaGetDeviceCount gives 0); "
-                "the GPU selector tests need a GPU\n");
+    std::printf(
+        "SKIPPED: no CUDA device visible (cudaGetDeviceCount gives 0); "
+        "the GPU selector tests need a GPU\n");
     return 77;
   }
   return Catch::Session().run(argc, argv);

@@ -24,9 +24,13 @@ template <typename T>
 struct Dev {
   T* p = nullptr;
   size_t n;
-  explicit Dev(size_t count) : n(count) { REQUIRE(cudaMalloc(reinterpret_cast<void**>(&p), sizeof(T) * std::max<size_t>(n, 1)) == cudaSuccess); }
+  explicit Dev(size_t count) : n(count) {
+    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&p), sizeof(T) * std::max<size_t>(n, 1)) == cudaSuccess);
+  }
   ~Dev() { cudaFree(p); }
-  void put(const std::vector<T>& h) { REQUIRE(cudaMemcpy(p, h.data(), sizeof(T) * h.size(), cudaMemcpyHostToDevice) == cudaSuccess); }
+  void put(const std::vector<T>& h) {
+    REQUIRE(cudaMemcpy(p, h.data(), sizeof(T) * h.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
   std::vector<T> get() const {
     std::vector<T> h(n);
     REQUIRE(cudaMemcpy(h.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost) == cudaSuccess);

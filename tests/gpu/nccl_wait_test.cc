@@ -12,9 +12,9 @@ namespace mgs::nccl {
 namespace {
 
 struct Fake {
-  int readyAt = -1;   // poll number that reports completion (-1: never)
-  int failAt = -1;    // poll number whose query fails
-  int errorAt = -1;   // poll number from which an async error is reported
+  int readyAt = -1;  // poll number that reports completion (-1: never)
+  int failAt = -1;   // poll number whose query fails
+  int errorAt = -1;  // poll number from which an async error is reported
   int polls = 0, aborts = 0;
   WaitHooks hooks() {
     WaitHooks h;
@@ -26,7 +26,9 @@ struct Fake {
       }
       return readyAt >= 0 && polls >= readyAt ? 1 : 0;
     };
-    h.asyncError = [this] { return errorAt >= 0 && polls >= errorAt ? std::string("remote peer gone") : std::string(); };
+    h.asyncError = [this] {
+      return errorAt >= 0 && polls >= errorAt ? std::string("remote peer gone") : std::string();
+    };
     h.abort = [this] { ++aborts; };
     return h;
   }

@@ -39,8 +39,8 @@ struct Result {
 
 // capLimit: a smaller candidate list than the plan's (forces the GPU's
 // overflow fallback); 0 = the plan's.
-Result emulate(SelectorKind kind, const SelectorOptions& o, const std::vector<float>& x,
-               bool inPlace, std::vector<float> r, uint64_t step, size_t capLimit = 0) {
+Result emulate(SelectorKind kind, const SelectorOptions& o, const std::vector<float>& x, bool inPlace,
+               std::vector<float> r, uint64_t step, size_t capLimit = 0) {
   const size_t n = r.size();
   Result out;
   const SelectPlan p = makeSelectPlan(kind, o, n, step);
@@ -69,9 +69,8 @@ Result emulate(SelectorKind kind, const SelectorOptions& o, const std::vector<fl
   cand.count = &numCand;
   cand.random = kind == SelectorKind::kRandomk;
   cand.seed = p.seed;
-  const cpu::BufferStats bs =
-      tc ? cpu::accumulateCandidates(xp, MGS_FLOAT32, r.data(), n, chunks, 1, tc, &cand)
-         : cpu::accumulate(xp, MGS_FLOAT32, r.data(), n, chunks, 1);
+  const cpu::BufferStats bs = tc ? cpu::accumulateCandidates(xp, MGS_FLOAT32, r.data(), n, chunks, 1, tc, &cand)
+                                 : cpu::accumulate(xp, MGS_FLOAT32, r.data(), n, chunks, 1);
   if (bs.nonFinite) cpu::zeroNonFinite(r.data(), n, chunks, 1);
   // planKernel
   compress::AccStats st{bs.sum, bs.sumSq, bs.sumAbs, bs.maxAbs, bs.nonFinite};
@@ -92,10 +91,8 @@ Result emulate(SelectorKind kind, const SelectorOptions& o, const std::vector<fl
   uint32_t dgcKey = 0;
   if (kind == SelectorKind::kDgc) {
     std::vector<uint32_t> keys(p.dgcCount);
-    for (size_t j = 0; j < p.dgcCount; ++j)
-      keys[j] = compress::magnitudeKey(r[p.dgcStart + j * p.dgcStride]);
-    std::nth_element(keys.begin(), keys.begin() + (p.dgcKSample - 1), keys.end(),
-                     std::greater<uint32_t>());
+    for (size_t j = 0; j < p.dgcCount; ++j) keys[j] = compress::magnitudeKey(r[p.dgcStart + j * p.dgcStride]);
+    std::nth_element(keys.begin(), keys.begin() + (p.dgcKSample - 1), keys.end(), std::greater<uint32_t>());
     dgcKey = keys[p.dgcKSample - 1];
   }
   compress::ThresholdSearch search = planSearch(p, bs.maxAbs, m, tc, dgcKey);
@@ -115,8 +112,7 @@ Result emulate(SelectorKind kind, const SelectorOptions& o, const std::vector<fl
       cpu::histogram(keys, n, search.window(), chunks, 1, hist.data());
       std::fill(total.begin(), total.end(), 0);
       for (int c = 0; c < chunks; ++c)
-        for (uint32_t b = 0; b <= compress::kHistBins; ++b)
-          total[b] += hist[c * (compress::kHistBins + 1) + b];
+        for (uint32_t b = 0; b <= compress::kHistBins; ++b) total[b] += hist[c * (compress::kHistBins + 1) + b];
     }
     search.step(compress::summarizeHistogram(total.data(), search.config().k));
   }
@@ -132,8 +128,8 @@ Result emulate(SelectorKind kind, const SelectorOptions& o, const std::vector<fl
   return out;
 }
 
-Result oracle(SelectorKind kind, const SelectorOptions& o, const std::vector<float>& x,
-              bool inPlace, std::vector<float> r, uint64_t step) {
+Result oracle(SelectorKind kind, const SelectorOptions& o, const std::vector<float>& x, bool inPlace,
+              std::vector<float> r, uint64_t step) {
   std::unique_ptr<compress::Selector> s;
   REQUIRE(compress::Selector::create(compress::selectorName(kind), o, &s).ok());
   const size_t n = r.size();
@@ -172,7 +168,7 @@ void requireSame(const Result& g, const Result& c) {
 }
 
 const SelectorKind kKinds[] = {SelectorKind::kTopk, SelectorKind::kGaussiank, SelectorKind::kLdte,
-                               SelectorKind::kDgc, SelectorKind::kRandomk, SelectorKind::kNone};
+                               SelectorKind::kDgc,  SelectorKind::kRandomk,   SelectorKind::kNone};
 
 }  // namespace
 
@@ -221,8 +217,7 @@ TEST_CASE("gpu plan: exact trim and k = n", "[gpu][plan]") {
   requireSame(all, oracle(SelectorKind::kTopk, o, x, false, r0, 1));
 }
 
-TEST_CASE("gpu plan: an overflowing candidate list falls back to full passes, same set",
-          "[gpu][plan]") {
+TEST_CASE("gpu plan: an overflowing candidate list falls back to full passes, same set", "[gpu][plan]") {
   const auto x = compress::test::makeData(compress::test::Dist::kLaplace, 200003, 8);
   const auto r0 = compress::test::makeData(compress::test::Dist::kNormal, 200003, 9, 1e-4f);
   for (const SelectorKind kind : {SelectorKind::kTopk, SelectorKind::kLdte, SelectorKind::kRandomk}) {
@@ -241,8 +236,8 @@ TEST_CASE("gpu plan: non-finite input follows the policy", "[gpu][plan]") {
   x[17] = std::numeric_limits<float>::quiet_NaN();
   x[90000] = -std::numeric_limits<float>::infinity();
   const auto r0 = compress::test::makeData(compress::test::Dist::kNormal, 100000, 5, 1e-4f);
-  for (const auto policy : {compress::NonFinitePolicy::kError, compress::NonFinitePolicy::kSkip,
-                            compress::NonFinitePolicy::kZero}) {
+  for (const auto policy :
+       {compress::NonFinitePolicy::kError, compress::NonFinitePolicy::kSkip, compress::NonFinitePolicy::kZero}) {
     for (const SelectorKind kind : kKinds) {
       for (const bool inPlace : {false, true}) {
         CAPTURE(static_cast<int>(policy), compress::selectorName(kind), inPlace);

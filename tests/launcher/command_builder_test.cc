@@ -54,7 +54,7 @@ std::string errorOf(const LaunchRequest& r, const LaunchContext& c) {
 
 TEST_CASE("minimal command: np, tag-output, PATH, command last", "[launcher]") {
   const auto argv = build(request(2), context());
-  const std::vector<std::string> expected = {"mpirun", "-np", "2",     "--bind-to", "none", "--tag-output",
+  const std::vector<std::string> expected = {"mpirun", "-np",  "2",     "--bind-to", "none", "--tag-output",
                                              "-x",     "PATH", "./job", "--lr",      "0.1"};
   CHECK(argv == expected);
 }

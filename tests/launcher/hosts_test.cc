@@ -30,8 +30,7 @@ TEST_CASE("parseHostfile takes the first word of each line, skipping comments", 
 
 TEST_CASE("isLocalHost", "[launcher]") {
   const std::vector<std::string> names = {"n1.example.org", "n1"};
-  for (const char* h :
-       {"localhost", "LOCALHOST", "127.0.0.1", "127.0.1.1", "n1", "N1.example.org", "me@n1"}) {
+  for (const char* h : {"localhost", "LOCALHOST", "127.0.0.1", "127.0.1.1", "n1", "N1.example.org", "me@n1"}) {
     INFO(h);
     CHECK(isLocalHost(h, names));
   }

@@ -7,8 +7,7 @@ namespace launcher {
 namespace {
 
 TEST_CASE("Open MPI is recognised from mpirun --version", "[launcher]") {
-  CHECK(isOpenMpiVersionText(
-      "mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n"));
+  CHECK(isOpenMpiVersionText("mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n"));
   CHECK(isOpenMpiVersionText("mpirun (Open MPI) 5.0.3"));
   CHECK_FALSE(isOpenMpiVersionText("HYDRA build details:\n    Version: 4.0.2\n"));
   CHECK_FALSE(isOpenMpiVersionText("Intel(R) MPI Library for Linux* OS, Version 2021.6"));

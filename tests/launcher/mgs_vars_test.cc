@@ -16,9 +16,9 @@ TEST_CASE("every MGS_* parameter has a flag derived from its name", "[launcher]"
     CHECK(flag.find('_') == std::string::npos);
     CHECK(flags.insert(flag).second);  // no two parameters share a flag
   }
-  for (const char* f : {"compressor", "density", "planner", "fusion-threshold-bytes", "min-sparse-elements",
-                        "backend", "error-feedback", "warmup-steps", "profile-steps", "cycle-time-ms",
-                        "timeline", "log-level", "stall-warning-s", "stall-abort-s", "calibration"}) {
+  for (const char* f : {"compressor", "density", "planner", "fusion-threshold-bytes", "min-sparse-elements", "backend",
+                        "error-feedback", "warmup-steps", "profile-steps", "cycle-time-ms", "timeline", "log-level",
+                        "stall-warning-s", "stall-abort-s", "calibration"}) {
     INFO(f);
     CHECK(flags.count(f) == 1);
   }

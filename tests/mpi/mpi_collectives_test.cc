@@ -26,8 +26,7 @@ int g_size = 0;
 // code with the library under test.
 float f16ToFloat(uint16_t h) {
   const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-  const float v = e == 0 ? std::ldexp(static_cast<float>(m), -24)
-                         : std::ldexp(static_cast<float>(m | 0x400), e - 25);
+  const float v = e == 0 ? std::ldexp(static_cast<float>(m), -24) : std::ldexp(static_cast<float>(m | 0x400), e - 25);
   return (h & 0x8000) ? -v : v;
 }
 uint16_t floatToF16Exact(float f) {  // only for small integers, which are exact
@@ -50,25 +49,46 @@ uint16_t floatToBf16Exact(float f) {
 
 void setValue(void* p, mgs_dtype_t d, size_t i, double v) {
   switch (d) {
-    case MGS_FLOAT32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case MGS_FLOAT64: static_cast<double*>(p)[i] = v; break;
-    case MGS_FLOAT16: static_cast<uint16_t*>(p)[i] = floatToF16Exact(static_cast<float>(v)); break;
-    case MGS_BFLOAT16: static_cast<uint16_t*>(p)[i] = floatToBf16Exact(static_cast<float>(v)); break;
-    case MGS_INT32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-    case MGS_INT64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-    case MGS_UINT8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case MGS_FLOAT32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case MGS_FLOAT64:
+      static_cast<double*>(p)[i] = v;
+      break;
+    case MGS_FLOAT16:
+      static_cast<uint16_t*>(p)[i] = floatToF16Exact(static_cast<float>(v));
+      break;
+    case MGS_BFLOAT16:
+      static_cast<uint16_t*>(p)[i] = floatToBf16Exact(static_cast<float>(v));
+      break;
+    case MGS_INT32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      break;
+    case MGS_INT64:
+      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      break;
+    case MGS_UINT8:
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      break;
   }
 }
 
 double getValue(const void* p, mgs_dtype_t d, size_t i) {
   switch (d) {
-    case MGS_FLOAT32: return static_cast<const float*>(p)[i];
-    case MGS_FLOAT64: return static_cast<const double*>(p)[i];
-    case MGS_FLOAT16: return f16ToFloat(static_cast<const uint16_t*>(p)[i]);
-    case MGS_BFLOAT16: return bf16ToFloat(static_cast<const uint16_t*>(p)[i]);
-    case MGS_INT32: return static_cast<const int32_t*>(p)[i];
-    case MGS_INT64: return static_cast<const int64_t*>(p)[i];
-    case MGS_UINT8: return static_cast<const uint8_t*>(p)[i];
+    case MGS_FLOAT32:
+      return static_cast<const float*>(p)[i];
+    case MGS_FLOAT64:
+      return static_cast<const double*>(p)[i];
+    case MGS_FLOAT16:
+      return f16ToFloat(static_cast<const uint16_t*>(p)[i]);
+    case MGS_BFLOAT16:
+      return bf16ToFloat(static_cast<const uint16_t*>(p)[i]);
+    case MGS_INT32:
+      return static_cast<const int32_t*>(p)[i];
+    case MGS_INT64:
+      return static_cast<const int64_t*>(p)[i];
+    case MGS_UINT8:
+      return static_cast<const uint8_t*>(p)[i];
   }
   return 0;
 }
@@ -99,7 +119,9 @@ bool close(mgs_dtype_t d, double got, double want) {
 
 void scenarioAllreduce() {
   const std::vector<int64_t> sizes = {0, 1, 17, 1 << 20};
-  struct Scale { double pre, post; };
+  struct Scale {
+    double pre, post;
+  };
   const std::vector<Scale> scales = {{1, 1}, {2, 0.5}};
   for (size_t di = 0; di < kDtypes.size(); ++di) {
     const mgs_dtype_t d = kDtypes[di];
@@ -116,8 +138,8 @@ void scenarioAllreduce() {
           const std::string name = std::string("ar.") + kDtypeNames[di] + "." + std::to_string(n) + "." +
                                    std::to_string(average) + "." + std::to_string(sc.pre);
           mgs_handle_t h = 0;
-          EXPECT_OK(mgs_allreduce_async(name.c_str(), &tin, &tout,
-                                        average ? MGS_REDUCE_AVERAGE : MGS_REDUCE_SUM, sc.pre, sc.post, 0, &h));
+          EXPECT_OK(mgs_allreduce_async(name.c_str(), &tin, &tout, average ? MGS_REDUCE_AVERAGE : MGS_REDUCE_SUM,
+                                        sc.pre, sc.post, 0, &h));
           EXPECT_OK(mgs_wait(h));
           EXPECT_OK(mgs_release(h));
           const void* res = in_place ? in.data() : out.data();
@@ -196,8 +218,8 @@ void scenarioAllgather() {
     for (int r = 0; r < g_size; ++r)
       for (int k = 0; k < r; ++k, ++row)
         for (int c = 0; c < 5; ++c)
-          EXPECT(getValue(out.data(), d, row * 5 + c) == r * 10 + c, "%s row %lld col %d", name.c_str(),
-                 (long long)row, c);
+          EXPECT(getValue(out.data(), d, row * 5 + c) == r * 10 + c, "%s row %lld col %d", name.c_str(), (long long)row,
+                 c);
     // Wrong output shape is rejected with a clear error.
     std::vector<int64_t> wrong{total + 1, 5};
     mgs_tensor_t tw = cpuTensor(out.data(), d, wrong);
@@ -246,31 +268,47 @@ void scenarioMismatch() {
   const bool odd = g_rank % 2 == 1;
   const int last = g_size - 1;
   std::vector<Case> cases = {
-      {"mm.dtype", "dtype", [&](mgs_handle_t* h) {
+      {"mm.dtype", "dtype",
+       [&](mgs_handle_t* h) {
          mgs_tensor_t t = cpuTensor(data, odd ? MGS_FLOAT64 : MGS_FLOAT32, s8);
-         return mgs_allreduce_async("mm.dtype", &t, &t, MGS_REDUCE_SUM, 1, 1, 0, h); }},
-      {"mm.shape", "shape", [&](mgs_handle_t* h) {
+         return mgs_allreduce_async("mm.dtype", &t, &t, MGS_REDUCE_SUM, 1, 1, 0, h);
+       }},
+      {"mm.shape", "shape",
+       [&](mgs_handle_t* h) {
          mgs_tensor_t t = cpuTensor(data, MGS_FLOAT32, g_rank == last ? s16 : s8);
-         return mgs_allreduce_async("mm.shape", &t, &t, MGS_REDUCE_SUM, 1, 1, 0, h); }},
-      {"mm.op", "reduce op", [&](mgs_handle_t* h) {
+         return mgs_allreduce_async("mm.shape", &t, &t, MGS_REDUCE_SUM, 1, 1, 0, h);
+       }},
+      {"mm.op", "reduce op",
+       [&](mgs_handle_t* h) {
          mgs_tensor_t t = cpuTensor(data, MGS_FLOAT32, s8);
-         return mgs_allreduce_async("mm.op", &t, &t, odd ? MGS_REDUCE_AVERAGE : MGS_REDUCE_SUM, 1, 1, 0, h); }},
-      {"mm.scale", "scale", [&](mgs_handle_t* h) {
+         return mgs_allreduce_async("mm.op", &t, &t, odd ? MGS_REDUCE_AVERAGE : MGS_REDUCE_SUM, 1, 1, 0, h);
+       }},
+      {"mm.scale", "scale",
+       [&](mgs_handle_t* h) {
          mgs_tensor_t t = cpuTensor(data, MGS_FLOAT32, s8);
-         return mgs_allreduce_async("mm.scale", &t, &t, MGS_REDUCE_SUM, odd ? 2 : 1, 1, 0, h); }},
-      {"mm.root", "root", [&](mgs_handle_t* h) {
+         return mgs_allreduce_async("mm.scale", &t, &t, MGS_REDUCE_SUM, odd ? 2 : 1, 1, 0, h);
+       }},
+      {"mm.root", "root",
+       [&](mgs_handle_t* h) {
          mgs_tensor_t t = cpuTensor(data, MGS_FLOAT32, s8);
-         return mgs_broadcast_async("mm.root", &t, odd ? 1 : 0, h); }},
-      {"mm.type", "operation", [&](mgs_handle_t* h) {
+         return mgs_broadcast_async("mm.root", &t, odd ? 1 : 0, h);
+       }},
+      {"mm.type", "operation",
+       [&](mgs_handle_t* h) {
          mgs_tensor_t t = cpuTensor(data, MGS_FLOAT32, s8);
          return odd ? mgs_broadcast_async("mm.type", &t, 0, h)
-                    : mgs_allreduce_async("mm.type", &t, &t, MGS_REDUCE_SUM, 1, 1, 0, h); }},
-      {"mm.gather", "after the first", [&](mgs_handle_t* h) {
+                    : mgs_allreduce_async("mm.type", &t, &t, MGS_REDUCE_SUM, 1, 1, 0, h);
+       }},
+      {"mm.gather", "after the first",
+       [&](mgs_handle_t* h) {
          mgs_tensor_t t = cpuTensor(data, MGS_FLOAT32, odd ? s2x5 : s2x4);
-         return mgs_allgather_async("mm.gather", &t, h); }},
-      {"mm.flags", "flags", [&](mgs_handle_t* h) {
+         return mgs_allgather_async("mm.gather", &t, h);
+       }},
+      {"mm.flags", "flags",
+       [&](mgs_handle_t* h) {
          mgs_tensor_t t = cpuTensor(data, MGS_FLOAT32, s8);
-         return mgs_allreduce_async("mm.flags", &t, &t, MGS_REDUCE_SUM, 1, 1, odd ? MGS_FLAG_SPARSE_OK : 0, h); }},
+         return mgs_allreduce_async("mm.flags", &t, &t, MGS_REDUCE_SUM, 1, 1, odd ? MGS_FLAG_SPARSE_OK : 0, h);
+       }},
   };
   for (int round = 0; round < 2; ++round) {  // round 1: names are no longer new
     for (auto& c : cases) {
@@ -322,7 +360,8 @@ void scenarioDuplicate() {
   mgs_release(h2);
   // Bad arguments are rejected at enqueue with a message.
   EXPECT(mgs_allreduce_async(nullptr, &t, &t, MGS_REDUCE_SUM, 1, 1, 0, &h2) == MGS_ERR_INVALID_ARGUMENT, "null name");
-  EXPECT(mgs_allreduce_async("x", nullptr, &t, MGS_REDUCE_SUM, 1, 1, 0, &h2) == MGS_ERR_INVALID_ARGUMENT, "null tensor");
+  EXPECT(mgs_allreduce_async("x", nullptr, &t, MGS_REDUCE_SUM, 1, 1, 0, &h2) == MGS_ERR_INVALID_ARGUMENT,
+         "null tensor");
   mgs_tensor_t bad = t;
   bad.dtype = static_cast<mgs_dtype_t>(42);
   EXPECT(mgs_allreduce_async("x", &bad, &bad, MGS_REDUCE_SUM, 1, 1, 0, &h2) == MGS_ERR_INVALID_ARGUMENT, "dtype 42");
@@ -348,8 +387,8 @@ void scenarioStall() {
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::string msg = mgs_handle_error(h);
     EXPECT(st == MGS_ERR_TIMEOUT, "status %s", mgs_status_string(st));
-    EXPECT(msg.find("'lonely'") != std::string::npos && msg.find("not by ranks 1") != std::string::npos,
-           "message: %s", msg.c_str());
+    EXPECT(msg.find("'lonely'") != std::string::npos && msg.find("not by ranks 1") != std::string::npos, "message: %s",
+           msg.c_str());
     EXPECT(waited < 30, "took %.1f s", waited);
     mgs_release(h);
   } else {
@@ -495,8 +534,9 @@ void scenarioSparse() {
       EXPECT(differ == 0, "step %d %s: %d entries differ across ranks", step, name.c_str(), differ);
       EXPECT(has == (sizes[t] >= 4096), "step %d %s: residual present = %d", step, name.c_str(), (int)has);
       // The test runs with MGS_DENSE_FALLBACK=0, so every bucket is sparse.
-      if (sizes[t] >= 4096) EXPECT(nonzero < sizes[t] / 2, "step %d %s: %d of %lld nonzero: not sparse", step,
-                                   name.c_str(), nonzero, (long long)sizes[t]);
+      if (sizes[t] >= 4096)
+        EXPECT(nonzero < sizes[t] / 2, "step %d %s: %d of %lld nonzero: not sparse", step, name.c_str(), nonzero,
+               (long long)sizes[t]);
     }
   }
   mgs_stats_t st{};
@@ -509,8 +549,8 @@ void scenarioSparse() {
          (unsigned long long)st.sparse_bytes_sent, (unsigned long long)st.sparse_dense_bytes);
   if (g_rank == 0)
     std::printf("sparse: %llu steps, %llu plans, %llu buckets in plan, selected/k = %.3f, bytes %.4f of dense\n",
-                (unsigned long long)st.sparse_steps, (unsigned long long)st.plans,
-                (unsigned long long)st.plan_buckets, double(st.sparse_selected) / double(st.sparse_target),
+                (unsigned long long)st.sparse_steps, (unsigned long long)st.plans, (unsigned long long)st.plan_buckets,
+                double(st.sparse_selected) / double(st.sparse_target),
                 double(st.sparse_bytes_sent) / double(st.sparse_dense_bytes));
 }
 
@@ -556,7 +596,8 @@ void scenarioConservation() {
     scale = std::max(scale, std::fabs(totals[i]));
   }
   EXPECT(worst <= 1e-4 * std::max(scale, 1.0), "conservation error %g (scale %g)", worst, scale);
-  if (g_rank == 0) std::printf("conservation over %d steps: max error %.3g (largest input sum %.3g)\n", kSteps, worst, scale);
+  if (g_rank == 0)
+    std::printf("conservation over %d steps: max error %.3g (largest input sum %.3g)\n", kSteps, worst, scale);
 }
 
 }  // namespace
@@ -638,7 +679,8 @@ int scenarioConfigMismatch() {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s allreduce|many|allgather|broadcast|mismatch|duplicate|stall|killed|shutdown\n", argv[0]);
+    std::fprintf(stderr, "usage: %s allreduce|many|allgather|broadcast|mismatch|duplicate|stall|killed|shutdown\n",
+                 argv[0]);
     return 2;
   }
   const std::string scenario = argv[1];
@@ -655,12 +697,18 @@ int main(int argc, char** argv) {
   }
   mgs_rank(&g_rank);
   mgs_size(&g_size);
-  const std::map<std::string, void (*)()> scenarios = {
-      {"allreduce", scenarioAllreduce}, {"many", scenarioManyTensors}, {"allgather", scenarioAllgather},
-      {"broadcast", scenarioBroadcast}, {"mismatch", scenarioMismatch}, {"duplicate", scenarioDuplicate},
-      {"stall", scenarioStall},         {"killed", scenarioKilled},     {"shutdown", scenarioShutdown},
-      {"sparse", scenarioSparse},       {"conservation", scenarioConservation},
-      {"sparse_nonfinite", scenarioSparseNonFinite}};
+  const std::map<std::string, void (*)()> scenarios = {{"allreduce", scenarioAllreduce},
+                                                       {"many", scenarioManyTensors},
+                                                       {"allgather", scenarioAllgather},
+                                                       {"broadcast", scenarioBroadcast},
+                                                       {"mismatch", scenarioMismatch},
+                                                       {"duplicate", scenarioDuplicate},
+                                                       {"stall", scenarioStall},
+                                                       {"killed", scenarioKilled},
+                                                       {"shutdown", scenarioShutdown},
+                                                       {"sparse", scenarioSparse},
+                                                       {"conservation", scenarioConservation},
+                                                       {"sparse_nonfinite", scenarioSparseNonFinite}};
   auto it = scenarios.find(scenario);
   if (it == scenarios.end()) {
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());

@@ -16,15 +16,14 @@ namespace mpitest {
 inline int g_failures = 0;
 inline int g_rank = -1;
 
-#define EXPECT(cond, ...)                                                               \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
-      ++::mpitest::g_failures;                                                          \
-      std::fprintf(stderr, "[rank %d] %s:%d: EXPECT(%s) failed: ", ::mpitest::g_rank,   \
-                   __FILE__, __LINE__, #cond);                                          \
-      std::fprintf(stderr, __VA_ARGS__);                                                \
-      std::fprintf(stderr, "\n");                                                       \
-    }                                                                                   \
+#define EXPECT(cond, ...)                                                                                         \
+  do {                                                                                                            \
+    if (!(cond)) {                                                                                                \
+      ++::mpitest::g_failures;                                                                                    \
+      std::fprintf(stderr, "[rank %d] %s:%d: EXPECT(%s) failed: ", ::mpitest::g_rank, __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                                                          \
+      std::fprintf(stderr, "\n");                                                                                 \
+    }                                                                                                             \
   } while (0)
 
 #define EXPECT_OK(call) EXPECT((call) == MGS_SUCCESS, "%s -> %s", #call, mgs_last_error())

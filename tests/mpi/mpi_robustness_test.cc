@@ -84,8 +84,8 @@ void scenarioSizes() {
   // Invalid enum values at the ABI are read as integers (no UB under UBSan).
   std::vector<int64_t> four{4};
   mgs_tensor_t ok = cpuTensor(x, MGS_FLOAT64, four);
-  EXPECT(mgs_allreduce_async("badop", &ok, &ok, badEnum<mgs_reduce_op_t>(7), 1, 1, 0, &h) ==
-                 MGS_ERR_INVALID_ARGUMENT && contains(mgs_last_error(), "reduce op 7"),
+  EXPECT(mgs_allreduce_async("badop", &ok, &ok, badEnum<mgs_reduce_op_t>(7), 1, 1, 0, &h) == MGS_ERR_INVALID_ARGUMENT &&
+             contains(mgs_last_error(), "reduce op 7"),
          "reduce op 7: %s", mgs_last_error());
   EXPECT(mgs_dtype_size(badEnum<mgs_dtype_t>(77)) == 0, "dtype 77");
   EXPECT(std::string(mgs_status_string(badEnum<mgs_status_t>(99))) == "MGS_ERR_UNKNOWN", "status 99");
@@ -162,8 +162,8 @@ void scenarioNames() {
   EXPECT(rss_end <= rss_after_first + 2048, "RSS grew from %zu to %zu KiB", rss_after_first, rss_end);
 #endif
   if (g_rank == 0)
-    std::printf("names: %d names, at most %zu cached, RSS %zu -> %zu KiB over the last %d batches\n",
-                kBatches * kBatch, most, rss_after_first, rss_end, kBatches - 16);
+    std::printf("names: %d names, at most %zu cached, RSS %zu -> %zu KiB over the last %d batches\n", kBatches * kBatch,
+                most, rss_after_first, rss_end, kBatches - 16);
 }
 
 // Run with MGS_WARMUP_STEPS=1e9 and MGS_CYCLE_TIME_MS=0.001 (the largest and
@@ -191,8 +191,8 @@ void scenarioExtremeSettings() {
         const double want = (i % 13) * (g_size + 1) / 2.0 + t + step;
         if (std::fabs(x[t][i] - want) > 1e-4 * std::max(1.0, want)) ++bad;
       }
-      EXPECT(bad <= g_size, "step %d w%d: %d entries are not the average (at most %d may be held back)", step, t,
-             bad, g_size);
+      EXPECT(bad <= g_size, "step %d w%d: %d entries are not the average (at most %d may be held back)", step, t, bad,
+             g_size);
     }
   }
 }
@@ -224,8 +224,8 @@ int scenarioJobEnd() {
   std::random_device rd;
   std::mt19937 rng(rd() ^ (static_cast<unsigned>(g_rank) * 7919u));
   auto pause = [&] {
-    const int ms = std::uniform_int_distribution<int>(0, 3)(rng) == 0 ? 0
-                                                                         : std::uniform_int_distribution<int>(0, 200)(rng);
+    const int ms =
+        std::uniform_int_distribution<int>(0, 3)(rng) == 0 ? 0 : std::uniform_int_distribution<int>(0, 200)(rng);
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   };
   float a[3] = {1, 2, 3};

@@ -38,7 +38,6 @@ void ThreadWorld::exchange(int rank, const void* mine,
   arriveAndWait();
 }
 
-
 Status ThreadCommunicator::allreduce(void* buf, size_t count, DataType dtype, CommOp op) {
   const size_t bytes = count * dtypeSize(dtype);
   MGS_ENSURE(reducible(dtype, op), kInternal, "allreduce of " << dtypeName(dtype) << " with this operation");

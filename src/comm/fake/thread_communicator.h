@@ -20,8 +20,7 @@ class ThreadWorld {
   int size() const { return size_; }
   // Publish `mine` for `rank`, then call `read` with every rank's pointer once
   // all have published; returns after every rank's `read` has finished.
-  void exchange(int rank, const void* mine,
-                const std::function<void(const std::vector<const void*>&)>& read);
+  void exchange(int rank, const void* mine, const std::function<void(const std::vector<const void*>&)>& read);
 
  private:
   void arriveAndWait();
@@ -45,8 +44,7 @@ class ThreadCommunicator final : public Communicator {
 
   Status allreduce(void* buf, size_t count, DataType dtype, CommOp op) override;
   Status allgather(const void* send, size_t bytes, void* recv) override;
-  Status allgatherv(const void* send, size_t send_bytes, void* recv,
-                    const std::vector<size_t>& recv_bytes) override;
+  Status allgatherv(const void* send, size_t send_bytes, void* recv, const std::vector<size_t>& recv_bytes) override;
   Status gatherStrings(const std::string& send, int root, std::vector<std::string>* out) override;
   Status broadcast(void* buf, size_t bytes, int root) override;
   Status barrier() override;

@@ -29,23 +29,37 @@ constexpr double kExitHandshakeS = 10.0;
 
 Status mpiType(DataType dtype, MPI_Datatype* out) {
   switch (dtype) {
-    case MGS_FLOAT32: *out = MPI_FLOAT; return Status::OK();
-    case MGS_FLOAT64: *out = MPI_DOUBLE; return Status::OK();
-    case MGS_INT32: *out = MPI_INT32_T; return Status::OK();
-    case MGS_INT64: *out = MPI_INT64_T; return Status::OK();
-    case MGS_UINT8: *out = MPI_UINT8_T; return Status::OK();
+    case MGS_FLOAT32:
+      *out = MPI_FLOAT;
+      return Status::OK();
+    case MGS_FLOAT64:
+      *out = MPI_DOUBLE;
+      return Status::OK();
+    case MGS_INT32:
+      *out = MPI_INT32_T;
+      return Status::OK();
+    case MGS_INT64:
+      *out = MPI_INT64_T;
+      return Status::OK();
+    case MGS_UINT8:
+      *out = MPI_UINT8_T;
+      return Status::OK();
     default:
-      return Status(Code::kInternal, "MPI has no reduction type for " + dtypeName(dtype) +
-                                         " (16-bit floats take the ring)");
+      return Status(Code::kInternal,
+                    "MPI has no reduction type for " + dtypeName(dtype) + " (16-bit floats take the ring)");
   }
 }
 
 MPI_Op mpiOp(CommOp op) {
   switch (op) {
-    case CommOp::kSum: return MPI_SUM;
-    case CommOp::kMax: return MPI_MAX;
-    case CommOp::kMin: return MPI_MIN;
-    case CommOp::kBitAnd: return MPI_BAND;
+    case CommOp::kSum:
+      return MPI_SUM;
+    case CommOp::kMax:
+      return MPI_MAX;
+    case CommOp::kMin:
+      return MPI_MIN;
+    case CommOp::kBitAnd:
+      return MPI_BAND;
   }
   return MPI_SUM;
 }
@@ -62,8 +76,7 @@ Status MpiCommunicator::create(std::unique_ptr<Communicator>* out) {
   int initialized = 0, finalized = 0;
   MGS_MPI_CHECK(MPI_Initialized(&initialized));
   MGS_MPI_CHECK(MPI_Finalized(&finalized));
-  MGS_ENSURE(!finalized, kUnsupported,
-             "MPI has already been finalized in this process; mgs cannot start again");
+  MGS_ENSURE(!finalized, kUnsupported, "MPI has already been finalized in this process; mgs cannot start again");
   int provided = 0;
   if (!initialized) {
     // Open MPI's TCP transport moves a large message only while some thread
@@ -170,8 +183,8 @@ Status MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, CommO
   for (size_t done = 0; done < count;) {
     const size_t n = std::min(kMaxChunk, count - done);
     if (sixteen || (dtypeIsFloat(dtype) && n * esize >= kRingMinBytes && op == CommOp::kSum)) {
-      MGS_RETURN_IF_ERROR(ringAllreduce(comm_, rank_, size_, p + done * esize, n, dtype, op, wait_, kRingTag,
-                                        &scratch_));
+      MGS_RETURN_IF_ERROR(
+          ringAllreduce(comm_, rank_, size_, p + done * esize, n, dtype, op, wait_, kRingTag, &scratch_));
     } else {
       MPI_Datatype type;
       MGS_RETURN_IF_ERROR(mpiType(dtype, &type));
@@ -194,8 +207,8 @@ Status MpiCommunicator::allgather(const void* send, size_t bytes, void* recv) {
              "allgather of " << bytes << " bytes per rank over " << size_ << " ranks overflows");
   if (!fitsIntCounts(total)) return allgatherv(send, bytes, recv, std::vector<size_t>(size_, bytes));
   MPI_Request req;
-  MGS_MPI_CHECK(MPI_Iallgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
-                               comm_, &req));
+  MGS_MPI_CHECK(
+      MPI_Iallgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE, comm_, &req));
   return mpiWait(&req, wait_);
 }
 
@@ -229,8 +242,8 @@ Status MpiCommunicator::startAllgather(const void* send, size_t bytes, void* rec
   if (__builtin_mul_overflow(bytes, static_cast<size_t>(size_), &total) || !fitsIntCounts(total))
     return Communicator::startAllgather(send, bytes, recv, op);
   auto p = std::make_unique<MpiPending>(wait_);
-  MGS_MPI_CHECK(MPI_Iallgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE,
-                               comm_, p->request()));
+  MGS_MPI_CHECK(MPI_Iallgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE, comm_,
+                               p->request()));
   *op = std::move(p);
   return Status::OK();
 }
@@ -287,8 +300,8 @@ Status MpiCommunicator::gatherStrings(const std::string& send, int root, std::ve
     }
     all.resize(total);
   }
-  MGS_MPI_CHECK(MPI_Igatherv(send.data(), n, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, root,
-                             comm_, &req));
+  MGS_MPI_CHECK(
+      MPI_Igatherv(send.data(), n, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, root, comm_, &req));
   MGS_RETURN_IF_ERROR(mpiWait(&req, wait_));
   if (rank_ == root) {
     out->assign(size_, std::string());

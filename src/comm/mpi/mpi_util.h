@@ -29,11 +29,11 @@ inline Status mpiWait(MPI_Request* req, const WaitPolicy& policy) { return mpiWa
 }  // namespace mgs
 
 // Wrap one MPI call: a failure becomes a kCommunication Status naming the call.
-#define MGS_MPI_CHECK(call)                                                                        \
-  do {                                                                                             \
-    const int _mgs_rc = (call);                                                                    \
-    if (_mgs_rc != MPI_SUCCESS)                                                                    \
-      return ::mgs::Status(::mgs::Code::kCommunication, std::string(#call) + " failed: " +         \
-                                                            ::mgs::mpiErrorString(_mgs_rc) +       \
-                                                            ::mgs::detail::where(__FILE__, __LINE__)); \
+#define MGS_MPI_CHECK(call)                                                                                \
+  do {                                                                                                     \
+    const int _mgs_rc = (call);                                                                            \
+    if (_mgs_rc != MPI_SUCCESS)                                                                            \
+      return ::mgs::Status(::mgs::Code::kCommunication, std::string(#call) +                               \
+                                                            " failed: " + ::mgs::mpiErrorString(_mgs_rc) + \
+                                                            ::mgs::detail::where(__FILE__, __LINE__));     \
   } while (0)

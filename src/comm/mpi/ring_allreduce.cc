@@ -50,23 +50,22 @@ Status ringAllreduce(MPI_Comm comm, int rank, int size, void* buf, size_t count,
     }
     for (int c = 0; c < chunks; ++c) {
       const Span s = chunkOf(so, chunks, c);
-      MGS_MPI_CHECK(MPI_Isend(data + s.begin * es, static_cast<int>(s.size() * es), MPI_BYTE, right, tag + c, comm,
-                              &sends[c]));
+      MGS_MPI_CHECK(
+          MPI_Isend(data + s.begin * es, static_cast<int>(s.size() * es), MPI_BYTE, right, tag + c, comm, &sends[c]));
     }
     for (int c = 0; c < chunks; ++c) {
       MGS_RETURN_IF_ERROR(mpiWait(&recvs[c], wait));
       if (!reduce) continue;
       const Span r = chunkOf(si, chunks, c);
-      MGS_RETURN_IF_ERROR(reduceInto(data + r.begin * es, scratch->data() + (r.begin - si.begin) * es, r.size(),
-                                     dtype, op));
+      MGS_RETURN_IF_ERROR(
+          reduceInto(data + r.begin * es, scratch->data() + (r.begin - si.begin) * es, r.size(), dtype, op));
     }
     return mpiWaitAll(chunks, sends.data(), wait);
   };
   // Reduce-scatter: after P-1 steps rank r holds the full result of segment r+1.
   for (int s = 0; s < size - 1; ++s) MGS_RETURN_IF_ERROR(step(mod(rank - s, size), mod(rank - s - 1, size), true));
   // Allgather: pass the finished segments around.
-  for (int s = 0; s < size - 1; ++s)
-    MGS_RETURN_IF_ERROR(step(mod(rank + 1 - s, size), mod(rank - s, size), false));
+  for (int s = 0; s < size - 1; ++s) MGS_RETURN_IF_ERROR(step(mod(rank + 1 - s, size), mod(rank - s, size), false));
   return Status::OK();
 }
 

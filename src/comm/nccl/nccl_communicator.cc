@@ -12,12 +12,12 @@
 // Every NCCL call goes through here: on failure a Status naming the call, the
 // NCCL error and NCCL's last error text (ncclInProgress is the non-blocking
 // communicator's "accepted, not finished": settle() waits it out).
-#define MGS_NCCL_CHECK(expr)                                                                 \
-  do {                                                                                       \
-    const ncclResult_t _mgs_nr = (expr);                                                     \
-    MGS_ENSURE(_mgs_nr == ncclSuccess || _mgs_nr == ncclInProgress, kCommunication,          \
-               #expr << ": " << ncclGetErrorString(_mgs_nr) << " (" << ncclGetLastError(nullptr) \
-                     << ")" << ::mgs::detail::where(__FILE__, __LINE__));                    \
+#define MGS_NCCL_CHECK(expr)                                                                            \
+  do {                                                                                                  \
+    const ncclResult_t _mgs_nr = (expr);                                                                \
+    MGS_ENSURE(_mgs_nr == ncclSuccess || _mgs_nr == ncclInProgress, kCommunication,                     \
+               #expr << ": " << ncclGetErrorString(_mgs_nr) << " (" << ncclGetLastError(nullptr) << ")" \
+                     << ::mgs::detail::where(__FILE__, __LINE__));                                      \
   } while (0)
 
 namespace mgs {
@@ -28,23 +28,44 @@ cudaStream_t asStream(void* s) { return static_cast<cudaStream_t>(s); }
 
 Status ncclTypeOf(DataType dtype, ncclDataType_t* t) {
   switch (dtype) {
-    case MGS_FLOAT32: *t = ncclFloat32; return Status::OK();
-    case MGS_FLOAT64: *t = ncclFloat64; return Status::OK();
-    case MGS_FLOAT16: *t = ncclFloat16; return Status::OK();
-    case MGS_BFLOAT16: *t = ncclBfloat16; return Status::OK();
-    case MGS_INT32: *t = ncclInt32; return Status::OK();
-    case MGS_INT64: *t = ncclInt64; return Status::OK();
-    case MGS_UINT8: *t = ncclUint8; return Status::OK();
+    case MGS_FLOAT32:
+      *t = ncclFloat32;
+      return Status::OK();
+    case MGS_FLOAT64:
+      *t = ncclFloat64;
+      return Status::OK();
+    case MGS_FLOAT16:
+      *t = ncclFloat16;
+      return Status::OK();
+    case MGS_BFLOAT16:
+      *t = ncclBfloat16;
+      return Status::OK();
+    case MGS_INT32:
+      *t = ncclInt32;
+      return Status::OK();
+    case MGS_INT64:
+      *t = ncclInt64;
+      return Status::OK();
+    case MGS_UINT8:
+      *t = ncclUint8;
+      return Status::OK();
   }
   return Status(Code::kInvalidArgument, std::string("NCCL: unsupported dtype ") + dtypeName(dtype));
 }
 
 Status ncclOpOf(CommOp op, ncclRedOp_t* o) {
   switch (op) {
-    case CommOp::kSum: *o = ncclSum; return Status::OK();
-    case CommOp::kMax: *o = ncclMax; return Status::OK();
-    case CommOp::kMin: *o = ncclMin; return Status::OK();
-    case CommOp::kBitAnd: break;  // NCCL has no bitwise reduction
+    case CommOp::kSum:
+      *o = ncclSum;
+      return Status::OK();
+    case CommOp::kMax:
+      *o = ncclMax;
+      return Status::OK();
+    case CommOp::kMin:
+      *o = ncclMin;
+      return Status::OK();
+    case CommOp::kBitAnd:
+      break;  // NCCL has no bitwise reduction
   }
   return Status(Code::kUnsupported,
                 "NCCL has no bitwise-and reduction (negotiation bit-vectors stay on the bootstrap communicator)");
@@ -116,8 +137,8 @@ Status NcclCommunicator::create(Communicator* bootstrap, const NcclOptions& opti
       const ncclResult_t r = ncclCommInitRankConfig(&comm, c->size_, msg.id, c->rank_, &cfg);
       c->comm_ = comm;
       if (r != ncclSuccess && r != ncclInProgress) {
-        const std::string why = std::string("ncclCommInitRankConfig: ") + ncclGetErrorString(r) +
-                                " (" + ncclGetLastError(nullptr) + ")";
+        const std::string why =
+            std::string("ncclCommInitRankConfig: ") + ncclGetErrorString(r) + " (" + ncclGetLastError(nullptr) + ")";
         c->abort(why);  // frees what init left behind; the destructor then skips it
         return Status(Code::kCommunication, why);
       }
@@ -165,8 +186,7 @@ void NcclCommunicator::abort(const std::string& why) {
 
 Status NcclCommunicator::usable(const char* what) const {
   MGS_ENSURE(!aborted_, kCommunication,
-             "NCCL " << what << " on rank " << rank_ << ": communicator was aborted earlier: "
-                     << abortReason_);
+             "NCCL " << what << " on rank " << rank_ << ": communicator was aborted earlier: " << abortReason_);
   return Status::OK();
 }
 
@@ -199,8 +219,8 @@ Status NcclCommunicator::settle(const char* what) {
   };
   h.asyncError = [] { return std::string(); };  // ready() reports it
   h.abort = [this, what] { abort(std::string(what) + " failed"); };
-  const Status st = nccl::waitOrAbort(h, std::string("NCCL ") + what + " on rank " + std::to_string(rank_),
-                                      options_.timeoutSeconds);
+  const Status st =
+      nccl::waitOrAbort(h, std::string("NCCL ") + what + " on rank " + std::to_string(rank_), options_.timeoutSeconds);
   if (!st.ok()) abortReason_ = st.message();
   return st;
 }
@@ -209,8 +229,8 @@ Status NcclCommunicator::enqueued(int result, const char* what) {
   const auto r = static_cast<ncclResult_t>(result);
   if (r == ncclInProgress) return settle(what);
   if (r != ncclSuccess) {
-    const std::string why = std::string("NCCL ") + what + " on rank " + std::to_string(rank_) +
-                            ": " + ncclGetErrorString(r) + " (" + ncclGetLastError(asComm(comm_)) + ")";
+    const std::string why = std::string("NCCL ") + what + " on rank " + std::to_string(rank_) + ": " +
+                            ncclGetErrorString(r) + " (" + ncclGetLastError(asComm(comm_)) + ")";
     abort(why);
     return Status(Code::kCommunication, why + " (communicator aborted)");
   }
@@ -261,8 +281,7 @@ Status NcclCommunicator::allreduce(void* buf, size_t count, DataType dtype, Comm
   MGS_RETURN_IF_ERROR(ncclOpOf(op, &o));
   if (count == 0) return Status::OK();
   MGS_RETURN_IF_ERROR(checkDevice(buf, "allreduce"));
-  MGS_RETURN_IF_ERROR(enqueued(ncclAllReduce(buf, buf, count, t, o, asComm(comm_), asStream(stream_)),
-                               "allreduce"));
+  MGS_RETURN_IF_ERROR(enqueued(ncclAllReduce(buf, buf, count, t, o, asComm(comm_), asStream(stream_)), "allreduce"));
   return drain("allreduce");
 }
 
@@ -271,8 +290,8 @@ Status NcclCommunicator::allgather(const void* send, size_t bytes, void* recv) {
   if (bytes == 0) return Status::OK();
   MGS_RETURN_IF_ERROR(checkDevice(send, "allgather (send)"));
   MGS_RETURN_IF_ERROR(checkDevice(recv, "allgather (recv)"));
-  MGS_RETURN_IF_ERROR(enqueued(
-      ncclAllGather(send, recv, bytes, ncclUint8, asComm(comm_), asStream(stream_)), "allgather"));
+  MGS_RETURN_IF_ERROR(
+      enqueued(ncclAllGather(send, recv, bytes, ncclUint8, asComm(comm_), asStream(stream_)), "allgather"));
   return drain("allgather");
 }
 
@@ -285,8 +304,8 @@ Status NcclCommunicator::startAllgather(const void* send, size_t bytes, void* re
   if (bytes > 0) {
     MGS_RETURN_IF_ERROR(checkDevice(send, "allgather (send)"));
     MGS_RETURN_IF_ERROR(checkDevice(recv, "allgather (recv)"));
-    MGS_RETURN_IF_ERROR(enqueued(
-        ncclAllGather(send, recv, bytes, ncclUint8, asComm(comm_), asStream(stream_)), "allgather"));
+    MGS_RETURN_IF_ERROR(
+        enqueued(ncclAllGather(send, recv, bytes, ncclUint8, asComm(comm_), asStream(stream_)), "allgather"));
   }
   MGS_CUDA_CHECK(cudaEventRecord(ev, asStream(stream_)));
   *op = std::move(pending);
@@ -297,8 +316,7 @@ Status NcclCommunicator::allgatherv(const void* send, size_t send_bytes, void* r
                                     const std::vector<size_t>& recv_bytes) {
   MGS_RETURN_IF_ERROR(usable("allgatherv"));
   MGS_ENSURE(recv_bytes.size() == static_cast<size_t>(size_), kInvalidArgument,
-             "NCCL allgatherv on rank " << rank_ << ": " << recv_bytes.size() << " sizes for "
-                                        << size_ << " ranks");
+             "NCCL allgatherv on rank " << rank_ << ": " << recv_bytes.size() << " sizes for " << size_ << " ranks");
   MGS_ENSURE_EQ(send_bytes, recv_bytes[rank_], kInvalidArgument,
                 "NCCL allgatherv on rank " << rank_ << ": own contribution");
   size_t total = 0;
@@ -312,8 +330,8 @@ Status NcclCommunicator::allgatherv(const void* send, size_t send_bytes, void* r
   for (int r = 0; r < size_; ++r) {
     char* dst = static_cast<char*>(recv) + off;
     if (recv_bytes[r] > 0)
-      MGS_NCCL_CHECK(ncclBroadcast(r == rank_ ? send : dst, dst, recv_bytes[r], ncclUint8, r,
-                                   asComm(comm_), asStream(stream_)));
+      MGS_NCCL_CHECK(
+          ncclBroadcast(r == rank_ ? send : dst, dst, recv_bytes[r], ncclUint8, r, asComm(comm_), asStream(stream_)));
     off += recv_bytes[r];
   }
   MGS_RETURN_IF_ERROR(enqueued(ncclGroupEnd(), "allgatherv"));
@@ -326,13 +344,12 @@ Status NcclCommunicator::broadcast(void* buf, size_t bytes, int root) {
              "NCCL broadcast on rank " << rank_ << ": root " << root << " outside [0, " << size_ << ")");
   if (bytes == 0) return Status::OK();
   MGS_RETURN_IF_ERROR(checkDevice(buf, "broadcast"));
-  MGS_RETURN_IF_ERROR(enqueued(
-      ncclBroadcast(buf, buf, bytes, ncclUint8, root, asComm(comm_), asStream(stream_)), "broadcast"));
+  MGS_RETURN_IF_ERROR(
+      enqueued(ncclBroadcast(buf, buf, bytes, ncclUint8, root, asComm(comm_), asStream(stream_)), "broadcast"));
   return drain("broadcast");
 }
 
-Status NcclCommunicator::gatherStrings(const std::string& send, int root,
-                                       std::vector<std::string>* out) {
+Status NcclCommunicator::gatherStrings(const std::string& send, int root, std::vector<std::string>* out) {
   return bootstrap_->gatherStrings(send, root, out);
 }
 

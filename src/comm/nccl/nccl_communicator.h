@@ -34,15 +34,14 @@
 namespace mgs {
 
 struct NcclOptions {
-  int device = -1;               // CUDA device; -1: bootstrap->localRank() % visible devices
-  double timeoutSeconds = 600;   // a blocking collective (or init) older than this aborts; <= 0: never
+  int device = -1;              // CUDA device; -1: bootstrap->localRank() % visible devices
+  double timeoutSeconds = 600;  // a blocking collective (or init) older than this aborts; <= 0: never
 };
 
 class NcclCommunicator final : public Communicator {
  public:
   // The factory the runtime wires (MGS_BACKEND=nccl, or auto for CUDA tensors).
-  static Status create(Communicator* bootstrap, const NcclOptions& options,
-                       std::unique_ptr<NcclCommunicator>* out);
+  static Status create(Communicator* bootstrap, const NcclOptions& options, std::unique_ptr<NcclCommunicator>* out);
   ~NcclCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -57,10 +56,8 @@ class NcclCommunicator final : public Communicator {
 
   Status allreduce(void* buf, size_t count, DataType dtype, CommOp op) override;
   Status allgather(const void* send, size_t bytes, void* recv) override;
-  Status allgatherv(const void* send, size_t send_bytes, void* recv,
-                    const std::vector<size_t>& recv_bytes) override;
-  Status startAllgather(const void* send, size_t bytes, void* recv,
-                        std::unique_ptr<PendingCollective>* op) override;
+  Status allgatherv(const void* send, size_t send_bytes, void* recv, const std::vector<size_t>& recv_bytes) override;
+  Status startAllgather(const void* send, size_t bytes, void* recv, std::unique_ptr<PendingCollective>* op) override;
   Status gatherStrings(const std::string& send, int root, std::vector<std::string>* out) override;
   Status broadcast(void* buf, size_t bytes, int root) override;
   Status barrier() override;
@@ -74,8 +71,8 @@ class NcclCommunicator final : public Communicator {
   Status usable(const char* what) const;
   Status checkDevice(const void* p, const char* what) const;
   Status enqueued(int ncclResult, const char* what);  // after an NCCL call
-  Status settle(const char* what);                     // non-blocking comm: wait out ncclInProgress
-  Status drain(const char* what);                      // record + wait on the stream
+  Status settle(const char* what);                    // non-blocking comm: wait out ncclInProgress
+  Status drain(const char* what);                     // record + wait on the stream
   std::string asyncError();
   void abort(const std::string& why);
 

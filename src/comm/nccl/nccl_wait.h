@@ -42,12 +42,10 @@ inline Status waitOrAbort(const WaitHooks& h, const std::string& what, double ti
     const std::string err = h.asyncError();
     if (!err.empty()) {
       h.abort();
-      return Status(Code::kCommunication,
-                    what + ": NCCL asynchronous error: " + err + " (communicator aborted)");
+      return Status(Code::kCommunication, what + ": NCCL asynchronous error: " + err + " (communicator aborted)");
     }
     if (timeoutSeconds > 0) {
-      const double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (waited > timeoutSeconds) {
         h.abort();
         return Status(Code::kTimeout, what + ": not complete after " + std::to_string(waited) +

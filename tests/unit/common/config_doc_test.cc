@@ -17,8 +17,7 @@ TEST_CASE("docs/configuration.md lists every variable with its default, scope an
     INFO(p.name);
     const std::string row = "| `" + p.name + "` | " + p.type + " | `" +
                             (p.default_value.empty() ? "(unset)" : p.default_value) + "` | " +
-                            (p.scope == mgs::Scope::kSameOnAllRanks ? "same" : "per rank") + " | " + p.allowed +
-                            " |";
+                            (p.scope == mgs::Scope::kSameOnAllRanks ? "same" : "per rank") + " | " + p.allowed + " |";
     CHECK(doc.find(row) != std::string::npos);
   }
 }

@@ -16,16 +16,16 @@ TEST_CASE("half conversion round-trips every finite half exactly", "[dtype]") {
   }
   CHECK(std::isinf(mgs::halfToFloat(0x7c00)));
   CHECK(std::isnan(mgs::halfToFloat(0x7e00)));
-  CHECK(mgs::floatToHalf(1e6f) == 0x7c00);           // overflow -> +Inf
-  CHECK(mgs::floatToHalf(1.0f + 1.0f / 4096) == 0x3c00);  // below half an ulp: rounds down
-  CHECK(mgs::floatToHalf(1.0f + 3.0f / 2048) == 0x3c02);  // tie -> even
+  CHECK(mgs::floatToHalf(1e6f) == 0x7c00);                   // overflow -> +Inf
+  CHECK(mgs::floatToHalf(1.0f + 1.0f / 4096) == 0x3c00);     // below half an ulp: rounds down
+  CHECK(mgs::floatToHalf(1.0f + 3.0f / 2048) == 0x3c02);     // tie -> even
   CHECK(mgs::halfToFloat(0x0001) == std::ldexp(1.0f, -24));  // smallest subnormal
 }
 
 TEST_CASE("bfloat16 conversion rounds to nearest even", "[dtype]") {
   CHECK(mgs::bfloat16ToFloat(mgs::floatToBfloat16(1.0f)) == 1.0f);
-  CHECK(mgs::floatToBfloat16(1.0f + 1.0f / 256) == 0x3f80);   // tie, even stays
-  CHECK(mgs::floatToBfloat16(1.0f + 3.0f / 256) == 0x3f82);   // tie, rounds up to even
+  CHECK(mgs::floatToBfloat16(1.0f + 1.0f / 256) == 0x3f80);  // tie, even stays
+  CHECK(mgs::floatToBfloat16(1.0f + 3.0f / 256) == 0x3f82);  // tie, rounds up to even
   CHECK(std::isnan(mgs::bfloat16ToFloat(mgs::floatToBfloat16(NAN))));
 }
 

@@ -27,9 +27,12 @@ TEST_CASE("defaults match the documented table", "[params]") {
 
 TEST_CASE("values are parsed into the config", "[params]") {
   Config c;
-  REQUIRE(parseConfig({{"MGS_COMPRESSOR", "gaussiank"}, {"MGS_DENSITY", "0.01"},
-                       {"MGS_ERROR_FEEDBACK", "0"}, {"MGS_STALL_ABORT_S", "5"},
-                       {"MGS_STALL_WARNING_S", "30"}, {"PATH", "/bin"}},
+  REQUIRE(parseConfig({{"MGS_COMPRESSOR", "gaussiank"},
+                       {"MGS_DENSITY", "0.01"},
+                       {"MGS_ERROR_FEEDBACK", "0"},
+                       {"MGS_STALL_ABORT_S", "5"},
+                       {"MGS_STALL_WARNING_S", "30"},
+                       {"PATH", "/bin"}},
                       &c)
               .ok());
   CHECK(c.compressor == "gaussiank");
@@ -41,15 +44,26 @@ TEST_CASE("values are parsed into the config", "[params]") {
 }
 
 TEST_CASE("bad values name the variable, the value and what is allowed", "[params]") {
-  struct Bad { const char* name; const char* value; const char* allowed; };
+  struct Bad {
+    const char* name;
+    const char* value;
+    const char* allowed;
+  };
   const Bad cases[] = {
-      {"MGS_DENSITY", "0", "(0, 1]"},        {"MGS_DENSITY", "1.5", "(0, 1]"},
-      {"MGS_DENSITY", "abc", "(0, 1]"},      {"MGS_DENSITY", "nan", "(0, 1]"},
-      {"MGS_COMPRESSOR", "top-k", "gaussiank"}, {"MGS_ERROR_FEEDBACK", "yes", "0 or 1"},
-      {"MGS_CYCLE_TIME_MS", "0", "[0.001, 10000]"}, {"MGS_FUSION_THRESHOLD_BYTES", "-1", ">= 0"},
-      {"MGS_PROFILE_STEPS", "0", "[1, 1000000000]"},    {"MGS_LOG_LEVEL", "verbose", "trace"},
-      {"MGS_PLANNER", "best", "mgwfbp"},      {"MGS_STALL_ABORT_S", "-2", ">= 0"},
-      {"MGS_WARMUP_STEPS", "1.5", "integer"}, {"MGS_BACKEND", "nccl", "auto, mpi"},
+      {"MGS_DENSITY", "0", "(0, 1]"},
+      {"MGS_DENSITY", "1.5", "(0, 1]"},
+      {"MGS_DENSITY", "abc", "(0, 1]"},
+      {"MGS_DENSITY", "nan", "(0, 1]"},
+      {"MGS_COMPRESSOR", "top-k", "gaussiank"},
+      {"MGS_ERROR_FEEDBACK", "yes", "0 or 1"},
+      {"MGS_CYCLE_TIME_MS", "0", "[0.001, 10000]"},
+      {"MGS_FUSION_THRESHOLD_BYTES", "-1", ">= 0"},
+      {"MGS_PROFILE_STEPS", "0", "[1, 1000000000]"},
+      {"MGS_LOG_LEVEL", "verbose", "trace"},
+      {"MGS_PLANNER", "best", "mgwfbp"},
+      {"MGS_STALL_ABORT_S", "-2", ">= 0"},
+      {"MGS_WARMUP_STEPS", "1.5", "integer"},
+      {"MGS_BACKEND", "nccl", "auto, mpi"},
       {"MGS_CYCLE_TIME_MS", "1e-9", "[0.001, 10000]"},
       {"MGS_WARMUP_STEPS", "9223372036854775807", "[0, 1000000000]"},
       {"MGS_CALIBRATION", "", "'auto', 'off'"},
@@ -88,8 +102,11 @@ TEST_CASE("each table default reads to the Config field's default, and show() re
     CHECK(p.show(defaults) == p.default_value);
     // A non-default value survives show() -> apply() unchanged.
     Config c;
-    REQUIRE(parseConfig({{"MGS_DENSITY", "0.1"}, {"MGS_CYCLE_TIME_MS", "2.5"}, {"MGS_ERROR_FEEDBACK", "0"},
-                         {"MGS_COMPRESSOR", "ldte"}, {"MGS_TIMELINE", "/tmp/t.json"}},
+    REQUIRE(parseConfig({{"MGS_DENSITY", "0.1"},
+                         {"MGS_CYCLE_TIME_MS", "2.5"},
+                         {"MGS_ERROR_FEEDBACK", "0"},
+                         {"MGS_COMPRESSOR", "ldte"},
+                         {"MGS_TIMELINE", "/tmp/t.json"}},
                         &c)
                 .ok());
     Config back;
@@ -130,13 +147,20 @@ TEST_CASE("settings that steer cross-rank decisions must agree; the others may d
   for (const auto& p : mgs::paramSpecs()) {
     // A valid value different from the default for each parameter.
     std::string other;
-    if (p.type == "bool") other = p.default_value == "1" ? "0" : "1";
-    else if (p.name == "MGS_COMPRESSOR") other = "topk";
-    else if (p.name == "MGS_PLANNER") other = "single";
-    else if (p.name == "MGS_BACKEND") other = "mpi";
-    else if (p.name == "MGS_LOG_LEVEL") other = "error";
-    else if (p.type == "int" || p.type == "float") other = p.name == "MGS_DENSITY" ? "0.0011" : "7";
-    else other = "/tmp/somewhere.json";
+    if (p.type == "bool")
+      other = p.default_value == "1" ? "0" : "1";
+    else if (p.name == "MGS_COMPRESSOR")
+      other = "topk";
+    else if (p.name == "MGS_PLANNER")
+      other = "single";
+    else if (p.name == "MGS_BACKEND")
+      other = "mpi";
+    else if (p.name == "MGS_LOG_LEVEL")
+      other = "error";
+    else if (p.type == "int" || p.type == "float")
+      other = p.name == "MGS_DENSITY" ? "0.0011" : "7";
+    else
+      other = "/tmp/somewhere.json";
     INFO(p.name << "=" << other);
     std::vector<Config> ranks(3);
     REQUIRE(p.apply(other, ranks[2]).ok());

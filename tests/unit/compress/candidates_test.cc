@@ -83,9 +83,8 @@ std::vector<uint32_t> referenceTopk(const std::vector<float>& acc, size_t k) {
   std::vector<uint32_t> order(acc.size());
   std::iota(order.begin(), order.end(), 0u);
   auto mag = [&](uint32_t i) { return std::isfinite(acc[i]) ? std::fabs(acc[i]) : 0.0f; };
-  std::nth_element(order.begin(), order.begin() + (k - 1), order.end(), [&](uint32_t a, uint32_t b) {
-    return mag(a) != mag(b) ? mag(a) > mag(b) : a < b;
-  });
+  std::nth_element(order.begin(), order.begin() + (k - 1), order.end(),
+                   [&](uint32_t a, uint32_t b) { return mag(a) != mag(b) ? mag(a) > mag(b) : a < b; });
   std::vector<uint32_t> ref(order.begin(), order.begin() + k);
   std::sort(ref.begin(), ref.end());
   return ref;
@@ -131,8 +130,7 @@ TEST_CASE("candidates: one full pass on ordinary data", "[compress][candidates]"
   }
 }
 
-TEST_CASE("candidates: a sample that overestimates falls back to full passes",
-          "[compress][candidates]") {
+TEST_CASE("candidates: a sample that overestimates falls back to full passes", "[compress][candidates]") {
   // The sample sees only large values, so tc sits above the k-th largest key
   // of the buffer: the search has to move below tc.
   const size_t n = size_t{1} << 20;
@@ -152,8 +150,7 @@ TEST_CASE("candidates: a sample that overestimates falls back to full passes",
   }
 }
 
-TEST_CASE("candidates: an overflowing candidate list falls back with the same result",
-          "[compress][candidates]") {
+TEST_CASE("candidates: an overflowing candidate list falls back with the same result", "[compress][candidates]") {
   const auto rho = GENERATE(0.01, 0.001);
   const size_t n = (size_t{1} << 20) + 3;
   SECTION("adversarial data: the sample sees only small values") {
@@ -190,8 +187,7 @@ TEST_CASE("candidates: an overflowing candidate list falls back with the same re
   }
 }
 
-TEST_CASE("candidates: an estimate far above tc stops at tc on the way down",
-          "[compress][candidates]") {
+TEST_CASE("candidates: an estimate far above tc stops at tc on the way down", "[compress][candidates]") {
   // A few huge outliers inflate the standard deviation and mean |acc|: the
   // first window lies far above the bulk, and the search moves down to tc.
   const size_t n = size_t{1} << 20;
@@ -233,8 +229,7 @@ TEST_CASE("candidates: bitwise the same for any thread count", "[compress][candi
 }
 
 TEST_CASE("in-place mode (x == nullptr) equals the accumulating call", "[compress][inplace]") {
-  const auto name = GENERATE(as<std::string>{}, "topk", "gaussiank", "ldte", "dgc", "randomk",
-                             "none");
+  const auto name = GENERATE(as<std::string>{}, "topk", "gaussiank", "ldte", "dgc", "randomk", "none");
   const auto n = GENERATE(size_t{1}, size_t{1000}, size_t{65537}, (size_t{1} << 20) + 3);
   const auto rho = GENERATE(0.01, 0.001);
   const auto dtype = GENERATE(MGS_FLOAT32, MGS_FLOAT16);
@@ -250,8 +245,7 @@ TEST_CASE("in-place mode (x == nullptr) equals the accumulating call", "[compres
   Run ref;
   ref.residual = r0;
   ref.acc.resize(n);
-  for (size_t i = 0; i < n; ++i)
-    ref.acc[i] = (dtype == MGS_FLOAT16 ? halfToFloat(xh[i]) : xf[i]) + r0[i];
+  for (size_t i = 0; i < n; ++i) ref.acc[i] = (dtype == MGS_FLOAT16 ? halfToFloat(xh[i]) : xf[i]) + r0[i];
   const size_t cap = sel->maxCount(n);
   ref.values.resize(cap);
   ref.indices.resize(cap);
@@ -344,11 +338,9 @@ TEST_CASE("workspaceBytes never shrinks as n grows", "[compress][candidates]") {
 
 namespace mgs::compress::test {
 
-TEST_CASE("the AVX2 and the baseline fused pass give bitwise the same result",
-          "[compress][candidates]") {
+TEST_CASE("the AVX2 and the baseline fused pass give bitwise the same result", "[compress][candidates]") {
   // On a machine without AVX2 both runs take the baseline path (still equal).
-  const auto name = GENERATE(as<std::string>{}, "topk", "gaussiank", "ldte", "dgc", "randomk",
-                             "none");
+  const auto name = GENERATE(as<std::string>{}, "topk", "gaussiank", "ldte", "dgc", "randomk", "none");
   const auto rho = GENERATE(0.1, 0.001);
   const size_t n = (size_t{1} << 20) + 13;
   auto x = makeData(Dist::kStudentT3, n, 61);

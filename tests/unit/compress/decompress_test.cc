@@ -26,8 +26,7 @@ TEST_CASE("scatterAdd: identical selections on P ranks sum and average", "[compr
   REQUIRE(out[998] == 0.0f);
 }
 
-TEST_CASE("scatterAdd: variable counts and rank-order sums match a sequential loop bitwise",
-          "[compress][decompress]") {
+TEST_CASE("scatterAdd: variable counts and rank-order sums match a sequential loop bitwise", "[compress][decompress]") {
   const size_t n = 300000, P = 4;
   std::mt19937 g(3);
   std::uniform_int_distribution<uint32_t> pick(0, n - 1);
@@ -71,9 +70,7 @@ TEST_CASE("select then scatterAdd round-trips the sent values", "[compress][deco
   Run run = runSelect(*sel, x);
   std::vector<float> dense(x.size());
   size_t count = run.result.count;
-  REQUIRE(scatterAdd(run.values.data(), run.indices.data(), &count, 1, x.size(), 1.0f,
-                     dense.data())
-              .ok());
+  REQUIRE(scatterAdd(run.values.data(), run.indices.data(), &count, 1, x.size(), 1.0f, dense.data()).ok());
   size_t diff = 0;
   for (size_t i = 0; i < x.size(); ++i) diff += bits(dense[i] + run.residual[i]) != bits(run.acc[i]);
   REQUIRE(diff == 0);

@@ -112,10 +112,8 @@ TEST_CASE("edge: a tie block straddling k is cut in index order", "[compress][ed
   }
 }
 
-TEST_CASE("edge: NaN and Inf are detected, reported and dropped from the residual",
-          "[compress][edge][nonfinite]") {
-  const float bad = GENERATE(std::numeric_limits<float>::quiet_NaN(),
-                             std::numeric_limits<float>::infinity(),
+TEST_CASE("edge: NaN and Inf are detected, reported and dropped from the residual", "[compress][edge][nonfinite]") {
+  const float bad = GENERATE(std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                              -std::numeric_limits<float>::infinity());
   auto x = makeData(Dist::kNormal, 4096, 1);
   x[100] = bad;
@@ -151,8 +149,7 @@ TEST_CASE("edge: NaN and Inf are detected, reported and dropped from the residua
   }
 }
 
-TEST_CASE("edge: float16 and bfloat16 input accumulate into an fp32 residual",
-          "[compress][edge][dtype]") {
+TEST_CASE("edge: float16 and bfloat16 input accumulate into an fp32 residual", "[compress][edge][dtype]") {
   const auto dtype = GENERATE(MGS_FLOAT16, MGS_BFLOAT16);
   const size_t n = 50000;
   const auto xf = makeData(Dist::kLaplace, n, 4, 0.01f);

@@ -21,8 +21,8 @@ std::vector<float> load(const std::string& file) {
 }  // namespace
 
 TEST_CASE("real gradient buffers: counts in band within a few passes", "[compress][real]") {
-  const auto file = GENERATE(as<std::string>{}, "digits_cnn_step1.f32", "digits_cnn_step50.f32",
-                             "digits_cnn_step400.f32");
+  const auto file =
+      GENERATE(as<std::string>{}, "digits_cnn_step1.f32", "digits_cnn_step50.f32", "digits_cnn_step400.f32");
   const auto rho = GENERATE(0.01, 0.001);
   const auto x = load(file);
   for (const char* name : {"gaussiank", "ldte", "topk", "dgc"}) {

@@ -8,8 +8,7 @@
 namespace mgs::compress::test {
 namespace {
 
-void checkSelector(const std::string& name, const Run& run, size_t n, double rho,
-                   const SelectorOptions& o) {
+void checkSelector(const std::string& name, const Run& run, size_t n, double rho, const SelectorOptions& o) {
   REQUIRE(run.status.ok());
   checkInvariant(run);
   const size_t k = kForDensity(n, rho);
@@ -38,14 +37,11 @@ void checkSelector(const std::string& name, const Run& run, size_t n, double rho
 
 }  // namespace
 
-TEST_CASE("selectors: invariant and counts over distributions, sizes and densities",
-          "[compress][selector]") {
-  const auto name = GENERATE(as<std::string>{}, "topk", "gaussiank", "ldte", "dgc", "randomk",
-                             "none");
+TEST_CASE("selectors: invariant and counts over distributions, sizes and densities", "[compress][selector]") {
+  const auto name = GENERATE(as<std::string>{}, "topk", "gaussiank", "ldte", "dgc", "randomk", "none");
   const auto dist = GENERATE(Dist::kNormal, Dist::kLaplace, Dist::kStudentT3);
   const auto rho = GENERATE(0.1, 0.01, 0.001);
-  const auto n = GENERATE(size_t{1}, size_t{2}, size_t{17}, size_t{1000}, size_t{65537},
-                          (size_t{1} << 20) + 3);
+  const auto n = GENERATE(size_t{1}, size_t{2}, size_t{17}, size_t{1000}, size_t{65537}, (size_t{1} << 20) + 3);
   SelectorOptions o;
   o.density = rho;
   auto sel = makeSelector(name, o);
@@ -108,8 +104,7 @@ TEST_CASE("exactTrim makes gaussiank and ldte return exactly k", "[compress][sel
   checkTopOrder(run);
 }
 
-TEST_CASE("randomk: same seed and step give the same indices on any data",
-          "[compress][selector][randomk]") {
+TEST_CASE("randomk: same seed and step give the same indices on any data", "[compress][selector][randomk]") {
   SelectorOptions o;
   o.density = 0.01;
   o.seed = 42;
@@ -195,8 +190,7 @@ TEST_CASE("error feedback loses nothing over many steps", "[compress][selector]"
     r = run.residual;
   }
   double worst = 0;
-  for (size_t i = 0; i < n; ++i)
-    worst = std::max(worst, std::fabs(sentSum[i] + r[i] - gradSum[i]));
+  for (size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(sentSum[i] + r[i] - gradSum[i]));
   REQUIRE(worst < 1e-7);  // values ~1e-3..1e-1, 30 fp32 adds
 }
 

@@ -17,9 +17,7 @@
 namespace mgs::compress::test {
 
 enum class Dist { kNormal, kLaplace, kStudentT3 };
-inline const char* distName(Dist d) {
-  return d == Dist::kNormal ? "normal" : d == Dist::kLaplace ? "laplace" : "t3";
-}
+inline const char* distName(Dist d) { return d == Dist::kNormal ? "normal" : d == Dist::kLaplace ? "laplace" : "t3"; }
 
 inline std::vector<float> makeData(Dist d, size_t n, uint64_t seed, float scale = 1e-3f) {
   std::mt19937_64 g(seed);
@@ -29,9 +27,7 @@ inline std::vector<float> makeData(Dist d, size_t n, uint64_t seed, float scale 
   std::student_t_distribution<double> t3(3.0);
   std::bernoulli_distribution coin(0.5);
   for (auto& v : x) {
-    double s = d == Dist::kNormal    ? normal(g)
-               : d == Dist::kLaplace ? (coin(g) ? 1 : -1) * expo(g)
-                                     : t3(g);
+    double s = d == Dist::kNormal ? normal(g) : d == Dist::kLaplace ? (coin(g) ? 1 : -1) * expo(g) : t3(g);
     v = static_cast<float>(s * scale);
   }
   return x;
@@ -61,8 +57,7 @@ inline std::unique_ptr<Selector> makeSelector(const std::string& name, SelectorO
 
 // One select() on f32 input x (nullptr: in place, the residual already holds
 // acc) with residual r0; run.acc is the expected acc = x + r0.
-inline Run runSelectRaw(const Selector& sel, const float* x, std::vector<float> r0, uint64_t step,
-                        const char* name) {
+inline Run runSelectRaw(const Selector& sel, const float* x, std::vector<float> r0, uint64_t step, const char* name) {
   const size_t n = r0.size();
   Run run;
   run.acc.resize(n);
@@ -91,8 +86,8 @@ inline Run runSelectRaw(const Selector& sel, const float* x, std::vector<float> 
 }
 
 // One select() on f32 input x with residual r0 (empty = zeros).
-inline Run runSelect(const Selector& sel, const std::vector<float>& x, std::vector<float> r0 = {},
-                     uint64_t step = 0, const char* name = "bucket0") {
+inline Run runSelect(const Selector& sel, const std::vector<float>& x, std::vector<float> r0 = {}, uint64_t step = 0,
+                     const char* name = "bucket0") {
   if (r0.empty()) r0.assign(x.size(), 0.0f);
   return runSelectRaw(sel, x.data(), std::move(r0), step, name);
 }
@@ -110,8 +105,7 @@ inline void checkInvariant(const Run& run) {
       continue;
     }
     sent[i] = 1;
-    if (bits(run.values[j]) != bits(run.acc[i]) || bits(run.residual[i]) != bits(0.0f))
-      ++badValue;
+    if (bits(run.values[j]) != bits(run.acc[i]) || bits(run.residual[i]) != bits(0.0f)) ++badValue;
   }
   for (size_t i = 0; i < n; ++i)
     if (!sent[i] && bits(run.residual[i]) != bits(run.acc[i])) ++badKept;

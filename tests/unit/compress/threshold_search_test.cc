@@ -79,8 +79,7 @@ TEST_CASE("threshold search: band mode stops inside the band", "[compress][searc
   }
 }
 
-TEST_CASE("threshold search: estimates that differ by rounding give the same selection",
-          "[compress][search]") {
+TEST_CASE("threshold search: estimates that differ by rounding give the same selection", "[compress][search]") {
   std::mt19937 g(3);
   std::student_t_distribution<float> t3(3);
   std::vector<uint32_t> keys(100000);
@@ -92,8 +91,7 @@ TEST_CASE("threshold search: estimates that differ by rounding give the same sel
   int p1 = 0, p2 = 0;
   // 1.3 and 1.3 * (1 + 1e-6): what CPU and GPU statistics may differ by.
   const Selection a = drive(keys, ThresholdSearch(c, top, thresholdKey(1.3 / 8), true), &p1);
-  const Selection b =
-      drive(keys, ThresholdSearch(c, top, thresholdKey(1.3 * (1 + 1e-6) / 8), true), &p2);
+  const Selection b = drive(keys, ThresholdSearch(c, top, thresholdKey(1.3 * (1 + 1e-6) / 8), true), &p2);
   REQUIRE(a.keyAll == b.keyAll);
   REQUIRE(a.count == b.count);
 }

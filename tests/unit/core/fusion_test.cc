@@ -15,7 +15,8 @@ Signature allreduce(DataType dtype, int op = MGS_REDUCE_SUM) {
 }  // namespace
 
 TEST_CASE("fusion groups compatible allreduces up to the threshold", "[fusion]") {
-  Signature f32 = allreduce(MGS_FLOAT32), f64 = allreduce(MGS_FLOAT64), avg = allreduce(MGS_FLOAT32, MGS_REDUCE_AVERAGE);
+  Signature f32 = allreduce(MGS_FLOAT32), f64 = allreduce(MGS_FLOAT64),
+            avg = allreduce(MGS_FLOAT32, MGS_REDUCE_AVERAGE);
   Signature bc;
   bc.type = OpType::kBroadcast;
   std::vector<const Signature*> sigs = {&f32, &f64, &f32, &bc, &avg, &f32, &f32};

@@ -104,8 +104,7 @@ class ThrowingCommunicator final : public Communicator {
 };
 }  // namespace
 
-TEST_CASE("an exception on the coordinator fails the ops and stops the rank, never the process",
-          "[robust][runtime]") {
+TEST_CASE("an exception on the coordinator fails the ops and stops the rank, never the process", "[robust][runtime]") {
   const int P = 3;
   std::vector<Status> got(P), queued(P), after(P);
   std::vector<std::string> hazard(P);
@@ -132,8 +131,7 @@ TEST_CASE("an exception on the coordinator fails the ops and stops the rank, nev
   }
 }
 
-TEST_CASE("the response cache stays within capacity and evicts the least recently used name",
-          "[robust][cache]") {
+TEST_CASE("the response cache stays within capacity and evicts the least recently used name", "[robust][cache]") {
   ResponseCache cache(4);
   Signature s;
   for (int i = 0; i < 4; ++i) cache.put("n" + std::to_string(i), s, 1 + i);
@@ -170,7 +168,8 @@ TEST_CASE("a soak of ever-new names keeps every rank's name cache bounded and in
         std::vector<Request> reqs;
         for (int i = 0; i < kPerStep; ++i) {
           Request q;
-          q.name = i % 2 ? "new." + std::to_string(step) + "." + std::to_string(i) : "warm." + std::to_string((step + i) % 8);
+          q.name = i % 2 ? "new." + std::to_string(step) + "." + std::to_string(i)
+                         : "warm." + std::to_string((step + i) % 8);
           q.sig.shape = {static_cast<int64_t>(i + 1)};
           q.enqueued = Clock::now();
           reqs.push_back(std::move(q));

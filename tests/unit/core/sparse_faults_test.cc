@@ -164,7 +164,7 @@ std::vector<Status> runWithFault(int P, Fault fault, int bad) {
   for (const auto& e : start_errors) REQUIRE(e.empty());
   for (int r = 0; r < P; ++r) {
     INFO("rank " << r << ": step after the fault: " << after[r].toString());
-    CHECK(after[r].ok());  // the pipeline keeps working
+    CHECK(after[r].ok());                                                    // the pipeline keeps working
     if (fault != Fault::kNone && !at_fault[r].ok()) CHECK(lost[r] <= 1e-6);  // residual kept everything
   }
   return at_fault;

@@ -59,8 +59,8 @@ std::vector<std::vector<RankStep>> run(int P, const Config& config, const std::v
         const size_t t = (rank % 2) ? L - 1 - j : j;
         TensorDesc in = cpuDesc(x[t].data(), MGS_FLOAT32, {sizes[t]});
         TensorDesc o = cpuDesc(out[t].data(), MGS_FLOAT32, {sizes[t]});
-        if (!rt.enqueueAllreduce("t" + std::to_string(t), in, o, MGS_REDUCE_AVERAGE, 1, 1, MGS_FLAG_SPARSE_OK,
-                                 &ids[t]).ok())
+        if (!rt.enqueueAllreduce("t" + std::to_string(t), in, o, MGS_REDUCE_AVERAGE, 1, 1, MGS_FLAG_SPARSE_OK, &ids[t])
+                 .ok())
           return;
       }
       for (size_t t = 0; t < L; ++t) failed[rank] += !waitRelease(rt, ids[t]).ok();
@@ -103,7 +103,7 @@ TEST_CASE("sparse results equal the average of the selected pairs, for every sel
       auto rec = run(P, sparseConfig(sel, 0.01), {3000, 1200, 5000}, 5, &stats);
       CHECK(referenceError(rec, P) == 0.0f);
       for (int r = 0; r < P; ++r) {
-        CHECK(stats[r].plans == 1);          // planned after 2 profile steps
+        CHECK(stats[r].plans == 1);  // planned after 2 profile steps
         CHECK(stats[r].plan_buckets >= 1);
         CHECK(stats[r].plan_buckets == stats[0].plan_buckets);
         // Published after each cycle, so it may trail the last completion by one step.
@@ -129,7 +129,8 @@ TEST_CASE("a bucket falls back to dense when density x P >= 1, keeping nothing",
     CHECK(stats[r].buckets == 0);
     // Dense buckets send everything: what was sent equals the whole input.
     for (const auto& step : rec[r])
-      for (const auto& sent : step.sent) CHECK(std::none_of(sent.begin(), sent.end(), [](float v) { return v == 0.0f; }));
+      for (const auto& sent : step.sent)
+        CHECK(std::none_of(sent.begin(), sent.end(), [](float v) { return v == 0.0f; }));
   }
 }
 

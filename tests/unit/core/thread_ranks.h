@@ -28,8 +28,10 @@ inline void runRanks(int P, const Config& config, const std::function<void(Runti
       Status st = Runtime::start(
           config,
           [world, r, &make](std::unique_ptr<Communicator>* out) {
-            if (make) *out = make(world, r);
-            else out->reset(new ThreadCommunicator(world, r));
+            if (make)
+              *out = make(world, r);
+            else
+              out->reset(new ThreadCommunicator(world, r));
             return Status::OK();
           },
           &rt);

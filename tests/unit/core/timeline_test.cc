@@ -16,7 +16,9 @@ namespace {
 struct Json {
   const std::string& s;
   size_t i = 0;
-  void ws() { while (i < s.size() && isspace(static_cast<unsigned char>(s[i]))) ++i; }
+  void ws() {
+    while (i < s.size() && isspace(static_cast<unsigned char>(s[i]))) ++i;
+  }
   bool lit(const char* w) {
     size_t n = strlen(w);
     if (s.compare(i, n, w) != 0) return false;
@@ -26,9 +28,15 @@ struct Json {
   bool str() {
     if (s[i] != '"') return false;
     for (++i; i < s.size(); ++i) {
-      if (s[i] == '\\') { ++i; continue; }
+      if (s[i] == '\\') {
+        ++i;
+        continue;
+      }
       if (static_cast<unsigned char>(s[i]) < 0x20) return false;
-      if (s[i] == '"') { ++i; return true; }
+      if (s[i] == '"') {
+        ++i;
+        return true;
+      }
     }
     return false;
   }
@@ -41,17 +49,24 @@ struct Json {
     ws();
     if (i >= s.size()) return false;
     bool ok;
-    if (s[i] == '{') ok = seq('}', true);
-    else if (s[i] == '[') ok = seq(']', false);
-    else if (s[i] == '"') ok = str();
-    else ok = lit("true") || lit("false") || lit("null") || num();
+    if (s[i] == '{')
+      ok = seq('}', true);
+    else if (s[i] == '[')
+      ok = seq(']', false);
+    else if (s[i] == '"')
+      ok = str();
+    else
+      ok = lit("true") || lit("false") || lit("null") || num();
     ws();
     return ok;
   }
   bool seq(char close, bool object) {
     ++i;
     ws();
-    if (s[i] == close) { ++i; return true; }
+    if (s[i] == close) {
+      ++i;
+      return true;
+    }
     while (true) {
       ws();
       if (object) {
@@ -60,8 +75,14 @@ struct Json {
         if (s[i++] != ':') return false;
       }
       if (!value()) return false;
-      if (s[i] == ',') { ++i; continue; }
-      if (s[i] == close) { ++i; return true; }
+      if (s[i] == ',') {
+        ++i;
+        continue;
+      }
+      if (s[i] == close) {
+        ++i;
+        return true;
+      }
       return false;
     }
   }

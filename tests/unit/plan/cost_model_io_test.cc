@@ -148,8 +148,7 @@ TEST_CASE("a key is read from its own object only", "[plan][cost_io]") {
   // The old hand-written reader found "c_s" (or "points") wherever it came
   // next in the text; here a missing field stays missing.
   CostModel m;
-  const Status st = readCostModelFields(
-      json::parse(R"({"sparsify": {"kind": "linear"}, "other": {"c_s": 5}})"), &m);
+  const Status st = readCostModelFields(json::parse(R"({"sparsify": {"kind": "linear"}, "other": {"c_s": 5}})"), &m);
   CHECK(st.message().find("sparsify: needs \"c_s\"") != std::string::npos);
   const double before = m.sparsify.c_s;
   CHECK(m.sparsify.c_s == before);

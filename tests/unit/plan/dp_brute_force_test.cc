@@ -36,8 +36,8 @@ int checkAgainstOracle(std::mt19937_64& rng, bool sparse, const ElementCost& com
     INFO("instance " << t << ", L = " << layers.size());
     REQUIRE(validateGroups(r.groups, static_cast<int>(layers.size())).ok());
     REQUIRE(relClose(r.predicted_s, oracle.best));
-    const double own = sparse ? sparseTime(layers, r.groups, comm, select, selection)
-                              : denseTime(layers, r.groups, comm);
+    const double own =
+        sparse ? sparseTime(layers, r.groups, comm, select, selection) : denseTime(layers, r.groups, comm);
     REQUIRE(relClose(own, r.predicted_s));
     REQUIRE_FALSE(r.front_capped);
     const PlannerResult g = greedy(layers);

@@ -15,8 +15,7 @@ struct Arrays {
   std::vector<double> tb;
   std::vector<int64_t> p;
   explicit Arrays(const std::vector<LayerInfo>& layers) {
-    for (auto it = layers.rbegin(); it != layers.rend(); ++it)
-      tb.push_back(it->backward_s), p.push_back(it->elements);
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it) tb.push_back(it->backward_s), p.push_back(it->elements);
   }
 };
 
@@ -28,8 +27,7 @@ std::vector<int> lengthsOf(const std::vector<std::vector<int>>& groups) {
 }
 
 // MW _generate_groups_mgwfbp; `single_test` swaps in B-Caffe's one inequality.
-std::vector<int> mwReference(const std::vector<LayerInfo>& layers, const ElementCost& T, double a,
-                             bool single_test) {
+std::vector<int> mwReference(const std::vector<LayerInfo>& layers, const ElementCost& T, double a, bool single_test) {
   Arrays ar(layers);
   const int L = static_cast<int>(ar.tb.size());
   std::vector<double> taob(L), tc(L), taoc(L);
@@ -68,8 +66,8 @@ std::vector<int> mwReference(const std::vector<LayerInfo>& layers, const Element
 }
 
 // OM _generate_groups_mgs, fixed loop (L-1..1) or released (L-1 pre-inserted).
-std::vector<int> omReference(const std::vector<LayerInfo>& layers, const ElementCost& tag,
-                             const ElementCost& tsf, bool released) {
+std::vector<int> omReference(const std::vector<LayerInfo>& layers, const ElementCost& tag, const ElementCost& tsf,
+                             bool released) {
   Arrays ar(layers);
   const int L = static_cast<int>(ar.tb.size());
   std::vector<double> ts(L), tc(L), taob(L), taos(L), taoc(L);
@@ -87,8 +85,7 @@ std::vector<int> omReference(const std::vector<LayerInfo>& layers, const Element
   if (released) group.push_back(L - 1);
   for (int l = released ? L - 2 : L - 1; l >= 1; --l) {
     group.push_back(l);
-    const double tw =
-        ar.tb[l - 1] + tsf(ar.p[l] + ar.p[l - 1]) - ts[l] - ts[l - 1] - (taoc[l] - (taos[l] + ts[l]));
+    const double tw = ar.tb[l - 1] + tsf(ar.p[l] + ar.p[l - 1]) - ts[l] - ts[l - 1] - (taoc[l] - (taos[l] + ts[l]));
     const double tsave = tc[l] + tc[l - 1] - tag(ar.p[l] + ar.p[l - 1]);
     if (tw < tsave) {
       ar.tb[l - 1] += ar.tb[l], ar.tb[l] = 0;

@@ -76,8 +76,8 @@ struct Oracle {
 // Exhaustive search over every cut mask. `sparse` picks §3.2 (comm =
 // allgather, with selection where `selection` says) or §3.1 (comm =
 // allreduce). Written from the recurrences, not from timeline.cc.
-inline Oracle bruteForce(const std::vector<LayerInfo>& layers, const ElementCost& comm,
-                         const ElementCost& select, bool sparse, Selection selection = Selection::kCompute) {
+inline Oracle bruteForce(const std::vector<LayerInfo>& layers, const ElementCost& comm, const ElementCost& select,
+                         bool sparse, Selection selection = Selection::kCompute) {
   const int n = static_cast<int>(layers.size());
   Oracle o;
   if (n == 0) return Oracle{0.0, {}};

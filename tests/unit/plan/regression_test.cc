@@ -51,8 +51,7 @@ TEST_CASE("V2: MGS optimum 24.125, fixed greedy 28.25, released 44.5", "[plan][r
   CHECK(released.groups == Groups{{0, 1, 2}});
 }
 
-TEST_CASE("worked example: GK allgather model, P = 16, ResNet-50 size = 0.05981 s",
-          "[plan][regression][cost]") {
+TEST_CASE("worked example: GK allgather model, P = 16, ResNet-50 size = 0.05981 s", "[plan][regression][cost]") {
   CostModel m;
   m.density = 0.001;
   REQUIRE(costModelPreset("gk-1gbe-P16", &m).ok());

@@ -87,8 +87,7 @@ TEST_CASE("a separate selection stage never ends later than the compute stream",
       CHECK(s[g].sparsified_s <= c[g].sparsified_s * (1 + 1e-12));
       CHECK(s[g].comm_end_s <= c[g].comm_end_s * (1 + 1e-12));
     }
-    CHECK(planMgs(layers, ag, sel, kDefaultFrontCap, Selection::kSeparate).predicted_s <=
-          oracle.best * (1 + 1e-12));
+    CHECK(planMgs(layers, ag, sel, kDefaultFrontCap, Selection::kSeparate).predicted_s <= oracle.best * (1 + 1e-12));
   }
 }
 

@@ -202,8 +202,7 @@ TEST_CASE("instance cost fields go through the cost-model reader", "[plan][tools
   plan::PlanInput in;
   json j = v1();
   j["allreduce"] = json::parse(R"({"alpha_s": "4", "beta_s_per_byte": 1})");
-  CHECK(parseInstance(j, &in).message().find("allreduce.alpha_s: expected a number, got string") !=
-        std::string::npos);
+  CHECK(parseInstance(j, &in).message().find("allreduce.alpha_s: expected a number, got string") != std::string::npos);
   j = v1();
   j["workers"] = 2.5;
   CHECK(parseInstance(j, &in).message().find("workers: expected an integer") != std::string::npos);
