@@ -10,7 +10,7 @@ which=${1:-all}
 jobs=${SETUP_JOBS:-$(nproc)}
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 common=(-DMGS_WITH_CUDA=OFF -DMGS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo)
-targets=(mgs_unit_tests mgs_capi_tests mgs_mpi_test mgs mgs-plan)
+targets=(mgs_unit_tests mgs_capi_tests mgs_mpi_test mgs_mpi_robustness_test mgs_comm_mpi_test mgs mgs-plan)
 
 if [ "$which" = asan ] || [ "$which" = all ]; then
   printf '\n==> AddressSanitizer + UndefinedBehaviorSanitizer\n'
@@ -21,7 +21,7 @@ if [ "$which" = asan ] || [ "$which" = all ]; then
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ctest --test-dir build-asan -L unit --output-on-failure -j 2
   ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-    ctest --test-dir build-asan -L mpi -E 'killed|conservation' --output-on-failure -j 2 --timeout 600
+    ctest --test-dir build-asan -L mpi -LE python -E 'killed|conservation' --output-on-failure -j 2 --timeout 600
 fi
 
 if [ "$which" = tsan ] || [ "$which" = all ]; then
