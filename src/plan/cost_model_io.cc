@@ -160,7 +160,10 @@ Status readFields(const json& j, CostModel* inout) {
 }
 
 json commToJson(const CommModel& c) {
-  if (c.isLinear()) return {{"alpha_s", c.segments()[0].alpha_s}, {"beta_s_per_byte", c.segments()[0].beta_s_per_byte}};
+  // The line form is only for what it can express (alpha, beta >= 0); a
+  // single segment fitted with a negative slope stays a segment list.
+  if (c.isLinear() && c.segments()[0].alpha_s >= 0 && c.segments()[0].beta_s_per_byte >= 0)
+    return {{"alpha_s", c.segments()[0].alpha_s}, {"beta_s_per_byte", c.segments()[0].beta_s_per_byte}};
   json segs = json::array();
   for (const auto& s : c.segments()) segs.push_back({s.from_bytes, s.alpha_s, s.beta_s_per_byte});
   return {{"segments", segs}};
