@@ -44,10 +44,7 @@ void Executor::run(std::vector<ReadyOp>& ops) {
     sigs.push_back(&op.req.sig);
     bytes.push_back(op.req.input.bytes());
   }
-  // One node (shared memory): fusing large tensors costs more in copies than
-  // it saves; across nodes the start-ups dominate (fusion.h).
-  const size_t max_fused = comm_.localSize() < comm_.size() ? kFusionMaxTensorBytesNetwork : kFusionMaxTensorBytes;
-  for (const auto& idx : fusionGroups(sigs, bytes, config_.fusion_threshold_bytes, max_fused)) {
+  for (const auto& idx : fusionGroups(sigs, bytes, config_.fusion_threshold_bytes)) {
     std::vector<Request*> group;
     for (size_t i : idx) group.push_back(ok[i]);
     Request& first = *group[0];

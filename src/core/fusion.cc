@@ -12,15 +12,14 @@ bool fusable(const Signature& a, const Signature& b) {
 }  // namespace
 
 std::vector<std::vector<size_t>> fusionGroups(const std::vector<const Signature*>& sigs,
-                                              const std::vector<size_t>& bytes, int64_t threshold,
-                                              size_t max_tensor_bytes) {
+                                              const std::vector<size_t>& bytes, int64_t threshold) {
   std::vector<std::vector<size_t>> groups;
   std::vector<size_t> open;        // indices of groups still accepting members
   std::vector<size_t> open_bytes;  // their wire sizes
   for (size_t i = 0; i < sigs.size(); ++i) {
     const Signature& s = *sigs[i];
     // CUDA tensors are staged one by one until the NCCL path exists.
-    const bool candidate = s.type == OpType::kAllreduce && !s.on_cuda && bytes[i] < max_tensor_bytes;
+    const bool candidate = s.type == OpType::kAllreduce && !s.on_cuda && bytes[i] < kFusionMaxTensorBytes;
     const size_t wire = bytes[i];
     bool placed = false;
     if (candidate && static_cast<int64_t>(wire) <= threshold) {

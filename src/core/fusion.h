@@ -18,19 +18,11 @@ namespace mgs {
 // that fusion saves (on one host: ~2-20 us per call vs ~10 us per 64 KiB of
 // copies each way), measured with bench/collectives.
 constexpr size_t kFusionMaxTensorBytes = 64 << 10;
-// Across a network every allreduce pays a ring's 2(P-1) message start-ups
-// (about a millisecond each on a host busy training), far more than copying a
-// few MiB: there, tensors up to this size are fused too. On ResNet-50 (161
-// tensors) over 4 emulated 1 Gbit/s hosts the per-tensor ring start-ups cost
-// more than DDP's 25 MB buckets.
-constexpr size_t kFusionMaxTensorBytesNetwork = 4 << 20;
 
 // Indices into `sigs` grouped for fusion, in order of each group's first
 // member. Only allreduces are grouped; every other op is a group of one.
-// Tensors of at least `max_tensor_bytes` are never fused.
 std::vector<std::vector<size_t>> fusionGroups(const std::vector<const Signature*>& sigs,
-                                              const std::vector<size_t>& bytes, int64_t threshold,
-                                              size_t max_tensor_bytes = kFusionMaxTensorBytes);
+                                              const std::vector<size_t>& bytes, int64_t threshold);
 
 // Pack `inputs` (host pointers, all of `dtype`, with `counts` elements each)
 // into `wire`, multiplying by `prescale`. Every dtype crosses the wire as

@@ -28,17 +28,6 @@ TEST_CASE("fusion groups compatible allreduces up to the threshold", "[fusion]")
   CHECK(fusionGroups(sigs, bytes, 0).size() == sigs.size());
 }
 
-TEST_CASE("across nodes larger tensors fuse too", "[fusion]") {
-  Signature f32 = allreduce(MGS_FLOAT32);
-  std::vector<const Signature*> sigs = {&f32, &f32, &f32};
-  std::vector<size_t> bytes = {1 << 20, 2 << 20, 8 << 20};
-  // One node: tensors of 64 KiB and more are reduced in place, one by one.
-  CHECK(fusionGroups(sigs, bytes, 64 << 20).size() == 3);
-  // A network: up to 4 MiB per tensor join the fusion buffer; 8 MiB does not.
-  CHECK(fusionGroups(sigs, bytes, 64 << 20, kFusionMaxTensorBytesNetwork) ==
-        std::vector<std::vector<size_t>>{{0, 1}, {2}});
-}
-
 TEST_CASE("16-bit floats are fused as 16-bit and scaled on the way out", "[fusion]") {
   std::vector<uint16_t> a = {floatToHalf(1.5f), floatToHalf(-2.0f)};
   std::vector<uint16_t> b = {floatToHalf(3.0f)};
