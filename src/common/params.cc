@@ -191,7 +191,7 @@ std::vector<ParamSpec> buildSpecs() {
   // A rank's own CPU budget: threads change how fast a rank selects, never
   // what it sends, so ranks may differ.
   s.push_back(intParam("MGS_THREADS", "0", 0, 4096, "an integer in [0, 4096] (0 = auto)", kLocal,
-                       "CPU threads for the runtime's own work on a rank (fusion, selection, scatter). "
+                       "CPU threads for a rank's gradient selection passes. "
                        "0 (auto): the cores this process may run on divided by the ranks on this node, "
                        "at most 8, so a rank never competes with its own training for cores; buckets "
                        "too small to gain run on one thread.",

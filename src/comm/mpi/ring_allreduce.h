@@ -3,7 +3,7 @@
 // that a dense gradient on commodity Ethernet needs. mgs runs its own rather
 // than Open MPI's for three reasons: Open MPI's tuned component picked
 // recursive doubling / in-place binomial for gradient-sized buffers on TCP
-// (2.65 s against 1.98 s for its own ring on a ResNet-50 step, 4 emulated
+// (issue 11: 2.65 s against 1.98 s for its own ring on a ResNet-50 step, 4 emulated
 // 1 Gbit/s hosts); its blocking calls busy-poll cores that training needs
 // (here every wait sleeps, mpi_util.h); and it has no 16-bit float sum, so
 // f16/bf16 would have to cross as float32.
