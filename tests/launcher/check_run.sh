@@ -16,6 +16,9 @@ while [ $# -gt 0 ]; do
     *) echo "check_run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+# The tests set the MGS_* variables they mean; any the caller exported (setup.sh
+# exports MGS_LIBRARY) would be forwarded by mgsrun and change the printed command.
+for v in $(env | sed -n 's/^\(MGS_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
 out=$("$@" 2>&1)
 rc=$?
 printf '%s\n' "$out"
