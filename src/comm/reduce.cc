@@ -38,11 +38,20 @@ void reduceTyped(void* acc, const void* in, size_t n, CommOp op) {
   }
 }
 
-template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
-void reduce16(void* acc, const void* in, size_t n, CommOp op) {
+// 16-bit floats: widened to fp32 a chunk at a time with the array
+// conversions (vectorised, dtype.h), combined, rounded back once.
+void reduce16(void* acc, const void* in, size_t n, DataType dtype, CommOp op) {
   auto* a = static_cast<uint16_t*>(acc);
   const auto* b = static_cast<const uint16_t*>(in);
-  for (size_t i = 0; i < n; ++i) a[i] = FromFloat(combine(ToFloat(a[i]), ToFloat(b[i]), op));
+  constexpr size_t kChunk = 1024;
+  float fa[kChunk], fb[kChunk];
+  for (size_t off = 0; off < n; off += kChunk) {
+    const size_t c = std::min(kChunk, n - off);
+    toFloat(a + off, dtype, c, fa);
+    toFloat(b + off, dtype, c, fb);
+    reduceTyped<float>(fa, fb, c, op);
+    fromFloat(fa, dtype, c, a + off);
+  }
 }
 
 }  // namespace
@@ -72,10 +81,10 @@ Status reduceInto(void* acc, const void* in, size_t n, DataType dtype, CommOp op
       reduceTyped<uint8_t>(acc, in, n, op);
       break;
     case MGS_FLOAT16:
-      reduce16<halfToFloat, floatToHalf>(acc, in, n, op);
+      reduce16(acc, in, n, dtype, op);
       break;
     case MGS_BFLOAT16:
-      reduce16<bfloat16ToFloat, floatToBfloat16>(acc, in, n, op);
+      reduce16(acc, in, n, dtype, op);
       break;
     default:
       break;

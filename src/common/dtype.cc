@@ -1,8 +1,10 @@
 #include "common/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace mgs {
@@ -141,12 +143,20 @@ void convertFrom(const void* src, size_t n, T* dst, DataType dtype) {
     }
     case MGS_FLOAT16: {
       auto* s = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(halfToFloat(s[i]));
+      if constexpr (std::is_same_v<T, float>) {
+        halfToFloatN(s, n, dst);
+      } else {
+        for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(halfToFloat(s[i]));
+      }
       break;
     }
     case MGS_BFLOAT16: {
       auto* s = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(bfloat16ToFloat(s[i]));
+      if constexpr (std::is_same_v<T, float>) {
+        bfloat16ToFloatN(s, n, dst);
+      } else {
+        for (size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(bfloat16ToFloat(s[i]));
+      }
       break;
     }
     case MGS_INT32: {
@@ -182,12 +192,20 @@ void convertTo(const T* src, size_t n, void* dst, DataType dtype) {
     }
     case MGS_FLOAT16: {
       auto* d = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < n; ++i) d[i] = floatToHalf(static_cast<float>(src[i]));
+      if constexpr (std::is_same_v<T, float>) {
+        floatToHalfN(src, n, d);
+      } else {
+        for (size_t i = 0; i < n; ++i) d[i] = floatToHalf(static_cast<float>(src[i]));
+      }
       break;
     }
     case MGS_BFLOAT16: {
       auto* d = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < n; ++i) d[i] = floatToBfloat16(static_cast<float>(src[i]));
+      if constexpr (std::is_same_v<T, float>) {
+        floatToBfloat16N(src, n, d);
+      } else {
+        for (size_t i = 0; i < n; ++i) d[i] = floatToBfloat16(static_cast<float>(src[i]));
+      }
       break;
     }
     case MGS_INT32: {
@@ -215,6 +233,8 @@ void toFloat(const void* src, DataType dtype, size_t n, float* dst) { convertFro
 void fromFloat(const float* src, DataType dtype, size_t n, void* dst) { convertTo(src, n, dst, dtype); }
 
 namespace {
+constexpr size_t kChunk16 = 1024;  // floats on the stack per 16-bit chunk
+
 template <typename Load>
 void addInto(size_t n, float f, bool overwrite, float* dst, Load load) {
   if (overwrite && f == 1.0f) {
@@ -240,14 +260,20 @@ void addIntoFloat(const void* src, DataType dtype, size_t n, double prescale, bo
       addInto(n, f, overwrite, dst, [s](size_t i) { return s[i]; });
       return;
     }
-    case MGS_FLOAT16: {
-      auto* s = static_cast<const uint16_t*>(src);
-      addInto(n, f, overwrite, dst, [s](size_t i) { return halfToFloat(s[i]); });
-      return;
-    }
+    case MGS_FLOAT16:
     case MGS_BFLOAT16: {
+      // Converted a chunk at a time (array conversions are vectorised), then
+      // added: the same arithmetic as the per-element form.
       auto* s = static_cast<const uint16_t*>(src);
-      addInto(n, f, overwrite, dst, [s](size_t i) { return bfloat16ToFloat(s[i]); });
+      float buf[kChunk16];
+      for (size_t off = 0; off < n; off += kChunk16) {
+        const size_t c = std::min(kChunk16, n - off);
+        if (dtype == MGS_FLOAT16)
+          halfToFloatN(s + off, c, buf);
+        else
+          bfloat16ToFloatN(s + off, c, buf);
+        addInto(c, f, overwrite, dst + off, [&buf](size_t i) { return buf[i]; });
+      }
       return;
     }
     default: {
@@ -289,16 +315,17 @@ void scaleHost(void* data, DataType dtype, size_t n, double factor) {
       for (size_t i = 0; i < n; ++i) d[i] *= factor;
       return;
     }
-    case MGS_FLOAT16: {
-      auto* d = static_cast<uint16_t*>(data);
-      const float f = static_cast<float>(factor);
-      for (size_t i = 0; i < n; ++i) d[i] = floatToHalf(halfToFloat(d[i]) * f);
-      return;
-    }
+    case MGS_FLOAT16:
     case MGS_BFLOAT16: {
       auto* d = static_cast<uint16_t*>(data);
       const float f = static_cast<float>(factor);
-      for (size_t i = 0; i < n; ++i) d[i] = floatToBfloat16(bfloat16ToFloat(d[i]) * f);
+      float buf[kChunk16];
+      for (size_t off = 0; off < n; off += kChunk16) {
+        const size_t c = std::min(kChunk16, n - off);
+        toFloat(d + off, dtype, c, buf);
+        for (size_t i = 0; i < c; ++i) buf[i] *= f;
+        fromFloat(buf, dtype, c, d + off);
+      }
       return;
     }
     case MGS_INT32: {

@@ -23,6 +23,14 @@ float halfToFloat(uint16_t h);
 uint16_t floatToHalf(float f);
 float bfloat16ToFloat(uint16_t b);
 uint16_t floatToBfloat16(float f);
+// The same over arrays (dtype_simd.cc): F16C on x86 where the CPU has it.
+// Bitwise equal to the scalar functions except for NaN payloads.
+void halfToFloatN(const uint16_t* src, size_t n, float* dst);
+void floatToHalfN(const float* src, size_t n, uint16_t* dst);
+void bfloat16ToFloatN(const uint16_t* src, size_t n, float* dst);
+void floatToBfloat16N(const float* src, size_t n, uint16_t* dst);
+// Whether halfToFloatN/floatToHalfN use the hardware conversion here.
+bool halfConversionIsVectorised();
 
 // Element-wise conversion of `n` values between any dtype and double, used for
 // scaling and for reducing 16-bit floats in fp32 on the host.

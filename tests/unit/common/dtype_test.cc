@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "common/dtype.h"
 
@@ -63,4 +64,92 @@ TEST_CASE("integer scaling saturates instead of overflowing", "[dtype]") {
   mgs::scaleHost(exact, MGS_INT32, 2, 0.5);  // rounds toward zero
   CHECK(exact[0] == 3);
   CHECK(exact[1] == -3);
+}
+
+namespace {
+// Same value, or both NaN (array conversions may keep NaN payloads).
+bool sameOrBothNaN16(uint16_t a, uint16_t b, uint16_t exp_mask, uint16_t mant_mask) {
+  const bool na = (a & exp_mask) == exp_mask && (a & mant_mask);
+  const bool nb = (b & exp_mask) == exp_mask && (b & mant_mask);
+  return na ? nb : a == b;
+}
+
+// Floats that probe every rounding case of a 16-bit format: each half/bf16
+// value, the midpoints between neighbours (ties go to even), a hair either
+// side, and values past the range.
+std::vector<float> roundingProbes() {
+  std::vector<float> v;
+  for (uint32_t h = 0; h < 0x10000; h += 7) {
+    const float f = mgs::halfToFloat(static_cast<uint16_t>(h));
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    for (int d : {-4097, -4096, -4095, -1, 0, 1, 4095, 4096, 4097}) {
+      const uint32_t b = bits + static_cast<uint32_t>(d);
+      float g;
+      std::memcpy(&g, &b, 4);
+      v.push_back(g);
+    }
+  }
+  for (float f : {65504.0f, 65519.0f, 65520.0f, 1e30f, -1e30f, 1e-30f, 0.0f, -0.0f,
+                  std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                  std::numeric_limits<float>::denorm_min()})
+    v.push_back(f);
+  return v;
+}
+}  // namespace
+
+TEST_CASE("array half conversions equal the scalar ones on every input", "[dtype]") {
+  INFO("hardware conversion: " << mgs::halfConversionIsVectorised());
+  std::vector<uint16_t> all(0x10000 + 5);  // + a tail that is not a multiple of 8
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i * 40503u);
+  for (uint32_t h = 0; h < 0x10000; ++h) all[h] = static_cast<uint16_t>(h);
+  std::vector<float> wide(all.size());
+  mgs::halfToFloatN(all.data(), all.size(), wide.data());
+  for (size_t i = 0; i < all.size(); ++i) {
+    const float want = mgs::halfToFloat(all[i]);
+    INFO("half bits " << all[i]);
+    if (std::isnan(want)) {
+      REQUIRE(std::isnan(wide[i]));
+    } else {
+      REQUIRE(std::memcmp(&want, &wide[i], 4) == 0);
+    }
+  }
+  const std::vector<float> probes = roundingProbes();
+  std::vector<uint16_t> h(probes.size()), b(probes.size());
+  mgs::floatToHalfN(probes.data(), probes.size(), h.data());
+  mgs::floatToBfloat16N(probes.data(), probes.size(), b.data());
+  for (size_t i = 0; i < probes.size(); ++i) {
+    INFO("float " << probes[i]);
+    REQUIRE(sameOrBothNaN16(h[i], mgs::floatToHalf(probes[i]), 0x7c00, 0x03ff));
+    REQUIRE(sameOrBothNaN16(b[i], mgs::floatToBfloat16(probes[i]), 0x7f80, 0x007f));
+  }
+  std::vector<float> back(b.size());
+  mgs::bfloat16ToFloatN(b.data(), b.size(), back.data());
+  for (size_t i = 0; i < b.size(); ++i) {
+    const float want = mgs::bfloat16ToFloat(b[i]);
+    REQUIRE((std::isnan(want) ? std::isnan(back[i]) : std::memcmp(&want, &back[i], 4) == 0));
+  }
+}
+
+TEST_CASE("16-bit fusing and scaling match the per-element arithmetic", "[dtype]") {
+  // addIntoFloat and scaleHost go through the array conversions in chunks;
+  // the result must be the per-element formula, chunk edges included.
+  const size_t n = 2500;  // spans chunk boundaries
+  for (auto dt : {MGS_FLOAT16, MGS_BFLOAT16}) {
+    std::vector<uint16_t> x(n);
+    for (size_t i = 0; i < n; ++i) {
+      const float v = std::sin(0.37f * static_cast<float>(i)) * 100.0f;
+      x[i] = dt == MGS_FLOAT16 ? mgs::floatToHalf(v) : mgs::floatToBfloat16(v);
+    }
+    auto wide = [&](uint16_t v) { return dt == MGS_FLOAT16 ? mgs::halfToFloat(v) : mgs::bfloat16ToFloat(v); };
+    std::vector<float> acc(n, 0.25f);
+    mgs::addIntoFloat(x.data(), dt, n, 0.5, false, acc.data());
+    for (size_t i = 0; i < n; ++i) REQUIRE(acc[i] == 0.25f + wide(x[i]) * 0.5f);
+    std::vector<uint16_t> y = x;
+    mgs::scaleHost(y.data(), dt, n, 3.0);
+    for (size_t i = 0; i < n; ++i) {
+      const float s = wide(x[i]) * 3.0f;
+      REQUIRE(y[i] == (dt == MGS_FLOAT16 ? mgs::floatToHalf(s) : mgs::floatToBfloat16(s)));
+    }
+  }
 }
