@@ -10,12 +10,13 @@ which=${1:-all}
 jobs=${SETUP_JOBS:-$(nproc)}
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 common=(-DMGS_WITH_CUDA=OFF -DMGS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo)
-targets=(mgs_unit_tests mgs_capi_tests mgs_mpi_test mgs_mpi_robustness_test mgs_comm_mpi_test mgs mgs-plan)
 
 if [ "$which" = asan ] || [ "$which" = all ]; then
   printf '\n==> AddressSanitizer + UndefinedBehaviorSanitizer\n'
   cmake -S . -B build-asan "${common[@]}" -DMGS_SANITIZE_ADDRESS=ON >/dev/null
-  cmake --build build-asan -j "$jobs" --target "${targets[@]}"
+  # Everything (benchmarks are off): a list of test binaries here would miss
+  # the next MPI test someone adds, and ctest would then fail on it.
+  cmake --build build-asan -j "$jobs"
   # Leak checking in the unit tests; not under mpirun (Open MPI's own start-up
   # allocations are reported as leaks). Any UBSan report aborts the test.
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \

@@ -55,22 +55,29 @@ __attribute__((target("avx,f16c"))) size_t floatToHalfF16C(const float* s, size_
 }
 #endif
 
+// The hardware part (when there is one) then the scalar rest.
+template <typename S, typename D, size_t (*Fast)(const S*, size_t, D*), D (*One)(S)>
+void convertArray(const S* src, size_t n, D* dst) {
+  size_t i = 0;
+#ifdef MGS_F16C_PATH
+  if (haveF16C()) i = Fast(src, n, dst);
+#endif
+  for (; i < n; ++i) dst[i] = One(src[i]);
+}
+
+#ifndef MGS_F16C_PATH
+size_t halfToFloatF16C(const uint16_t*, size_t, float*) { return 0; }
+size_t floatToHalfF16C(const float*, size_t, uint16_t*) { return 0; }
+#endif
+
 }  // namespace
 
 void halfToFloatN(const uint16_t* src, size_t n, float* dst) {
-  size_t i = 0;
-#ifdef MGS_F16C_PATH
-  if (haveF16C()) i = halfToFloatF16C(src, n, dst);
-#endif
-  for (; i < n; ++i) dst[i] = halfToFloat(src[i]);
+  convertArray<uint16_t, float, halfToFloatF16C, halfToFloat>(src, n, dst);
 }
 
 void floatToHalfN(const float* src, size_t n, uint16_t* dst) {
-  size_t i = 0;
-#ifdef MGS_F16C_PATH
-  if (haveF16C()) i = floatToHalfF16C(src, n, dst);
-#endif
-  for (; i < n; ++i) dst[i] = floatToHalf(src[i]);
+  convertArray<float, uint16_t, floatToHalfF16C, floatToHalf>(src, n, dst);
 }
 
 void bfloat16ToFloatN(const uint16_t* src, size_t n, float* dst) {
