@@ -297,6 +297,9 @@ typedef struct mgs_stats {
   uint64_t plans;                /**< merge plans computed so far */
   uint64_t name_cache_entries;   /**< names in the negotiation cache (at most 8192: least
                                       recently used names are evicted) */
+  uint64_t idle_cycles;          /**< coordinator cycles with nothing pending on this rank; after a
+                                      few in a row the coordinator waits longer between them (up to
+                                      20 ms, ended at once by an enqueue or shutdown) */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

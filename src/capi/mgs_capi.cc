@@ -377,6 +377,7 @@ mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
     s.ops_completed = n.ops_completed;
     s.bytes_reduced = n.bytes_reduced;
     s.name_cache_entries = n.cached_names;
+    s.idle_cycles = n.idle_cycles;
     const mgs::SparseStats sp = rt->sparseStats();
     s.sparse_steps = sp.steps;
     s.sparse_buckets = sp.buckets;

@@ -60,6 +60,8 @@ class Controller {
   std::vector<Request> takePending();
   ControllerStats stats() const;
   size_t pendingCount() const { return pending_.size(); }
+  // Nothing submitted here and (rank 0) nothing reported by any rank.
+  bool idle() const { return pending_.empty() && table_.empty(); }
 
  private:
   struct Pending {

@@ -44,7 +44,16 @@ std::string RequestQueue::closedReason() {
 
 void RequestQueue::waitUntil(Clock::time_point deadline) {
   std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait_until(lk, deadline, [&] { return closed_ || !queue_.empty(); });
+  cv_.wait_until(lk, deadline, [&] { return closed_ || woken_ || !queue_.empty(); });
+  woken_ = false;
+}
+
+void RequestQueue::wake() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    woken_ = true;
+  }
+  cv_.notify_all();
 }
 
 }  // namespace mgs

@@ -27,6 +27,8 @@ class RequestQueue {
   std::string closedReason();
   // Wait until something is queued, close() is called, or `deadline` passes.
   void waitUntil(Clock::time_point deadline);
+  // Ends the current (or next) waitUntil early, e.g. for shutdown.
+  void wake();
 
  private:
   std::mutex mu_;
@@ -34,6 +36,7 @@ class RequestQueue {
   std::vector<Request> queue_;
   std::unordered_set<std::string> in_flight_;
   bool closed_ = false;
+  bool woken_ = false;
   std::string closed_why_;
 };
 

@@ -37,6 +37,7 @@ struct NegotiationStats {
   uint64_t ops_completed = 0;
   uint64_t bytes_reduced = 0;
   uint64_t cached_names = 0;  // names in the negotiation cache (bounded)
+  uint64_t idle_cycles = 0;   // cycles with nothing pending on this rank (these wait longer)
 };
 
 class Runtime {
@@ -106,7 +107,7 @@ class Runtime {
   void addHazard(const std::string& why);
   std::atomic<uint64_t> barrier_count_{0};
   // Written by the coordinator, read by anyone.
-  std::atomic<uint64_t> cycles_{0}, fast_cycles_{0}, slow_cycles_{0}, ops_completed_{0}, bytes_reduced_{0};
+  std::atomic<uint64_t> idle_cycles_{0}, cycles_{0}, fast_cycles_{0}, slow_cycles_{0}, ops_completed_{0}, bytes_reduced_{0};
   std::atomic<uint64_t> cached_names_{0};
   std::atomic<double> negotiation_s_{0};
   mutable std::mutex stats_mu_;

@@ -80,6 +80,13 @@ class SparsePipeline {
   // Fail everything held (shutdown).
   void failHeld(const Status& st);
   SparseStats stats() const { return stats_; }
+  // Nothing held in a bucket and no exchange in flight.
+  bool idle() const {
+    if (!inflight_.empty()) return false;
+    for (const auto& b : buckets_)
+      if (!b.ready.empty()) return false;
+    return true;
+  }
   // Called with the statistics before a bucket's handles complete, so a
   // caller woken by them reads statistics that include that bucket.
   void setStatsSink(std::function<void(const SparseStats&)> publish) { publish_ = std::move(publish); }

@@ -52,6 +52,7 @@ class MgsStats(ctypes.Structure):
         ("plan_buckets", ctypes.c_uint64),
         ("plans", ctypes.c_uint64),
         ("name_cache_entries", ctypes.c_uint64),
+        ("idle_cycles", ctypes.c_uint64),
     ]
 
 
