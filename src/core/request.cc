@@ -18,12 +18,6 @@ const char* opTypeName(OpType t) {
   return "unknown";
 }
 
-size_t TensorDesc::numel() const {
-  size_t n = 1;
-  for (int64_t d : shape) n *= static_cast<size_t>(d);
-  return n;
-}
-
 Status checkedSize(const std::vector<int64_t>& shape, DataType dtype, size_t* numel, size_t* bytes) {
   uint64_t n = 1;
   for (int64_t d : shape) {

@@ -28,7 +28,11 @@ struct TensorDesc {
   void* ready_event = nullptr;
 
   // Unchecked: valid once checkedSize() accepted the shape (every enqueue does).
-  size_t numel() const;
+  size_t numel() const {
+    size_t n = 1;
+    for (int64_t d : shape) n *= static_cast<size_t>(d);
+    return n;
+  }
   size_t bytes() const { return numel() * dtypeSize(dtype); }
   bool onCuda() const { return device != MGS_DEVICE_CPU; }
 };

@@ -1,26 +1,15 @@
-#include "core/device.h"
-
-#include <string>
-
-#include "common/check.h"
-
-#ifdef MGS_HAVE_CUDA
+// The device interface that src/core names (core/device.h), implemented with
+// the CUDA runtime: CUDA tensors are waited for, staged through host memory
+// and scaled on the GPU (runtime_kernels.cu). src/core includes nothing from
+// cuda/; the top-level CMakeLists.txt links this file's library into the core
+// when CUDA is on (MGS_DEVICE_IMPL), src/core/device_none.cc otherwise.
 #include <cuda_runtime.h>
 
+#include "core/device.h"
+#include "cuda_check.h"
 #include "runtime_kernels.h"
-#endif
 
 namespace mgs::device {
-
-#ifdef MGS_HAVE_CUDA
-
-#define MGS_CUDA_CHECK(call)                                                                     \
-  do {                                                                                           \
-    const cudaError_t _mgs_e = (call);                                                           \
-    if (_mgs_e != cudaSuccess)                                                                   \
-      return Status(Code::kCuda, std::string(#call) + " failed: " + cudaGetErrorString(_mgs_e) + \
-                                     detail::where(__FILE__, __LINE__));                         \
-  } while (0)
 
 bool builtWithCuda() { return true; }
 
@@ -65,22 +54,5 @@ Status scale(const TensorDesc& t, double factor) {
   MGS_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   return Status::OK();
 }
-
-#else  // !MGS_HAVE_CUDA
-
-namespace {
-Status noCuda() {
-  return Status(Code::kUnsupported, "this mgs library was built without CUDA (MGS_WITH_CUDA=OFF or no nvcc)");
-}
-}  // namespace
-
-bool builtWithCuda() { return false; }
-Status checkUsable(const TensorDesc& t) { return t.onCuda() ? noCuda() : Status::OK(); }
-Status waitReady(const TensorDesc& t) { return t.onCuda() ? noCuda() : Status::OK(); }
-Status copyToHost(void*, const TensorDesc&, size_t) { return noCuda(); }
-Status copyFromHost(const TensorDesc&, const void*, size_t) { return noCuda(); }
-Status scale(const TensorDesc&, double) { return noCuda(); }
-
-#endif
 
 }  // namespace mgs::device

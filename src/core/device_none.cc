@@ -1,0 +1,22 @@
+// The device interface (core/device.h) in a build without CUDA: CUDA tensors
+// are refused with a clear message (enqueue checks them before they get
+// further). With CUDA, cuda/device_cuda.cc implements the same functions and
+// the top-level CMakeLists.txt links that one instead (MGS_DEVICE_IMPL).
+#include "core/device.h"
+
+namespace mgs::device {
+
+namespace {
+Status noCuda() {
+  return Status(Code::kUnsupported, "this mgs library was built without CUDA (MGS_WITH_CUDA=OFF or no nvcc)");
+}
+}  // namespace
+
+bool builtWithCuda() { return false; }
+Status checkUsable(const TensorDesc& t) { return t.onCuda() ? noCuda() : Status::OK(); }
+Status waitReady(const TensorDesc& t) { return t.onCuda() ? noCuda() : Status::OK(); }
+Status copyToHost(void*, const TensorDesc&, size_t) { return noCuda(); }
+Status copyFromHost(const TensorDesc&, const void*, size_t) { return noCuda(); }
+Status scale(const TensorDesc&, double) { return noCuda(); }
+
+}  // namespace mgs::device
