@@ -67,6 +67,11 @@ Status parseInstance(const json& j, plan::PlanInput* out, const plan::CostModel*
       if (!plan::parseSelection(sel, &in.selection))
         return invalid("'selection' must be \"compute\" or \"separate\", got \"" + sel + "\"");
     }
+    if (j.contains("exchanges")) {
+      if (!j.at("exchanges").is_string() || !plan::parseExchanges(j.at("exchanges").get<std::string>(), &in.cost.exchanges))
+        return invalid("'exchanges' must be a comma-separated list of allgather, agreed, dense, got " +
+                       j.at("exchanges").dump());
+    }
     in.fusion_threshold_bytes = j.value("fusion_threshold_bytes", in.fusion_threshold_bytes);
     in.front_cap = j.value("front_cap", in.front_cap);
     st = plan::validatePlanInput(in);

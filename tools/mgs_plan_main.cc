@@ -29,8 +29,8 @@ void explain(const PlanInput& in, const Plan& plan) {
   // the group up, after it was ready and the previous selection ended.
   std::fprintf(stderr, "%5s  %-9s %12s %12s", "group", "layers", "elements", "ready_s");
   if (separate) std::fprintf(stderr, " %12s", "sel_start_s");
-  std::fprintf(stderr, " %12s %12s %12s %10s  %s\n", plan.sparse ? "selected_s" : "", "comm_start_s", "comm_end_s",
-               "waited_s", "first .. last");
+  std::fprintf(stderr, " %12s %12s %12s %10s %-9s  %s\n", plan.sparse ? "selected_s" : "", "comm_start_s",
+               "comm_end_s", "waited_s", "exchange", "first .. last");
   double prev_end = 0;
   for (size_t g = 0; g < t.size(); ++g) {
     const GroupTiming& x = t[g];
@@ -38,9 +38,12 @@ void explain(const PlanInput& in, const Plan& plan) {
     std::fprintf(stderr, "%5zu  %-9s %12lld %12.6f", g, range.c_str(), static_cast<long long>(x.elements), x.ready_s);
     if (separate) std::fprintf(stderr, " %12.6f", x.select_start_s);
     // waited_s: how long the ready group waited for the previous communication.
-    std::fprintf(stderr, " %12s %12.6f %12.6f %10.6f  %s .. %s\n",
+    // The exchange the sparse model (and the runtime) takes for this group.
+    const char* exchange = plan.sparse ? mgs::plan::exchangeName(in.cost.chooseExchange(x.elements)) : "allreduce";
+    std::fprintf(stderr, " %12s %12.6f %12.6f %10.6f %-9s  %s .. %s\n",
                  plan.sparse ? std::to_string(x.sparsified_s).c_str() : "", x.comm_start_s, x.comm_end_s,
-                 x.comm_start_s - x.sparsified_s, in.layers[x.first].name.c_str(), in.layers[x.last].name.c_str());
+                 x.comm_start_s - x.sparsified_s, exchange, in.layers[x.first].name.c_str(),
+                 in.layers[x.last].name.c_str());
     prev_end = x.comm_end_s;
   }
   if (separate) {
@@ -76,6 +79,10 @@ int main(int argc, char** argv) {
                  "separate (selection on the runtime's coordinator thread / a side stream, pipelined with the "
                  "allgather); overrides the instance's \"selection\" (default compute)")
       ->check(CLI::IsMember({"compute", "separate"}));
+  std::string exchanges;
+  app.add_option("--exchanges", exchanges,
+                 "sparse model: the exchanges a group may use, comma-separated from allgather, agreed, dense "
+                 "(each group takes the cheapest); overrides the instance's \"exchanges\" (default allgather)");
   app.add_flag("--explain", show, "print the plan's timeline to stderr");
   CLI11_PARSE(app, argc, argv);
 
@@ -96,6 +103,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!selection.empty()) (void)mgs::plan::parseSelection(selection, &in.selection);  // checked by CLI11
+  if (!exchanges.empty() && !mgs::plan::parseExchanges(exchanges, &in.cost.exchanges)) {
+    std::cerr << "mgs-plan: --exchanges '" << exchanges << "': expected a comma-separated list of allgather, agreed, "
+              << "dense\n";
+    return 2;
+  }
   if (planner.empty()) planner = in.sparse ? "mgs" : "mgwfbp";
   std::vector<std::string> run = {planner};
   if (planner == "all") run = mgs::plan::plannerNames();

@@ -39,6 +39,10 @@ plan::CostModel clusterModel(const SimOptions& o, int workers) {
   // Allgather of everyone's (value, index) pairs, as two collectives; each
   // rank receives (P-1)/P of the gathered bytes.
   m.allgather = plan::CommModel::linear(2 * steps * lat, (p - 1) / p / bw);
+  // Broadcast as a scatter then an allgather (van de Geijn; what MPI
+  // libraries use for large messages): log P startups for each half, and
+  // each rank moves (P-1)/P of the buffer in each.
+  m.broadcast = plan::CommModel::linear(2 * steps * lat, 2 * (p - 1) / p / bw);
   return m;
 }
 
@@ -53,6 +57,12 @@ const std::vector<Strategy>& simStrategies() {
       {"topk", "single", true, "sparse, one group after backward (TopK-SGD / GaussianK default)"},
       {"mgs", "mgs", true, "sparse, MGS exact Pareto DP"},
       {"mgs-greedy", "mgs-greedy", true, "sparse, MGS authors' rule (fixed)"},
+      {"lags-agreed", "layerwise", true, "sparse, one exchange per tensor, allgather or agreed (cheaper)",
+       plan::kExchangeAllgather | plan::kExchangeAgreed},
+      {"mgs-agreed", "mgs", true, "sparse, MGS exact DP, each group allgather or agreed (cheaper)",
+       plan::kExchangeAllgather | plan::kExchangeAgreed},
+      {"mgs-auto", "mgs", true, "MGS exact DP, each group allgather, agreed or dense (the runtime's default)",
+       plan::kExchangeAllgather | plan::kExchangeAgreed | plan::kExchangeDense},
   };
   return s;
 }
@@ -72,6 +82,7 @@ Status simulate(const Trace& trace, const SimOptions& o, std::vector<SimPoint>* 
     in.selection = o.selection;
     for (const Strategy& s : simStrategies()) {
       in.sparse = s.sparse;
+      in.cost.exchanges = s.exchanges;
       plan::Plan plan;
       MGS_RETURN_IF_ERROR(plan::computePlan(s.planner, in, &plan));
       SimPoint pt;

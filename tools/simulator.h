@@ -45,6 +45,8 @@ struct Strategy {
   std::string planner;  // plan::computePlan name
   bool sparse;
   std::string doc;
+  // Sparse strategies: the exchanges a group may use (plan::kExchange* bits).
+  unsigned exchanges = plan::kExchangeAllgather;
 };
 const std::vector<Strategy>& simStrategies();
 

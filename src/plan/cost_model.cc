@@ -125,4 +125,70 @@ double CostModel::allgatherSeconds(int64_t elements) const {
   return allgather.seconds(bytes);
 }
 
+const char* exchangeName(Exchange e) {
+  switch (e) {
+    case Exchange::kAgreed:
+      return "agreed";
+    case Exchange::kDense:
+      return "dense";
+    default:
+      return "allgather";
+  }
+}
+
+bool parseExchanges(const std::string& names, unsigned* out) {
+  unsigned set = 0;
+  size_t at = 0;
+  while (at <= names.size()) {
+    const size_t end = std::min(names.find(',', at), names.size());
+    const std::string name = names.substr(at, end - at);
+    bool known = false;
+    for (Exchange e : {Exchange::kAllgather, Exchange::kAgreed, Exchange::kDense})
+      if (name == exchangeName(e)) set |= exchangeBit(e), known = true;
+    if (!known) return false;
+    at = end + 1;
+  }
+  if (set == 0) return false;
+  *out = set;
+  return true;
+}
+
+double CostModel::broadcastSeconds(double bytes) const {
+  return broadcast.segments().empty() ? allreduce.seconds(bytes) : broadcast.seconds(bytes);
+}
+
+double CostModel::agreedSeconds(int64_t elements) const {
+  const double k = static_cast<double>(selected(elements));
+  // The runtime's index block also carries a count and a seal (16 bytes),
+  // and the value allreduce one flag slot: noise next to k, left out.
+  return broadcastSeconds(4.0 * k) + allreduce.seconds(k * bytes_per_element);
+}
+
+double CostModel::exchangeSeconds(Exchange e, int64_t elements) const {
+  switch (e) {
+    case Exchange::kAgreed:
+      return agreedSeconds(elements);
+    case Exchange::kDense:
+      return allreduceSeconds(elements);
+    default:
+      return allgatherSeconds(elements);
+  }
+}
+
+double CostModel::selectionSeconds(Exchange e, int64_t elements) const {
+  return e == Exchange::kDense ? 0.0 : sparsifySeconds(elements);
+}
+
+Exchange CostModel::chooseExchange(int64_t elements) const {
+  Exchange best = Exchange::kAllgather;
+  double best_s = 0;
+  bool any = false;
+  for (Exchange e : {Exchange::kAllgather, Exchange::kAgreed, Exchange::kDense}) {
+    if (!(exchanges & exchangeBit(e))) continue;
+    const double s = selectionSeconds(e, elements) + exchangeSeconds(e, elements);
+    if (!any || s < best_s) best = e, best_s = s, any = true;
+  }
+  return best;
+}
+
 }  // namespace mgs::plan

@@ -70,11 +70,37 @@ struct SparsifyModel {
   static Status fit(Kind kind, const std::vector<Sample>& samples, SparsifyModel* out);
 };
 
+// How a sparse bucket's selected entries travel (docs/architecture.md,
+// "Exchanges"):
+//  kAllgather: every rank selects its own k and all P blocks of k (value,
+//              index) pairs are gathered: per-rank traffic grows with P.
+//  kAgreed:    one leader rank selects; its k indices are broadcast and every
+//              rank allreduces its values at those indices (ScaleCom's CLT-k):
+//              per-rank traffic about 3 * 4k bytes whatever P is.
+//  kDense:     the whole bucket as a dense allreduce (no selection).
+enum class Exchange { kAllgather = 0, kAgreed = 1, kDense = 2 };
+// Sets of exchanges, as bits of CostModel::exchanges.
+constexpr unsigned kExchangeAllgather = 1u << 0, kExchangeAgreed = 1u << 1, kExchangeDense = 1u << 2;
+constexpr unsigned exchangeBit(Exchange e) { return 1u << static_cast<unsigned>(e); }
+const char* exchangeName(Exchange e);  // "allgather", "agreed", "dense"
+// A comma-separated set of exchange names ("allgather,agreed,dense"); false
+// (and *out unchanged) for an empty set or an unknown name.
+bool parseExchanges(const std::string& names, unsigned* out);
+
 // Everything that turns a group of `elements` into seconds on one cluster.
 struct CostModel {
   CommModel allreduce;  // dense allreduce of the group's bytes
   CommModel allgather;  // sparse allgather: bytes = P * k * (value bytes + 4 index bytes)
+  // One-root broadcast of a buffer of this many bytes (the agreed exchange's
+  // index block). Empty (cost files written before it existed): estimated
+  // by `allreduce` of the same bytes, an upper bound for any sane MPI.
+  CommModel broadcast;
   SparsifyModel sparsify;
+  // Which exchanges a sparse group may use (kExchange* bits); the planners
+  // and the runtime take, per group, the one chooseExchange() names. The
+  // default is the allgather alone (the papers' model); the runtime sets it
+  // from MGS_EXCHANGE and MGS_DENSE_FALLBACK.
+  unsigned exchanges = kExchangeAllgather;
   int workers = 1;
   double density = 0.001;
   int bytes_per_element = 4;
@@ -84,6 +110,19 @@ struct CostModel {
   double allreduceSeconds(int64_t elements) const;
   double allgatherSeconds(int64_t elements) const;
   double sparsifySeconds(int64_t elements) const { return sparsify.seconds(elements); }
+  double broadcastSeconds(double bytes) const;
+  // The agreed exchange's communication: broadcast of k 4-byte indices, then
+  // an allreduce of k values.
+  double agreedSeconds(int64_t elements) const;
+  // Communication time of `e` for a group (selection not included).
+  double exchangeSeconds(Exchange e, int64_t elements) const;
+  // Selection time `e` needs first (0 for dense).
+  double selectionSeconds(Exchange e, int64_t elements) const;
+  // The allowed exchange with the least selection + communication time;
+  // ties go to the lower enum value (allgather, then agreed, then dense).
+  // With no bit set it answers kAllgather. Pure: the same on every rank
+  // given the same model.
+  Exchange chooseExchange(int64_t elements) const;
 };
 
 // Named models from the papers' fitted tables, for reproduction (see

@@ -154,6 +154,9 @@ Status readFields(const json& j, CostModel* inout) {
   }
   if (j.contains("allreduce")) MGS_RETURN_IF_ERROR(readComm(j.at("allreduce"), "allreduce", &m.allreduce));
   if (j.contains("allgather")) MGS_RETURN_IF_ERROR(readComm(j.at("allgather"), "allgather", &m.allgather));
+  // Optional: files from before the agreed exchange have no broadcast term
+  // (CostModel::broadcast says how it is then estimated).
+  if (j.contains("broadcast")) MGS_RETURN_IF_ERROR(readComm(j.at("broadcast"), "broadcast", &m.broadcast));
   if (j.contains("sparsify")) MGS_RETURN_IF_ERROR(readSparsify(j.at("sparsify"), &m.sparsify));
   *inout = m;
   return Status::OK();
@@ -187,7 +190,8 @@ Status parseCostModel(const std::string& text, CostModel* out) {
   if (!j.is_object()) return invalid("cost model", "expected a JSON object, got " + typeOf(j));
   MGS_RETURN_IF_ERROR(
       onlyKeys(j, "cost model",
-               {"format", "version", "workers", "bytes_per_element", "allreduce", "allgather", "sparsify", "comment"}));
+               {"format", "version", "workers", "bytes_per_element", "allreduce", "allgather", "broadcast", "sparsify",
+                "comment"}));
   for (const char* k : {"workers", "allreduce", "allgather", "sparsify"})
     if (!j.contains(k)) return invalid("cost model", std::string("missing \"") + k + "\"");
   CostModel m = *out;
@@ -220,6 +224,7 @@ std::string costModelToJson(const CostModel& m, bool pretty) {
   out += std::string(in) + "\"bytes_per_element\":" + sp + std::to_string(m.bytes_per_element) + "," + nl;
   out += std::string(in) + "\"allreduce\":" + sp + comm(m.allreduce) + "," + nl;
   out += std::string(in) + "\"allgather\":" + sp + comm(m.allgather) + "," + nl;
+  if (!m.broadcast.segments().empty()) out += std::string(in) + "\"broadcast\":" + sp + comm(m.broadcast) + "," + nl;
   out += std::string(in) + "\"sparsify\":" + sp + sparsify.dump() + nl;
   return out + "}" + (pretty ? "\n" : "");
 }

@@ -4,7 +4,7 @@
 // writer, on nlohmann-json, shared by the runtime and the tools.
 //
 //   {"format": "mgs-cost-model", "version": 1, "workers": 4, "bytes_per_element": 4,
-//    "allreduce": COMM, "allgather": COMM, "sparsify": {"kind": "linear"|"nlogn", "c_s": 1e-9}}
+//    "allreduce": COMM, "allgather": COMM, ["broadcast": COMM,] "sparsify": {"kind": "linear"|"nlogn", "c_s": 1e-9}}
 //   COMM = {"alpha_s": a, "beta_s_per_byte": b}                      a line
 //        | {"table": [[bytes, seconds], ...]}                         measured points
 //        | {"segments": [[from_bytes, alpha_s, beta_s_per_byte], ...]} exact pieces (what is written)
@@ -22,7 +22,7 @@
 namespace mgs::plan {
 
 // A whole cost-model document (a saved calibration). workers, allreduce,
-// allgather and sparsify are required; unknown top-level keys are errors (typos).
+// allgather and sparsify are required, broadcast is optional (older files); unknown top-level keys are errors (typos).
 Status parseCostModel(const std::string& text, CostModel* out);
 
 // The cost-model fields present in `j` (an object: a cost-model document or a

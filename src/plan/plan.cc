@@ -12,11 +12,15 @@ struct Costs {
   ElementCost allreduce, allgather, sparsify;
 };
 
-// The cost functions refer to `cost`, which must outlive them.
+// The cost functions refer to `cost`, which must outlive them. The sparse
+// model's two stages of a group use the exchange the runtime would choose
+// for it (CostModel::chooseExchange): a dense group selects nothing and
+// allreduces, an agreed one selects and broadcasts + allreduces k entries.
+// With only the allgather allowed this is the papers' model, unchanged.
 Costs costsOf(const CostModel& cost) {
   return {[&cost](int64_t n) { return cost.allreduceSeconds(n); },
-          [&cost](int64_t n) { return cost.allgatherSeconds(n); },
-          [&cost](int64_t n) { return cost.sparsifySeconds(n); }};
+          [&cost](int64_t n) { return cost.exchangeSeconds(cost.chooseExchange(n), n); },
+          [&cost](int64_t n) { return cost.selectionSeconds(cost.chooseExchange(n), n); }};
 }
 
 }  // namespace
@@ -54,6 +58,8 @@ Status validatePlanInput(const PlanInput& in) {
              "sparsify c_s must be finite and >= 0, got " << c.sparsify.c_s);
   MGS_ENSURE(in.fusion_threshold_bytes >= 0, kInvalidArgument,
              "fusion threshold must be >= 0 bytes, got " << in.fusion_threshold_bytes);
+  MGS_ENSURE(c.exchanges != 0 && (c.exchanges & ~(kExchangeAllgather | kExchangeAgreed | kExchangeDense)) == 0,
+             kInvalidArgument, "exchanges must be a non-empty set of kExchange* bits, got " << c.exchanges);
   MGS_ENSURE(in.front_cap >= 1, kInvalidArgument, "front cap must be >= 1, got " << in.front_cap);
   MGS_ENSURE(in.selection == Selection::kCompute || in.selection == Selection::kSeparate, kInvalidArgument,
              "selection must be kCompute or kSeparate, got " << static_cast<int>(in.selection));
