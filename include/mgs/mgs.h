@@ -300,6 +300,8 @@ typedef struct mgs_stats {
   uint64_t idle_cycles;          /**< coordinator cycles with nothing pending on this rank; after a
                                       few in a row the coordinator waits longer between them (up to
                                       20 ms, ended at once by an enqueue or shutdown) */
+  uint64_t sparse_agreed_buckets; /**< of sparse_buckets, those exchanged by the agreed-index exchange
+                                       (MGS_EXCHANGE; the rest went by allgather) */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

@@ -388,6 +388,7 @@ mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
     s.sparse_dense_bytes = sp.dense_bytes;
     s.plan_buckets = sp.plan_buckets;
     s.plans = sp.plans;
+  s.sparse_agreed_buckets = sp.agreed_buckets;
     std::memcpy(stats, &s, std::min(size, sizeof s));
     return Status::OK();
   });

@@ -188,6 +188,15 @@ std::vector<ParamSpec> buildSpecs() {
                         "Let the cost model send a sparse bucket as a dense allreduce when that is predicted "
                         "faster. 0 always sends sparse (ablations, convergence studies).",
                         &Config::dense_fallback));
+  // Which exchange a sparse bucket uses is decided on every rank alike.
+  s.push_back(enumParam("MGS_EXCHANGE", "auto", {"auto", "allgather", "agreed"}, kSame,
+                        "How a sparse bucket's selected entries travel. 'allgather': every rank selects and "
+                        "all blocks are gathered (traffic per rank grows with the ranks). 'agreed': a "
+                        "rotating leader selects, its indices are broadcast and the values there are "
+                        "summed by an allreduce (traffic per rank independent of the ranks). 'auto': the "
+                        "cheaper of the two per bucket by the calibrated cost model (and dense when "
+                        "MGS_DENSE_FALLBACK allows and that is cheaper still).",
+                        &Config::exchange));
   // A rank's own CPU budget: threads change how fast a rank selects, never
   // what it sends, so ranks may differ.
   s.push_back(intParam("MGS_THREADS", "0", 0, 4096, "an integer in [0, 4096] (0 = auto)", kLocal,

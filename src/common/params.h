@@ -36,6 +36,7 @@ struct Config {
   double stall_abort_s = 0.0;  // 0: never abort
   std::string calibration = "auto";
   bool dense_fallback = true;
+  std::string exchange = "auto";  // MGS_EXCHANGE: auto, allgather, agreed
   int64_t threads = 0;  // MGS_THREADS: CPU threads for the runtime's own work; 0 = auto
   std::string library;  // MGS_LIBRARY: read by the Python bindings, ignored by the runtime
 

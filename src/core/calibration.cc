@@ -51,6 +51,14 @@ Status measure(Communicator& comm, const compress::Selector& selector, plan::Cos
     MGS_RETURN_IF_ERROR(timeCall(3, &s, [&] { return comm.allgather(buf.data(), b, gathered.data()); }));
     t.push_back(s);
   }
+  // The agreed exchange's index block travels by broadcast (root 0; the
+  // leader rotates, the cost does not depend on which rank it is).
+  const std::vector<size_t> bc_bytes = {4 << 10, 64 << 10, 1 << 20, 8 << 20};
+  for (size_t b : bc_bytes) {
+    double s;
+    MGS_RETURN_IF_ERROR(timeCall(3, &s, [&] { return comm.broadcast(buf.data(), b, 0); }));
+    t.push_back(s);
+  }
   {
     std::vector<float> x(sel_n.back()), res(sel_n.back(), 0.0f);
     uint32_t seed = 12345;
@@ -91,12 +99,15 @@ Status measure(Communicator& comm, const compress::Selector& selector, plan::Cos
   size_t i = 0;
   for (size_t b : ar_bytes) ar.emplace_back(double(b), t[i++]);
   for (size_t b : ag_bytes) ag.emplace_back(double(b) * P, t[i++]);  // the model takes total bytes
+  std::vector<plan::Sample> bc;
+  for (size_t b : bc_bytes) bc.emplace_back(double(b), t[i++]);
   for (size_t n : sel_n) sel.emplace_back(double(n), t[i++]);
   // Piecewise-linear through the measured points, not one least-squares line:
   // a line fitted over 4 KiB..64 MiB is dominated by the large sizes and gets
   // the per-call startup (what decides small buckets) wrong.
   MGS_RETURN_IF_ERROR(plan::CommModel::table(ar, &out->allreduce));
   MGS_RETURN_IF_ERROR(plan::CommModel::table(ag, &out->allgather));
+  MGS_RETURN_IF_ERROR(plan::CommModel::table(bc, &out->broadcast));
   // Every CPU selector (exact top-k included) is a constant number of passes: linear.
   MGS_RETURN_IF_ERROR(plan::SparsifyModel::fit(plan::SparsifyModel::Kind::kLinear, sel, &out->sparsify));
   return Status::OK();

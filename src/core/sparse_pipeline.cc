@@ -182,6 +182,7 @@ Status SparsePipeline::replan() {
     plan::PlanInput in;
     in.cost = cost_;
     in.cost.density = config_.density;
+    in.cost.exchanges = allowedExchanges();  // plan with what runBucket will choose
     in.sparse = true;
     // The coordinator selects while backward goes on, and a bucket's
     // allgather overlaps the next bucket's selection: the two-stage model.
@@ -249,11 +250,13 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   const double density = currentDensity();
   const int P = comm_.size();
   const std::string name = bucketName(members);
-  bool dense = config_.dense_fallback && density * P >= 1.0;  // the 1/P rule until the cost model is measured
-  if (have_cost_ && config_.dense_fallback)
-    dense =
-        cost_.allreduce.seconds(4.0 * n) <= cost_.sparsify.seconds(static_cast<int64_t>(n)) +
-                                                cost_.allgather.seconds(8.0 * P * compress::kForDensity(n, density));
+  // Allgather, agreed or dense: the same choice on every rank (sparse_agreed.cc).
+  const plan::Exchange exchange = pickExchange(n, density);
+  const bool dense = exchange == plan::Exchange::kDense, agreed = exchange == plan::Exchange::kAgreed;
+  // The agreed exchange's leader rotates with the bucket sequence, which
+  // advances alike everywhere (buckets run in negotiated order); only it selects.
+  const int leader = static_cast<int>(bucket_seq_++ % static_cast<uint64_t>(P));
+  const bool select_here = !agreed || comm_.rank() == leader;
 
   // Local part, under the residual lock: add the gradients into the bucket's
   // residual slab (acc = gradient + residual), then select in place, or for a
@@ -280,7 +283,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
     // One f32 host tensor going sparse: the selector reads it directly (acc = x + r in its pass).
     const Request& m0 = members[0];
     const void* x = nullptr;
-    if (!dense && members.size() == 1 && config_.error_feedback && !m0.input.onCuda() &&
+    if (!dense && select_here && members.size() == 1 && config_.error_feedback && !m0.input.onCuda() &&
         m0.input.dtype == MGS_FLOAT32 && m0.sig.prescale == 1.0) {
       x = m0.input.data;
     } else {
@@ -310,19 +313,29 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
       out_.resize(n);
       if (n) std::memcpy(out_.data(), r, n * sizeof(float));
       std::fill(r, r + n, 0.0f);  // everything is sent
+    } else if (agreed && !(select_here && local.ok())) {
+      // The agreed exchange's collectives are sized by cap on every rank: a
+      // non-leader (it only gathers) or a leader whose local part failed
+      // still needs it, and selects nothing.
+      cap = std::max<size_t>(selectorFor(density).maxCount(n), 1);
+      block = takeBuffer(indexBlockBytes(cap));
+      agreed_vals_.resize(cap + 2);
     } else if (local.ok()) {
       const auto ts = Clock::now();
       const compress::Selector& sel = selectorFor(density);
       cap = std::max<size_t>(sel.maxCount(n), 1);
-      block = takeBuffer(blockBytes(cap));
+      block = takeBuffer(agreed ? indexBlockBytes(cap) : blockBytes(cap));
+      if (agreed) agreed_vals_.resize(cap + 2);
       workspace_.resize(sel.workspaceBytes(n));
       compress::SelectArgs a;
       a.x = x;
       a.dtype = MGS_FLOAT32;
       a.residual = r;
       a.n = n;
-      a.outValues = reinterpret_cast<float*>(block.data() + 8);
-      a.outIndices = reinterpret_cast<uint32_t*>(block.data() + 8 + 4 * cap);
+      // Allgather block [count | values | indices | seal]; agreed: values
+      // apart, the index block [count | indices | seal] is broadcast.
+      a.outValues = agreed ? agreed_vals_.data() : reinterpret_cast<float*>(block.data() + 8);
+      a.outIndices = reinterpret_cast<uint32_t*>(block.data() + 8 + (agreed ? 0 : 4 * cap));
       a.workspace = workspace_.data();
       a.workspaceBytes = workspace_.size();
       a.step = step_;
@@ -355,6 +368,10 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
     if (st.ok() && !local.ok()) st = local;
     publishStats();
     for (auto& m : members) complete_(m, st);
+    return;
+  }
+  if (agreed) {
+    runAgreed(members, n, cap, leader, count, compress::kForDensity(n, density), local, bad_member, std::move(block));
     return;
   }
   startSparse(members, n, cap, count, sel_res.k, local, bad_member, std::move(block));

@@ -37,6 +37,7 @@ namespace mgs {
 struct SparseStats {
   uint64_t steps = 0;          // completed steps
   uint64_t buckets = 0;        // buckets exchanged sparsely
+  uint64_t agreed_buckets = 0;  // of those, by the agreed-index exchange (sparse_agreed.cc)
   uint64_t dense_buckets = 0;  // buckets the cost model sent dense
   uint64_t selected = 0;       // entries this rank sent
   uint64_t target = 0;         // k summed over sparse buckets
@@ -104,6 +105,12 @@ class SparsePipeline {
   Status replan();
   void runBucket(std::vector<Request>& members);
   Status exchangeDense(std::vector<Request>& members, size_t n, const Status& local);
+  // The agreed-index exchange and the per-bucket choice (sparse_agreed.cc).
+  unsigned allowedExchanges() const;  // plan::kExchange* bits from MGS_EXCHANGE, MGS_DENSE_FALLBACK
+  plan::Exchange pickExchange(size_t n, double density) const;
+  static size_t indexBlockBytes(size_t cap);
+  void runAgreed(std::vector<Request>& members, size_t n, size_t cap, int leader, size_t count, size_t k,
+                 const Status& local, int bad_member, std::vector<char>&& block);
   // A sparse bucket whose allgather is in flight.
   struct InFlight {
     std::vector<Request> members;
@@ -138,6 +145,7 @@ class SparsePipeline {
   int threads_;  // CPU threads for selection (MGS_THREADS resolved, common/threads.h)
 
   uint64_t step_ = 0;
+  uint64_t bucket_seq_ = 0;  // buckets run so far: picks the agreed exchange's leader, alike on every rank
   int idle_cycles_ = 0;
   std::unordered_set<std::string> seen_;  // names seen in the current step
   uint64_t profile_start_ = 0;            // step at which the current profile began
@@ -159,6 +167,7 @@ class SparsePipeline {
   std::vector<float*> dest_;                // per member: where its result goes
   std::vector<size_t> offsets_;             // member offsets in the bucket (M + 1)
   std::vector<char> workspace_, stage_;
+  std::vector<float> agreed_vals_, agreed_sent_;  // agreed exchange: values (+ 2 flags), this rank's contribution
   SparseStats stats_;
   std::function<void(const SparseStats&)> publish_;
 };

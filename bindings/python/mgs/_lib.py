@@ -53,6 +53,7 @@ class MgsStats(ctypes.Structure):
         ("plans", ctypes.c_uint64),
         ("name_cache_entries", ctypes.c_uint64),
         ("idle_cycles", ctypes.c_uint64),
+        ("sparse_agreed_buckets", ctypes.c_uint64),
     ]
 
 
