@@ -76,6 +76,7 @@ unsigned SparsePipeline::allowedExchanges() const {
                      : config_.exchange == "agreed"  ? plan::kExchangeAgreed
                                                      : plan::kExchangeAllgather | plan::kExchangeAgreed;
   if (comm_.size() == 1) allowed = plan::kExchangeAllgather;  // one rank: nothing to agree on
+  if (config_.dense_fallback) allowed |= plan::kExchangeDense;
   return allowed;
 }
 
@@ -87,7 +88,7 @@ plan::Exchange SparsePipeline::pickExchange(size_t n, double density) const {
     // dense, and for 'auto' the allgather only where it moves fewer bytes
     // than the agreed exchange's two collectives (8*cap*P against ~12*cap).
     if ((allowed & plan::kExchangeDense) && density * P >= 1.0) return plan::Exchange::kDense;
-    if (allowed & plan::kExchangeAllgather && (!(allowed & plan::kExchangeAgreed) || P <= 2))
+    if ((allowed & plan::kExchangeAllgather) && (!(allowed & plan::kExchangeAgreed) || P <= 2))
       return plan::Exchange::kAllgather;
     return plan::Exchange::kAgreed;
   }
@@ -95,6 +96,8 @@ plan::Exchange SparsePipeline::pickExchange(size_t n, double density) const {
   // max-reduced or broadcast before use): the same choice everywhere. A copy
   // (a few segments) because density changes during warm-up.
   plan::CostModel m = cost_;
+  m.exchanges = allowed;
+  m.density = density;
   return m.chooseExchange(static_cast<int64_t>(n));
 }
 
@@ -136,16 +139,20 @@ void SparsePipeline::runAgreed(std::vector<Request>& members, size_t n, size_t c
   // What this rank took out of its residual, kept apart from `vals` (which
   // the allreduce overwrites with sums), so that a failed bucket puts
   // exactly that back: residual + contributed == acc again.
+  // The indices are kept too: the leader's must not be read back from the
+  // broadcast buffer, which a broken transport may have overwritten.
   size_t taken = 0;
   agreed_sent_.resize(cap);
+  agreed_sent_idx_.resize(cap);
   auto keep = [&](size_t c) {
     taken = c;
     std::copy(vals, vals + c, agreed_sent_.begin());
+    std::copy(idx, idx + c, agreed_sent_idx_.begin());
   };
   auto restore = [&] {
     if (taken == 0) return;
     withSlab([&](float* r) {
-      for (size_t j = 0; j < taken; ++j) r[idx[j]] += agreed_sent_[j];
+      for (size_t j = 0; j < taken; ++j) r[agreed_sent_idx_[j]] += agreed_sent_[j];
     });
     taken = 0;
   };

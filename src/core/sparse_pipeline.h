@@ -168,6 +168,7 @@ class SparsePipeline {
   std::vector<size_t> offsets_;             // member offsets in the bucket (M + 1)
   std::vector<char> workspace_, stage_;
   std::vector<float> agreed_vals_, agreed_sent_;  // agreed exchange: values (+ 2 flags), this rank's contribution
+  std::vector<uint32_t> agreed_sent_idx_;          // and where it came from
   SparseStats stats_;
   std::function<void(const SparseStats&)> publish_;
 };
