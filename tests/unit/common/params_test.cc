@@ -155,6 +155,8 @@ TEST_CASE("settings that steer cross-rank decisions must agree; the others may d
       other = "single";
     else if (p.name == "MGS_BACKEND")
       other = "mpi";
+    else if (p.name == "MGS_EXCHANGE")
+      other = "agreed";
     else if (p.name == "MGS_LOG_LEVEL")
       other = "error";
     else if (p.type == "int" || p.type == "float")

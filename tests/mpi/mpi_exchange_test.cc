@@ -1,0 +1,186 @@
+// The sparse exchanges under mpirun (issue 14): the agreed-index exchange and
+// the per-bucket choice. Scenarios:
+//   agreed  MGS_EXCHANGE=agreed: each result equals the average of every
+//           rank's accumulator at the agreed indices; every rank contributed
+//           at the same indices; each entry of each rank's residual is either
+//           0 (contributed) or the accumulator, bitwise; outputs are the same
+//           bits on every rank; every sparse bucket went by the exchange.
+//   auto    MGS_EXCHANGE=auto with a measured calibration: results equal the
+//           average of what each rank sent, identical everywhere, and every
+//           rank counted the same buckets per exchange (the same choices).
+// Malformed index blocks are injected in tests/unit/core/sparse_agreed_test.cc
+// (ranks as threads: MPI gives no hook to corrupt a broadcast).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "mpi_harness.h"
+
+using mpitest::cpuTensor;
+using mpitest::g_rank;
+
+namespace {
+
+int g_size = 0;
+
+float gradValue(uint64_t seed) {
+  seed = (seed + 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
+  seed ^= seed >> 31;
+  const double u = ((seed >> 11) * (1.0 / 9007199254740992.0)) - 0.5;
+  return static_cast<float>((u < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(u) + 1e-12) * 1e-2);
+}
+
+std::vector<float> residualOf(const std::string& name, size_t n) {
+  std::vector<float> r(n, 0.0f);
+  if (mgs_residual_copy(name.c_str(), r.data(), n) != MGS_SUCCESS) std::fill(r.begin(), r.end(), 0.0f);
+  return r;
+}
+
+// `v` from every rank, rank-major (through mgs's own allgather).
+template <typename T>
+std::vector<T> gatherAll(const std::string& name, const std::vector<T>& v, mgs_dtype_t dtype) {
+  std::vector<int64_t> shape{1, static_cast<int64_t>(v.size())};
+  mgs_tensor_t t = cpuTensor(const_cast<T*>(v.data()), dtype, shape);
+  mgs_handle_t h = 0;
+  std::vector<T> all(v.size() * g_size);
+  EXPECT_OK(mgs_allgather_async(name.c_str(), &t, &h));
+  EXPECT_OK(mgs_wait(h));
+  std::vector<int64_t> oshape{g_size, static_cast<int64_t>(v.size())};
+  mgs_tensor_t o = cpuTensor(all.data(), dtype, oshape);
+  EXPECT_OK(mgs_allgather_copy_output(h, &o));
+  mgs_release(h);
+  return all;
+}
+
+// Ten steps of six tensors (two below MGS_MIN_SPARSE_ELEMENTS, dense).
+// `agreed`: check the agreed exchange's invariants as well.
+void runSteps(bool agreed) {
+  const std::vector<int64_t> sizes = {5000, 20000, 4096, 100000, 8192, 3000};
+  const int kSteps = 10;
+  for (int step = 0; step < kSteps; ++step) {
+    const size_t L = sizes.size();
+    std::vector<std::vector<float>> x(L), out(L), before(L);
+    std::vector<std::vector<int64_t>> shapes(L);
+    std::vector<mgs_handle_t> h(L);
+    for (size_t t = 0; t < L; ++t) {
+      x[t].resize(sizes[t]);
+      for (int64_t i = 0; i < sizes[t]; ++i)
+        x[t][i] = gradValue((uint64_t(step) << 40) ^ (uint64_t(g_rank) << 32) ^ (t << 24) ^ i);
+      out[t].assign(sizes[t], -1.0f);
+      shapes[t] = {sizes[t]};
+      before[t] = residualOf("x" + std::to_string(t), sizes[t]);
+    }
+    for (size_t j = 0; j < L; ++j) {
+      const size_t t = (g_rank % 2) ? L - 1 - j : j;  // ranks enqueue in different orders
+      mgs_tensor_t in = cpuTensor(x[t].data(), MGS_FLOAT32, shapes[t]);
+      mgs_tensor_t o = cpuTensor(out[t].data(), MGS_FLOAT32, shapes[t]);
+      EXPECT_OK(mgs_allreduce_async(("x" + std::to_string(t)).c_str(), &in, &o, MGS_REDUCE_AVERAGE, 1, 1,
+                                    MGS_FLAG_SPARSE_OK, &h[t]));
+    }
+    for (size_t t = 0; t < L; ++t) {
+      EXPECT_OK(mgs_wait(h[t]));
+      mgs_release(h[t]);
+    }
+    for (size_t t = 0; t < L; ++t) {
+      if (sizes[t] < 4096) continue;  // dense, covered by mpi.sparse.*
+      const std::string name = "x" + std::to_string(t);
+      const std::vector<float> after = residualOf(name, sizes[t]);
+      std::vector<float> acc(sizes[t]), sent(sizes[t]);
+      int not_exact = 0;
+      for (int64_t i = 0; i < sizes[t]; ++i) {
+        acc[i] = before[t][i] + x[t][i];  // as the fuse stage adds
+        sent[i] = acc[i] - after[i];
+        // Error feedback is exact: an entry went whole or stayed whole.
+        if (agreed && after[i] != 0.0f && std::memcmp(&after[i], &acc[i], 4) != 0) ++not_exact;
+      }
+      EXPECT(not_exact == 0, "step %d %s: %d residual entries are neither 0 nor the accumulator", step, name.c_str(),
+             not_exact);
+      const std::vector<float> all_acc = gatherAll("acc." + name, acc, MGS_FLOAT32);
+      const std::vector<float> all_after = gatherAll("after." + name, after, MGS_FLOAT32);
+      const std::vector<float> all_sent = gatherAll("sent." + name, sent, MGS_FLOAT32);
+      const std::vector<float> results = gatherAll("res." + name, out[t], MGS_FLOAT32);
+      const float inv = static_cast<float>(1.0 / g_size);
+      int bad = 0, differ = 0, disagree = 0, nonzero = 0;
+      for (int64_t i = 0; i < sizes[t]; ++i) {
+        float ref = 0.0f;
+        const bool sent0 = all_after[i] == 0.0f && all_acc[i] != 0.0f;
+        for (int r = 0; r < g_size; ++r) {
+          const size_t at = r * sizes[t] + i;
+          if (agreed) {
+            const bool s = all_after[at] == 0.0f && all_acc[at] != 0.0f;
+            disagree += s != sent0;
+            if (sent0) ref += all_acc[at];  // the dense sum at the agreed index
+          } else {
+            ref += all_sent[at];
+          }
+          if (std::memcmp(&results[i], &results[at], 4) != 0) ++differ;
+        }
+        ref *= inv;
+        nonzero += out[t][i] != 0.0f;
+        if (!(std::fabs(out[t][i] - ref) <= 1e-6f * std::max(1.0f, std::fabs(ref)))) ++bad;
+      }
+      EXPECT(bad == 0, "step %d %s: %d entries differ from the reference", step, name.c_str(), bad);
+      EXPECT(differ == 0, "step %d %s: %d entries differ across ranks", step, name.c_str(), differ);
+      EXPECT(disagree == 0, "step %d %s: ranks contributed at %d different indices", step, name.c_str(), disagree);
+      if (agreed)
+        EXPECT(nonzero > 0 && nonzero < sizes[t] / 2, "step %d %s: %d of %lld nonzero", step, name.c_str(), nonzero,
+               (long long)sizes[t]);
+    }
+  }
+}
+
+std::vector<uint64_t> exchangeCounts() {
+  mgs_stats_t st{};
+  EXPECT_OK(mgs_get_stats(&st, sizeof st));
+  return {st.sparse_buckets, st.sparse_agreed_buckets, st.sparse_dense_buckets};
+}
+
+void scenarioAgreed() {
+  runSteps(/*agreed=*/true);
+  const auto c = exchangeCounts();
+  EXPECT(c[0] > 0 && c[1] == c[0], "sparse buckets %llu, agreed %llu: every sparse bucket should be agreed",
+         (unsigned long long)c[0], (unsigned long long)c[1]);
+  if (g_rank == 0)
+    std::printf("agreed: %llu sparse buckets, %llu agreed, %llu dense\n", (unsigned long long)c[0],
+                (unsigned long long)c[1], (unsigned long long)c[2]);
+}
+
+void scenarioAuto() {
+  runSteps(/*agreed=*/false);
+  const auto c = exchangeCounts();
+  const auto all = gatherAll("exchange.counts", c, MGS_INT64);
+  for (int r = 1; r < g_size; ++r)
+    for (size_t i = 0; i < c.size(); ++i)
+      EXPECT(all[r * c.size() + i] == all[i], "rank %d counted %llu buckets of kind %zu, rank 0 %llu", r,
+             (unsigned long long)all[r * c.size() + i], i, (unsigned long long)all[i]);
+  EXPECT(c[0] + c[2] > 0, "no buckets counted");
+  if (g_rank == 0)
+    std::printf("auto: %llu sparse buckets (%llu agreed, %llu allgather), %llu dense\n", (unsigned long long)c[0],
+                (unsigned long long)c[1], (unsigned long long)(c[0] - c[1]), (unsigned long long)c[2]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string scenario = argc > 1 ? argv[1] : "";
+  if (mgs_init() != MGS_SUCCESS) {
+    std::fprintf(stderr, "mgs_init failed: %s\n", mgs_last_error());
+    return 1;
+  }
+  mgs_rank(&g_rank);
+  mgs_size(&g_size);
+  const std::map<std::string, void (*)()> scenarios = {{"agreed", scenarioAgreed}, {"auto", scenarioAuto}};
+  auto it = scenarios.find(scenario);
+  if (it == scenarios.end()) {
+    std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
+    mgs_shutdown();
+    return 2;
+  }
+  it->second();
+  const int rc = mpitest::finish();
+  mgs_shutdown();
+  return rc;
+}
