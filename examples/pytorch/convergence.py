@@ -31,6 +31,8 @@ def parse_args():
     p.add_argument("--selectors", nargs="*", default=SELECTORS)
     p.add_argument("--densities", nargs="*", type=float, default=[0.01, 0.001])
     p.add_argument("--error-feedback", nargs="*", type=int, default=[1, 0], choices=[0, 1])
+    p.add_argument("--exchange", choices=["allgather", "agreed", "auto"],
+                   help="MGS_EXCHANGE for the sparse runs (labelled with it); unset: the runtime's default")
     p.add_argument("--out", type=Path, default=Path("convergence-results"))
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--replot", type=Path, metavar="RESULTS_JSON",
@@ -47,13 +49,17 @@ def configurations(args):
     for selector in args.selectors:
         for density in args.densities:
             for ef in args.error_feedback:
-                yield {"label": f"{selector} rho={density:g} ef={ef}", "MGS_COMPRESSOR": selector,
-                       "MGS_DENSITY": f"{density:g}", "MGS_ERROR_FEEDBACK": str(ef)}
+                config = {"label": f"{selector} rho={density:g} ef={ef}", "MGS_COMPRESSOR": selector,
+                          "MGS_DENSITY": f"{density:g}", "MGS_ERROR_FEEDBACK": str(ef)}
+                if args.exchange:
+                    config["label"] += f" {args.exchange}"
+                    config["MGS_EXCHANGE"] = args.exchange
+                yield config
 
 
 def run(args, config, json_path):
     env = dict(os.environ)
-    for key in ("MGS_COMPRESSOR", "MGS_DENSITY", "MGS_ERROR_FEEDBACK"):
+    for key in ("MGS_COMPRESSOR", "MGS_DENSITY", "MGS_ERROR_FEEDBACK", "MGS_EXCHANGE"):
         env.pop(key, None)
     env.update({k: v for k, v in config.items() if k.startswith("MGS_")})
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")

@@ -101,6 +101,20 @@ plan::Exchange SparsePipeline::pickExchange(size_t n, double density) const {
   return m.chooseExchange(static_cast<int64_t>(n));
 }
 
+Status SparsePipeline::checkFinite(const std::vector<Request>& members, float* acc, size_t n,
+                                   int* bad_member) const {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(acc[i])) acc[i] = 0.0f, ++bad;
+  if (bad == 0) return Status::OK();
+  *bad_member = firstNonFinite(members);
+  const std::string name = bucketName(members);
+  const std::string what = *bad_member >= 0 ? "tensor '" + members[*bad_member].name + "'" : name;
+  return Status(Code::kNumeric, "rank " + std::to_string(comm_.rank()) + ": non-finite gradient in " + what +
+                                    (members.size() > 1 ? " (bucket " + name + ")" : "") + ": " + std::to_string(bad) +
+                                    " of " + std::to_string(n) + " values are NaN or Inf (dropped from the residual)");
+}
+
 void SparsePipeline::runAgreed(std::vector<Request>& members, size_t n, size_t cap, int leader, size_t count,
                                size_t k, const Status& local, int bad_member, std::vector<char>&& block) {
   const int me = comm_.rank();
@@ -135,7 +149,7 @@ void SparsePipeline::runAgreed(std::vector<Request>& members, size_t n, size_t c
     fn(r);
   };
   const uint32_t* idx = reinterpret_cast<const uint32_t*>(block.data() + 8);
-  float* vals = agreed_vals_.data();  // [cap values | failed-rank count | sum of failed rank + 1]
+  float* vals = agreed_vals_.data();  // [cap values | kAgreedFlags slots]
   // What this rank took out of its residual, kept apart from `vals` (which
   // the allreduce overwrites with sums), so that a failed bucket puts
   // exactly that back: residual + contributed == acc again.
@@ -186,37 +200,27 @@ void SparsePipeline::runAgreed(std::vector<Request>& members, size_t n, size_t c
   count = header;
 
   // Gather: non-leaders take their accumulator's values at the agreed
-  // indices out of the residual. A rank whose local part failed, or whose
-  // values there are not finite, contributes zeros and raises its flag.
-  Status mine = local;
-  if (!lead) {
-    if (mine.ok()) {
-      withSlab([&](float* r) {
-        for (size_t j = 0; j < count; ++j) {
-          vals[j] = r[idx[j]];
-          r[idx[j]] = 0.0f;
-        }
-      });
-      keep(count);
-    }
-    for (size_t j = 0; j < taken && mine.ok(); ++j) {
-      if (std::isfinite(vals[j])) continue;
-      size_t b = 0, off = 0;
-      while (off + members[b].input.numel() <= idx[j]) off += members[b++].input.numel();
-      mine = Status(Code::kNumeric, "rank " + std::to_string(me) + ": non-finite gradient in tensor '" +
-                                        members[b].name + "' at element " + std::to_string(idx[j] - off) +
-                                        (members.size() > 1 ? " (bucket " + name + ")" : "") +
-                                        ", an index the leader selected (kept in the residual)");
-    }
-    if (!mine.ok()) restore();
+  // indices out of the residual (checked finite in the local part). A rank
+  // whose local part failed takes nothing, contributes zeros and raises its
+  // flag.
+  const Status& mine = local;
+  if (!lead && mine.ok()) {
+    withSlab([&](float* r) {
+      for (size_t j = 0; j < count; ++j) {
+        vals[j] = r[idx[j]];
+        r[idx[j]] = 0.0f;
+      }
+    });
+    keep(count);
   }
   if (!mine.ok()) std::fill(vals, vals + count, 0.0f);
   std::fill(vals + count, vals + cap, 0.0f);  // padding
   vals[cap] = mine.ok() ? 0.0f : 1.0f;
   vals[cap + 1] = mine.ok() ? 0.0f : static_cast<float>(me + 1);
+  vals[cap + 2] = mine.ok() || bad_member < 0 ? 0.0f : static_cast<float>(bad_member + 1);
 
   t0 = Clock::now();
-  st = comm_.allreduce(vals, cap + 2, MGS_FLOAT32, CommOp::kSum);
+  st = comm_.allreduce(vals, cap + kAgreedFlags, MGS_FLOAT32, CommOp::kSum);
   span("AGREED_ALLREDUCE", t0, "{\"cap\":" + std::to_string(cap) + "}");
   stats_.dense_bytes += 4 * n;
   if (st.ok() && vals[cap] != 0.0f) {
@@ -225,11 +229,17 @@ void SparsePipeline::runAgreed(std::vector<Request>& members, size_t n, size_t c
     if (!mine.ok()) {
       st = mine;
     } else {
+      // Small integers: exact in float whatever the summation order.
       const int failed = static_cast<int>(vals[cap]);
-      st = Status(Code::kNumeric, "sparse allreduce of " + name + " failed: " +
-                                      (failed == 1 ? "rank " + std::to_string(static_cast<int>(vals[cap + 1]) - 1)
-                                                   : std::to_string(failed) + " ranks") +
-                                      " reported a local error (non-finite gradient or staging; see its log)");
+      const int member = static_cast<int>(vals[cap + 2]) - 1;
+      std::string who = std::to_string(failed) + " ranks reported a local error (non-finite gradient or staging; "
+                        "see their logs)";
+      if (failed == 1)
+        who = "rank " + std::to_string(static_cast<int>(vals[cap + 1]) - 1) +
+              (member >= 0 && member < static_cast<int>(members.size())
+                   ? ": non-finite gradient in tensor '" + members[member].name + "'"
+                   : ": local error (see that rank's log)");
+      st = Status(Code::kNumeric, "sparse allreduce of " + name + " failed: " + who);
     }
   }
   if (!st.ok()) {

@@ -319,13 +319,14 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
       // still needs it, and selects nothing.
       cap = std::max<size_t>(selectorFor(density).maxCount(n), 1);
       block = takeBuffer(indexBlockBytes(cap));
-      agreed_vals_.resize(cap + 2);
+      agreed_vals_.resize(cap + kAgreedFlags);
+      if (local.ok()) local = checkFinite(members, r, n, &bad_member);
     } else if (local.ok()) {
       const auto ts = Clock::now();
       const compress::Selector& sel = selectorFor(density);
       cap = std::max<size_t>(sel.maxCount(n), 1);
       block = takeBuffer(agreed ? indexBlockBytes(cap) : blockBytes(cap));
-      if (agreed) agreed_vals_.resize(cap + 2);
+      if (agreed) agreed_vals_.resize(cap + kAgreedFlags);
       workspace_.resize(sel.workspaceBytes(n));
       compress::SelectArgs a;
       a.x = x;

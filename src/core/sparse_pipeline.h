@@ -111,6 +111,13 @@ class SparsePipeline {
   static size_t indexBlockBytes(size_t cap);
   void runAgreed(std::vector<Request>& members, size_t n, size_t cap, int leader, size_t count, size_t k,
                  const Status& local, int bad_member, std::vector<char>&& block);
+  // Slots after the agreed exchange's values: failed ranks, sum of (rank + 1),
+  // sum of (bad member + 1), so one failure is named on every rank.
+  static constexpr size_t kAgreedFlags = 3;
+  // A non-leader selects nothing, so it checks its accumulator itself: a
+  // non-finite entry is dropped from the residual (as a selector drops it)
+  // and named; *bad_member as firstNonFinite.
+  Status checkFinite(const std::vector<Request>& members, float* acc, size_t n, int* bad_member) const;
   // A sparse bucket whose allgather is in flight.
   struct InFlight {
     std::vector<Request> members;
