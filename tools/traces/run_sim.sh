@@ -17,3 +17,10 @@ for net in 10gbe 1gbe; do
   /usr/bin/python3 tools/plot_sim.py "$out/sim_$net.png" \
     "$out/resnet50_$net.json" "$out/vgg16_$net.json" "$out/bert_base_$net.json"
 done
+# Issue 14's goal: ResNet-50, 10GbE, selection on its own stage (the runtime's
+# placement), both densities, with the agreed-index exchange's columns.
+for rho in 0.01 0.001; do
+  "$build/tools/mgs-sim" -t tools/traces/resnet50.json -n 10gbe --sparsify nlogn --sparsify-c 2.18896957e-10 \
+    --selection separate -d "$rho" --metric time --json "$out/resnet50_10gbe_separate_rho$rho.json" \
+    > "$out/resnet50_10gbe_separate_rho$rho.txt"
+done
