@@ -197,6 +197,13 @@ std::vector<ParamSpec> buildSpecs() {
                         "cheaper of the two per bucket by the calibrated cost model (and dense when "
                         "MGS_DENSE_FALLBACK allows and that is cheaper still).",
                         &Config::exchange));
+  // Every rank must check at the same step boundaries (a collective per step).
+  s.push_back(doubleParam("MGS_REPLAN_TOLERANCE", "0.15", 0.0, false, 100.0, "a number in [0, 100] (0 = never)",
+                          kSame,
+                          "Re-plan the sparse merge plan online when the measured step strays from the plan's "
+                          "prediction by more than this fraction for 3 steps in a row (the cost model is refitted "
+                          "from the job's own exchanges first; docs/planner.md). 0 plans once.",
+                          &Config::replan_tolerance));
   // A rank's own CPU budget: threads change how fast a rank selects, never
   // what it sends, so ranks may differ.
   s.push_back(intParam("MGS_THREADS", "0", 0, 4096, "an integer in [0, 4096] (0 = auto)", kLocal,

@@ -155,6 +155,7 @@ void SparsePipeline::finishOldest() {
   Status st = f.start;
   if (st.ok() && f.op) st = f.op->wait();
   f.op.reset();
+  online_.exchanged(OnlineCost::kAllgather, double(blockBytes(f.cap)) * comm_.size(), f.started, Clock::now());
   if (timeline_)
     for (auto& m : f.members)
       timeline_->span(m.name, "ALLGATHER", f.started, Clock::now(), "{\"cap\":" + std::to_string(f.cap) + "}");
@@ -171,6 +172,7 @@ Status SparsePipeline::exchangeDense(std::vector<Request>& members, size_t n, co
   auto t0 = Clock::now();
   stats_.dense_bytes += 4 * n;
   MGS_RETURN_IF_ERROR(comm_.allreduce(out_.data(), n, MGS_FLOAT32, CommOp::kSum));
+  online_.exchanged(OnlineCost::kAllreduce, 4.0 * n, t0, Clock::now());
   if (timeline_)
     for (auto& m : members) timeline_->span(m.name, "ALLREDUCE_DENSE_BUCKET", t0, Clock::now());
   ++stats_.dense_buckets;

@@ -28,7 +28,8 @@ SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, Timelin
       timeline_(timeline),
       residuals_(residuals),
       complete_(std::move(complete)),
-      threads_(threadBudget(config.threads, comm.localSize())) {}
+      threads_(threadBudget(config.threads, comm.localSize())),
+      online_(OnlineCost::Options{config.replan_tolerance}) {}
 
 Status SparsePipeline::init() {
   if (config_.compressor == "none") return Status::OK();
@@ -72,10 +73,12 @@ const compress::Selector& SparsePipeline::selectorFor(double density) {
 void SparsePipeline::submit(std::vector<Request> reqs) {
   for (auto& req : reqs) {
     if (seen_.count(req.name)) onStepBoundary();
+    if (seen_.empty()) online_.stepStarted(req.enqueued);
     seen_.insert(req.name);
     elements_[req.name] = static_cast<int64_t>(req.input.numel());
     const uint64_t profiled = step_ - profile_start_;
-    if (comm_.rank() == 0 && !have_plan_ && profiled < static_cast<uint64_t>(config_.profile_steps)) {
+    if (comm_.rank() == 0 && (!have_plan_ || online_.enabled()) &&
+        profiled < static_cast<uint64_t>(config_.profile_steps)) {
       if (profile_.size() <= profiled) profile_.resize(profiled + 1);
       profile_[profiled].emplace_back(req.name, req.enqueued);
     }
@@ -123,6 +126,7 @@ void SparsePipeline::onStepBoundary() {
   ++step_;
   ++stats_.steps;
   seen_.clear();
+  checkPlan();
   if (have_plan_ && plan_stale_) {
     MGS_LOG_INFO("new sparse tensors appeared: dropping the merge plan and profiling again");
     have_plan_ = plan_stale_ = false;
@@ -155,11 +159,49 @@ void SparsePipeline::flushPartialBuckets() {
   }
 }
 
+void SparsePipeline::checkPlan() {
+  // Every rank reaches this boundary at the same point of the negotiated
+  // order, and active-or-not depends only on collective state: so every rank
+  // runs the allreduce below, or none does.
+  if (!have_plan_ || !online_.enabled() || !online_.havePrediction() ||
+      static_cast<int64_t>(step_) <= config_.warmup_steps)
+    return;
+  // Rank 0 keeps only the last MGS_PROFILE_STEPS steps of timings.
+  while (step_ - profile_start_ >= static_cast<uint64_t>(config_.profile_steps)) {
+    if (!profile_.empty()) profile_.erase(profile_.begin());
+    ++profile_start_;
+  }
+  std::vector<int64_t> wire;
+  online_.pack(&wire);
+  const auto t0 = Clock::now();
+  Status st = comm_.allreduce(wire.data(), wire.size(), MGS_INT64, CommOp::kSum);
+  online_.reduceCost(std::chrono::duration<double>(Clock::now() - t0).count());
+  if (!st.ok()) {
+    MGS_LOG_ERROR("online plan check failed, keeping the plan: {}", st.toString());
+    return;
+  }
+  const OnlineCost::Decision d = online_.onReduced(wire);
+  if (!d.replan) return;
+  const plan::CostModel old = cost_;
+  cost_ = online_.refit();
+  MGS_LOG_INFO(
+      "re-planning at step {}: measured {:.3f} ms per step (mean over ranks) vs predicted {:.3f} ms ({:+.0f}%) "
+      "for {} steps in a row (tolerance {:.0f}%); refitted allgather {:.3f} -> {:.3f} ms at 64 KiB, allreduce "
+      "{:.3f} -> {:.3f} ms at 4 MiB, selection {:.3g} -> {:.3g} s/element (the check costs {:.0f} us per step)",
+      step_, d.measured_s * 1e3, d.predicted_s * 1e3, 100.0 * (d.measured_s / d.predicted_s - 1.0), d.steps_off,
+      config_.replan_tolerance * 100, old.allgather.seconds(65536.0) * 1e3, cost_.allgather.seconds(65536.0) * 1e3,
+      old.allreduce.seconds(4194304.0) * 1e3, cost_.allreduce.seconds(4194304.0) * 1e3, old.sparsify.c_s,
+      cost_.sparsify.c_s, online_.meanReduceSeconds() * 1e6);
+  st = replan();
+  if (!st.ok()) MGS_LOG_ERROR("online re-planning failed, keeping the plan: {}", st.toString());
+}
+
 Status SparsePipeline::replan() {
   if (!have_cost_) {
     MGS_RETURN_IF_ERROR(resolveCostModel(comm_, config_, selectorFor(config_.density), &cost_));
     have_cost_ = true;
   }
+  if (!online_.haveBase()) online_.setBase(cost_);  // refits stay relative to the calibration
   std::string text;
   if (comm_.rank() == 0) {
     // Backward time of a tensor = gap since the previous gradient of the same
@@ -216,6 +258,9 @@ Status SparsePipeline::replan() {
         w.put(static_cast<uint32_t>(g.size()));
         for (int i : g) w.putString(in.layers[i].name);
       }
+      // What the online check compares against: first gradient -> last
+      // exchange end (the plan's time starts with backward, one gap earlier).
+      w.put(plan.predicted_s - (in.layers.empty() ? 0.0 : in.layers.front().backward_s));
       text = std::move(w.str());
     }
   }
@@ -236,6 +281,9 @@ Status SparsePipeline::replan() {
       bucket_of_[name] = g;
     }
   }
+  double predicted_span = 0;
+  MGS_ENSURE(r.get(&predicted_span), kInternal, "corrupt plan from rank 0");
+  online_.planned(predicted_span);
   have_plan_ = true;
   stats_.plan_buckets = groups;
   ++stats_.plans;
@@ -342,6 +390,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
       a.step = step_;
       a.name = name.c_str();
       local = sel.select(a, &sel_res);
+      online_.selected(static_cast<int64_t>(n), std::chrono::duration<double>(Clock::now() - ts).count());
       if (local.ok()) {
         count = sel_res.count;
       } else if (local.code() == Code::kNumeric) {

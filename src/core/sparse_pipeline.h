@@ -13,6 +13,10 @@
 // (calibration), the planner runs on rank 0 and the plan is broadcast. A
 // tensor name the plan does not know drops the plan and starts a new
 // profile. Residuals live per tensor (ResidualStore), so they survive this.
+// With MGS_REPLAN_TOLERANCE > 0, rank 0 keeps recording the last
+// MGS_PROFILE_STEPS steps, and every step boundary checks the plan's predicted
+// step against the measured one (online_cost.h); a re-plan uses the recent
+// steps' timings and the refitted cost model, with no layer-wise profile.
 #pragma once
 
 #include <deque>
@@ -27,6 +31,7 @@
 #include "comm/communicator.h"
 #include "common/params.h"
 #include "compress/selector.h"
+#include "core/online_cost.h"
 #include "core/request.h"
 #include "core/residual_store.h"
 #include "core/timeline.h"
@@ -101,6 +106,8 @@ class SparsePipeline {
   // "name" for one tensor, "bucket[first .. last] (n tensors)" otherwise.
   static std::string bucketName(const std::vector<Request>& members);
   void onStepBoundary();
+  // Online re-planning (online_cost.h): the per-step check, collective.
+  void checkPlan();
   void flushPartialBuckets();
   Status replan();
   void runBucket(std::vector<Request>& members);
@@ -165,6 +172,7 @@ class SparsePipeline {
   bool have_cost_ = false;
   plan::CostModel cost_;
   std::map<double, std::unique_ptr<compress::Selector>> selectors_;
+  OnlineCost online_;
 
   // Reused buffers (no allocation in steady state).
   std::vector<float> res_, out_;            // residual without error feedback; dense/staged outputs

@@ -1,0 +1,168 @@
+#include "core/online_cost.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mgs {
+namespace {
+
+// Rounded and clamped into the wire's units, so that a rank's sums cannot
+// overflow: x <= 2^24 units (4 GiB, 16 Gi elements), y <= 2^26 us (67 s), so
+// x*y < 2^50 and a window of 2^12 calls on each of 2^1 .. 2^10 ranks is safe.
+int64_t quantise(double v, double unit, double max_units) {
+  const double u = std::clamp(v / unit, 0.0, max_units);
+  return std::llround(u);
+}
+constexpr double kMaxX = 16777216.0, kMaxY = 67108864.0;
+
+double seconds(OnlineCost::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// A comm model is never negative when every breakpoint, evaluated on the
+// segments on both sides of it, is >= 0 and the last slope is >= 0.
+bool nonNegative(const std::vector<plan::CommModel::Segment>& s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i].alpha_s + s[i].beta_s_per_byte * s[i].from_bytes < 0) return false;
+    if (i + 1 < s.size() && s[i].alpha_s + s[i].beta_s_per_byte * s[i + 1].from_bytes < 0) return false;
+  }
+  return s.empty() || s.back().beta_s_per_byte >= 0;
+}
+
+}  // namespace
+
+void OnlineCost::planned(double predicted_span_s) {
+  predicted_span_s_ = predicted_span_s;
+  window_.clear();
+  steps_since_plan_ = 0;
+  strikes_ = 0;
+  good_ = 0;
+  fixed_since_plan_ = false;
+}
+
+void OnlineCost::stepStarted(Clock::time_point first_enqueue) {
+  if (started_) return;
+  started_ = true;
+  first_ = first_enqueue;
+}
+
+void OnlineCost::add(Term t, double x, double y, double yhat) {
+  double* f = &local_[2 + kTermFields * t];
+  f[0] += 1;
+  f[1] += x;
+  f[2] += x * x;
+  f[3] += y;
+  f[4] += x * y;
+  f[5] += yhat;
+  f[6] += x * yhat;
+}
+
+void OnlineCost::exchanged(Term term, double bytes, Clock::time_point start, Clock::time_point end) {
+  // Served one after the other: this call's time starts when the previous ended.
+  const auto from = std::max(start, last_end_);
+  last_end_ = std::max(last_end_, end);
+  step_end_ = std::max(step_end_, end);
+  const double y = end > from ? seconds(end - from) : 0.0;
+  const plan::CommModel& m = term == kAllreduce ? base_.allreduce : base_.allgather;
+  add(term, static_cast<double>(quantise(bytes, kByteUnit, kMaxX)), static_cast<double>(quantise(y, kTimeUnit, kMaxY)),
+      static_cast<double>(quantise(m.seconds(bytes), kTimeUnit, kMaxY)));
+}
+
+void OnlineCost::selected(int64_t elements, double secs) {
+  add(kSelection, static_cast<double>(quantise(static_cast<double>(elements), kElementUnit, kMaxX)),
+      static_cast<double>(quantise(secs, kTimeUnit, kMaxY)),
+      static_cast<double>(quantise(base_.sparsify.seconds(elements), kTimeUnit, kMaxY)));
+}
+
+void OnlineCost::pack(std::vector<int64_t>* wire) {
+  wire->assign(kWireLength, 0);
+  if (started_ && step_end_ > first_) {
+    (*wire)[0] = quantise(seconds(step_end_ - first_), kTimeUnit, kMaxY);
+    (*wire)[1] = 1;
+  }
+  // The per-call values are whole units already: these sums are exact.
+  for (size_t i = 2; i < kWireLength; ++i) (*wire)[i] = static_cast<int64_t>(local_[i]);
+  std::fill(local_.begin(), local_.end(), 0.0);
+  started_ = false;
+  step_end_ = Clock::time_point{};
+}
+
+OnlineCost::Decision OnlineCost::onReduced(const std::vector<int64_t>& sums) {
+  Decision d;
+  if (!enabled() || !havePrediction() || sums.size() != kWireLength) return d;
+  // The first step under a new plan still holds exchanges of the old one.
+  if (++steps_since_plan_ == 1) return d;
+  window_.push_back(sums);
+  if (window_.size() > static_cast<size_t>(std::max(1, opt_.window))) window_.erase(window_.begin());
+  if (sums[1] <= 0) return d;
+  d.checked = true;
+  d.measured_s = static_cast<double>(sums[0]) / static_cast<double>(sums[1]) * kTimeUnit;
+  d.predicted_s = predicted_span_s_;
+  if (std::fabs(d.measured_s - d.predicted_s) > opt_.tolerance * d.predicted_s) {
+    ++strikes_;
+    good_ = 0;
+  } else {
+    strikes_ = 0;
+    // Held for as many steps as it takes to condemn a plan: this plan works,
+    // so the cool-down goes back to its base (one lucky step is not enough).
+    if (++good_ >= opt_.strikes) {
+      fixed_since_plan_ = true;
+      failures_ = 0;
+    }
+  }
+  d.steps_off = strikes_;
+  const int cooldown = opt_.cooldown << std::min(failures_, 4);
+  if (strikes_ >= opt_.strikes && steps_since_plan_ >= cooldown) {
+    d.replan = true;
+    // This plan never matched its prediction: the next one waits longer.
+    if (!fixed_since_plan_) failures_ = std::min(failures_ + 1, 4);
+  }
+  return d;
+}
+
+plan::CommModel OnlineCost::correct(const plan::CommModel& m, const int64_t* t) {
+  const double n = static_cast<double>(t[0]);
+  if (n < 1 || m.segments().empty()) return m;
+  const double mx = t[1] / n, mr = (static_cast<double>(t[3]) - t[5]) / n;
+  const double var = t[2] / n - mx * mx;
+  const double cov = (static_cast<double>(t[4]) - t[6]) / n - mx * mr;
+  auto shifted = [&](double a_units, double b_units, plan::CommModel* out) {
+    const double da = a_units * kTimeUnit, db = b_units * kTimeUnit / kByteUnit;
+    std::vector<plan::CommModel::Segment> s = m.segments();
+    for (auto& g : s) {
+      g.alpha_s += da;
+      g.beta_s_per_byte += db;
+    }
+    return nonNegative(s) && plan::CommModel::fromSegments(s, out).ok();
+  };
+  plan::CommModel out;
+  // A slope only when the sizes spread (coefficient of variation >= 0.3):
+  // otherwise the line is noise through one cluster of points.
+  if (n >= 3 && mx > 0 && var > 0.09 * mx * mx) {
+    const double b = cov / var;
+    if (shifted(mr - b * mx, b, &out)) return out;
+  }
+  if (shifted(mr, 0, &out)) return out;
+  // Faster than the model at every size by more than its startup: scale.
+  const double factor = t[5] > 0 ? static_cast<double>(t[3]) / static_cast<double>(t[5]) : 1.0;
+  std::vector<plan::CommModel::Segment> s = m.segments();
+  for (auto& g : s) {
+    g.alpha_s *= factor;
+    g.beta_s_per_byte *= factor;
+  }
+  if (plan::CommModel::fromSegments(s, &out).ok()) return out;
+  return m;
+}
+
+plan::CostModel OnlineCost::refit() const {
+  std::vector<int64_t> s(kWireLength, 0);
+  for (const auto& w : window_)
+    for (size_t i = 0; i < kWireLength; ++i) s[i] += w[i];
+  plan::CostModel m = base_;
+  m.allgather = correct(base_.allgather, &s[2 + kTermFields * kAllgather]);
+  m.allreduce = correct(base_.allreduce, &s[2 + kTermFields * kAllreduce]);
+  const int64_t* sel = &s[2 + kTermFields * kSelection];
+  if (sel[0] > 0 && sel[5] > 0 && sel[3] > 0)
+    m.sparsify.c_s = base_.sparsify.c_s * static_cast<double>(sel[3]) / static_cast<double>(sel[5]);
+  return m;
+}
+
+}  // namespace mgs

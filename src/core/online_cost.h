@@ -1,0 +1,130 @@
+// Online re-planning (issue 14, item 5): in steady state, re-measure the cost
+// model's terms from the exchanges the job already does, and decide, the same
+// way on every rank, when the merge plan no longer predicts the step.
+//
+// Per rank, between two step boundaries, the sparse pipeline reports
+//   - every sparse allgather and dense allreduce it finished: bytes, start, end;
+//     the time charged is the call's *service* time, end - max(start, end of
+//     the previous exchange), because exchanges in flight are served one after
+//     the other and a plain end - start would charge bucket i the wait for i-1;
+//   - every selection: elements and seconds;
+//   - the step's span: first gradient enqueued -> last exchange finished,
+//     which the plan predicts as predicted_s minus the first gradient's gap.
+// At a step boundary each rank packs these into a fixed vector of int64
+// (sufficient statistics of a least-squares fit of measured against
+// predicted time, in fixed units) and the pipeline SUM-allreduces it: integer
+// sums are exact and independent of the reduction order, so every rank holds
+// the same bits and takes the same decision without a second message.
+//
+// Decision (onReduced): the ranks' mean span against the plan's prediction;
+// more than `tolerance` off for `strikes` consecutive steps, and at least
+// `cooldown` steps since the last plan -> re-plan. A re-plan that does not
+// bring the step back within tolerance doubles the cool-down (up to 16x), so a
+// model that cannot describe this job (the planner's pipeline model is not
+// the runtime's) costs a re-plan now and then, not every few steps; `strikes`
+// steps in a row within tolerance reset the cool-down.
+//
+// Refit (refit): the calibrated model plus a correction line a + b*bytes per
+// communication term, least squares over the window's calls (an intercept
+// only when the sizes hardly vary), and a factor on the selection time. The
+// result depends only on the reduced sums, so it is identical on every rank
+// (runBucket's dense-or-sparse choice reads it on every rank).
+//
+// Threading: owned by the sparse pipeline, used on the coordinator thread only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/cost_model.h"
+
+namespace mgs {
+
+class OnlineCost {
+ public:
+  using Clock = std::chrono::steady_clock;
+  enum Term { kAllgather = 0, kAllreduce = 1, kSelection = 2, kTerms = 3 };
+  // Per term: calls, sum x, sum x^2, sum y, sum x*y, sum yhat, sum x*yhat.
+  static constexpr size_t kTermFields = 7;
+  // Span sum (us), spans counted, then the terms.
+  static constexpr size_t kWireLength = 2 + kTermFields * kTerms;
+
+  struct Options {
+    double tolerance = 0.15;  // MGS_REPLAN_TOLERANCE; 0 disables
+    int strikes = 3;          // consecutive steps off before re-planning
+    int cooldown = 10;        // steps after a plan before the next (doubles on failure)
+    int window = 8;           // steps of measurements the refit uses
+  };
+
+  struct Decision {
+    bool checked = false;  // a step was compared (a plan and a prediction exist)
+    bool replan = false;
+    double measured_s = 0, predicted_s = 0;  // mean span over ranks; the plan's span
+    int steps_off = 0;                       // consecutive steps beyond tolerance
+  };
+
+  OnlineCost() = default;
+  explicit OnlineCost(Options o) : opt_(o) {}
+  bool enabled() const { return opt_.tolerance > 0; }
+  const Options& options() const { return opt_; }
+
+  // The calibrated model: predictions and refits are relative to it.
+  void setBase(const plan::CostModel& base) {
+    base_ = base;
+    have_base_ = true;
+  }
+  bool haveBase() const { return have_base_; }
+  const plan::CostModel& base() const { return base_; }
+  // A plan took effect at this step boundary; its predicted span (first
+  // gradient -> last exchange end). Clears the window and the strikes.
+  void planned(double predicted_span_s);
+  bool havePrediction() const { return predicted_span_s_ > 0; }
+
+  // Per-rank measurements (coordinator thread).
+  void stepStarted(Clock::time_point first_enqueue);
+  void exchanged(Term term, double bytes, Clock::time_point start, Clock::time_point end);
+  void selected(int64_t elements, double seconds);
+
+  // This rank's measurements since the last boundary, as int64 sums; resets them.
+  void pack(std::vector<int64_t>* wire);
+  // After the SUM-allreduce of every rank's pack(): add to the window and decide.
+  Decision onReduced(const std::vector<int64_t>& sums);
+  // The base model corrected by the window's measurements.
+  plan::CostModel refit() const;
+  // Mean seconds of the per-step check's allreduce (reported when re-planning).
+  void reduceCost(double seconds) {
+    reduce_s_ += seconds;
+    ++reduces_;
+  }
+  double meanReduceSeconds() const { return reduces_ ? reduce_s_ / reduces_ : 0; }
+
+  // Units of the wire (public for tests): comm bytes / kByteUnit, elements /
+  // kElementUnit, seconds / kTimeUnit, rounded to nearest.
+  static constexpr double kByteUnit = 256, kElementUnit = 1024, kTimeUnit = 1e-6;
+  // Correction of one communication model by the line a + b*bytes fitted to
+  // (bytes, measured - predicted); falls back to an intercept only, then to a
+  // factor, so that the result is never negative. Exposed for tests.
+  static plan::CommModel correct(const plan::CommModel& m, const int64_t* term_sums);
+
+ private:
+  void add(Term t, double x, double y, double yhat);
+
+  Options opt_;
+  plan::CostModel base_;
+  bool have_base_ = false;
+  double predicted_span_s_ = 0;
+  // This rank, since the last boundary.
+  std::vector<double> local_ = std::vector<double>(kWireLength, 0.0);
+  bool started_ = false;
+  Clock::time_point first_{}, last_end_{}, step_end_{};
+  // Reduced, identical on every rank.
+  std::vector<std::vector<int64_t>> window_;
+  int steps_since_plan_ = 0, strikes_ = 0, good_ = 0, failures_ = 0;
+  bool fixed_since_plan_ = false;
+  double reduce_s_ = 0;
+  int64_t reduces_ = 0;
+};
+
+}  // namespace mgs

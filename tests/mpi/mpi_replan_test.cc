@@ -1,0 +1,154 @@
+// Online re-planning under mpirun (issue 14, item 5):
+//   mpirun -np {2,3,4} mgs_mpi_replan_test
+// with MGS_COMPRESSOR, MGS_PROFILE_STEPS and MGS_REPLAN_TOLERANCE set by ctest.
+//
+// The job's conditions change mid-run: from step kChange on, every gradient
+// arrives kSlowMs after the previous one instead of kFastMs (backward got
+// slower, as on a shared or throttled accelerator). The plan's predicted step
+// no longer holds, so with a tolerance > 0 a re-plan must follow, and
+//   - every rank re-plans at the same step (the plan counter, read after each
+//     step, is identical on every rank at every step),
+//   - re-plans after the first plan are at least the cool-down apart,
+//   - every step's results equal the average of exactly the pairs each rank
+//     selected (error feedback intact across the plan change).
+// With MGS_REPLAN_TOLERANCE=0 exactly one plan is made, change or not.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "mpi_harness.h"
+
+using mpitest::cpuTensor;
+using mpitest::g_rank;
+
+namespace {
+
+int g_size = 0;
+constexpr int kChange = 25, kSteps = 100, kFastMs = 1, kSlowMs = 6;
+constexpr int kCooldown = 10;  // OnlineCost::Options::cooldown
+
+float gradValue(uint64_t seed) {
+  seed = (seed + 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
+  seed ^= seed >> 31;
+  const double u = ((seed >> 11) * (1.0 / 9007199254740992.0)) - 0.5;
+  return static_cast<float>((u < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(u) + 1e-12) * 1e-2);
+}
+
+std::vector<float> residualOf(const std::string& name, size_t n) {
+  std::vector<float> r(n, 0.0f);
+  if (mgs_residual_copy(name.c_str(), r.data(), n) != MGS_SUCCESS) std::fill(r.begin(), r.end(), 0.0f);
+  return r;
+}
+
+std::vector<float> gatherAll(const std::string& name, const std::vector<float>& v) {
+  std::vector<int64_t> shape{1, static_cast<int64_t>(v.size())};
+  mgs_tensor_t t = cpuTensor(const_cast<float*>(v.data()), MGS_FLOAT32, shape);
+  mgs_handle_t h = 0;
+  std::vector<float> all(v.size() * g_size);
+  EXPECT_OK(mgs_allgather_async(name.c_str(), &t, &h));
+  EXPECT_OK(mgs_wait(h));
+  std::vector<int64_t> oshape{g_size, static_cast<int64_t>(v.size())};
+  mgs_tensor_t o = cpuTensor(all.data(), MGS_FLOAT32, oshape);
+  EXPECT_OK(mgs_allgather_copy_output(h, &o));
+  mgs_release(h);
+  return all;
+}
+
+void run(double tolerance) {
+  const std::vector<int64_t> sizes = {50000, 20000, 80000, 30000, 60000, 10000};
+  const size_t L = sizes.size();
+  std::vector<float> plans_after(kSteps);  // as floats, for gatherAll
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<std::vector<float>> x(L), out(L), before(L);
+    std::vector<std::vector<int64_t>> shapes(L);
+    std::vector<mgs_handle_t> h(L);
+    for (size_t t = 0; t < L; ++t) {
+      x[t].resize(sizes[t]);
+      for (int64_t i = 0; i < sizes[t]; ++i)
+        x[t][i] = gradValue((uint64_t(step) << 40) ^ (uint64_t(g_rank) << 32) ^ (t << 24) ^ i);
+      out[t].assign(sizes[t], -1.0f);
+      shapes[t] = {sizes[t]};
+      before[t] = residualOf("g" + std::to_string(t), sizes[t]);
+    }
+    const auto gap = std::chrono::milliseconds(step < kChange ? kFastMs : kSlowMs);
+    for (size_t t = 0; t < L; ++t) {
+      std::this_thread::sleep_for(gap);  // "backward" of tensor t
+      mgs_tensor_t in = cpuTensor(x[t].data(), MGS_FLOAT32, shapes[t]);
+      mgs_tensor_t o = cpuTensor(out[t].data(), MGS_FLOAT32, shapes[t]);
+      EXPECT_OK(mgs_allreduce_async(("g" + std::to_string(t)).c_str(), &in, &o, MGS_REDUCE_AVERAGE, 1, 1,
+                                    MGS_FLAG_SPARSE_OK, &h[t]));
+    }
+    for (size_t t = 0; t < L; ++t) {
+      EXPECT_OK(mgs_wait(h[t]));
+      mgs_release(h[t]);
+    }
+    mgs_stats_t st{};
+    EXPECT_OK(mgs_get_stats(&st, sizeof st));
+    plans_after[step] = static_cast<float>(st.plans);
+    // Every few steps (and around the change) check the results against the
+    // pairs each rank selected: sent = x + residual_before - residual_after.
+    if (step % 5 != 0 && std::abs(step - kChange) > 12) continue;
+    for (size_t t = 0; t < L; ++t) {
+      const std::string name = "g" + std::to_string(t);
+      const std::vector<float> after = residualOf(name, sizes[t]);
+      std::vector<float> sent(sizes[t]);
+      for (int64_t i = 0; i < sizes[t]; ++i) sent[i] = (x[t][i] + before[t][i]) - after[i];
+      const std::vector<float> all = gatherAll("ref." + name, sent);
+      int bad = 0;
+      for (int64_t i = 0; i < sizes[t]; ++i) {
+        float ref = 0.0f;
+        for (int r = 0; r < g_size; ++r) ref += all[r * sizes[t] + i];
+        ref *= static_cast<float>(1.0 / g_size);
+        if (!(std::fabs(out[t][i] - ref) <= 1e-6f * std::max(1.0f, std::fabs(ref)))) ++bad;
+      }
+      EXPECT(bad == 0, "step %d %s: %d entries differ from the reference of selected pairs", step, name.c_str(), bad);
+    }
+  }
+  // The same plan counter at every step on every rank: re-plans at the same step.
+  const std::vector<float> all = gatherAll("plans", plans_after);
+  int differ = 0;
+  for (int r = 1; r < g_size; ++r)
+    for (int s = 0; s < kSteps; ++s) differ += all[r * kSteps + s] != plans_after[s];
+  EXPECT(differ == 0, "%d per-step plan counts differ across ranks", differ);
+  std::string when;
+  std::vector<int> replans;
+  for (int s = 1; s < kSteps; ++s)
+    if (plans_after[s] > plans_after[s - 1]) {
+      replans.push_back(s);
+      when += " " + std::to_string(s);
+    }
+  const float at_change = plans_after[kChange - 1], at_end = plans_after[kSteps - 1];
+  if (g_rank == 0)
+    std::printf("tolerance %.2f: plans at the change %.0f, at the end %.0f; new plans after steps:%s\n", tolerance,
+                at_change, at_end, when.c_str());
+  EXPECT(plans_after[0] == 0 && at_end >= 1, "no plan was made (plans %.0f)", at_end);
+  if (tolerance == 0) {
+    EXPECT(at_end == 1, "MGS_REPLAN_TOLERANCE=0 but %.0f plans were made", at_end);
+    return;
+  }
+  EXPECT(at_end > at_change, "no re-plan after the step time changed at step %d (plans %.0f -> %.0f)", kChange,
+         at_change, at_end);
+  for (size_t i = 2; i < replans.size(); ++i)  // replans[0] is the profile's plan
+    EXPECT(replans[i] - replans[i - 1] >= kCooldown, "re-plans after steps %d and %d: closer than the cool-down %d",
+           replans[i - 1], replans[i], kCooldown);
+}
+
+}  // namespace
+
+int main() {
+  if (mgs_init() != MGS_SUCCESS) {
+    std::fprintf(stderr, "mgs_init failed: %s\n", mgs_last_error());
+    return 1;
+  }
+  mgs_rank(&g_rank);
+  mgs_size(&g_size);
+  const char* tol = std::getenv("MGS_REPLAN_TOLERANCE");
+  run(tol ? std::atof(tol) : 0.15);
+  const int rc = mpitest::finish();
+  mgs_shutdown();
+  return rc;
+}

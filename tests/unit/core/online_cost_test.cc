@@ -1,0 +1,240 @@
+// OnlineCost (src/core/online_cost.h): the refit of the cost model from
+// measured exchanges and the re-plan decision, without MPI. The SUM-allreduce
+// the pipeline does between pack() and onReduced() is done here by hand.
+#include "core/online_cost.h"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <vector>
+
+using mgs::OnlineCost;
+using Clock = OnlineCost::Clock;
+
+namespace {
+
+mgs::plan::CostModel baseModel() {
+  mgs::plan::CostModel m;
+  m.allgather = mgs::plan::CommModel::linear(100e-6, 1e-9);  // 100 us + 1 ns/byte
+  m.allreduce = mgs::plan::CommModel::linear(200e-6, 2e-9);
+  m.sparsify.kind = mgs::plan::SparsifyModel::Kind::kLinear;
+  m.sparsify.c_s = 1e-9;
+  m.workers = 4;
+  return m;
+}
+
+Clock::duration secs(double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); }
+
+// One rank's step: allgathers of the given sizes, each taking alpha + beta*bytes,
+// back to back, and a span of `span_s`.
+void step(OnlineCost& oc, Clock::time_point t0, const std::vector<double>& bytes, double alpha, double beta,
+          double span_s) {
+  oc.stepStarted(t0);
+  auto t = t0;
+  for (double b : bytes) {
+    const auto end = t + secs(alpha + beta * b);
+    oc.exchanged(OnlineCost::kAllgather, b, t, end);
+    t = end;
+  }
+  // The span ends with the last exchange: one more, sized to end at span_s.
+  if (t < t0 + secs(span_s)) oc.exchanged(OnlineCost::kAllgather, 0, t0 + secs(span_s) - secs(alpha), t0 + secs(span_s));
+}
+
+std::vector<int64_t> packOne(OnlineCost& oc) {
+  std::vector<int64_t> w;
+  oc.pack(&w);
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("online refit recovers a changed startup and bandwidth", "[online]") {
+  OnlineCost oc(OnlineCost::Options{0.15});
+  oc.setBase(baseModel());
+  oc.planned(0.010);
+  // The network got slower: 300 us + 2 ns/byte, sizes from 4 KiB to 4 MiB.
+  const std::vector<double> sizes = {4096, 65536, 1 << 20, 4 << 20};
+  auto t0 = Clock::now();
+  for (int s = 0; s < 6; ++s) {
+    step(oc, t0, sizes, 300e-6, 2e-9, 0);
+    (void)oc.onReduced(packOne(oc));
+    t0 += secs(1.0);
+  }
+  const mgs::plan::CostModel m = oc.refit();
+  // Wire units: 256 bytes, 1 us: the fit is good to a few us.
+  CHECK(m.allgather.seconds(4096) == Approx(300e-6 + 2e-9 * 4096).margin(5e-6));
+  CHECK(m.allgather.seconds(4 << 20) == Approx(300e-6 + 2e-9 * (4 << 20)).margin(20e-6));
+  CHECK(m.allgather.seconds(16 << 20) == Approx(300e-6 + 2e-9 * (16 << 20)).epsilon(0.02));  // extrapolated
+  // Terms without measurements keep the base.
+  CHECK(m.allreduce.seconds(1 << 20) == baseModel().allreduce.seconds(1 << 20));
+  CHECK(m.sparsify.c_s == baseModel().sparsify.c_s);
+}
+
+TEST_CASE("online refit with one bucket size shifts the startup only", "[online]") {
+  mgs::plan::CommModel base = mgs::plan::CommModel::linear(100e-6, 1e-9);
+  // 5 calls of 1 MiB measured at 2 ms each; the base says 1.149 ms.
+  const int64_t x = (1 << 20) / 256, y = 2000, yhat = 1149;
+  const int64_t t[7] = {5, 5 * x, 5 * x * x, 5 * y, 5 * x * y, 5 * yhat, 5 * x * yhat};
+  const mgs::plan::CommModel m = OnlineCost::correct(base, t);
+  CHECK(m.seconds(1 << 20) == Approx(2e-3).margin(2e-6));
+  CHECK(m.startup() == Approx(100e-6 + 851e-6).margin(2e-6));
+  CHECK(m.seconds(4 << 20) - m.seconds(1 << 20) == Approx(base.seconds(4 << 20) - base.seconds(1 << 20)));
+}
+
+TEST_CASE("online refit never predicts a negative time", "[online]") {
+  mgs::plan::CommModel base = mgs::plan::CommModel::linear(1e-3, 1e-9);
+  // Everything 10x faster than the base, at one size: an intercept shift would
+  // go below zero at 0 bytes, so the model is scaled instead.
+  const int64_t x = 4096 / 256, yhat = 1004, y = 100;
+  const int64_t t[7] = {4, 4 * x, 4 * x * x, 4 * y, 4 * x * y, 4 * yhat, 4 * x * yhat};
+  const mgs::plan::CommModel m = OnlineCost::correct(base, t);
+  for (double b : {0.0, 1.0, 4096.0, 1e6, 1e9}) CHECK(m.seconds(b) >= 0);
+  CHECK(m.seconds(4096) == Approx(1.004e-3 * 100 / 1004).epsilon(0.01));
+  // No calls: unchanged.
+  const int64_t none[7] = {0, 0, 0, 0, 0, 0, 0};
+  CHECK(OnlineCost::correct(base, none).seconds(4096) == base.seconds(4096));
+}
+
+TEST_CASE("online refit scales the selection time", "[online]") {
+  OnlineCost oc(OnlineCost::Options{0.15});
+  oc.setBase(baseModel());
+  oc.planned(0.010);
+  for (int s = 0; s < 3; ++s) {
+    oc.selected(1 << 20, 3e-9 * (1 << 20));  // 3x the base's 1 ns/element
+    (void)oc.onReduced(packOne(oc));
+  }
+  CHECK(oc.refit().sparsify.c_s == Approx(3e-9).epsilon(0.01));
+}
+
+TEST_CASE("online decision: strikes, first step ignored, cool-down, tolerance", "[online]") {
+  OnlineCost::Options o;
+  o.tolerance = 0.15;
+  o.strikes = 3;
+  o.cooldown = 10;
+  OnlineCost oc(o);
+  oc.setBase(baseModel());
+  auto reduced = [&](double span_s) {
+    std::vector<int64_t> w(OnlineCost::kWireLength, 0);
+    w[0] = static_cast<int64_t>(span_s * 1e6) * 2;  // two ranks
+    w[1] = 2;
+    return oc.onReduced(w);
+  };
+  // No plan yet: nothing is compared.
+  CHECK_FALSE(reduced(0.050).checked);
+  oc.planned(0.010);
+  CHECK_FALSE(reduced(0.050).checked);  // the plan's first step
+  // Within tolerance (+14%, -14%): no strikes.
+  for (int i = 0; i < 3; ++i) CHECK(reduced(0.0114).steps_off == 0);
+  CHECK(reduced(0.0086).steps_off == 0);
+  // 30% slow: strikes count, but the cool-down (10 steps since the plan) holds.
+  int steps = 5;
+  OnlineCost::Decision d;
+  for (; steps < 9; ++steps) {
+    d = reduced(0.013);
+    CHECK(d.checked);
+    CHECK_FALSE(d.replan);
+  }
+  CHECK(d.steps_off == 4);
+  CHECK(d.measured_s == Approx(0.013));
+  CHECK(d.predicted_s == Approx(0.010));
+  // One good step resets the strikes.
+  CHECK(reduced(0.010).steps_off == 0);
+  ++steps;
+  d = reduced(0.013);
+  CHECK(d.steps_off == 1);
+  d = reduced(0.013);
+  CHECK_FALSE(d.replan);  // 2 strikes
+  d = reduced(0.013);
+  CHECK(d.replan);  // 3 strikes, 13 steps since the plan
+}
+
+TEST_CASE("online decision backs off when re-planning does not help", "[online]") {
+  OnlineCost::Options o;
+  o.tolerance = 0.15;
+  OnlineCost oc(o);
+  oc.setBase(baseModel());
+  std::vector<int64_t> w(OnlineCost::kWireLength, 0);
+  w[0] = 20000;  // 20 ms, one rank: always 100% off a 10 ms prediction
+  w[1] = 1;
+  std::vector<int> gaps;
+  int since = 0;
+  oc.planned(0.010);
+  for (int s = 0; s < 200 && gaps.size() < 4; ++s) {
+    ++since;
+    if (oc.onReduced(w).replan) {
+      gaps.push_back(since);
+      oc.planned(0.010);  // the new plan predicts the same: it will not help
+      since = 0;
+    }
+  }
+  REQUIRE(gaps.size() == 4);
+  CHECK(gaps[0] == 10);
+  CHECK(gaps[1] == 20);
+  CHECK(gaps[2] == 40);
+  CHECK(gaps[3] == 80);
+}
+
+TEST_CASE("online re-planning is off at tolerance 0", "[online]") {
+  OnlineCost oc(OnlineCost::Options{0.0});
+  CHECK_FALSE(oc.enabled());
+  oc.setBase(baseModel());
+  oc.planned(0.010);
+  std::vector<int64_t> w(OnlineCost::kWireLength, 0);
+  w[0] = 100000;
+  w[1] = 1;
+  for (int s = 0; s < 50; ++s) CHECK_FALSE(oc.onReduced(w).replan);
+}
+
+TEST_CASE("online decision and refit are identical on every rank", "[online]") {
+  // Two ranks measure different things; after the (hand-made) SUM-allreduce
+  // both hold the same sums, so both decide and refit the same, bit for bit.
+  OnlineCost r0(OnlineCost::Options{0.15}), r1(OnlineCost::Options{0.15});
+  for (OnlineCost* r : {&r0, &r1}) {
+    r->setBase(baseModel());
+    r->planned(0.005);
+  }
+  auto t0 = Clock::now();
+  bool any = false;
+  for (int s = 0; s < 20; ++s) {
+    step(r0, t0, {4096, 1 << 20}, 250e-6 + 1e-6 * s, 1.5e-9, 0.009);
+    step(r1, t0 + secs(1e-4), {4096, 1 << 20}, 260e-6, 1.7e-9, 0.008 + 1e-4 * s);
+    r0.selected(100000, 2e-4);
+    std::vector<int64_t> a = packOne(r0), b = packOne(r1);
+    for (size_t i = 0; i < a.size(); ++i) a[i] += b[i];
+    const OnlineCost::Decision d0 = r0.onReduced(a), d1 = r1.onReduced(a);
+    CHECK(d0.replan == d1.replan);
+    CHECK(d0.measured_s == d1.measured_s);
+    CHECK(d0.steps_off == d1.steps_off);
+    any |= d0.replan;
+    const mgs::plan::CostModel m0 = r0.refit(), m1 = r1.refit();
+    for (double bytes : {0.0, 512.0, 65536.0, 1e7}) CHECK(m0.allgather.seconds(bytes) == m1.allgather.seconds(bytes));
+    CHECK(m0.sparsify.c_s == m1.sparsify.c_s);
+    if (d0.replan) {
+      r0.planned(0.005);
+      r1.planned(0.005);
+    }
+    t0 += secs(1.0);
+  }
+  CHECK(any);  // spans of 8-10 ms against 5 ms predicted: it did re-plan
+}
+
+TEST_CASE("online exchange time is the service time of serialised calls", "[online]") {
+  OnlineCost oc(OnlineCost::Options{0.15});
+  mgs::plan::CostModel m = baseModel();
+  m.allgather = mgs::plan::CommModel::linear(0, 1e-9);
+  oc.setBase(m);
+  oc.planned(0.010);
+  const auto t0 = Clock::now();
+  // Two calls started together, each served in 1 ms one after the other: the
+  // second's end - start is 2 ms, but it is charged 1 ms.
+  oc.exchanged(OnlineCost::kAllgather, 1e6, t0, t0 + secs(1e-3));
+  oc.exchanged(OnlineCost::kAllgather, 1e6, t0, t0 + secs(2e-3));
+  std::vector<int64_t> w;
+  oc.stepStarted(t0);
+  oc.pack(&w);
+  const int64_t* ag = &w[2];
+  CHECK(ag[0] == 2);
+  CHECK(ag[3] == 2000);  // 2 x 1000 us
+  // The span: first gradient to the last exchange's end.
+  CHECK(w[0] == 2000);
+  CHECK(w[1] == 1);
+}
