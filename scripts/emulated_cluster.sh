@@ -12,10 +12,16 @@
 # always set (without it a rank spinning in a collective starves the rank it
 # waits for: small collectives took ~25 ms instead of ~1 ms here).
 #
-# usage: scripts/emulated_cluster.sh [-n HOSTS] [-r 1gbit|10gbit|RATE] [-s 10.77.0]
+# usage: scripts/emulated_cluster.sh [-n HOSTS] [-r 1gbit|10gbit|RATE] [-l LATENCY] [-s 10.77.0]
 #                                    [-m "extra mpirun args"] [-k] -- COMMAND [ARGS...]
 #   -n  hosts (ranks), default 4
 #   -r  per-link rate for tc tbf, default 1gbit ("none": no limit)
+#   -l  added one-way delay per link and direction, e.g. 0.5ms or 500us (default
+#       0: none). A frame host A -> host B crosses A's link and B's link, so it
+#       gains 2x LATENCY, and a ping round trip 4x. With tc netem where the
+#       kernel has it; else (this project's kernels: no sch_netem) each link is
+#       cut in two and bench/cluster/delayline.c (built here with cc) holds
+#       every frame for LATENCY in user space.
 #   -s  first three octets of the /24 used (hosts .1..N, the bridge .254)
 #   -m  extra mpirun arguments (e.g. "-x MGS_LOG_LEVEL=info")
 #   -k  run COMMAND directly (not under mpirun) in the root namespace while the
@@ -23,22 +29,24 @@
 #       (to inspect it: ip netns, tc -s qdisc; or to run mpirun yourself)
 # Needs root (ip netns add), iproute2, tc, Open MPI. COMMAND must be reachable
 # by the same path in every namespace (it is: namespaces share the filesystem).
-# The rate limit is checked by scripts/emulated_linktest.sh.
+# The rate limit and the latency are checked by scripts/emulated_linktest.sh.
 set -euo pipefail
 
 hosts=4
 rate=1gbit
+latency=0
 subnet=10.77.0
 extra=""
 direct=0
-while getopts "n:r:s:m:kh" opt; do
+while getopts "n:r:l:s:m:kh" opt; do
   case $opt in
     n) hosts=$OPTARG ;;
     r) rate=$OPTARG ;;
+    l) latency=$OPTARG ;;
     s) subnet=$OPTARG ;;
     m) extra=$OPTARG ;;
     k) direct=1 ;;
-    h) sed -n '2,21p' "$0"; exit 0 ;;
+    h) sed -n '2,27p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done
@@ -47,14 +55,26 @@ shift $((OPTIND - 1))
 [ $# -gt 0 ] || { echo "emulated_cluster: no command (see -h)" >&2; exit 2; }
 [ "$hosts" -ge 1 ] && [ "$hosts" -le 200 ] || { echo "emulated_cluster: -n 1..200" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "emulated_cluster: needs root (ip netns)" >&2; exit 2; }
+# LATENCY in microseconds (an integer or a decimal), from "0.5ms", "500us" or "0".
+case $latency in
+  0) lat_us=0 ;;
+  *ms) lat_us=$(awk -v v="${latency%ms}" 'BEGIN { printf "%.1f", v * 1000 }') ;;
+  *us) lat_us=$(awk -v v="${latency%us}" 'BEGIN { printf "%.1f", v }') ;;
+  *) echo "emulated_cluster: -l wants e.g. 0.5ms or 500us, not '$latency'" >&2; exit 2 ;;
+esac
+awk -v v="$lat_us" 'BEGIN { exit !(v >= 0 && v <= 1000000) }' || { echo "emulated_cluster: -l out of range" >&2; exit 2; }
+[ "$lat_us" = 0.0 ] && lat_us=0
 
 tag=mgs$$                     # unique per invocation: two clusters never collide
 bridge=${tag}br
 workdir=$(mktemp -d /tmp/emulated_cluster.XXXXXX)
 
+relays=()                     # pids of the delay lines this script started
 cleanup() {
   local rc=$?
   set +e
+  for pid in "${relays[@]}"; do kill "$pid" 2>/dev/null; done
+  for pid in "${relays[@]}"; do wait "$pid" 2>/dev/null; done
   for i in $(seq 1 "$hosts"); do
     ns=${tag}ns$i
     if ip netns list 2>/dev/null | grep -qw "$ns"; then
@@ -65,8 +85,11 @@ cleanup() {
       ip netns del "$ns" 2>/dev/null
     fi
     ip link del "${tag}h$i" 2>/dev/null   # gone with the namespace normally
+    ip link del "${tag}e$i" 2>/dev/null   # the delay line's side (-l)
   done
   ip link del "$bridge" 2>/dev/null
+  # The delay lines' counters, when one dropped frames (its queue was full).
+  grep -v " 0+0 dropped" "$workdir/delayline.log" 2>/dev/null | grep dropped >&2
   rm -rf "$workdir"
   exit $rc
 }
@@ -75,8 +98,7 @@ trap 'exit 130' INT TERM
 
 # tbf: burst of ~2 ms at the rate (at least 64 KiB, and above one 64 KiB GSO
 # packet), queue of 20 ms before drops.
-shape() {  # dev [netns]
-  [ "$rate" = none ] && return 0
+burst_bytes() {
   local bits
   case $rate in
     *gbit) bits=$(( ${rate%gbit} * 1000000000 )) ;;
@@ -85,10 +107,46 @@ shape() {  # dev [netns]
   esac
   local burst=$(( bits / 8 / 500 ))
   [ $burst -lt 131072 ] && burst=131072
+  echo $burst
+}
+shape() {  # dev [netns]
+  [ "$rate" = none ] && return 0
+  local burst
+  burst=$(burst_bytes)
   if [ -n "${2:-}" ]; then
     ip netns exec "$2" tc qdisc add dev "$1" root tbf rate "$rate" burst "$burst" latency 20ms
   else
     tc qdisc add dev "$1" root tbf rate "$rate" burst "$burst" latency 20ms
+  fi
+}
+
+# Latency: tc netem if this kernel has it (probed in a scratch namespace),
+# else the user-space delay line.
+delay_mode=none
+if [ "$lat_us" != 0 ]; then
+  probe=${tag}probe
+  ip netns add "$probe"
+  if ip netns exec "$probe" tc qdisc add dev lo root netem delay "${lat_us}us" 2>/dev/null; then
+    delay_mode=netem
+  else
+    delay_mode=relay
+  fi
+  ip netns del "$probe"
+  if [ $delay_mode = relay ]; then
+    src=$(cd "$(dirname "$0")/.." && pwd)/bench/cluster/delayline.c
+    cc -O2 -o "$workdir/delayline" "$src" || { echo "emulated_cluster: cannot build $src" >&2; exit 2; }
+  fi
+fi
+# netem as the root qdisc, tbf as its child (netem delays, then tbf paces);
+# without latency tbf alone is the root, as before.
+shape_latency() {  # dev [netns]
+  local ns=()
+  [ -n "${2:-}" ] && ns=(ip netns exec "$2")
+  if [ $delay_mode = netem ]; then
+    "${ns[@]}" tc qdisc add dev "$1" root handle 1: netem delay "${lat_us}us" limit 100000
+    [ "$rate" = none ] || "${ns[@]}" tc qdisc add dev "$1" parent 1:1 handle 10: tbf rate "$rate" burst "$(burst_bytes)" latency 20ms
+  else
+    shape "$@"
   fi
 }
 
@@ -103,7 +161,19 @@ hostlist=""
 for i in $(seq 1 "$hosts"); do
   ns=${tag}ns$i
   ip netns add "$ns"
-  ip link add "${tag}h$i" type veth peer name "${tag}c$i"
+  if [ $delay_mode = relay ]; then
+    # eth0 <-> d [delay line] e <-> h (bridge port)
+    ip link add "${tag}d$i" type veth peer name "${tag}c$i"
+    ip link add "${tag}e$i" type veth peer name "${tag}h$i"
+    for side in d e; do
+      sysctl -qw "net.ipv6.conf.${tag}$side$i.disable_ipv6=1" 2>/dev/null || true
+      ip link set "${tag}$side$i" up
+    done
+    "$workdir/delayline" "${tag}d$i" "${tag}e$i" "$lat_us" 2>>"$workdir/delayline.log" &
+    relays+=($!)
+  else
+    ip link add "${tag}h$i" type veth peer name "${tag}c$i"
+  fi
   ip link set "${tag}c$i" netns "$ns"
   ip -n "$ns" link set "${tag}c$i" name eth0
   ip -n "$ns" addr add "$subnet.$i/24" dev eth0
@@ -111,8 +181,8 @@ for i in $(seq 1 "$hosts"); do
   ip -n "$ns" link set eth0 up
   ip link set "${tag}h$i" master "$bridge"
   ip link set "${tag}h$i" up
-  shape "${tag}h$i"                  # bridge -> host i (download)
-  shape eth0 "$ns"                   # host i -> bridge (upload)
+  shape_latency "${tag}h$i"          # bridge -> host i (download)
+  shape_latency eth0 "$ns"           # host i -> bridge (upload)
   hostlist+="${hostlist:+,}$subnet.$i:1"
   echo "$subnet.$i $ns" >> "$workdir/hosts"
 done
@@ -132,10 +202,10 @@ exec ip netns exec "\$ns" /bin/sh -c "\$*"
 EOF
 chmod +x "$workdir/agent"
 
-echo "emulated_cluster: $hosts hosts ($hostlist), links $rate via bridge $bridge ($subnet.254)" >&2
+echo "emulated_cluster: $hosts hosts ($hostlist), links $rate, added latency ${lat_us} us per link and direction ($delay_mode) via bridge $bridge ($subnet.254)" >&2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [ "$direct" = 1 ]; then
-  EMULATED_HOSTS=$hostlist EMULATED_AGENT=$workdir/agent EMULATED_TAG=$tag "$@"
+  EMULATED_HOSTS=$hostlist EMULATED_AGENT=$workdir/agent EMULATED_TAG=$tag EMULATED_DELAY=$delay_mode "$@"
 else
   # shellcheck disable=SC2086
   mpirun --mca plm_rsh_agent "$workdir/agent" \

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "instance_io.h"
+#include "plan/cost_model_io.h"
 #include "plan/plan.h"
 #include "simulator.h"
 
@@ -70,6 +71,16 @@ std::vector<float> loadValues(const std::string& path) {
   std::vector<float> v(bytes / 4);
   f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * 4));
   if (!f || v.empty()) die("cannot read " + path);
+  return v;
+}
+
+// A network interface's byte counters (inside an emulated host's netns,
+// /sys/class/net is that namespace's); -1 when unreadable.
+double ifaceBytes(const std::string& iface, const char* which) {
+  if (iface.empty()) return -1;
+  std::ifstream f("/sys/class/net/" + iface + "/statistics/" + which);
+  double v = -1;
+  if (!(f >> v)) return -1;
   return v;
 }
 
@@ -133,32 +144,14 @@ Prediction predict(const Strategy& s, const std::vector<mgs::plan::LayerInfo>& l
   return {forward_s + plan.predicted_s, static_cast<int>(plan.groups.size())};
 }
 
-// The calibration file the runtime wrote (MGS_CALIBRATION=<file>): allreduce
-// and allgather as measured points ({"points": [[bytes, s], ...]},
-// interpolated) or as a line ({"alpha_s", "beta_s_per_byte"}), and the
-// selection model.
-bool readComm(const nlohmann::json& j, mgs::plan::CommModel* m) {
-  if (j.contains("points")) {
-    std::vector<mgs::plan::Sample> pts;
-    for (const auto& p : j.at("points")) pts.emplace_back(p.at(0).get<double>(), p.at(1).get<double>());
-    return mgs::plan::CommModel::table(pts, m).ok();
-  }
-  *m = mgs::plan::CommModel::linear(j.at("alpha_s").get<double>(), j.at("beta_s_per_byte").get<double>());
-  return true;
-}
-
+// The calibration file the runtime wrote (MGS_CALIBRATION=<file>), read with
+// the library's own parser (plan/cost_model_io.h: segments or points).
 bool readCalibration(const std::string& path, int workers, double density, mgs::plan::CostModel* m) {
-  nlohmann::json j;
-  if (!mgs::tools::readJsonFile(path, &j).ok()) return false;
-  try {
-    if (!readComm(j.at("allreduce"), &m->allreduce) || !readComm(j.at("allgather"), &m->allgather)) return false;
-    m->sparsify.kind = j.at("sparsify").at("kind").get<std::string>() == "nlogn"
-                           ? mgs::plan::SparsifyModel::Kind::kNLogN
-                           : mgs::plan::SparsifyModel::Kind::kLinear;
-    m->sparsify.c_s = j.at("sparsify").at("c_s").get<double>();
-  } catch (const std::exception&) {
-    return false;
-  }
+  std::ifstream f(path);
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (!mgs::plan::parseCostModel(ss.str(), m).ok()) return false;
   m->workers = workers;
   m->density = density;
   m->bytes_per_element = 4;
@@ -171,7 +164,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Replay a model trace through the mgs runtime and time each step"};
   std::string trace_path = "tools/traces/resnet50.json";
   std::string data_path = "tests/data/gradients/digits_cnn_step50.f32";
-  std::string strategy_name = "mgs", compressor = "ldte", calibration, label, sim_network = "1gbe";
+  std::string strategy_name = "mgs", compressor = "ldte", calibration, label, sim_network = "1gbe", wire_iface;
   double scale_elements = 1, scale_time = 1, density = 0.001;
   int steps = 10, warmup = -1, profile_steps = 5;
   bool no_forward = false;
@@ -197,6 +190,9 @@ int main(int argc, char** argv) {
   app.add_option("--sim-network", sim_network, "mgs-sim network preset for the alpha-beta prediction")
       ->capture_default_str();
   app.add_option("--label", label, "free text copied into the JSON line (e.g. the setting)");
+  app.add_option("--wire-iface", wire_iface,
+                 "read this interface's tx/rx byte counters around the timed steps (eth0 on an emulated host): "
+                 "per-rank wire bytes per step, all traffic of the job included");
   CLI11_PARSE(app, argc, argv);
   if (warmup < 0) warmup = profile_steps + 3;
 
@@ -251,9 +247,14 @@ int main(int argc, char** argv) {
 
   std::vector<double> step_s;
   mgs_stats_t s0{}, s1{};
+  double tx0 = -1, rx0 = -1;
   std::vector<mgs_handle_t> handles(L);
   for (int step = 0; step < warmup + steps; ++step) {
-    if (step == warmup) check(mgs_get_stats(&s0, sizeof s0), "mgs_get_stats");
+    if (step == warmup) {
+      check(mgs_get_stats(&s0, sizeof s0), "mgs_get_stats");
+      tx0 = ifaceBytes(wire_iface, "tx_bytes");
+      rx0 = ifaceBytes(wire_iface, "rx_bytes");
+    }
     check(mgs_barrier(), "mgs_barrier");
     const auto t0 = Clock::now();
     auto ready = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(forward_s));
@@ -273,6 +274,12 @@ int main(int argc, char** argv) {
     if (step >= warmup) step_s.push_back(t);
   }
   check(mgs_get_stats(&s1, sizeof s1), "mgs_get_stats");
+  // Wire bytes per timed step (the barriers and the runtime's negotiation
+  // included), gathered with the step times: two more values per rank.
+  const double tx1 = ifaceBytes(wire_iface, "tx_bytes"), rx1 = ifaceBytes(wire_iface, "rx_bytes");
+  const size_t timed = step_s.size();
+  step_s.push_back(tx0 >= 0 && tx1 >= 0 ? (tx1 - tx0) / timed : -1);
+  step_s.push_back(rx0 >= 0 && rx1 >= 0 ? (rx1 - rx0) / timed : -1);
 
   // Max over ranks per step, through the runtime's own allgather.
   int64_t n_steps = static_cast<int64_t>(step_s.size());
@@ -285,9 +292,16 @@ int main(int argc, char** argv) {
   mgs_tensor_t ta{all.data(), MGS_FLOAT64, 1, &all_shape, MGS_DEVICE_CPU, nullptr, nullptr};
   check(mgs_allgather_copy_output(h, &ta), "mgs_allgather_copy_output");
   mgs_release(h);
-  std::vector<double> max_s(step_s.size(), 0.0);
-  for (int r = 0; r < size; ++r)
-    for (size_t i = 0; i < step_s.size(); ++i) max_s[i] = std::max(max_s[i], all[r * step_s.size() + i]);
+  std::vector<double> max_s(timed, 0.0);
+  double tx_mean = 0, tx_max = -1, rx_mean = 0;
+  for (int r = 0; r < size; ++r) {
+    const double* row = &all[r * step_s.size()];
+    for (size_t i = 0; i < timed; ++i) max_s[i] = std::max(max_s[i], row[i]);
+    tx_mean += row[timed] / size;
+    rx_mean += row[timed + 1] / size;
+    tx_max = std::max(tx_max, row[timed]);
+  }
+  if (tx_max < 0) tx_mean = rx_mean = -1;
   check(mgs_shutdown(), "mgs_shutdown");
 
   if (rank == 0) {
@@ -318,7 +332,7 @@ int main(int argc, char** argv) {
        << label << "\",\"ranks\":" << size << ",\"density\":" << fmt(density)
        << ",\"scale_elements\":" << fmt(scale_elements) << ",\"scale_time\":" << fmt(scale_time) << ",\"tensors\":" << L
        << ",\"elements\":" << total_elements << ",\"forward_s\":" << fmt(forward_s)
-       << ",\"backward_s\":" << fmt(backward) << ",\"warmup\":" << warmup << ",\"steps\":" << step_s.size()
+       << ",\"backward_s\":" << fmt(backward) << ",\"warmup\":" << warmup << ",\"steps\":" << timed
        << ",\"median_s\":" << fmt(med) << ",\"min_s\":" << fmt(*std::min_element(max_s.begin(), max_s.end()))
        << ",\"max_s\":" << fmt(*std::max_element(max_s.begin(), max_s.end())) << ",\"step_s\":" << jsonArray(max_s)
        << ",\"plan_buckets\":" << s1.plan_buckets << ",\"plans\":" << s1.plans
@@ -329,6 +343,12 @@ int main(int argc, char** argv) {
        << fmt(s1.sparse_target > s0.sparse_target
                   ? double(s1.sparse_selected - s0.sparse_selected) / double(s1.sparse_target - s0.sparse_target)
                   : 0)
+       << ",\"payload_bytes_per_step\":"
+       << fmt(dsteps > 0 ? double(s1.sparse_bytes_sent - s0.sparse_bytes_sent) / dsteps : 0)
+       << ",\"wire_tx_bytes_per_step_mean\":" << fmt(tx_mean) << ",\"wire_tx_bytes_per_step_max\":" << fmt(tx_max)
+       << ",\"wire_rx_bytes_per_step_mean\":" << fmt(rx_mean) << ",\"exchange\":\""
+       << (std::getenv("MGS_EXCHANGE") ? std::getenv("MGS_EXCHANGE") : "allgather") << "\""
+       << ",\"fusion_threshold_bytes\":" << fusion_bytes
        << ",\"sent_over_dense\":"
        << fmt(s1.sparse_dense_bytes > s0.sparse_dense_bytes ? double(s1.sparse_bytes_sent - s0.sparse_bytes_sent) /
                                                                   double(s1.sparse_dense_bytes - s0.sparse_dense_bytes)

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The merge planner where the MGS paper says it pays (allgather start-ups
+# dominate): many emulated hosts, added link latency, a faster accelerator.
+# Per repeat, one mgs-replay run each of
+#   mgs          the MGS dynamic program (MGS_PLANNER=mgs)
+#   layerwise    sparse, one bucket per tensor
+#   fixed-<F>MB  sparse, buckets closed at F MB of gradient (MGS_PLANNER=fusion,
+#                MGS_FUSION_THRESHOLD_BYTES=F MiB), F swept over -F
+#   mgs+replan   (with -T TOL) mgs with online re-planning at that tolerance
+# in the same order every repeat, so slow drift hits all of them alike; one
+# calibration, measured by the first run, reused by all (and by the
+# predictions). Prints medians over repeats, the ratios the issue sets goals
+# for (layer-wise / mgs >= 1.3, best fixed / mgs >= 1.05) per repeat and
+# overall, and the calibrated prediction against the measurement.
+#
+# usage: bench/cluster/run_planner.sh [-b BUILD] [-n HOSTS] [-r RATE] [-l LATENCY] [-R REPEATS]
+#            [-F "1 2 4 8 16 32 64 128"] [-x EXCHANGE] [-T TOL] [-o OUT.jsonl] -- [mgs-replay args]
+#   defaults: -n 16 -r 10gbit -l 0.5ms -R 3; replay args default to --steps 10
+#   --scale-time 0.25 --scale-elements 0.25 --density 0.001 --sim-network 10gbe
+#   (ResNet-50 trace; --scale-time 0.25 is the "4x faster accelerator": every
+#   forward and backward time divided by 4; --scale-elements 0.25 keeps 16
+#   ranks' selection work within what 2 shared cores can do, see docs/benchmarks.md)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=build
+hosts=16
+rate=10gbit
+latency=0.5ms
+repeats=3
+fixed="1 2 4 8 16 32 64 128"
+exchange=allgather
+tol=""
+out=""
+while getopts "b:n:r:l:R:F:x:T:o:h" opt; do
+  case $opt in
+    b) build=$OPTARG ;;
+    n) hosts=$OPTARG ;;
+    r) rate=$OPTARG ;;
+    l) latency=$OPTARG ;;
+    R) repeats=$OPTARG ;;
+    F) fixed=$OPTARG ;;
+    x) exchange=$OPTARG ;;
+    T) tol=$OPTARG ;;
+    o) out=$OPTARG ;;
+    h) sed -n '2,24p' "$0"; exit 0 ;;
+    *) exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+[ "${1:-}" = "--" ] && shift
+args=("$@")
+[ ${#args[@]} -gt 0 ] || args=(--steps 10 --scale-time 0.25 --scale-elements 0.25 --density 0.001 --sim-network 10gbe)
+bin=$PWD/$build/bench/mgs-replay
+lib=$(find "$PWD/$build" -name "libmgs.so*" -type f 2>/dev/null | head -n 1)
+[ -x "$bin" ] || { echo "run_planner: $bin not built (--target mgs-replay)" >&2; exit 2; }
+source bench/cluster/common.sh
+[ -n "$out" ] || out=$(mktemp /tmp/planner.XXXXXX.jsonl)
+: > "$out"
+tmp=$(mktemp -d /tmp/run_planner.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+base=(MGS_REPLAN_TOLERANCE=0)
+if exchange_supported "$lib"; then
+  base+=(MGS_EXCHANGE="$exchange")
+elif [ "$exchange" != allgather ]; then
+  echo "run_planner: this libmgs has no MGS_EXCHANGE (only the allgather exchange exists)" >&2
+  exit 2
+fi
+cal=$tmp/calibration.json
+
+echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; hosts=$hosts rate=$rate latency=$latency exchange=$exchange fixed=[$fixed] MB repeats=$repeats; args: ${args[*]}" >&2
+for rep in $(seq 1 "$repeats"); do
+  lab="planner-$hosts-$rate-$latency-$exchange-rep$rep"
+  run_one "$out" "$lab" "$hosts" "$rate" "$latency" "${base[@]}" -- --strategy mgs --calibration "$cal" "${args[@]}"
+  run_one "$out" "$lab" "$hosts" "$rate" "$latency" "${base[@]}" -- --strategy layerwise --calibration "$cal" "${args[@]}"
+  for f in $fixed; do
+    run_one "$out" "$lab" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES=$((f << 20)) -- \
+      --strategy fusion --calibration "$cal" "${args[@]}"
+  done
+  if [ -n "$tol" ]; then
+    run_one "$out" "$lab-replan$tol" "$hosts" "$rate" "$latency" "${base[@]/MGS_REPLAN_TOLERANCE=0/MGS_REPLAN_TOLERANCE=$tol}" -- \
+      --strategy mgs --calibration "$cal" "${args[@]}"
+  fi
+done
+[ -f "$cal" ] && echo "# calibration: $(tr -d '\n ' < "$cal")" >&2
+
+/usr/bin/python3 - "$out" <<'PY'
+import json, re, sys, statistics
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+def name(r):
+    if r["strategy"] == "fusion":
+        return "fixed-%gMB" % (r["fusion_threshold_bytes"] / 2**20)
+    return r["strategy"] + ("+replan" if "replan" in r["label"] else "")
+def rep(r):
+    return int(re.search(r"rep(\d+)", r["label"]).group(1))
+by = {}
+for r in rows:
+    by.setdefault(name(r), {})[rep(r)] = r
+print("| strategy | median step ms per repeat | median | buckets per step | predicted ms (calibrated) | pred/meas |")
+print("|---|---|---|---|---|---|")
+med = {}
+for n, rs in by.items():
+    ms = [rs[k]["median_s"] for k in sorted(rs)]
+    med[n] = statistics.median(ms)
+    pc = statistics.median(rs[k]["predicted_calibrated_s"] for k in rs)
+    print("| %s | %s | %.1f | %g | %s | %s |" % (n, ", ".join("%.1f" % (m * 1e3) for m in ms), med[n] * 1e3,
+          statistics.median(rs[k]["sparse_buckets_per_step"] for k in rs),
+          "%.1f" % (pc * 1e3) if pc > 0 else "-", "%.2f" % (pc / med[n]) if pc > 0 else "-"))
+fixed = [n for n in med if n.startswith("fixed-")]
+if "mgs" in med:
+    m = med["mgs"]
+    if "layerwise" in med:
+        per = [by["layerwise"][k]["median_s"] / by["mgs"][k]["median_s"] for k in by["mgs"] if k in by["layerwise"]]
+        print("\nlayer-wise / mgs: %.2fx (per repeat %s; goal >= 1.3x)" % (med["layerwise"] / m, ", ".join("%.2f" % p for p in per)))
+    if fixed:
+        best = min(fixed, key=lambda n: med[n])
+        per = []
+        for k in by["mgs"]:
+            fk = [by[n][k]["median_s"] for n in fixed if k in by[n]]
+            if fk: per.append(min(fk) / by["mgs"][k]["median_s"])
+        print("best fixed (%s) / mgs: %.3fx (per repeat, best fixed of that repeat: %s; goal >= 1.05x)" % (
+            best, med[best] / m, ", ".join("%.3f" % p for p in per)))
+PY
+echo "# JSON lines: $out" >&2
