@@ -5,7 +5,10 @@
 #   mgs          the MGS dynamic program (MGS_PLANNER=mgs)
 #   layerwise    sparse, one bucket per tensor
 #   fixed-<F>MB  sparse, buckets closed at F MB of gradient (MGS_PLANNER=fusion,
-#                MGS_FUSION_THRESHOLD_BYTES=F MiB), F swept over -F
+#                MGS_FUSION_THRESHOLD_BYTES), F swept over -F; F is in MB of the
+#                full-size model: with --scale-elements E the threshold set is
+#                E x F MiB, so the sweep cuts the scaled model where it would
+#                cut the full one (F >= the model's size: one bucket)
 #   mgs+replan   (with -T TOL) mgs with online re-planning at that tolerance
 # in the same order every repeat, so slow drift hits all of them alike; one
 # calibration, measured by the first run, reused by all (and by the
@@ -14,12 +17,13 @@
 # overall, and the calibrated prediction against the measurement.
 #
 # usage: bench/cluster/run_planner.sh [-b BUILD] [-n HOSTS] [-r RATE] [-l LATENCY] [-R REPEATS]
-#            [-F "1 2 4 8 16 32 64 128"] [-x EXCHANGE] [-T TOL] [-o OUT.jsonl] -- [mgs-replay args]
-#   defaults: -n 16 -r 10gbit -l 0.5ms -R 3; replay args default to --steps 10
-#   --scale-time 0.25 --scale-elements 0.25 --density 0.001 --sim-network 10gbe
+#            [-F "1 2 4 8 16 32 64 128"] [-e ELEMENT_SCALE] [-x EXCHANGE] [-T TOL] [-o OUT.jsonl]
+#            -- [mgs-replay args]
+#   defaults: -n 16 -r 10gbit -l 0.5ms -R 3 -e 0.05; replay args default to --steps 10
+#   --scale-time 0.25 --density 0.001 --sim-network 10gbe (plus --scale-elements E)
 #   (ResNet-50 trace; --scale-time 0.25 is the "4x faster accelerator": every
-#   forward and backward time divided by 4; --scale-elements 0.25 keeps 16
-#   ranks' selection work within what 2 shared cores can do, see docs/benchmarks.md)
+#   forward and backward time divided by 4; -e 0.05 keeps 16 ranks' selection
+#   work within what 2 shared cores can do, see docs/benchmarks.md)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build
@@ -28,10 +32,11 @@ rate=10gbit
 latency=0.5ms
 repeats=3
 fixed="1 2 4 8 16 32 64 128"
+escale=0.05
 exchange=allgather
 tol=""
 out=""
-while getopts "b:n:r:l:R:F:x:T:o:h" opt; do
+while getopts "b:n:r:l:R:F:e:x:T:o:h" opt; do
   case $opt in
     b) build=$OPTARG ;;
     n) hosts=$OPTARG ;;
@@ -39,17 +44,19 @@ while getopts "b:n:r:l:R:F:x:T:o:h" opt; do
     l) latency=$OPTARG ;;
     R) repeats=$OPTARG ;;
     F) fixed=$OPTARG ;;
+    e) escale=$OPTARG ;;
     x) exchange=$OPTARG ;;
     T) tol=$OPTARG ;;
     o) out=$OPTARG ;;
-    h) sed -n '2,24p' "$0"; exit 0 ;;
+    h) sed -n '2,28p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
 [ "${1:-}" = "--" ] && shift
 args=("$@")
-[ ${#args[@]} -gt 0 ] || args=(--steps 10 --scale-time 0.25 --scale-elements 0.25 --density 0.001 --sim-network 10gbe)
+[ ${#args[@]} -gt 0 ] || args=(--steps 10 --scale-time 0.25 --density 0.001 --sim-network 10gbe)
+args+=(--scale-elements "$escale")
 bin=$PWD/$build/bench/mgs-replay
 lib=$(find "$PWD/$build" -name "libmgs.so*" -type f 2>/dev/null | head -n 1)
 [ -x "$bin" ] || { echo "run_planner: $bin not built (--target mgs-replay)" >&2; exit 2; }
@@ -73,7 +80,8 @@ for rep in $(seq 1 "$repeats"); do
   run_one "$out" "$lab" "$hosts" "$rate" "$latency" "${base[@]}" -- --strategy mgs --calibration "$cal" "${args[@]}"
   run_one "$out" "$lab" "$hosts" "$rate" "$latency" "${base[@]}" -- --strategy layerwise --calibration "$cal" "${args[@]}"
   for f in $fixed; do
-    run_one "$out" "$lab" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES=$((f << 20)) -- \
+    bytes=$(awk -v f="$f" -v e="$escale" 'BEGIN { printf "%d", f * e * 1048576 }')
+    run_one "$out" "$lab-fixed${f}MB" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES="$bytes" -- \
       --strategy fusion --calibration "$cal" "${args[@]}"
   done
   if [ -n "$tol" ]; then
@@ -88,7 +96,7 @@ import json, re, sys, statistics
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 def name(r):
     if r["strategy"] == "fusion":
-        return "fixed-%gMB" % (r["fusion_threshold_bytes"] / 2**20)
+        return re.search(r"fixed[0-9.]+MB", r["label"]).group(0).replace("fixed", "fixed-")
     return r["strategy"] + ("+replan" if "replan" in r["label"] else "")
 def rep(r):
     return int(re.search(r"rep(\d+)", r["label"]).group(1))
