@@ -61,9 +61,17 @@ if role == "server":
     except socket.timeout:
         pass
 else:
+    # Until the server answers (python starts slowly on a busy machine).
+    s.settimeout(0.2)
+    for _ in range(100):
+        try:
+            s.sendto(b"x", (host, 9999))
+            s.recvfrom(64)
+            break
+        except socket.timeout:
+            pass
     s.settimeout(2)
     rtt = []
-    time.sleep(0.3)
     for _ in range(200):
         t = time.perf_counter()
         s.sendto(b"x", (host, 9999))
@@ -75,10 +83,12 @@ EOF
 ping_pair() {  # latency -> "median_us min_us"
   scripts/emulated_cluster.sh -n 2 -r "$rate" -l "$1" -s 10.78.0 -k -- bash -c \
     "ip netns exec \${EMULATED_TAG}ns2 python3 $tmp/udpping.py server 10.78.0.2 & srv=\$!;
-     ip netns exec \${EMULATED_TAG}ns1 python3 $tmp/udpping.py client 10.78.0.2; kill \$srv" 2>/dev/null
+     ip netns exec \${EMULATED_TAG}ns1 python3 $tmp/udpping.py client 10.78.0.2; kill \$srv" 2>"$tmp/ping.err"
 }
-read -r base_med base_min < <(ping_pair 0)
-read -r lat_med lat_min < <(ping_pair "$latency")
+ping_pair 0 > "$tmp/base" || true
+ping_pair "$latency" > "$tmp/lat" || true
+read -r base_med base_min < "$tmp/base" && read -r lat_med lat_min < "$tmp/lat" ||
+  { echo "FAIL: the UDP ping-pong did not run:" >&2; cat "$tmp/ping.err" >&2; exit 1; }
 added=$(awk -v a="$lat_med" -v b="$base_med" 'BEGIN { print a - b }')
 want=$(awk -v l="$lat_us" 'BEGIN { print 4 * l }')
 echo "{\"test\":\"udp_rtt\",\"rate\":\"$rate\",\"latency_us\":$lat_us,\"base_median_us\":$base_med,\"base_min_us\":$base_min,\"median_us\":$lat_med,\"min_us\":$lat_min,\"added_us\":$added,\"expected_added_us\":$want}"
