@@ -65,7 +65,10 @@ source bench/cluster/common.sh
 : > "$out"
 tmp=$(mktemp -d /tmp/run_planner.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-base=(MGS_REPLAN_TOLERANCE=0)
+# Tensors below MGS_MIN_SPARSE_ELEMENTS go dense; scaled with the model, so
+# the same tensors stay sparse as at full size (4096 x E).
+min_sparse=$(awk -v e="$escale" 'BEGIN { printf "%d", 4096 * e }')
+base=(MGS_REPLAN_TOLERANCE=0 MGS_MIN_SPARSE_ELEMENTS="$min_sparse")
 if exchange_supported "$lib"; then
   base+=(MGS_EXCHANGE="$exchange")
 elif [ "$exchange" != allgather ]; then

@@ -14,7 +14,8 @@
 #   replay args default to: --steps 10 --scale-time 0.25 --scale-elements 0.25
 #       --density 0.001 --sim-network 10gbe
 # Online re-planning is off (MGS_REPLAN_TOLERANCE=0) unless set in the
-# environment, so each strategy runs its own plan.
+# environment, so each strategy runs its own plan. MGS_MIN_SPARSE_ELEMENTS is
+# 4096 x the element scale, so the same tensors go dense as at full size.
 # Example (docs/benchmarks.md, "Emulated cluster: scaling"):
 #   bench/cluster/run_scaling.sh -b build -P "2 4 8 16" -r 10gbit -l 0.5ms -x "allgather agreed" -o scaling.jsonl
 set -euo pipefail
@@ -54,12 +55,16 @@ source bench/cluster/common.sh
 tmp=$(mktemp -d /tmp/run_scaling.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 export MGS_REPLAN_TOLERANCE=${MGS_REPLAN_TOLERANCE:-0}
+# Tensors below MGS_MIN_SPARSE_ELEMENTS go dense: scaled with --scale-elements,
+# so the same tensors stay sparse as at full size (4096 x scale).
+escale=$(printf '%s\n' "${args[@]}" | awk 'p { print; exit } /^--scale-elements$/ { p = 1 }')
+min_sparse=$(awk -v e="${escale:-1}" 'BEGIN { printf "%d", 4096 * e }')
 
 echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; P=[$sizes] rate=$rate latency=$latency exchanges=[$exchanges] strategies=[$strategies]; args: ${args[*]}" >&2
 for rep in $(seq 1 "$repeats"); do
   for P in $sizes; do
     for x in $exchanges; do
-      vars=(MGS_REPLAN_TOLERANCE="$MGS_REPLAN_TOLERANCE")
+      vars=(MGS_REPLAN_TOLERANCE="$MGS_REPLAN_TOLERANCE" MGS_MIN_SPARSE_ELEMENTS="$min_sparse")
       if exchange_supported "$lib"; then
         vars+=(MGS_EXCHANGE="$x")
       elif [ "$x" != allgather ]; then

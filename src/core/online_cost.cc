@@ -39,12 +39,13 @@ void OnlineCost::planned(double predicted_span_s) {
 }
 
 void OnlineCost::stepStarted(Clock::time_point first_enqueue) {
-  if (started_) return;
+  if (started_ || !enabled()) return;
   started_ = true;
   first_ = first_enqueue;
 }
 
 void OnlineCost::add(Term t, double x, double y, double yhat) {
+  if (!enabled()) return;
   double* f = &local_[2 + kTermFields * t];
   f[0] += 1;
   f[1] += x;
@@ -56,6 +57,7 @@ void OnlineCost::add(Term t, double x, double y, double yhat) {
 }
 
 void OnlineCost::exchanged(Term term, double bytes, Clock::time_point start, Clock::time_point end) {
+  if (!enabled()) return;
   // Served one after the other: this call's time starts when the previous ended.
   const auto from = std::max(start, last_end_);
   last_end_ = std::max(last_end_, end);
@@ -67,6 +69,7 @@ void OnlineCost::exchanged(Term term, double bytes, Clock::time_point start, Clo
 }
 
 void OnlineCost::selected(int64_t elements, double secs) {
+  if (!enabled()) return;
   add(kSelection, static_cast<double>(quantise(static_cast<double>(elements), kElementUnit, kMaxX)),
       static_cast<double>(quantise(secs, kTimeUnit, kMaxY)),
       static_cast<double>(quantise(base_.sparsify.seconds(elements), kTimeUnit, kMaxY)));
@@ -78,8 +81,14 @@ void OnlineCost::pack(std::vector<int64_t>* wire) {
     (*wire)[0] = quantise(seconds(step_end_ - first_), kTimeUnit, kMaxY);
     (*wire)[1] = 1;
   }
-  // The per-call values are whole units already: these sums are exact.
-  for (size_t i = 2; i < kWireLength; ++i) (*wire)[i] = static_cast<int64_t>(local_[i]);
+  // The per-call values are whole units, so these sums are whole numbers
+  // (exact below 2^53; one step of one rank stays far below). The clamp only
+  // keeps a pathological step from overflowing the cast.
+  for (size_t i = 2; i < kWireLength; ++i) (*wire)[i] = static_cast<int64_t>(std::min(local_[i], 0x1p62));
+  discardStep();
+}
+
+void OnlineCost::discardStep() {
   std::fill(local_.begin(), local_.end(), 0.0);
   started_ = false;
   step_end_ = Clock::time_point{};

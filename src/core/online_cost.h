@@ -89,6 +89,8 @@ class OnlineCost {
 
   // This rank's measurements since the last boundary, as int64 sums; resets them.
   void pack(std::vector<int64_t>* wire);
+  // A boundary without a check (no plan yet, warm-up): forget the step.
+  void discardStep();
   // After the SUM-allreduce of every rank's pack(): add to the window and decide.
   Decision onReduced(const std::vector<int64_t>& sums);
   // The base model corrected by the window's measurements.

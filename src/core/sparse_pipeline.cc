@@ -164,8 +164,10 @@ void SparsePipeline::checkPlan() {
   // order, and active-or-not depends only on collective state: so every rank
   // runs the allreduce below, or none does.
   if (!have_plan_ || !online_.enabled() || !online_.havePrediction() ||
-      static_cast<int64_t>(step_) <= config_.warmup_steps)
+      static_cast<int64_t>(step_) <= config_.warmup_steps) {
+    online_.discardStep();
     return;
+  }
   // Rank 0 keeps only the last MGS_PROFILE_STEPS steps of timings.
   while (step_ - profile_start_ >= static_cast<uint64_t>(config_.profile_steps)) {
     if (!profile_.empty()) profile_.erase(profile_.begin());
