@@ -36,7 +36,8 @@ void step(OnlineCost& oc, Clock::time_point t0, const std::vector<double>& bytes
     t = end;
   }
   // The span ends with the last exchange: one more, sized to end at span_s.
-  if (t < t0 + secs(span_s)) oc.exchanged(OnlineCost::kAllgather, 0, t0 + secs(span_s) - secs(alpha), t0 + secs(span_s));
+  if (t < t0 + secs(span_s))
+    oc.exchanged(OnlineCost::kAllgather, 0, t0 + secs(span_s) - secs(alpha), t0 + secs(span_s));
 }
 
 std::vector<int64_t> packOne(OnlineCost& oc) {
