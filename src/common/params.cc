@@ -198,8 +198,7 @@ std::vector<ParamSpec> buildSpecs() {
                         "MGS_DENSE_FALLBACK allows and that is cheaper still).",
                         &Config::exchange));
   // Every rank must check at the same step boundaries (a collective per step).
-  s.push_back(doubleParam("MGS_REPLAN_TOLERANCE", "0.15", 0.0, false, 100.0, "a number in [0, 100] (0 = never)",
-                          kSame,
+  s.push_back(doubleParam("MGS_REPLAN_TOLERANCE", "0.15", 0.0, false, 100.0, "a number in [0, 100] (0 = never)", kSame,
                           "Re-plan the sparse merge plan online when the measured step strays from the plan's "
                           "prediction by more than this fraction for 3 steps in a row (the cost model is refitted "
                           "from the job's own exchanges first; docs/planner.md). 0 plans once.",
