@@ -86,6 +86,11 @@ class OnlineCost {
   void stepStarted(Clock::time_point first_enqueue);
   void exchanged(Term term, double bytes, Clock::time_point start, Clock::time_point end);
   void selected(int64_t elements, double seconds);
+  // An exchange without a term of its own (the agreed-index exchange): it
+  // only ends the step's span; its cost is not refitted.
+  void exchangeEnded(Clock::time_point end) {
+    if (enabled() && end > step_end_) step_end_ = end;
+  }
 
   // This rank's measurements since the last boundary, as int64 sums; resets them.
   void pack(std::vector<int64_t>* wire);

@@ -171,6 +171,7 @@ void SparsePipeline::runAgreed(std::vector<Request>& members, size_t n, size_t c
     taken = 0;
   };
   auto finish = [&](const Status& st) {
+    online_.exchangeEnded(Clock::now());  // online re-planning: the step's span
     publishStats();
     for (auto& m : members) complete_(m, st);
     giveBuffer(std::move(block));
