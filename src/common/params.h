@@ -37,6 +37,7 @@ struct Config {
   std::string calibration = "auto";
   bool dense_fallback = true;
   std::string exchange = "auto";  // MGS_EXCHANGE: auto, allgather, agreed
+  std::string nonfinite = "propagate";  // MGS_NONFINITE: propagate | error
   int64_t threads = 0;  // MGS_THREADS: CPU threads for the runtime's own work; 0 = auto
   std::string library;  // MGS_LIBRARY: read by the Python bindings, ignored by the runtime
 
