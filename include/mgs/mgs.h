@@ -203,6 +203,11 @@ typedef enum mgs_reduce_op { MGS_REDUCE_SUM = 0, MGS_REDUCE_AVERAGE = 1 } mgs_re
  * rounded toward zero. `input` and `output` must have the same dtype, shape and
  * device. Every rank must use the same name, dtype, shape, device kind, op, scale
  * factors and flags, or the operation fails on every rank with MGS_ERR_MISMATCH.
+ * NaN or Inf in any rank's input (MGS_NONFINITE): by default ('propagate') the op
+ * succeeds and the output carries them on every rank (for a sparsified gradient,
+ * every output of its bucket is NaN), so loss scaling can skip the step; with
+ * 'error' it fails with MGS_ERR_NUMERIC on every rank. Either way a skipped or
+ * failed gradient step leaves every rank's residual as it was.
  * Errors at enqueue: MGS_ERR_NOT_INITIALIZED, MGS_ERR_INVALID_ARGUMENT,
  * MGS_ERR_DUPLICATE_NAME, MGS_ERR_UNSUPPORTED (CUDA tensor in a CPU-only build).
  */

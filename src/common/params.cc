@@ -203,6 +203,15 @@ std::vector<ParamSpec> buildSpecs() {
                           "prediction by more than this fraction for 3 steps in a row (the cost model is refitted "
                           "from the job's own exchanges first; docs/planner.md). 0 plans once.",
                           &Config::replan_tolerance));
+  // Decides whether a bucket fails or completes with NaN outputs: every rank
+  // must decide alike, or some would fail while others apply the step.
+  s.push_back(enumParam("MGS_NONFINITE", "propagate", {"propagate", "error"}, kSame,
+                        "A NaN or Inf gradient on any rank. 'propagate': the operation succeeds and its "
+                        "output carries NaN/Inf on every rank (a sparse or merged bucket: all its outputs "
+                        "are NaN), so a loss scaler (torch GradScaler, Keras LossScaleOptimizer) skips the "
+                        "step; residuals stay as they were before the step. 'error': the operation fails "
+                        "with MGS_ERR_NUMERIC on every rank, naming the tensor and the rank.",
+                        &Config::nonfinite));
   // A rank's own CPU budget: threads change how fast a rank selects, never
   // what it sends, so ranks may differ.
   s.push_back(intParam("MGS_THREADS", "0", 0, 4096, "an integer in [0, 4096] (0 = auto)", kLocal,

@@ -38,6 +38,7 @@ struct Config {
   bool dense_fallback = true;
   std::string exchange = "auto";  // MGS_EXCHANGE: auto, allgather, agreed
   double replan_tolerance = 0.15;  // MGS_REPLAN_TOLERANCE: 0 disables online re-planning
+  std::string nonfinite = "propagate";  // MGS_NONFINITE: propagate | error
   int64_t threads = 0;  // MGS_THREADS: CPU threads for the runtime's own work; 0 = auto
   std::string library;  // MGS_LIBRARY: read by the Python bindings, ignored by the runtime
 

@@ -60,6 +60,9 @@ struct CandOut {
   uint32_t tc = kNoCandidates;
   bool random = false;
   uint64_t seed = 0;
+  // With x: where the old residual is read (null: from r itself). acc is
+  // always written to r, so r may be a scratch buffer and rin stays intact.
+  const float* rin = nullptr;
 };
 
 inline void append(const float* r, size_t i, CandOut* out) {
@@ -105,6 +108,7 @@ inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r,
   F sumv[P] = {}, sqv[P] = {}, abv[P] = {}, mxv[P] = {};
   I badv[P] = {};
   float* rb = r + b;
+  const float* rsrc = (kHasX && out->rin ? out->rin : r) + b;  // == rb in place
   const size_t full = len / kGroup * kGroup;
   for (size_t g = 0; g < full; g += kGroup) {
     I hit = {};
@@ -113,7 +117,7 @@ inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r,
       const size_t v = g + q * W;
       const size_t p = q % P;
       F a;
-      __builtin_memcpy(&a, rb + v, sizeof(a));
+      __builtin_memcpy(&a, rsrc + v, sizeof(a));
       if constexpr (kHasX) {
         F xv;
         __builtin_memcpy(&xv, xb + v, sizeof(xv));
@@ -166,7 +170,7 @@ inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r,
     fin -= badv[j / W][j % W];
   }
   for (size_t i = full; i < len; ++i) {
-    float a = rb[i];
+    float a = rsrc[i];
     if constexpr (kHasX) {
       a = xb[i] + a;
       rb[i] = a;
@@ -334,19 +338,21 @@ struct RandKey {
 std::atomic<size_t> testCandidateCapLimit{0};
 std::atomic<bool> testForceBaseline{false};
 
-BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int chunks, [[maybe_unused]] int threads) {
+BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int chunks, [[maybe_unused]] int threads,
+                       const float* rin) {
   std::vector<BufferStats> part(chunks);
 #pragma omp parallel for schedule(static, 1) num_threads(threads)
   for (int c = 0; c < chunks; ++c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
     CandOut none;
+    none.rin = rin;
     part[c] = fusedChunkAny(x, dtype, r, b, e, &none);
   }
   return reduceInChunkOrder(part);
 }
 
 BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t n, int chunks,
-                                 [[maybe_unused]] int threads, uint32_t tc, Candidates* cand) {
+                                 [[maybe_unused]] int threads, uint32_t tc, Candidates* cand, const float* rin) {
   std::vector<BufferStats> part(chunks);
   std::fill(cand->count, cand->count + cand->regions, size_t{0});
   const int team = std::max(1, std::min(threads, cand->regions));
@@ -367,6 +373,7 @@ BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t
     out.tc = tc;
     out.random = cand->random;
     out.seed = cand->seed;
+    out.rin = rin;
     for (int c = c0; c < c1; ++c) {
       const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
       part[c] = fusedChunkAny(x, dtype, r, b, e, &out);

@@ -27,8 +27,10 @@ inline int chunksFor(size_t n) { return static_cast<int>(std::min<size_t>(kMaxCh
 inline size_t chunkBegin(size_t n, int chunks, int c) { return n / chunks * c + std::min<size_t>(c, n % chunks); }
 
 // r[i] = float(x[i]) + r[i]; returns the statistics of the new r. x == nullptr:
-// r already holds acc (in-place mode), nothing is written.
-BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int chunks, int threads);
+// r already holds acc (in-place mode), nothing is written. rin (with x): read
+// the old residual from rin instead, r[i] = float(x[i]) + rin[i] (rin intact).
+BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int chunks, int threads,
+                       const float* rin = nullptr);
 
 // Candidate list of the single-pass path: thread t of the fused pass owns the
 // contiguous chunk range [chunks*t/T, chunks*(t+1)/T) (T: threads in the
@@ -57,7 +59,7 @@ struct Candidates {
 // randomKey(seed, i) >= tc (tc >= 1). Statistics are reduced in chunk order as in accumulate(), so
 // they are bitwise those of accumulate() for any thread count.
 BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t n, int chunks, int threads,
-                                 uint32_t tc, Candidates* cand);
+                                 uint32_t tc, Candidates* cand, const float* rin = nullptr);
 
 // Keys of acc = float(x) + r (x == nullptr: r) at the sample positions,
 // written nowhere else: all of [0, n) when n <= kSampleMax, else

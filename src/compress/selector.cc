@@ -146,6 +146,8 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
   MGS_ENSURE(a.residual && a.outValues && a.outIndices, kInvalidArgument, "select '" << a.name << "': null buffer");
   MGS_ENSURE(a.workspace != nullptr && a.workspaceBytes >= workspaceBytes(n), kInvalidArgument,
              "select '" << a.name << "': workspace " << a.workspaceBytes << " < " << workspaceBytes(n) << " bytes");
+  // Where the old residual is read (SelectArgs::residualIn); acc goes to a.residual.
+  const float* rin = a.x != nullptr && a.residualIn != nullptr ? a.residualIn : a.residual;
   const int chunks = cpu::chunksFor(n);
   const size_t k = kForDensity(n, options_.density);
   result->k = k;
@@ -179,7 +181,7 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
     } else {
       auto* keys = hist;  // the histograms are not in use yet
       const size_t sampled = std::min(n, cpu::kSampleMax);
-      const size_t finite = cpu::sampleKeys(a.x, a.dtype, a.residual, n, threads, keys);
+      const size_t finite = cpu::sampleKeys(a.x, a.dtype, rin, n, threads, keys);
       const size_t want = std::max(kCandMinSample, static_cast<size_t>(std::ceil(share * finite)));
       if (want <= finite)  // then the want-th largest key is a finite entry's
         tc = std::max<uint32_t>(cpu::kthLargestKey(keys, sampled, want), 1);
@@ -197,8 +199,10 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
   }
 
   // The one full pass: acc (unless in place), statistics, candidates.
-  const cpu::BufferStats bs = tc ? cpu::accumulateCandidates(a.x, a.dtype, a.residual, n, chunks, threads, tc, &cand)
-                                 : cpu::accumulate(a.x, a.dtype, a.residual, n, chunks, threads);
+  const float* rinArg = rin != a.residual ? rin : nullptr;
+  const cpu::BufferStats bs = tc ? cpu::accumulateCandidates(a.x, a.dtype, a.residual, n, chunks, threads, tc, &cand,
+                                                             rinArg)
+                                 : cpu::accumulate(a.x, a.dtype, a.residual, n, chunks, threads, rinArg);
   AccStats st{bs.sum, bs.sumSq, bs.sumAbs, bs.maxAbs, bs.nonFinite};
   const Moments m = moments(st, n);
   result->mean = m.mean;

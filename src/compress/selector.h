@@ -80,6 +80,12 @@ struct SelectArgs {
 
   DataType dtype = MGS_FLOAT32;
   float* residual = nullptr;       // n floats, read and rewritten (must not alias x)
+  // CPU Selector, with x: read the old residual from here instead of from
+  // `residual`, which is then only written (acc, then acc with the sent
+  // entries zeroed): the caller keeps its residual intact until it decides to
+  // keep the new one (the runtime's deferred commit). Same selection, bit for
+  // bit. n floats; may equal `residual`; must not alias x.
+  const float* residualIn = nullptr;
   size_t n = 0;                    // < 2^32 (indices are uint32)
   float* outValues = nullptr;      // capacity maxCount(n)
   uint32_t* outIndices = nullptr;  // capacity maxCount(n)

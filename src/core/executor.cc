@@ -9,6 +9,7 @@
 #include "core/device.h"
 #include "core/fusion.h"
 #include "core/handle_table.h"
+#include "core/nonfinite.h"
 
 namespace mgs {
 
@@ -73,9 +74,45 @@ void Executor::run(std::vector<ReadyOp>& ops) {
   }
 }
 
+Status Executor::agreeFinite(const std::vector<Request*>& group, const std::vector<const void*>& inputs) {
+  // Under 'propagate' NaN/Inf simply flow through the sum. The check runs or
+  // not on every rank alike (a kSame setting, the negotiated dtype).
+  const DataType dtype = group[0]->sig.dtype;
+  if (config_.nonfinite != "error" || !dtypeIsFloat(dtype)) return Status::OK();
+  // Each rank's first member with NaN/Inf (-1: none), gathered so every rank
+  // can name every bad rank and tensor: one small collective per group.
+  int64_t mine = -1;
+  size_t bad = 0;
+  for (size_t i = 0; i < group.size() && mine < 0; ++i) {
+    bad = countNonFinite(inputs[i], dtype, group[i]->input.numel());
+    if (bad) mine = static_cast<int64_t>(i);
+  }
+  std::vector<int64_t> all(static_cast<size_t>(comm_.size()));
+  MGS_RETURN_IF_ERROR(comm_.allgather(&mine, sizeof mine, all.data()));
+  std::string failed;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r] < 0) continue;
+    MGS_ENSURE(all[r] < static_cast<int64_t>(group.size()), kCommunication,
+               "rank " << r << " reported member " << all[r] << " of a group of " << group.size());
+    const Request& m = *group[static_cast<size_t>(all[r])];
+    failed += std::string(failed.empty() ? "" : "; ") + "rank " + std::to_string(r) + " has NaN or Inf in tensor '" +
+              m.name + "'" +
+              (static_cast<int>(r) == comm_.rank()
+                   ? " (" + std::to_string(bad) + " of " + std::to_string(m.input.numel()) + " values)"
+                   : "");
+  }
+  if (failed.empty()) return Status::OK();
+  return Status(Code::kNumeric, "non-finite input: " + failed + "; nothing was reduced (MGS_NONFINITE=error)");
+}
+
 Status Executor::allreduceGroup(std::vector<Request*>& group) {
   const Signature& sig = group[0]->sig;
   const double factor = finalFactor(sig);
+  {
+    std::vector<const void*> inputs;
+    for (Request* r : group) inputs.push_back(r->input.data);
+    MGS_RETURN_IF_ERROR(agreeFinite(group, inputs));
+  }
   if (group.size() == 1) {
     // Unfused: reduce in place in the output, no extra copy.
     Request& r = *group[0];
@@ -117,6 +154,7 @@ Status Executor::allreduceCuda(Request& r) {
   MGS_RETURN_IF_ERROR(device::waitReady(r.input));
   stage_.resize(r.input.bytes());
   MGS_RETURN_IF_ERROR(device::copyToHost(stage_.data(), r.input, stage_.size()));
+  MGS_RETURN_IF_ERROR(agreeFinite({&r}, {stage_.data()}));
   packFusion({stage_.data()}, {n}, sig.dtype, sig.prescale, &wire_);
   span({&r}, "MEMCPY_IN_HOST_STAGING", t0);
   t0 = Clock::now();

@@ -29,6 +29,10 @@ class Executor {
  private:
   Status allreduceGroup(std::vector<Request*>& group);
   Status allreduceCuda(Request& req);
+  // MGS_NONFINITE=error: agree, before the data moves, on whether any rank's
+  // input holds NaN/Inf (one 8-byte allreduce; not run under 'propagate').
+  // `inputs` are host copies of the group's inputs, in group order.
+  Status agreeFinite(const std::vector<Request*>& group, const std::vector<const void*>& inputs);
   Status allgather(Request& req);
   Status broadcast(Request& req);
   double finalFactor(const Signature& sig) const;

@@ -38,6 +38,20 @@ float* ResidualStore::contiguous(const std::vector<Member>& members) {
   return slab->data();
 }
 
+ResidualStore::Slab ResidualStore::adopt(const std::vector<Member>& members, Slab slab) {
+  Slab old;
+  size_t off = 0;
+  for (const auto& m : members) {
+    auto it = map_.find(*m.name);
+    if (it != map_.end() && !old) old = it->second.slab;
+    map_[*m.name] = Slot{slab, off, m.n};
+    off += m.n;
+  }
+  // Only our copy left: every slot moved off it.
+  if (old && old != slab && old.use_count() == 1) return old;
+  return nullptr;
+}
+
 void ResidualStore::read(const std::string& name, float* dst, size_t n) const {
   std::lock_guard<std::mutex> lk(mu_);
   auto it = map_.find(name);

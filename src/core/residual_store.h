@@ -36,6 +36,14 @@ class ResidualStore {
   // the caller holds lock().
   float* contiguous(const std::vector<Member>& members);
 
+  using Slab = std::shared_ptr<std::vector<float>>;
+  // Makes `slab` (members' residuals back to back, in this order, exactly
+  // their total size) the storage of those residuals: how a sparse bucket
+  // commits the residual it computed in a scratch slab. Returns the slab the
+  // members used before if nothing references it any more (for reuse), else
+  // null. The caller holds lock().
+  Slab adopt(const std::vector<Member>& members, Slab slab);
+
   // Copy the residual of `name` (zeros if none yet) into dst[0..n).
   void read(const std::string& name, float* dst, size_t n) const;
   // For callers: kInvalidArgument if the tensor has no residual or n differs.

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "common/check.h"
+#include "common/logging.h"
 #include "core/device.h"
 #include "core/sparse_pipeline.h"
 
@@ -87,7 +88,8 @@ void SparsePipeline::giveBuffer(std::vector<char>&& b) {
 }
 
 void SparsePipeline::startSparse(std::vector<Request>& members, size_t n, size_t cap, size_t count, size_t k,
-                                 const Status& local, int bad_member, std::vector<char>&& block) {
+                                 const Status& local, int bad_member, std::vector<char>&& block,
+                                 std::shared_ptr<std::vector<float>>&& acc) {
   // One allgather of fixed-size blocks [count | values[cap] | indices[cap] | seal]:
   // cap is the selector's bound (k, or the band's top), so padding costs at
   // most the band width and the count exchange round trip disappears. A rank
@@ -109,6 +111,7 @@ void SparsePipeline::startSparse(std::vector<Request>& members, size_t n, size_t
   f.count = count;
   f.k = k;
   f.local = local;
+  f.acc = std::move(acc);
   f.send = std::move(block);
   f.recv = takeBuffer(bb * P);
   // Pooled buffers hold old blocks: clear the seals (see kSeal).
@@ -132,19 +135,6 @@ void SparsePipeline::poll() {
   }
 }
 
-void SparsePipeline::restoreSent(const InFlight& f) {
-  // The bucket failed elsewhere: put what this rank had selected back into
-  // its residual (the selector zeroed those entries), so nothing is lost.
-  if (!config_.error_feedback || f.count == 0) return;
-  auto lk = residuals_.lock();
-  std::vector<ResidualStore::Member> ms;
-  for (const auto& m : f.members) ms.push_back({&m.name, m.input.numel()});
-  float* r = residuals_.contiguous(ms);
-  const float* v = reinterpret_cast<const float*>(f.send.data() + 8);
-  const uint32_t* idx = reinterpret_cast<const uint32_t*>(f.send.data() + 8 + 4 * f.cap);
-  for (size_t j = 0; j < f.count; ++j) r[idx[j]] += v[j];
-}
-
 void SparsePipeline::drain() {
   while (!inflight_.empty()) finishOldest();
 }
@@ -160,24 +150,55 @@ void SparsePipeline::finishOldest() {
     for (auto& m : f.members)
       timeline_->span(m.name, "ALLGATHER", f.started, Clock::now(), "{\"cap\":" + std::to_string(f.cap) + "}");
   if (st.ok()) st = finishSparse(f);
-  if (st.ok() && !f.local.ok()) st = f.local;
-  if (!st.ok() && f.local.ok()) restoreSent(f);
+  if (st.ok() && !f.local.ok() && !f.skipped) st = f.local;
+  // Before the handles complete: the next step may enqueue these names.
+  // Commit exactly when every rank applied every rank's selection (the same
+  // verdict everywhere), even if writing this rank's outputs failed.
+  settleResidual(f.members, std::move(f.acc), f.delivered);
   publishStats();
   for (auto& m : f.members) complete_(m, st);
   giveBuffer(std::move(f.send));
   giveBuffer(std::move(f.recv));
 }
 
-Status SparsePipeline::exchangeDense(std::vector<Request>& members, size_t n, const Status& local) {
+Status SparsePipeline::exchangeDense(std::vector<Request>& members, size_t n, const Status& local, int bad_member,
+                                     bool* sent) {
+  // out_ = [acc (n) | one verdict slot per rank]: each rank writes its own
+  // slot (0: fine, m + 1: non-finite values in member m, -1: another local
+  // error) and zeros in the others, so the one allreduce that sums the
+  // gradients also tells every rank every rank's verdict (small integers:
+  // exact in float). A rank whose staging failed must still take part.
+  const int P = comm_.size();
+  float* verdict = out_.data() + n;
+  std::fill(verdict, verdict + P, 0.0f);
+  if (!local.ok()) verdict[comm_.rank()] = bad_member >= 0 ? static_cast<float>(bad_member + 1) : -1.0f;
   auto t0 = Clock::now();
   stats_.dense_bytes += 4 * n;
-  MGS_RETURN_IF_ERROR(comm_.allreduce(out_.data(), n, MGS_FLOAT32, CommOp::kSum));
-  online_.exchanged(OnlineCost::kAllreduce, 4.0 * n, t0, Clock::now());
+  MGS_RETURN_IF_ERROR(comm_.allreduce(out_.data(), n + P, MGS_FLOAT32, CommOp::kSum));
+  online_.exchanged(OnlineCost::kAllreduce, 4.0 * (n + P), t0, Clock::now());
   if (timeline_)
     for (auto& m : members) timeline_->span(m.name, "ALLREDUCE_DENSE_BUCKET", t0, Clock::now());
   ++stats_.dense_buckets;
   stats_.bytes_sent += 4 * n;
-  if (!local.ok()) return local;
+  std::string failed;
+  bool other_error = false;
+  for (int r = 0; r < P; ++r) {
+    const float v = verdict[r];
+    if (v == 0.0f) continue;
+    const size_t m = v > 0 ? static_cast<size_t>(v) - 1 : members.size();
+    other_error |= m >= members.size();
+    failed += std::string(failed.empty() ? "" : "; ") + "rank " + std::to_string(r) +
+              (m < members.size() ? ": non-finite gradient in tensor '" + members[m].name + "'"
+                                  : ": local error (see that rank's log)");
+  }
+  if (!failed.empty()) {
+    if (!other_error && propagateNonFinite()) {
+      MGS_LOG_DEBUG("dense bucket {}: {}; outputs set to NaN (MGS_NONFINITE=propagate)", bucketName(members), failed);
+      return writeNaNOutputs(members);
+    }
+    return failedVerdict("dense allreduce of " + bucketName(members), failed, other_error, local);
+  }
+  *sent = true;  // on every rank: even if writing this rank's outputs fails below
   t0 = Clock::now();
   size_t off = 0;
   Status st;
@@ -225,18 +246,28 @@ Status SparsePipeline::finishSparse(InFlight& f) {
   // before anything is written (outputs, the touched_ bitmap).
   MGS_RETURN_IF_ERROR(validateBlocks(f.recv.data(), bb, P, f.cap, n, members.size(), name));
   std::string failed;
+  bool other_error = false;  // a failure that is not a non-finite value
   for (int i = 0; i < P; ++i) {
     std::memcpy(&counts_[i], f.recv.data() + i * bb, sizeof(uint64_t));
     if (counts_[i] <= f.cap) continue;
     const uint64_t m = UINT64_MAX - 1 - counts_[i];  // wraps to huge for UINT64_MAX
-    failed +=
-        std::string(failed.empty() ? "" : "; ") + "rank " + std::to_string(i) +
-        (counts_[i] != UINT64_MAX && m < members.size() ? ": non-finite gradient in tensor '" + members[m].name + "'"
-                                                        : ": local error (see that rank's log)");
+    const bool numeric = counts_[i] != UINT64_MAX && m < members.size();
+    other_error |= !numeric;
+    failed += std::string(failed.empty() ? "" : "; ") + "rank " + std::to_string(i) +
+              (numeric ? ": non-finite gradient in tensor '" + members[m].name + "'"
+                       : ": local error (see that rank's log)");
   }
   if (!failed.empty()) {
-    if (!f.local.ok()) return f.local;
-    return Status(Code::kNumeric, "sparse allreduce of " + name + " failed: " + failed);
+    // Every rank holds the same headers, so every rank takes this verdict.
+    if (!other_error && propagateNonFinite()) {
+      // Loss scaling: all outputs NaN on every rank, so the framework's
+      // overflow check fires everywhere and the step is skipped; nothing
+      // commits, so the residuals stay as they were.
+      MGS_LOG_DEBUG("sparse allreduce of {}: {}; outputs set to NaN (MGS_NONFINITE=propagate)", name, failed);
+      f.skipped = true;
+      return writeNaNOutputs(members);
+    }
+    return failedVerdict("sparse allreduce of " + name, failed, other_error, f.local);
   }
 
   // Scatter-add straight into the outputs (host float32) or a staging slice,
@@ -260,6 +291,7 @@ Status SparsePipeline::finishSparse(InFlight& f) {
     }
     std::fill(dest_[i], dest_[i] + (offsets_[i + 1] - offsets_[i]), 0.0f);
   }
+  f.delivered = true;  // past every verdict: the scatter below runs on every rank
   auto memberOf = [&](uint32_t idx) {
     return static_cast<size_t>(std::upper_bound(offsets_.begin() + 1, offsets_.end(), idx) - offsets_.begin() - 1);
   };

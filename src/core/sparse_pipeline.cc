@@ -308,6 +308,110 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   const int leader = static_cast<int>(bucket_seq_++ % static_cast<uint64_t>(P));
   const bool select_here = !agreed || comm_.rank() == leader;
 
+  if (agreed) {
+    runBucketAgreed(members, n, density, leader, select_here, t0);
+    return;
+  }
+
+  // Local part: acc = gradient + residual into a scratch slab (the residual
+  // itself changes only when the bucket commits: sparse_commit.cc), then
+  // select in place in acc. A local error (staging a CUDA tensor, a
+  // non-finite value) is announced in the collective part, so that every
+  // rank takes the same verdict for the bucket.
+  Status local;
+  int bad_member = -1;  // the first member with non-finite values in acc
+  size_t count = 0, cap = 1, non_finite = 0;
+  std::vector<char> block;
+  compress::SelectResult sel_res;
+  std::shared_ptr<std::vector<float>> acc_slab;
+  float* acc;
+  if (dense) {
+    out_.resize(n + P);  // + one verdict slot per rank (exchangeDense)
+    acc = out_.data();
+  } else {
+    acc_slab = takeSlab(n);
+    acc = acc_slab->data();
+  }
+  // One f32 host tensor going sparse: the selector reads it and the residual
+  // directly (acc = x + r written to acc in its single pass), under the lock.
+  const Request& m0 = members[0];
+  const bool direct = !dense && members.size() == 1 && config_.error_feedback && !m0.input.onCuda() &&
+                      m0.input.dtype == MGS_FLOAT32 && m0.sig.prescale == 1.0;
+  std::unique_lock<std::mutex> lk;
+  const float* r = nullptr;  // no residual without error feedback
+  if (config_.error_feedback) {
+    lk = residuals_.lock();
+    std::vector<ResidualStore::Member> ms;
+    for (auto& m : members) ms.push_back({&m.name, m.input.numel()});
+    r = residuals_.contiguous(ms);
+  }
+  if (!direct) {
+    local = fuseMembers(members, r, acc, &bad_member, &non_finite);
+    if (lk.owns_lock()) lk.unlock();
+  }
+  if (local.ok() && non_finite > 0) local = nonFiniteStatus(members, bad_member, non_finite, n);
+  if (timeline_)
+    for (auto& m : members) timeline_->span(m.name, "FUSE", t0, Clock::now());
+
+  if (!dense) {
+    // cap depends only on n and the density, so every rank sends blocks of
+    // the same size, whatever its local verdict.
+    const compress::Selector& sel = selectorFor(density);
+    cap = std::max<size_t>(sel.maxCount(n), 1);
+    block = takeBuffer(blockBytes(cap));
+    if (local.ok()) {
+      const auto ts = Clock::now();
+      workspace_.resize(sel.workspaceBytes(n));
+      compress::SelectArgs a;
+      a.x = direct ? m0.input.data : nullptr;  // else in place: acc holds gradient + residual
+      a.dtype = MGS_FLOAT32;
+      a.residualIn = direct ? r : nullptr;
+      a.residual = acc;
+      a.n = n;
+      a.outValues = reinterpret_cast<float*>(block.data() + 8);
+      a.outIndices = reinterpret_cast<uint32_t*>(block.data() + 8 + 4 * cap);
+      a.workspace = workspace_.data();
+      a.workspaceBytes = workspace_.size();
+      a.step = step_;
+      a.name = name.c_str();
+      local = sel.select(a, &sel_res);
+      if (local.ok()) {
+        count = sel_res.count;
+      } else if (direct && local.code() == Code::kNumeric) {
+        bad_member = 0;
+        local = nonFiniteStatus(members, 0, sel_res.nonFinite, n);
+      } else {
+        local = Status(local.code(), "rank " + std::to_string(comm_.rank()) + ": " + local.message());
+      }
+      if (timeline_)
+        for (auto& m : members)
+          timeline_->span(m.name, "SELECT", ts, Clock::now(),
+                          "{\"count\":" + std::to_string(sel_res.count) + ",\"k\":" + std::to_string(sel_res.k) + "}");
+    }
+  }
+
+  if (lk.owns_lock()) lk.unlock();
+
+  // Collective part: every rank runs it for this bucket.
+  if (dense) {
+    bool sent = false;
+    Status st = exchangeDense(members, n, local, bad_member, &sent);
+    if (sent) zeroResidual(members);  // everything was delivered, on every rank
+    publishStats();
+    for (auto& m : members) complete_(m, st);
+    return;
+  }
+  startSparse(members, n, cap, count, sel_res.k, local, bad_member, std::move(block), std::move(acc_slab));
+}
+
+// The agreed exchange's local part, as it was before MGS_NONFINITE: it
+// fuses into the residual slab in place and restores it on failure
+// (sparse_agreed.cc), so a non-finite value there is still an error
+// (MGS_ERR_NUMERIC) whatever MGS_NONFINITE says.
+void SparsePipeline::runBucketAgreed(std::vector<Request>& members, size_t n, double density, int leader,
+                                     bool select_here, Clock::time_point t0) {
+  const bool agreed = true;  // the shared code below spells both block layouts
+  const std::string name = bucketName(members);
   // Local part, under the residual lock: add the gradients into the bucket's
   // residual slab (acc = gradient + residual), then select in place, or for a
   // dense bucket move acc out and zero the residual. A local error (staging
@@ -333,7 +437,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
     // One f32 host tensor going sparse: the selector reads it directly (acc = x + r in its pass).
     const Request& m0 = members[0];
     const void* x = nullptr;
-    if (!dense && select_here && members.size() == 1 && config_.error_feedback && !m0.input.onCuda() &&
+    if (select_here && members.size() == 1 && config_.error_feedback && !m0.input.onCuda() &&
         m0.input.dtype == MGS_FLOAT32 && m0.sig.prescale == 1.0) {
       x = m0.input.data;
     } else {
@@ -359,11 +463,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
     if (timeline_)
       for (auto& m : members) timeline_->span(m.name, "FUSE", t0, Clock::now());
 
-    if (dense) {
-      out_.resize(n);
-      if (n) std::memcpy(out_.data(), r, n * sizeof(float));
-      std::fill(r, r + n, 0.0f);  // everything is sent
-    } else if (agreed && !(select_here && local.ok())) {
+    if (!(select_here && local.ok())) {
       // The agreed exchange's collectives are sized by cap on every rank: a
       // non-leader (it only gathers) or a leader whose local part failed
       // still needs it, and selects nothing.
@@ -414,20 +514,9 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
     }
   }
 
-  // Collective part: every rank runs it for this bucket.
-  if (dense) {
-    Status st = exchangeDense(members, n, local);
-    if (st.ok() && !local.ok()) st = local;
-    publishStats();
-    for (auto& m : members) complete_(m, st);
-    return;
-  }
-  if (agreed) {
-    runAgreed(members, n, cap, leader, count, compress::kForDensity(n, density), local, bad_member, std::move(block));
-    return;
-  }
-  startSparse(members, n, cap, count, sel_res.k, local, bad_member, std::move(block));
+  runAgreed(members, n, cap, leader, count, compress::kForDensity(n, density), local, bad_member, std::move(block));
 }
+
 
 int SparsePipeline::firstNonFinite(const std::vector<Request>& members) const {
   for (size_t i = 0; i < members.size(); ++i) {

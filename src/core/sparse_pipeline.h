@@ -111,7 +111,11 @@ class SparsePipeline {
   void flushPartialBuckets();
   Status replan();
   void runBucket(std::vector<Request>& members);
-  Status exchangeDense(std::vector<Request>& members, size_t n, const Status& local);
+  // *sent: every rank's acc went into the sum (then the residual is zero).
+  Status exchangeDense(std::vector<Request>& members, size_t n, const Status& local, int bad_member, bool* sent);
+  // The agreed exchange's local part (fused in place; MGS_NONFINITE not applied yet).
+  void runBucketAgreed(std::vector<Request>& members, size_t n, double density, int leader, bool select_here,
+                       Clock::time_point t0);
   // The agreed-index exchange and the per-bucket choice (sparse_agreed.cc).
   unsigned allowedExchanges() const;  // plan::kExchange* bits from MGS_EXCHANGE, MGS_DENSE_FALLBACK
   plan::Exchange pickExchange(size_t n, double density) const;
@@ -130,6 +134,9 @@ class SparsePipeline {
     std::vector<Request> members;
     size_t n = 0, cap = 1, count = 0, k = 0;
     Status local, start;
+    bool skipped = false;                   // a non-finite step under MGS_NONFINITE=propagate
+    bool delivered = false;                 // every rank scattered every rank's selection
+    std::shared_ptr<std::vector<float>> acc;  // this step's residual, committed on success
     std::vector<char> send, recv;
     std::unique_ptr<PendingCollective> op;
     Clock::time_point started;
@@ -141,8 +148,32 @@ class SparsePipeline {
   static uint64_t failureCode(int bad_member);
   int firstNonFinite(const std::vector<Request>& members) const;
   void startSparse(std::vector<Request>& members, size_t n, size_t cap, size_t count, size_t k, const Status& local,
-                   int bad_member, std::vector<char>&& block);
-  void restoreSent(const InFlight& f);
+                   int bad_member, std::vector<char>&& block, std::shared_ptr<std::vector<float>>&& acc);
+
+  // Non-finite gradients and the deferred residual commit (sparse_commit.cc).
+  // A bucket computes acc = gradient + residual into a scratch slab, never
+  // into the residual: the residual changes only when the bucket commits, so
+  // a bucket that fails, or is skipped because some rank had NaN/Inf, leaves
+  // every rank's residual bitwise as it was before the step.
+  std::shared_ptr<std::vector<float>> takeSlab(size_t n);
+  void giveSlab(std::shared_ptr<std::vector<float>>&& slab);
+  // acc[0..n) = gradients (+ residual r, unless null), staging CUDA inputs.
+  // *bad_member: the first member with a NaN/Inf in acc (or -1); *non_finite:
+  // how many values of acc are NaN/Inf.
+  Status fuseMembers(const std::vector<Request>& members, const float* r, float* acc, int* bad_member,
+                     size_t* non_finite);
+  Status nonFiniteStatus(const std::vector<Request>& members, int bad_member, size_t non_finite, size_t n) const;
+  bool propagateNonFinite() const { return config_.nonfinite == "propagate"; }
+  // The error of a bucket some rank failed: `failed` lists every rank's
+  // failure (the same text on all ranks), `local` adds this rank's details.
+  static Status failedVerdict(const std::string& what, const std::string& failed, bool other_error,
+                              const Status& local);
+  // Commit (success: acc becomes the members' residual) or drop acc.
+  void settleResidual(const std::vector<Request>& members, std::shared_ptr<std::vector<float>>&& acc, bool commit);
+  // The dense bucket's commit: everything was sent, the residual is zero.
+  void zeroResidual(const std::vector<Request>& members);
+  // Every member's output filled with NaN (the propagate verdict).
+  Status writeNaNOutputs(const std::vector<Request>& members);
   void finishOldest();
   void publishStats();
   Status finishSparse(InFlight& f);
@@ -175,7 +206,8 @@ class SparsePipeline {
   OnlineCost online_;
 
   // Reused buffers (no allocation in steady state).
-  std::vector<float> res_, out_;            // residual without error feedback; dense/staged outputs
+  std::vector<float> res_, out_;            // residual without error feedback (agreed); dense/staged outputs
+  std::vector<std::shared_ptr<std::vector<float>>> slabs_;  // scratch acc slabs for reuse
   std::deque<InFlight> inflight_;           // started in order, finished in order
   std::vector<std::vector<char>> pool_;     // exchange blocks for reuse
   std::vector<uint64_t> counts_, touched_;  // per-rank counts; bitmap of scaled entries (kept zero)

@@ -159,6 +159,8 @@ TEST_CASE("settings that steer cross-rank decisions must agree; the others may d
       other = "agreed";
     else if (p.name == "MGS_LOG_LEVEL")
       other = "error";
+    else if (p.name == "MGS_NONFINITE")
+      other = "error";
     else if (p.type == "int" || p.type == "float")
       other = p.name == "MGS_DENSITY" ? "0.0011" : "7";
     else

@@ -80,3 +80,37 @@ TEST_CASE("gradients are added into the residual with the prescale rounded first
   addIntoFloat(bf.data(), MGS_BFLOAT16, 1, 1.0, false, r3.data());
   CHECK(r3[0] == 3.0f);
 }
+
+TEST_CASE("adopt makes a scratch slab the residual and hands back the old one", "[residual]") {
+  ResidualStore s;
+  const std::string a = "a", b = "b", c = "c";
+  float* old;
+  {
+    auto lk = s.lock();
+    old = s.contiguous({{&a, 2}, {&b, 3}});
+    for (int i = 0; i < 5; ++i) old[i] = float(i + 1);
+  }
+  auto scratch = std::make_shared<std::vector<float>>(std::vector<float>{10, 11, 12, 13, 14});
+  float* fresh = scratch->data();
+  ResidualStore::Slab back;
+  {
+    auto lk = s.lock();
+    back = s.adopt({{&a, 2}, {&b, 3}}, scratch);
+    // The adopted slab is the layout's storage now: no copy on the next step.
+    CHECK(s.contiguous({{&a, 2}, {&b, 3}}) == fresh);
+  }
+  REQUIRE(back != nullptr);
+  CHECK(back->data() == old);
+  CHECK(get(s, "a", 2) == std::vector<float>{10, 11});
+  CHECK(get(s, "b", 3) == std::vector<float>{12, 13, 14});
+
+  // A slab still shared with another tensor is not handed back.
+  {
+    auto lk = s.lock();
+    s.contiguous({{&a, 2}, {&c, 1}});
+    auto one = std::make_shared<std::vector<float>>(std::vector<float>{5, 6});
+    CHECK(s.adopt({{&a, 2}}, one) == nullptr);  // c still lives in the {a, c} slab
+  }
+  CHECK(get(s, "a", 2) == std::vector<float>{5, 6});
+  CHECK(get(s, "c", 1) == std::vector<float>{0});
+}
