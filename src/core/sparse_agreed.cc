@@ -72,9 +72,16 @@ Status validateIndexBlock(const char* block, size_t cap, size_t n, size_t member
 size_t SparsePipeline::indexBlockBytes(size_t cap) { return 16 + 4 * cap; }
 
 unsigned SparsePipeline::allowedExchanges() const {
+  // 'auto' leaves the agreed exchange out under MGS_NONFINITE=propagate (the
+  // default): its local stage still fuses into the residual in place, so it
+  // cannot yet leave a skipped step's residual as it was, and a loss-scaling
+  // job must not fail on an overflow step. Asked for by name, it runs (with
+  // strict non-finite errors; docs/c-api.md).
+  const bool agreed_ok = config_.nonfinite != "propagate";
   unsigned allowed = config_.exchange == "allgather" ? plan::kExchangeAllgather
                      : config_.exchange == "agreed"  ? plan::kExchangeAgreed
-                                                     : plan::kExchangeAllgather | plan::kExchangeAgreed;
+                     : agreed_ok                     ? plan::kExchangeAllgather | plan::kExchangeAgreed
+                                                     : plan::kExchangeAllgather;
   if (comm_.size() == 1) allowed = plan::kExchangeAllgather;  // one rank: nothing to agree on
   if (config_.dense_fallback) allowed |= plan::kExchangeDense;
   return allowed;

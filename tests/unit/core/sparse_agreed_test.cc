@@ -133,6 +133,7 @@ TEST_CASE("agreed exchange: 'auto' takes the same exchange for each bucket on ev
     std::vector<SparseStats> stats;
     Config c = agreedConfig("topk", 0.01, "auto");
     c.dense_fallback = true;
+    c.nonfinite = "error";  // 'auto' considers the agreed exchange only then (allowedExchanges)
     run(P, c, {3000, 1200, 50000}, 4, &stats);
     for (int r = 1; r < P; ++r) {
       CHECK(stats[r].agreed_buckets == stats[0].agreed_buckets);
