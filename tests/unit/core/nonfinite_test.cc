@@ -25,13 +25,13 @@ TEST_CASE("fuseIntoFloat equals the in-place add bit for bit and counts NaN/Inf"
       std::vector<float> in_place = r, out(n, -1.0f);
       addIntoFloat(x.data(), MGS_FLOAT32, n, prescale, false, in_place.data());
       CHECK(fuseIntoFloat(x.data(), MGS_FLOAT32, n, prescale, r.data(), out.data()) == 0);
-      CHECK(std::memcmp(out.data(), in_place.data(), n * sizeof(float)) == 0);
-      CHECK(std::memcmp(r.data(), r_old.data(), n * sizeof(float)) == 0);  // the residual is untouched
+      CHECK((n == 0 || std::memcmp(out.data(), in_place.data(), n * sizeof(float)) == 0));
+      CHECK((n == 0 || std::memcmp(r.data(), r_old.data(), n * sizeof(float)) == 0));  // the residual is untouched
       // Without a base: the overwrite form.
       std::vector<float> over(n), out2(n);
       addIntoFloat(x.data(), MGS_FLOAT32, n, prescale, true, over.data());
       CHECK(fuseIntoFloat(x.data(), MGS_FLOAT32, n, prescale, nullptr, out2.data()) == 0);
-      CHECK(std::memcmp(out2.data(), over.data(), n * sizeof(float)) == 0);
+      CHECK((n == 0 || std::memcmp(out2.data(), over.data(), n * sizeof(float)) == 0));
     }
   }
   // 16-bit inputs over several conversion chunks: the same bits as addIntoFloat.
@@ -47,7 +47,7 @@ TEST_CASE("fuseIntoFloat equals the in-place add bit for bit and counts NaN/Inf"
     in_place = r;
     addIntoFloat(h.data(), dt, n, 0.5, false, in_place.data());
     CHECK(fuseIntoFloat(h.data(), dt, n, 0.5, r.data(), out.data()) == 0);
-    CHECK(std::memcmp(out.data(), in_place.data(), n * sizeof(float)) == 0);
+    CHECK((n == 0 || std::memcmp(out.data(), in_place.data(), n * sizeof(float)) == 0));
   }
   // NaN, +-Inf in x, and a finite sum that overflows.
   std::vector<float> x(40, 1.0f), r(40, 0.5f), out(40);
