@@ -302,9 +302,7 @@ typedef struct mgs_stats {
   uint64_t plans;                /**< merge plans computed so far */
   uint64_t name_cache_entries;   /**< names in the negotiation cache (at most 8192: least
                                       recently used names are evicted) */
-  uint64_t idle_cycles;          /**< coordinator cycles with nothing pending on this rank; after a
-                                      few in a row the coordinator waits longer between them (up to
-                                      20 ms, ended at once by an enqueue or shutdown) */
+  uint64_t idle_cycles;          /**< coordinator cycles with nothing pending on this rank */
   uint64_t sparse_agreed_buckets; /**< of sparse_buckets, those exchanged by the agreed-index exchange
                                        (MGS_EXCHANGE; the rest went by allgather) */
 } mgs_stats_t;

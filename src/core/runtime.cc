@@ -121,22 +121,6 @@ void Runtime::shutdown(StopReason reason) {
 }
 
 namespace {
-// How long the coordinator waits for work after `streak` cycles in a row with
-// nothing pending: one cycle at first, then doubling up to kIdleWaitCap once
-// the job has been idle for a few cycles (a burst of backward's gradients
-// arrives within a cycle or two of each other and must not see the longer wait).
-constexpr int kIdleCyclesBeforeBackoff = 4;
-constexpr auto kIdleWaitCap = std::chrono::milliseconds(20);
-
-Clock::duration idleWait(Clock::duration cycle, int streak) {
-  if (streak <= kIdleCyclesBeforeBackoff) return cycle;
-  const int doublings = std::min(streak - kIdleCyclesBeforeBackoff, 16);
-  const Clock::duration cap = std::max<Clock::duration>(cycle, kIdleWaitCap);
-  return std::min<Clock::duration>(cycle * (1 << doublings), cap);
-}
-}  // namespace
-
-namespace {
 // The shutdown word a rank sends: its StopReason in the low bits, plus what
 // went wrong there before it stopped.
 constexpr int32_t kStopAfterStall = 0x10, kStopAfterError = 0x20;
@@ -237,7 +221,6 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
 
   Status fatal;
   std::string why = "mgs has shut down";
-  int idle_streak = 0;  // cycles in a row with nothing pending on this rank
   while (true) {
     const auto t0 = Clock::now();
     CycleResult result;
@@ -292,16 +275,15 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
     // Sleep out the cycle, but start the next one as soon as a request arrives:
     // a rank that negotiates early just waits inside the collective for the
     // others, and the cycle time no longer adds latency to every operation.
-    // While this rank has nothing at all to negotiate (between steps, during
-    // forward) the wait grows (idleWait): an idle job negotiating every
-    // millisecond cost each rank 10-12% of a core, taken from training on a
-    // host whose cores are all busy. No operation waits for the longer sleep:
-    // an op can only complete once every rank has submitted it, and a
-    // rank's own submission (or shutdown) ends its wait at once.
+    // Cycles with nothing pending on this rank are counted (idle_cycles). An
+    // idle job negotiating every millisecond costs each rank 9-13% of a core;
+    // backing off while idle (doubling the wait to 20 ms) cut that to 2-3%,
+    // but made real dense training slower (ResNet-50, 4 emulated 1 Gbit/s
+    // hosts: 2.80-2.98 s per step against 2.17-2.55 s without), for reasons
+    // not found yet, so the cycle stays fixed (docs/benchmarks.md).
     const bool idle = result.ready.empty() && controller.idle() && sparse.idle();
-    idle_streak = idle ? idle_streak + 1 : 0;
     if (idle) idle_cycles_ += 1;
-    queue_.waitUntil(t0 + idleWait(cycle, idle_streak));
+    queue_.waitUntil(t0 + cycle);
   }
 
   // Close first: an enqueue that finds running_ false then reads the reason.

@@ -1,6 +1,6 @@
-// The coordinator between steps: a rank with nothing to negotiate waits
-// longer between cycles (runtime.cc, idleWait), and work after an idle spell
-// still completes at once and correctly, and shutdown is prompt.
+// The coordinator between steps: cycles with nothing pending are counted as
+// idle (and only those), work after an idle spell completes correctly, and
+// shutdown is prompt.
 //   mpirun -np N mgs_mpi_idle_test
 // Counts come from mgs_get_stats; bounds are loose (a loaded host only makes
 // cycles slower, never more frequent).
@@ -50,8 +50,8 @@ int main() {
   EXPECT_OK(mgs_rank(&mpitest::g_rank));
   sumAndCheck("before", 1000);
 
-  // One idle second. With the default 1 ms cycle an always-on loop would run
-  // close to 1000 cycles; backing off to 20 ms waits leaves about 50-60.
+  // One idle second at the default 1 ms cycle: idle cycles counted, none
+  // counted as having work.
   const mgs_stats_t a = stats();
   std::this_thread::sleep_for(std::chrono::seconds(1));
   const mgs_stats_t b = stats();
@@ -59,7 +59,6 @@ int main() {
   const uint64_t busy = b.negotiation_cycles - a.negotiation_cycles;
   if (mpitest::g_rank == 0) std::printf("idle second: %llu idle cycles\n", (unsigned long long)idle);
   EXPECT(idle >= 1, "no idle cycle counted in 1 s (is the coordinator running?)");
-  EXPECT(idle <= 200, "%llu idle cycles in 1 s: the coordinator did not back off", (unsigned long long)idle);
   EXPECT(busy == 0, "%llu cycles with work pending while nothing was enqueued", (unsigned long long)busy);
 
   // Work after the idle spell: correct on every rank, and the ranks arrive at

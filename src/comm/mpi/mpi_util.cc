@@ -15,21 +15,16 @@ std::string mpiErrorString(int code) {
 
 Status mpiWaitAll(int n, MPI_Request* reqs, const WaitPolicy& policy) {
   using Clock = std::chrono::steady_clock;
-  using us = std::chrono::microseconds;
-  const auto start = Clock::now();
-  const auto spin_until = start + us(policy.spin_us);
-  auto pause = us(5);
-  const auto cap = us(std::max(policy.max_sleep_us, 1));
-  const auto long_cap = std::max(cap, us(policy.max_long_sleep_us));
+  const auto spin_until = Clock::now() + std::chrono::microseconds(policy.spin_us);
+  auto pause = std::chrono::microseconds(5);
+  const auto cap = std::chrono::microseconds(std::max(policy.max_sleep_us, 1));
   while (true) {
     int flag = 0;
     MGS_MPI_CHECK(MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE));
     if (flag) return Status::OK();
-    const auto now = Clock::now();
-    if (now < spin_until) continue;
+    if (Clock::now() < spin_until) continue;
     std::this_thread::sleep_for(pause);
-    const auto limit = std::clamp(std::chrono::duration_cast<us>(now - start) / 16, cap, long_cap);
-    pause = std::min(pause * 2, limit);
+    pause = std::min(pause * 2, cap);
   }
 }
 

@@ -18,14 +18,9 @@ std::string mpiErrorString(int code);
 // at most `spin_us` (0 where the node's cores are shared), then sleeps with
 // a backoff capped at `max_sleep_us`, testing after each sleep (MPI only
 // progresses inside its calls; the kernel keeps moving bytes meanwhile).
-// A wait that has already lasted long (a peer that is computing, or idle
-// between steps) may sleep longer, up to 1/16 of the time waited so far and
-// at most `max_long_sleep_us`: at most ~6% added to such a wait, and far
-// fewer wake-ups (a 20 ms wait: ~30 instead of ~200).
 struct WaitPolicy {
   int spin_us = 0;
   int max_sleep_us = 100;
-  int max_long_sleep_us = 1000;
 };
 
 Status mpiWaitAll(int n, MPI_Request* reqs, const WaitPolicy& policy);
