@@ -3,6 +3,7 @@
 // into a hang); finish() sums failures over ranks and sets the exit code.
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -36,6 +37,34 @@ inline mgs_tensor_t cpuTensor(void* data, mgs_dtype_t dtype, const std::vector<i
   t.shape = shape.data();
   t.device = MGS_DEVICE_CPU;
   return t;
+}
+
+// This rank's residual of `name` (zeros when it has none; *has says which).
+inline std::vector<float> residualOf(const std::string& name, size_t n, bool* has = nullptr) {
+  std::vector<float> r(n, 0.0f);
+  const bool ok = mgs_residual_copy(name.c_str(), r.data(), n) == MGS_SUCCESS;
+  if (!ok) std::fill(r.begin(), r.end(), 0.0f);
+  if (has) *has = ok;
+  return r;
+}
+
+// `v` (the same length on every rank) from every rank, rank-major, through
+// mgs's own allgather.
+template <typename T>
+std::vector<T> gatherAll(const std::string& name, const std::vector<T>& v, mgs_dtype_t dtype = MGS_FLOAT32) {
+  int size = 1;
+  EXPECT_OK(mgs_size(&size));
+  std::vector<int64_t> shape{1, static_cast<int64_t>(v.size())};
+  mgs_tensor_t t = cpuTensor(const_cast<T*>(v.data()), dtype, shape);
+  mgs_handle_t h = 0;
+  std::vector<T> all(v.size() * static_cast<size_t>(size));
+  EXPECT_OK(mgs_allgather_async(name.c_str(), &t, &h));
+  EXPECT_OK(mgs_wait(h));
+  std::vector<int64_t> oshape{size, static_cast<int64_t>(v.size())};
+  mgs_tensor_t o = cpuTensor(all.data(), dtype, oshape);
+  EXPECT_OK(mgs_allgather_copy_output(h, &o));
+  mgs_release(h);
+  return all;
 }
 
 // Sum of failures over all ranks (through mgs itself); 0 means success.

@@ -24,6 +24,7 @@
 
 using mpitest::cpuTensor;
 using mpitest::g_rank;
+using mpitest::residualOf;
 
 namespace {
 
@@ -40,12 +41,6 @@ float gradValue(uint64_t seed) {  // deterministic, Laplace-like
 
 bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-std::vector<float> residualOf(const std::string& name, size_t n) {
-  std::vector<float> r(n, 0.0f);
-  if (mgs_residual_copy(name.c_str(), r.data(), n) != MGS_SUCCESS) std::fill(r.begin(), r.end(), 0.0f);
-  return r;
 }
 
 void restart(const char* mode) {

@@ -24,6 +24,8 @@
 
 using mpitest::cpuTensor;
 using mpitest::g_rank;
+using mpitest::residualOf;
+using mpitest::gatherAll;
 
 namespace {
 
@@ -36,26 +38,6 @@ float gradValue(uint64_t seed) {
   seed ^= seed >> 31;
   const double u = ((seed >> 11) * (1.0 / 9007199254740992.0)) - 0.5;
   return static_cast<float>((u < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(u) + 1e-12) * 1e-2);
-}
-
-std::vector<float> residualOf(const std::string& name, size_t n) {
-  std::vector<float> r(n, 0.0f);
-  if (mgs_residual_copy(name.c_str(), r.data(), n) != MGS_SUCCESS) std::fill(r.begin(), r.end(), 0.0f);
-  return r;
-}
-
-std::vector<float> gatherAll(const std::string& name, const std::vector<float>& v) {
-  std::vector<int64_t> shape{1, static_cast<int64_t>(v.size())};
-  mgs_tensor_t t = cpuTensor(const_cast<float*>(v.data()), MGS_FLOAT32, shape);
-  mgs_handle_t h = 0;
-  std::vector<float> all(v.size() * g_size);
-  EXPECT_OK(mgs_allgather_async(name.c_str(), &t, &h));
-  EXPECT_OK(mgs_wait(h));
-  std::vector<int64_t> oshape{g_size, static_cast<int64_t>(v.size())};
-  mgs_tensor_t o = cpuTensor(all.data(), MGS_FLOAT32, oshape);
-  EXPECT_OK(mgs_allgather_copy_output(h, &o));
-  mgs_release(h);
-  return all;
 }
 
 void run(double tolerance) {
