@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/check.h"
 #include "plan/cost_model_io.h"
 
 namespace mgs::tools {
@@ -31,8 +32,12 @@ Status parseLayers(const json& j, std::vector<plan::LayerInfo>* out) {
     const json& l = j[i];
     if (!l.contains("elements") || !l.contains("backward_s"))
       return invalid("layer " + std::to_string(i) + " needs elements and backward_s");
-    out->push_back({l.value("name", "layer" + std::to_string(i)), l.at("elements").get<int64_t>(),
-                    l.at("backward_s").get<double>()});
+    const std::string at = "layers[" + std::to_string(i) + "]";
+    int64_t elements = 0;
+    double backward = 0;
+    MGS_RETURN_IF_ERROR(plan::jsonInteger(l.at("elements"), at + ".elements", 0, INT64_C(1) << 50, &elements));
+    MGS_RETURN_IF_ERROR(plan::jsonNumber(l.at("backward_s"), at + ".backward_s", &backward));
+    out->push_back({l.value("name", "layer" + std::to_string(i)), elements, backward});
   }
   return Status::OK();
 }
@@ -72,8 +77,14 @@ Status parseInstance(const json& j, plan::PlanInput* out, const plan::CostModel*
         return invalid("'exchanges' must be a comma-separated list of allgather, agreed, dense, got " +
                        j.at("exchanges").dump());
     }
-    in.fusion_threshold_bytes = j.value("fusion_threshold_bytes", in.fusion_threshold_bytes);
-    in.front_cap = j.value("front_cap", in.front_cap);
+    if (j.contains("fusion_threshold_bytes"))
+      MGS_RETURN_IF_ERROR(plan::jsonInteger(j.at("fusion_threshold_bytes"), "fusion_threshold_bytes", 0, INT64_MAX,
+                                            &in.fusion_threshold_bytes));
+    if (j.contains("front_cap")) {
+      int64_t cap = 0;
+      MGS_RETURN_IF_ERROR(plan::jsonInteger(j.at("front_cap"), "front_cap", 1, INT32_MAX, &cap));
+      in.front_cap = static_cast<int>(cap);
+    }
     st = plan::validatePlanInput(in);
     if (!st.ok()) return st;
     *out = std::move(in);
@@ -96,7 +107,11 @@ Status parseTrace(const json& j, Trace* out) {
     Trace t;
     t.model = j.value("model", std::string("unknown"));
     t.source = j.value("source", std::string());
-    t.batch = j.value("batch", 0);
+    if (j.contains("batch")) {
+      int64_t batch = 0;
+      MGS_RETURN_IF_ERROR(plan::jsonInteger(j.at("batch"), "batch", 0, INT32_MAX, &batch));
+      t.batch = static_cast<int>(batch);
+    }
     if (!j.contains("layers")) return invalid("a trace needs 'layers'");
     const Status st = parseLayers(j.at("layers"), &t.layers);
     if (!st.ok()) return st;
@@ -104,7 +119,8 @@ Status parseTrace(const json& j, Trace* out) {
     // the MG-WFBP simulator does (algorithms.md §4.5).
     double backward = 0;
     for (const auto& l : t.layers) backward += l.backward_s;
-    t.forward_s = j.value("forward_s", 0.5 * backward);
+    t.forward_s = 0.5 * backward;
+    if (j.contains("forward_s")) MGS_RETURN_IF_ERROR(plan::jsonNumber(j.at("forward_s"), "forward_s", &t.forward_s));
     *out = std::move(t);
     return Status::OK();
   });

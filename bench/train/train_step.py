@@ -114,22 +114,49 @@ def setup(args, model):
     return model, opt, hvd.rank(), hvd.size(), stats, none
 
 
+def thread_cpu():
+    """CPU seconds (user + system) per thread name of this process, from
+    /proc: shows what the coordinator ("mgs-coord") and MPI's or gloo's own
+    threads cost next to the training thread on shared cores."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # the thread ended meanwhile
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
     model, loss_of = build(args)
     model, opt, rank, size, stats, finish = setup(args, model)
     times = []
+    cpu = []  # process CPU seconds per step, all threads
     nonfinite = 0  # steps whose loss was not finite (fp16 overflow): timed all the same
-    for _ in range(args.steps):
+    for step in range(args.steps):
+        if step == min(args.measure_from, args.steps) - 1:
+            threads_before = thread_cpu()
         t0 = time.perf_counter()
+        c0 = time.process_time()
         opt.zero_grad()
         loss = loss_of(model)
         loss.backward()
         opt.step()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         nonfinite += not math.isfinite(loss.item())
-    measured = times[min(args.measure_from, len(times)) - 1:]
+    threads_after = thread_cpu()
+    first = min(args.measure_from, len(times)) - 1
+    measured = times[first:]
+    per_thread = {name: round((threads_after[name] - threads_before.get(name, 0.0)) / len(measured), 4)
+                  for name in threads_after}
     s = stats()
     finish()
     if rank == 0:
@@ -137,6 +164,8 @@ def main():
         print(json.dumps({"label": args.label, "system": args.system, "model": args.model, "ranks": size,
                           "params": n_params, "batch": args.batch, "median_step_s": statistics.median(measured),
                           "step_s": [round(t, 4) for t in times], "nonfinite_loss_steps": nonfinite,
+                          "cpu_s_per_step": statistics.median(cpu[first:]),
+                          "thread_cpu_s_per_step": {k: v for k, v in per_thread.items() if v > 0},
                           "mgs_stats": s}), flush=True)
     return 0
 

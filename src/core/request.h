@@ -78,7 +78,7 @@ struct Signature {
   bool operator==(const Signature& o) const { return mismatch(o, 0, 0).empty(); }
 };
 
-struct HandleState;
+class HandleState;
 
 struct Request {
   std::string name;

@@ -1,3 +1,4 @@
+#include <pthread.h>
 #include "core/runtime.h"
 
 #include <algorithm>
@@ -58,6 +59,9 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
   auto ready_future = ready.get_future();
   Runtime* self = rt.get();
   rt->thread_ = std::thread([self, factory = std::move(factory), &ready] {
+    // A name `top -H` and /proc/<pid>/task/*/comm show, so a user (and
+    // bench/train) can see what the coordinator costs next to training.
+    pthread_setname_np(pthread_self(), "mgs-coord");
     std::unique_ptr<Communicator> comm;
     Status st;
     try {

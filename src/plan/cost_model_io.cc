@@ -174,6 +174,12 @@ json commToJson(const CommModel& c) {
 
 }  // namespace
 
+Status jsonNumber(const json& j, const std::string& path, double* out) { return number(j, path, out); }
+
+Status jsonInteger(const json& j, const std::string& path, int64_t lo, int64_t hi, int64_t* out) {
+  return integer(j, path, lo, hi, out);
+}
+
 Status readCostModelFields(const json& j, CostModel* inout) {
   // nlohmann-json throws on misuse; nothing here should, but a throw must not
   // reach the coordinator thread.

@@ -13,6 +13,7 @@
 // field by its path ("allgather.table[2][1]") and what was expected.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
@@ -29,6 +30,12 @@ Status parseCostModel(const std::string& text, CostModel* out);
 // planning instance), each overriding `*inout`; other keys are left to the
 // caller. On error `*inout` is unchanged.
 Status readCostModelFields(const nlohmann::json& j, CostModel* inout);
+
+// Checked readers for other JSON documents (planning instances, traces):
+// a finite number, or an integer in [lo, hi]. A float where an integer is
+// expected, or a value out of range, is an error naming `path`, never a cast.
+Status jsonNumber(const nlohmann::json& j, const std::string& path, double* out);
+Status jsonInteger(const nlohmann::json& j, const std::string& path, int64_t lo, int64_t hi, int64_t* out);
 
 // The document for `m`; parseCostModel() reads it back to the same costs.
 // Density is a property of the job, not of the cluster, so it is not saved.

@@ -74,6 +74,24 @@ TEST_CASE("bad instances name the problem", "[plan][tools]") {
   j = v1();
   j["density"] = 2.0;
   CHECK(parseInstance(j, &in).code() == Code::kInvalidArgument);
+  // Numbers that do not fit the field are errors naming it, not casts
+  // (a fuzzer found elements = 1.1e20 read as a long: undefined behaviour).
+  for (const char* bad : {"1.11111e20", "2.5", "-3", "1e300"}) {
+    j = v1();
+    j["layers"][0]["elements"] = json::parse(bad);
+    st = parseInstance(j, &in);
+    CHECK(st.code() == Code::kInvalidArgument);
+    CHECK(st.message().find("layers[0].elements") != std::string::npos);
+  }
+  j = v1();
+  j["front_cap"] = 1e40;
+  CHECK(parseInstance(j, &in).message().find("front_cap") != std::string::npos);
+  j = v1();
+  j["fusion_threshold_bytes"] = -1;
+  CHECK(parseInstance(j, &in).message().find("fusion_threshold_bytes") != std::string::npos);
+  Trace t;
+  CHECK(parseTrace(json::parse(R"({"batch": 1e30, "layers": []})"), &t).message().find("batch") != std::string::npos);
+  CHECK(parseTrace(json::parse(R"({"forward_s": "x", "layers": []})"), &t).code() == Code::kInvalidArgument);
 }
 
 TEST_CASE("instance and plan JSON carry the selection placement", "[plan][tools][selection]") {
