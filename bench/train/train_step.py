@@ -59,19 +59,30 @@ class TinyTransformer(nn.Module):
 
 
 def build(args):
-    torch.manual_seed(0)
+    """The model and loss_of(model, step). Each rank draws its own pool of
+    random batches (seeded by rank) and cycles through it: with one fixed
+    batch the loss collapses towards zero within a few steps, backward then
+    runs on denormal floats (a 12 s step on this CPU), and what is timed is
+    that artifact, not the exchange."""
+    torch.manual_seed(0)  # the same initial model on every rank
     if args.model == "resnet50":
         import torchvision
         model = torchvision.models.resnet50(num_classes=10)
-        x = torch.randn(args.batch, 3, 32, 32)
-        y = torch.randint(0, 10, (args.batch,))
-        loss_fn = nn.CrossEntropyLoss()
-        return model, lambda m: loss_fn(m(x), y)
-    model = TinyTransformer()
-    tokens = torch.randint(0, 8000, (args.batch, 64))
-    target = torch.randint(0, 8000, (args.batch, 64))
+    else:
+        model = TinyTransformer()
+    g = torch.Generator().manual_seed(1000 + world()[0])
     loss_fn = nn.CrossEntropyLoss()
-    return model, lambda m: loss_fn(m(tokens).reshape(-1, 8000), target.reshape(-1))
+    pool = []
+    for _ in range(8):
+        if args.model == "resnet50":
+            pool.append((torch.randn(args.batch, 3, 32, 32, generator=g),
+                         torch.randint(0, 10, (args.batch,), generator=g)))
+        else:
+            pool.append((torch.randint(0, 8000, (args.batch, 64), generator=g),
+                         torch.randint(0, 8000, (args.batch, 64), generator=g)))
+    if args.model == "resnet50":
+        return model, lambda m, step: loss_fn(m(pool[step % 8][0]), pool[step % 8][1])
+    return model, lambda m, step: loss_fn(m(pool[step % 8][0]).reshape(-1, 8000), pool[step % 8][1].reshape(-1))
 
 
 def world():
@@ -82,7 +93,11 @@ def world():
 
 def setup(args, model):
     """Wraps model/optimizer for the system; returns (model, optimizer, rank, size, stats(), finish())."""
-    sgd = lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9)  # noqa: E731
+    # What is timed is the step, not learning; the rate is small enough that the
+    # loss stays near its start (ResNet-50 at batch 2 diverges within 3 steps at
+    # 1e-2 or 1e-3, and a diverged model computes on huge and denormal floats,
+    # which slows backward by up to 10x and times the wrong thing).
+    sgd = lambda params: torch.optim.SGD(params, lr=1e-5, momentum=0.9)  # noqa: E731
     none = lambda: None  # noqa: E731
     if args.system == "compute":
         rank, size = world()
@@ -115,9 +130,9 @@ def setup(args, model):
 
 
 def thread_cpu():
-    """CPU seconds (user + system) per thread name of this process, from
-    /proc: shows what the coordinator ("mgs-coord") and MPI's or gloo's own
-    threads cost next to the training thread on shared cores."""
+    """{tid: (name, CPU seconds)} of this process's threads, from /proc: shows
+    what the coordinator ("mgs-coord", with the MPI threads it starts) and
+    its helpers ("mgs-pool") cost next to the training thread."""
     tick = os.sysconf("SC_CLK_TCK")
     out = {}
     for tid in os.listdir("/proc/self/task"):
@@ -126,10 +141,17 @@ def thread_cpu():
                 stat = f.read()
         except OSError:
             continue  # the thread ended meanwhile
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2:].split()
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        out[tid] = (stat[stat.index("(") + 1:stat.rindex(")")], (int(fields[11]) + int(fields[12])) / tick)
     return out
+
+
+def cpu_by_name(before, after, steps):
+    """CPU seconds per step and thread name between two thread_cpu() readings."""
+    out = {}
+    for tid, (name, t) in after.items():
+        out[name] = out.get(name, 0.0) + (t - before.get(tid, (name, 0.0))[1]) / steps
+    return {k: round(v, 4) for k, v in out.items() if v > 0}
 
 
 def main():
@@ -139,6 +161,7 @@ def main():
     model, opt, rank, size, stats, finish = setup(args, model)
     times = []
     cpu = []  # process CPU seconds per step, all threads
+    losses = []
     nonfinite = 0  # steps whose loss was not finite (fp16 overflow): timed all the same
     for step in range(args.steps):
         if step == min(args.measure_from, args.steps) - 1:
@@ -146,17 +169,17 @@ def main():
         t0 = time.perf_counter()
         c0 = time.process_time()
         opt.zero_grad()
-        loss = loss_of(model)
+        loss = loss_of(model, step)
+        losses.append(loss.item())
         loss.backward()
         opt.step()
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-        nonfinite += not math.isfinite(loss.item())
+        nonfinite += not math.isfinite(losses[-1])
     threads_after = thread_cpu()
     first = min(args.measure_from, len(times)) - 1
     measured = times[first:]
-    per_thread = {name: round((threads_after[name] - threads_before.get(name, 0.0)) / len(measured), 4)
-                  for name in threads_after}
+    per_thread = cpu_by_name(threads_before, threads_after, len(measured))
     s = stats()
     finish()
     if rank == 0:
@@ -164,8 +187,9 @@ def main():
         print(json.dumps({"label": args.label, "system": args.system, "model": args.model, "ranks": size,
                           "params": n_params, "batch": args.batch, "median_step_s": statistics.median(measured),
                           "step_s": [round(t, 4) for t in times], "nonfinite_loss_steps": nonfinite,
+                          "loss": [round(v, 4) for v in losses],
                           "cpu_s_per_step": statistics.median(cpu[first:]),
-                          "thread_cpu_s_per_step": {k: v for k, v in per_thread.items() if v > 0},
+                          "thread_cpu_s_per_step": per_thread,
                           "mgs_stats": s}), flush=True)
     return 0
 

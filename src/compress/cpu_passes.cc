@@ -7,9 +7,7 @@
 #include <type_traits>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "common/parallel.h"
 
 namespace mgs::compress::cpu {
 namespace {
@@ -338,32 +336,26 @@ struct RandKey {
 std::atomic<size_t> testCandidateCapLimit{0};
 std::atomic<bool> testForceBaseline{false};
 
-BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int chunks, [[maybe_unused]] int threads,
+BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int chunks, int threads,
                        const float* rin) {
   std::vector<BufferStats> part(chunks);
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-  for (int c = 0; c < chunks; ++c) {
+  parallelFor(chunks, threads, [&](int c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
     CandOut none;
     none.rin = rin;
     part[c] = fusedChunkAny(x, dtype, r, b, e, &none);
-  }
+  });
   return reduceInChunkOrder(part);
 }
 
 BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t n, int chunks,
-                                 [[maybe_unused]] int threads, uint32_t tc, Candidates* cand, const float* rin) {
+                                 int threads, uint32_t tc, Candidates* cand, const float* rin) {
   std::vector<BufferStats> part(chunks);
   std::fill(cand->count, cand->count + cand->regions, size_t{0});
   const int team = std::max(1, std::min(threads, cand->regions));
-#pragma omp parallel num_threads(team)
-  {
-    int t = 0, nt = 1;
-#ifdef _OPENMP
-    t = omp_get_thread_num();
-    nt = omp_get_num_threads();
-#endif
-    // Contiguous chunk ranges in thread order: region t's indices precede region t+1's.
+  const int nt = team;
+  parallelFor(team, threads, [&](int t) {
+    // Contiguous chunk ranges in task order: region t's indices precede region t+1's.
     const int c0 = static_cast<int>(int64_t{chunks} * t / nt);
     const int c1 = static_cast<int>(int64_t{chunks} * (t + 1) / nt);
     CandOut out;
@@ -379,7 +371,7 @@ BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t
       part[c] = fusedChunkAny(x, dtype, r, b, e, &out);
     }
     cand->count[t] = out.count;
-  }
+  });
   cand->overflow = false;
   for (int t = 0; t < cand->regions; ++t)
     if (cand->count[t] > cand->cap) cand->overflow = true;
@@ -405,15 +397,20 @@ size_t sampleAll(Load load, const float* r, size_t n, int threads, uint32_t* key
   if (n <= kSampleMax) return n - sampleRange(load, r, 0, n, keys);
   constexpr long blocks = kSampleMax / kSampleBlock;
   const size_t step = n / blocks;  // >= kSampleBlock
-  size_t bad = 0;
-#pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : bad)
-  for (long j = 0; j < blocks; ++j)
-    bad += sampleRange(load, r, j * step, j * step + kSampleBlock, keys + j * kSampleBlock);
-  return kSampleMax - bad;
+  // Tasks of several blocks each; per-task counts, summed in order.
+  constexpr int kTasks = 16;
+  size_t bad[kTasks] = {};
+  parallelFor(kTasks, threads, [&](int t) {
+    for (long j = blocks * t / kTasks; j < blocks * (t + 1) / kTasks; ++j)
+      bad[t] += sampleRange(load, r, j * step, j * step + kSampleBlock, keys + j * kSampleBlock);
+  });
+  size_t total = 0;
+  for (size_t b : bad) total += b;
+  return kSampleMax - total;
 }
 }  // namespace
 
-size_t sampleKeys(const void* x, DataType dtype, const float* r, size_t n, [[maybe_unused]] int threads,
+size_t sampleKeys(const void* x, DataType dtype, const float* r, size_t n, int threads,
                   uint32_t* keys) {
   if (x == nullptr) return sampleAll([](size_t) { return 0.0f; }, r, n, threads, keys);
   if (dtype == MGS_FLOAT16) {
@@ -481,27 +478,25 @@ size_t compactCandidates(const Candidates& cand, const Selection& sel, float* r,
   return off;
 }
 
-void zeroNonFinite(float* r, size_t n, int chunks, [[maybe_unused]] int threads) {
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-  for (int c = 0; c < chunks; ++c) {
+void zeroNonFinite(float* r, size_t n, int chunks, int threads) {
+  parallelFor(chunks, threads, [&](int c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
     for (size_t i = b; i < e; ++i)
       if (!std::isfinite(r[i])) r[i] = 0.0f;
-  }
+  });
 }
 
-void histogram(const KeySource& keys, size_t n, Window w, int chunks, [[maybe_unused]] int threads, uint32_t* hist) {
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-  for (int c = 0; c < chunks; ++c) {
+void histogram(const KeySource& keys, size_t n, Window w, int chunks, int threads, uint32_t* hist) {
+  parallelFor(chunks, threads, [&](int c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
     if (keys.kind == KeyKind::kMagnitude)
       histogramChunk(MagKey{keys.acc}, b, e, w, hist + c * kStride);
     else
       histogramChunk(RandKey{keys.seed}, b, e, w, hist + c * kStride);
-  }
+  });
 }
 
-void compact(const KeySource& keys, size_t n, const Selection& sel, int chunks, [[maybe_unused]] int threads,
+void compact(const KeySource& keys, size_t n, const Selection& sel, int chunks, int threads,
              const uint32_t* hist, float* r, float* values, uint32_t* indices) {
   if (sel.count == 0) return;
   // Offsets and tie quotas per chunk, in chunk order, from the last histograms.
@@ -518,24 +513,22 @@ void compact(const KeySource& keys, size_t n, const Selection& sel, int chunks, 
     offset[c] = off;
     off += all + quota[c];
   }
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-  for (int c = 0; c < chunks; ++c) {
+  parallelFor(chunks, threads, [&](int c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
     if (keys.kind == KeyKind::kMagnitude)
       compactChunk(MagKey{keys.acc}, b, e, sel, quota[c], offset[c], r, values, indices);
     else
       compactChunk(RandKey{keys.seed}, b, e, sel, quota[c], offset[c], r, values, indices);
-  }
+  });
 }
 
-void takeAll(float* r, size_t n, int chunks, [[maybe_unused]] int threads, float* values, uint32_t* indices) {
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-  for (int c = 0; c < chunks; ++c) {
+void takeAll(float* r, size_t n, int chunks, int threads, float* values, uint32_t* indices) {
+  parallelFor(chunks, threads, [&](int c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
     std::memcpy(values + b, r + b, (e - b) * sizeof(float));
     std::fill(r + b, r + e, 0.0f);
     for (size_t i = b; i < e; ++i) indices[i] = static_cast<uint32_t>(i);
-  }
+  });
 }
 
 }  // namespace mgs::compress::cpu

@@ -1,6 +1,6 @@
 // The CPU passes over a buffer behind the selectors. Each pass splits [0, n)
 // into `chunks` contiguous chunks (chunksFor(n): a function of n only), one
-// OpenMP iteration each on up to `threads` threads, and reduces the per-chunk
+// parallelFor task each on up to `threads` threads, and reduces the per-chunk
 // results in chunk order, so results are bitwise the same for any thread
 // count. Per-chunk histograms let the compaction pass
 // know every chunk's output offset without another counting pass.

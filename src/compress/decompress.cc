@@ -2,16 +2,13 @@
 
 #include <algorithm>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "common/check.h"
+#include "common/parallel.h"
 
 namespace mgs::compress {
 
 Status scatterAdd(const float* values, const uint32_t* indices, const size_t* counts, size_t ranks, size_t n,
-                  float scale, float* out) {
+                  float scale, float* out, int threads) {
   size_t total = 0;
   for (size_t r = 0; r < ranks; ++r) total += counts[r];
   MGS_ENSURE(n == 0 || out != nullptr, kInvalidArgument, "scatterAdd: null output");
@@ -19,14 +16,10 @@ Status scatterAdd(const float* values, const uint32_t* indices, const size_t* co
   for (size_t j = 0; j < total; ++j)
     MGS_ENSURE(indices[j] < n, kInvalidArgument,
                "scatterAdd: pair " << j << " has index " << indices[j] << " >= n = " << n);
-  int slices = 1;
-#ifdef _OPENMP
-  slices = static_cast<int>(std::min<size_t>(omp_get_max_threads(), std::max<size_t>(n / 4096, 1)));
-#endif
-  // Each slice of `out` is owned by one iteration, which scans all pairs in
+  const int slices = static_cast<int>(std::min<size_t>(std::max(threads, 1), std::max<size_t>(n / 4096, 1)));
+  // Each slice of `out` is owned by one task, which scans all pairs in
   // concatenation (= rank) order: no atomics, same order as one thread.
-#pragma omp parallel for schedule(static, 1)
-  for (int s = 0; s < slices; ++s) {
+  parallelFor(slices, threads, [&](int s) {
     const size_t b = n / slices * s + std::min<size_t>(s, n % slices);
     const size_t e = n / slices * (s + 1) + std::min<size_t>(s + 1, n % slices);
     std::fill(out + b, out + e, 0.0f);
@@ -36,7 +29,7 @@ Status scatterAdd(const float* values, const uint32_t* indices, const size_t* co
     }
     if (scale != 1.0f)
       for (size_t i = b; i < e; ++i) out[i] *= scale;
-  }
+  });
   return Status::OK();
 }
 

@@ -18,8 +18,9 @@ namespace mgs::compress {
 // out[0..n) = scale * sum over ranks r (in order) of the pairs of rank r.
 // values/indices hold sum(counts) pairs; counts has `ranks` entries.
 // Errors: kInvalidArgument for an index >= n or null buffers with pairs.
-// Uses OpenMP threads (each owns a slice of `out`, so no atomics).
+// Runs on up to `threads` threads (each owns a slice of `out`, so no
+// atomics); the result does not depend on the thread count.
 Status scatterAdd(const float* values, const uint32_t* indices, const size_t* counts, size_t ranks, size_t n,
-                  float scale, float* out);
+                  float scale, float* out, int threads = 1);
 
 }  // namespace mgs::compress

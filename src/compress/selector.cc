@@ -6,10 +6,6 @@
 #include <functional>
 #include <vector>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include "common/check.h"
 #include "common/threads.h"
 #include "compress/cpu_passes.h"
@@ -91,9 +87,7 @@ Status Selector::create(const std::string& name, const SelectorOptions& options,
 
 Selector::Selector(SelectorKind kind, const SelectorOptions& options) : kind_(kind), options_(options) {
   int t = options.numThreads;
-#ifdef _OPENMP
-  if (t <= 0) t = omp_get_max_threads();
-#endif
+  if (t <= 0) t = std::clamp(availableCores(), 1, kMaxAutoThreads);
   threads_ = std::max(t, 1);
 }
 

@@ -33,7 +33,8 @@
 //
 // Thread-safety: a Selector is immutable after create(); select() may run
 // concurrently on different buffers as long as each call has its own
-// workspace. The CPU path uses OpenMP threads inside one call.
+// workspace. The CPU path runs its passes on mgs::parallelFor
+// (common/parallel.h) inside one call.
 #pragma once
 
 #include <cstddef>
@@ -68,7 +69,7 @@ struct SelectorOptions {
   int maxPasses = 8;       // histogram passes of the threshold search
   uint64_t seed = 0;       // randomk/dgc: combined with SelectArgs::step
   NonFinitePolicy nonFinite = NonFinitePolicy::kError;
-  int numThreads = 0;  // CPU threads; 0 = OpenMP default
+  int numThreads = 0;  // CPU threads; 0 = the cores of this process (at most kMaxAutoThreads)
 };
 
 // k = clamp(floor(rho*n), 1, n); 0 when n == 0.

@@ -42,8 +42,9 @@ TEST_CASE("scatterAdd: variable counts and rank-order sums match a sequential lo
   std::vector<float> ref(n, 0.0f);
   for (size_t j = 0; j < vals.size(); ++j) ref[idx[j]] += vals[j];
   for (auto& x : ref) x *= 0.25f;
+  const int threads = GENERATE(1, 3);
   std::vector<float> out(n);
-  REQUIRE(scatterAdd(vals.data(), idx.data(), counts.data(), P, n, 0.25f, out.data()).ok());
+  REQUIRE(scatterAdd(vals.data(), idx.data(), counts.data(), P, n, 0.25f, out.data(), threads).ok());
   size_t diff = 0;
   for (size_t i = 0; i < n; ++i) diff += bits(out[i]) != bits(ref[i]);
   REQUIRE(diff == 0);
