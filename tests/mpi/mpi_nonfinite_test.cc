@@ -1,5 +1,6 @@
 // Non-finite gradients (MGS_NONFINITE), real multi-rank runs:
 //   mpirun -np {2,3,4} mgs_mpi_nonfinite_test sparse|dense
+// (sparse: with MGS_EXCHANGE=allgather and again with MGS_EXCHANGE=agreed)
 // The job starts under the default (propagate); each scenario then restarts
 // the runtime with MGS_NONFINITE=error (mgs_shutdown + setenv + mgs_init) and
 // checks the strict mode in the same job.
@@ -134,6 +135,23 @@ void expectNumeric(const StepResult& r, const std::string& prefix, const std::st
     expectNumericOp(r.status[t], r.message[t], prefix, what + " " + prefix + std::to_string(t));
 }
 
+// The sparse buckets went by the exchange MGS_EXCHANGE names (the same
+// scenario runs through the allgather and the agreed exchange; a skipped or
+// failed bucket counts in neither).
+void expectExchange(const std::string& prefix) {
+  mgs_stats_t st{};
+  EXPECT_OK(mgs_get_stats(&st, sizeof st));
+  const char* ex = std::getenv("MGS_EXCHANGE");
+  const std::string want = ex ? ex : "auto";
+  EXPECT(st.sparse_buckets > 0, "run %s: no sparse buckets", prefix.c_str());
+  if (want == "agreed")
+    EXPECT(st.sparse_agreed_buckets == st.sparse_buckets, "run %s: %llu of %llu sparse buckets agreed",
+           prefix.c_str(), (unsigned long long)st.sparse_agreed_buckets, (unsigned long long)st.sparse_buckets);
+  if (want == "allgather")
+    EXPECT(st.sparse_agreed_buckets == 0, "run %s: %llu agreed buckets under MGS_EXCHANGE=allgather",
+           prefix.c_str(), (unsigned long long)st.sparse_agreed_buckets);
+}
+
 const std::vector<int64_t> kSparseSizes = {6000, 9000, 5000};
 constexpr int kProfileSteps = 2;  // MGS_PROFILE_STEPS in CMakeLists.txt: steps 0-1 layer-wise, then one bucket
 
@@ -161,6 +179,12 @@ std::vector<std::vector<float>> sparseRun(const std::string& prefix, int steps, 
       const std::string op = what + " " + prefix + std::to_string(t);
       if (hit && expect_error) {
         if (t == 1 || merged) expectNumericOp(r.status[t], r.message[t], prefix, op);
+        // A merged bucket with two bad ranks (three or more ranks): both are
+        // named with their tensors, on every rank.
+        if (merged && g_size >= 3)
+          EXPECT(r.message[t].find("rank 0: non-finite gradient in tensor '" + prefix + "0'") != std::string::npos,
+                 "%s: error does not name rank 0 and tensor %s0: %s", op.c_str(), prefix.c_str(),
+                 r.message[t].c_str());
         EXPECT(r.status[t] == MGS_ERR_NUMERIC, "%s: status %d", op.c_str(), (int)r.status[t]);
       } else {
         EXPECT(r.status[t] == MGS_SUCCESS, "%s: %s", op.c_str(), r.message[t].c_str());
@@ -180,6 +204,7 @@ std::vector<std::vector<float>> sparseRun(const std::string& prefix, int steps, 
   }
   std::vector<std::vector<float>> end = last.out;
   for (size_t t = 0; t < sizes.size(); ++t) end.push_back(residualOf(prefix + std::to_string(t), sizes[t]));
+  expectExchange(prefix);
   return end;
 }
 
