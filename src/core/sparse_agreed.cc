@@ -79,17 +79,18 @@ Status validateIndexBlock(const char* block, size_t cap, size_t n, size_t member
 
 size_t SparsePipeline::indexBlockBytes(size_t cap) { return 16 + 4 * cap; }
 
+int SparsePipeline::agreedLeader(const std::string& name) const {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: the same on every rank and build (std::hash need not be)
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  const auto it = agreed_turns_.find(name);
+  const uint64_t turns = it == agreed_turns_.end() ? 0 : it->second;
+  return static_cast<int>((h + turns) % static_cast<uint64_t>(comm_.size()));
+}
+
 unsigned SparsePipeline::allowedExchanges() const {
-  // 'auto' leaves the agreed exchange out under MGS_NONFINITE=propagate (the
-  // default): its local stage still fuses into the residual in place, so it
-  // cannot yet leave a skipped step's residual as it was, and a loss-scaling
-  // job must not fail on an overflow step. Asked for by name, it runs (with
-  // strict non-finite errors; docs/c-api.md).
-  const bool agreed_ok = config_.nonfinite != "propagate";
   unsigned allowed = config_.exchange == "allgather" ? plan::kExchangeAllgather
                      : config_.exchange == "agreed"  ? plan::kExchangeAgreed
-                     : agreed_ok                     ? plan::kExchangeAllgather | plan::kExchangeAgreed
-                                                     : plan::kExchangeAllgather;
+                                                     : plan::kExchangeAllgather | plan::kExchangeAgreed;
   if (comm_.size() == 1) allowed = plan::kExchangeAllgather;  // one rank: nothing to agree on
   if (config_.dense_fallback) allowed |= plan::kExchangeDense;
   return allowed;
@@ -141,9 +142,14 @@ void SparsePipeline::runAgreed(std::vector<Request>& members, size_t n, size_t c
   // until every rank holds the same verdict. `commit` then makes acc the
   // residual (sparse_commit.cc), exactly when every rank's values went into
   // the sum; any other end drops it, so the residual is bitwise as before.
-  bool flagged = false;  // some rank's flag was raised: the leader does not rotate (agreed_seq_)
+  bool flagged = false;  // some rank's flag was raised: the bucket's leader does not rotate
   auto finish = [&](const Status& st, bool commit) {
-    if (!flagged) ++agreed_seq_;
+    if (!flagged) {
+      // Bounded (a job may make up new names forever): every rank inserts the
+      // same names in the same order, so every rank clears at the same time.
+      if (agreed_turns_.size() >= kMaxAgreedTurns && !agreed_turns_.count(name)) agreed_turns_.clear();
+      ++agreed_turns_[name];
+    }
     online_.exchangeEnded(Clock::now());  // online re-planning: the step's span
     settleResidual(members, std::move(acc), commit);  // before the handles complete: the next step may start
     publishStats();

@@ -303,10 +303,9 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   // Allgather, agreed or dense: the same choice on every rank (sparse_agreed.cc).
   const plan::Exchange exchange = pickExchange(n, density);
   const bool dense = exchange == plan::Exchange::kDense, agreed = exchange == plan::Exchange::kAgreed;
-  // The agreed exchange's leader rotates over the agreed buckets, a count
-  // that advances alike everywhere (buckets run in negotiated order and end
-  // with one verdict on all ranks: runAgreed); only the leader selects.
-  const int leader = static_cast<int>(agreed_seq_ % static_cast<uint64_t>(P));
+  // The agreed exchange's leader (agreedLeader: the same on every rank);
+  // only it selects.
+  const int leader = agreed ? agreedLeader(name) : 0;
   const bool select_here = !agreed || comm_.rank() == leader;
 
   // Local part, the same for both sparse exchanges: acc = gradient +

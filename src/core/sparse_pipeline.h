@@ -117,6 +117,14 @@ class SparsePipeline {
   unsigned allowedExchanges() const;  // plan::kExchange* bits from MGS_EXCHANGE, MGS_DENSE_FALLBACK
   plan::Exchange pickExchange(size_t n, double density) const;
   static size_t indexBlockBytes(size_t cap);
+  // The leader of the agreed bucket `name` (bucketName): its name's hash
+  // plus the times it was applied, mod P. A function of the bucket alone,
+  // not of the order buckets are negotiated in (which timing decides), so
+  // runs are reproducible bitwise; the same on every rank; rotating over
+  // ranks step by step, and spread over ranks within a step. A bucket some
+  // rank's flag stopped (a skipped loss-scaling step) does not count, so it
+  // leaves the next leaders as it leaves the residuals.
+  int agreedLeader(const std::string& name) const;
   // The agreed exchange's collective part; `acc` is the local stage's slab
   // (runBucket), committed as the residual only if every rank contributed.
   void runAgreed(std::vector<Request>& members, size_t n, size_t cap, int leader, size_t count, size_t k,
@@ -194,10 +202,10 @@ class SparsePipeline {
   int threads_;  // CPU threads for selection (MGS_THREADS resolved, common/threads.h)
 
   uint64_t step_ = 0;
-  // Agreed buckets run so far, but for those a rank's non-finite value or
-  // local error kept from applying (so a skipped loss-scaling step leaves the
-  // next leaders as it leaves the residuals): picks the leader, alike everywhere.
-  uint64_t agreed_seq_ = 0;
+  // Per agreed bucket (its bucketName): how many times it was applied.
+  // Picks its next leader (agreedLeader).
+  std::unordered_map<std::string, uint64_t> agreed_turns_;
+  static constexpr size_t kMaxAgreedTurns = 1 << 16;
   int idle_cycles_ = 0;
   std::unordered_set<std::string> seen_;  // names seen in the current step
   uint64_t profile_start_ = 0;            // step at which the current profile began

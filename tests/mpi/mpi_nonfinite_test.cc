@@ -135,14 +135,16 @@ void expectNumeric(const StepResult& r, const std::string& prefix, const std::st
     expectNumericOp(r.status[t], r.message[t], prefix, what + " " + prefix + std::to_string(t));
 }
 
-// The sparse buckets went by the exchange MGS_EXCHANGE names (the same
-// scenario runs through the allgather and the agreed exchange; a skipped or
-// failed bucket counts in neither).
+// Which exchange every sparse bucket must have taken: the second argument,
+// else MGS_EXCHANGE (the same scenario runs through the allgather and the
+// agreed exchange, pinned or picked by 'auto'; a skipped or failed bucket
+// counts in neither).
+std::string g_want_exchange;
+
 void expectExchange(const std::string& prefix) {
   mgs_stats_t st{};
   EXPECT_OK(mgs_get_stats(&st, sizeof st));
-  const char* ex = std::getenv("MGS_EXCHANGE");
-  const std::string want = ex ? ex : "auto";
+  const std::string& want = g_want_exchange;
   EXPECT(st.sparse_buckets > 0, "run %s: no sparse buckets", prefix.c_str());
   if (want == "agreed")
     EXPECT(st.sparse_agreed_buckets == st.sparse_buckets, "run %s: %llu of %llu sparse buckets agreed",
@@ -319,11 +321,14 @@ void scenarioDense() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s sparse|dense\n", argv[0]);
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: %s sparse|dense [allgather|agreed: the exchange sparse buckets must take]\n",
+                 argv[0]);
     return 2;
   }
   const std::string scenario = argv[1];
+  const char* ex = std::getenv("MGS_EXCHANGE");
+  g_want_exchange = argc == 3 ? argv[2] : ex ? ex : "auto";
   if (mgs_init() != MGS_SUCCESS) {
     std::fprintf(stderr, "mgs_init failed: %s\n", mgs_last_error());
     return 1;
