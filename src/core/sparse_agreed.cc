@@ -117,8 +117,8 @@ plan::Exchange SparsePipeline::pickExchange(size_t n, double density) const {
   return m.chooseExchange(static_cast<int64_t>(n));
 }
 
-void SparsePipeline::runAgreed(std::vector<Request>& members, size_t n, size_t cap, int leader, size_t count,
-                               size_t k, const Status& local, int bad_member, std::vector<char>&& block,
+void SparsePipeline::runAgreed(std::vector<Request>& members, size_t n, size_t cap, int leader, size_t count, size_t k,
+                               const Status& local, int bad_member, std::vector<char>&& block,
                                std::shared_ptr<std::vector<float>>&& acc) {
   const int me = comm_.rank();
   const bool lead = me == leader;
@@ -201,9 +201,10 @@ void SparsePipeline::runAgreed(std::vector<Request>& members, size_t n, size_t c
     if (!other_error && propagateNonFinite()) {
       // Loss scaling, as the allgather's finishSparse: every output NaN on
       // every rank, nothing commits.
-      MGS_LOG_DEBUG("sparse allreduce of {} (agreed exchange): non-finite gradients on {} rank(s){}; outputs set "
-                    "to NaN (MGS_NONFINITE=propagate)",
-                    name, static_cast<int>(vals[cap]), local.ok() ? "" : ", here: " + local.message());
+      MGS_LOG_DEBUG(
+          "sparse allreduce of {} (agreed exchange): non-finite gradients on {} rank(s){}; outputs set "
+          "to NaN (MGS_NONFINITE=propagate)",
+          name, static_cast<int>(vals[cap]), local.ok() ? "" : ", here: " + local.message());
       return finish(writeNaNOutputs(members), false);
     }
     return finish(agreedFailure(members, local, bad_member), false);

@@ -85,9 +85,9 @@ std::string SparsePipeline::failedRanks(const uint64_t* codes, size_t cap, const
     const uint64_t m = UINT64_MAX - 1 - codes[i];  // wraps to huge for UINT64_MAX
     const bool numeric = codes[i] != UINT64_MAX && m < members.size();
     *other_error |= !numeric;
-    failed += std::string(failed.empty() ? "" : "; ") + "rank " + std::to_string(i) +
-              (numeric ? ": non-finite gradient in tensor '" + members[m].name + "'"
-                       : ": local error (see that rank's log)");
+    failed +=
+        std::string(failed.empty() ? "" : "; ") + "rank " + std::to_string(i) +
+        (numeric ? ": non-finite gradient in tensor '" + members[m].name + "'" : ": local error (see that rank's log)");
   }
   return failed;
 }

@@ -332,8 +332,8 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   // One f32 host tensor going sparse: the selector reads it and the residual
   // directly (acc = x + r written to acc in its single pass), under the lock.
   const Request& m0 = members[0];
-  const bool direct = !dense && select_here && members.size() == 1 && config_.error_feedback &&
-                      !m0.input.onCuda() && m0.input.dtype == MGS_FLOAT32 && m0.sig.prescale == 1.0;
+  const bool direct = !dense && select_here && members.size() == 1 && config_.error_feedback && !m0.input.onCuda() &&
+                      m0.input.dtype == MGS_FLOAT32 && m0.sig.prescale == 1.0;
   std::unique_lock<std::mutex> lk;
   const float* r = nullptr;  // no residual without error feedback
   if (config_.error_feedback) {

@@ -147,11 +147,11 @@ void expectExchange(const std::string& prefix) {
   const std::string& want = g_want_exchange;
   EXPECT(st.sparse_buckets > 0, "run %s: no sparse buckets", prefix.c_str());
   if (want == "agreed")
-    EXPECT(st.sparse_agreed_buckets == st.sparse_buckets, "run %s: %llu of %llu sparse buckets agreed",
-           prefix.c_str(), (unsigned long long)st.sparse_agreed_buckets, (unsigned long long)st.sparse_buckets);
+    EXPECT(st.sparse_agreed_buckets == st.sparse_buckets, "run %s: %llu of %llu sparse buckets agreed", prefix.c_str(),
+           (unsigned long long)st.sparse_agreed_buckets, (unsigned long long)st.sparse_buckets);
   if (want == "allgather")
-    EXPECT(st.sparse_agreed_buckets == 0, "run %s: %llu agreed buckets under MGS_EXCHANGE=allgather",
-           prefix.c_str(), (unsigned long long)st.sparse_agreed_buckets);
+    EXPECT(st.sparse_agreed_buckets == 0, "run %s: %llu agreed buckets under MGS_EXCHANGE=allgather", prefix.c_str(),
+           (unsigned long long)st.sparse_agreed_buckets);
 }
 
 const std::vector<int64_t> kSparseSizes = {6000, 9000, 5000};
@@ -185,8 +185,7 @@ std::vector<std::vector<float>> sparseRun(const std::string& prefix, int steps, 
         // named with their tensors, on every rank.
         if (merged && g_size >= 3)
           EXPECT(r.message[t].find("rank 0: non-finite gradient in tensor '" + prefix + "0'") != std::string::npos,
-                 "%s: error does not name rank 0 and tensor %s0: %s", op.c_str(), prefix.c_str(),
-                 r.message[t].c_str());
+                 "%s: error does not name rank 0 and tensor %s0: %s", op.c_str(), prefix.c_str(), r.message[t].c_str());
         EXPECT(r.status[t] == MGS_ERR_NUMERIC, "%s: status %d", op.c_str(), (int)r.status[t]);
       } else {
         EXPECT(r.status[t] == MGS_SUCCESS, "%s: %s", op.c_str(), r.message[t].c_str());
@@ -322,8 +321,7 @@ void scenarioDense() {
 
 int main(int argc, char** argv) {
   if (argc != 2 && argc != 3) {
-    std::fprintf(stderr, "usage: %s sparse|dense [allgather|agreed: the exchange sparse buckets must take]\n",
-                 argv[0]);
+    std::fprintf(stderr, "usage: %s sparse|dense [allgather|agreed: the exchange sparse buckets must take]\n", argv[0]);
     return 2;
   }
   const std::string scenario = argv[1];
