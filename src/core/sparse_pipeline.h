@@ -221,7 +221,7 @@ class SparsePipeline {
   OnlineCost online_;
 
   // Reused buffers (no allocation in steady state).
-  std::vector<float> out_;                                  // dense/staged outputs
+  std::vector<float> out_;                  // dense/staged outputs
   std::vector<std::shared_ptr<std::vector<float>>> slabs_;  // scratch acc slabs for reuse
   std::deque<InFlight> inflight_;           // started in order, finished in order
   std::vector<std::vector<char>> pool_;     // exchange blocks for reuse
@@ -229,7 +229,7 @@ class SparsePipeline {
   std::vector<float*> dest_;                // per member: where its result goes
   std::vector<size_t> offsets_;             // member offsets in the bucket (M + 1)
   std::vector<char> workspace_, stage_;
-  std::vector<float> agreed_vals_;  // agreed exchange: values (+ kAgreedFlags slots)
+  std::vector<float> agreed_vals_;          // agreed exchange: values (+ kAgreedFlags slots)
   SparseStats stats_;
   std::function<void(const SparseStats&)> publish_;
 };
