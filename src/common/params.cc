@@ -195,9 +195,8 @@ std::vector<ParamSpec> buildSpecs() {
                         "rotating leader selects, its indices are broadcast and the values there are "
                         "summed by an allreduce (traffic per rank independent of the ranks). 'auto': the "
                         "cheaper of the two per bucket by the calibrated cost model (and dense when "
-                        "MGS_DENSE_FALLBACK allows and that is cheaper still); under the default "
-                        "MGS_NONFINITE=propagate 'auto' uses the allgather only, because the agreed "
-                        "exchange still fails a bucket on NaN/Inf instead of propagating it.",
+                        "MGS_DENSE_FALLBACK allows and that is cheaper still). Both follow MGS_NONFINITE "
+                        "alike.",
                         &Config::exchange));
   // Every rank must check at the same step boundaries (a collective per step).
   s.push_back(doubleParam("MGS_REPLAN_TOLERANCE", "0.15", 0.0, false, 100.0, "a number in [0, 100] (0 = never)", kSame,

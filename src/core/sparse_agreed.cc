@@ -6,17 +6,25 @@
 // same on every rank because buckets run in negotiated order) selects from
 // its accumulator with the configured selector. It broadcasts a fixed-size
 // index block [header | indices[cap] | seal]; every rank gathers its own
-// accumulator's values at those indices, zeroes exactly those entries of its
-// residual, and the cap values (zero padded) plus two flag slots are summed
-// by one allreduce. Per-rank traffic is about 4*cap (broadcast) + 2*4*cap
-// (ring allreduce) bytes whatever P is, against 8*cap*P for the allgather;
-// and only the leader runs the selector.
+// accumulator's values at those indices and zeroes exactly those entries,
+// and the cap values (zero padded) plus two flag slots are summed by one
+// allreduce. Per-rank traffic is about 4*cap (broadcast) + 2*4*cap (ring
+// allreduce) bytes whatever P is, against 8*cap*P for the allgather; and
+// only the leader runs the selector.
+//
+// The accumulator is the local stage's scratch slab, shared with the
+// allgather (runBucket, sparse_commit.cc): the residual changes only when the
+// flags say every rank contributed. A NaN/Inf on any rank raises a flag, so
+// every rank reads the same verdict in the same allreduce: under
+// MGS_NONFINITE=propagate all outputs NaN and every residual as it was; under
+// 'error' MGS_ERR_NUMERIC naming each bad rank and tensor.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <mutex>
 
 #include "common/check.h"
+#include "common/logging.h"
 #include "core/sparse_pipeline.h"
 
 namespace mgs {
@@ -71,17 +79,18 @@ Status validateIndexBlock(const char* block, size_t cap, size_t n, size_t member
 
 size_t SparsePipeline::indexBlockBytes(size_t cap) { return 16 + 4 * cap; }
 
+int SparsePipeline::agreedLeader(const std::string& name) const {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: the same on every rank and build (std::hash need not be)
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  const auto it = agreed_turns_.find(name);
+  const uint64_t turns = it == agreed_turns_.end() ? 0 : it->second;
+  return static_cast<int>((h + turns) % static_cast<uint64_t>(comm_.size()));
+}
+
 unsigned SparsePipeline::allowedExchanges() const {
-  // 'auto' leaves the agreed exchange out under MGS_NONFINITE=propagate (the
-  // default): its local stage still fuses into the residual in place, so it
-  // cannot yet leave a skipped step's residual as it was, and a loss-scaling
-  // job must not fail on an overflow step. Asked for by name, it runs (with
-  // strict non-finite errors; docs/c-api.md).
-  const bool agreed_ok = config_.nonfinite != "propagate";
   unsigned allowed = config_.exchange == "allgather" ? plan::kExchangeAllgather
                      : config_.exchange == "agreed"  ? plan::kExchangeAgreed
-                     : agreed_ok                     ? plan::kExchangeAllgather | plan::kExchangeAgreed
-                                                     : plan::kExchangeAllgather;
+                                                     : plan::kExchangeAllgather | plan::kExchangeAgreed;
   if (comm_.size() == 1) allowed = plan::kExchangeAllgather;  // one rank: nothing to agree on
   if (config_.dense_fallback) allowed |= plan::kExchangeDense;
   return allowed;
@@ -108,22 +117,9 @@ plan::Exchange SparsePipeline::pickExchange(size_t n, double density) const {
   return m.chooseExchange(static_cast<int64_t>(n));
 }
 
-Status SparsePipeline::checkFinite(const std::vector<Request>& members, float* acc, size_t n,
-                                   int* bad_member) const {
-  size_t bad = 0;
-  for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(acc[i])) acc[i] = 0.0f, ++bad;
-  if (bad == 0) return Status::OK();
-  *bad_member = firstNonFinite(members);
-  const std::string name = bucketName(members);
-  const std::string what = *bad_member >= 0 ? "tensor '" + members[*bad_member].name + "'" : name;
-  return Status(Code::kNumeric, "rank " + std::to_string(comm_.rank()) + ": non-finite gradient in " + what +
-                                    (members.size() > 1 ? " (bucket " + name + ")" : "") + ": " + std::to_string(bad) +
-                                    " of " + std::to_string(n) + " values are NaN or Inf (dropped from the residual)");
-}
-
-void SparsePipeline::runAgreed(std::vector<Request>& members, size_t n, size_t cap, int leader, size_t count,
-                               size_t k, const Status& local, int bad_member, std::vector<char>&& block) {
+void SparsePipeline::runAgreed(std::vector<Request>& members, size_t n, size_t cap, int leader, size_t count, size_t k,
+                               const Status& local, int bad_member, std::vector<char>&& block,
+                               std::shared_ptr<std::vector<float>>&& acc) {
   const int me = comm_.rank();
   const bool lead = me == leader;
   const std::string name = bucketName(members);
@@ -141,118 +137,77 @@ void SparsePipeline::runAgreed(std::vector<Request>& members, size_t n, size_t c
   } else {
     std::memset(block.data() + bb - 8, 0, 8);  // a pooled buffer may hold an old seal (see kIndexSeal)
   }
-  // The residual slab of this bucket (as the local stage left it: the
-  // accumulator on non-leaders, the accumulator minus the selected entries
-  // on the leader). The lock is taken only around reads and writes of it.
-  auto withSlab = [&](auto&& fn) {
-    std::unique_lock<std::mutex> lk;
-    float* r = res_.data();
-    if (config_.error_feedback) {
-      lk = residuals_.lock();
-      std::vector<ResidualStore::Member> ms;
-      for (const auto& m : members) ms.push_back({&m.name, m.input.numel()});
-      r = residuals_.contiguous(ms);
+  // `acc` is this rank's scratch slab (gradient + residual; on the leader
+  // with its selection already zeroed): the residual itself is untouched
+  // until every rank holds the same verdict. `commit` then makes acc the
+  // residual (sparse_commit.cc), exactly when every rank's values went into
+  // the sum; any other end drops it, so the residual is bitwise as before.
+  bool flagged = false;  // some rank's flag was raised: the bucket's leader does not rotate
+  auto finish = [&](const Status& st, bool commit) {
+    if (!flagged) {
+      // Bounded (a job may make up new names forever): every rank inserts the
+      // same names in the same order, so every rank clears at the same time.
+      if (agreed_turns_.size() >= kMaxAgreedTurns && !agreed_turns_.count(name)) agreed_turns_.clear();
+      ++agreed_turns_[name];
     }
-    fn(r);
-  };
-  const uint32_t* idx = reinterpret_cast<const uint32_t*>(block.data() + 8);
-  float* vals = agreed_vals_.data();  // [cap values | kAgreedFlags slots]
-  // What this rank took out of its residual, kept apart from `vals` (which
-  // the allreduce overwrites with sums), so that a failed bucket puts
-  // exactly that back: residual + contributed == acc again.
-  // The indices are kept too: the leader's must not be read back from the
-  // broadcast buffer, which a broken transport may have overwritten.
-  size_t taken = 0;
-  agreed_sent_.resize(cap);
-  agreed_sent_idx_.resize(cap);
-  auto keep = [&](size_t c) {
-    taken = c;
-    std::copy(vals, vals + c, agreed_sent_.begin());
-    std::copy(idx, idx + c, agreed_sent_idx_.begin());
-  };
-  auto restore = [&] {
-    if (taken == 0) return;
-    withSlab([&](float* r) {
-      for (size_t j = 0; j < taken; ++j) r[agreed_sent_idx_[j]] += agreed_sent_[j];
-    });
-    taken = 0;
-  };
-  auto finish = [&](const Status& st) {
     online_.exchangeEnded(Clock::now());  // online re-planning: the step's span
+    settleResidual(members, std::move(acc), commit);  // before the handles complete: the next step may start
     publishStats();
     for (auto& m : members) complete_(m, st);
     giveBuffer(std::move(block));
   };
-  if (lead && local.ok()) keep(count);  // the selector zeroed them
+  const uint32_t* idx = reinterpret_cast<const uint32_t*>(block.data() + 8);
+  float* vals = agreed_vals_.data();  // [cap values | kAgreedFlags slots]
 
   auto t0 = Clock::now();
   Status st = comm_.broadcast(block.data(), bb, leader);
   span("AGREED_BROADCAST", t0, "{\"cap\":" + std::to_string(cap) + ",\"leader\":" + std::to_string(leader) + "}");
   if (st.ok()) st = validateIndexBlock(block.data(), cap, n, members.size(), leader, touched_, name);
-  if (!st.ok()) {
-    restore();
-    return finish(st);
-  }
+  if (!st.ok()) return finish(st, false);
   uint64_t header;
   std::memcpy(&header, block.data(), 8);
-  if (header > cap) {
-    // The leader's local part failed: nothing was taken anywhere else.
-    if (lead) return finish(local);
-    const uint64_t m = UINT64_MAX - 1 - header;  // wraps to huge for UINT64_MAX
-    return finish(Status(Code::kNumeric, "sparse allreduce of " + name + " failed: leader rank " +
-                                             std::to_string(leader) +
-                                             (header != UINT64_MAX && m < members.size()
-                                                  ? ": non-finite gradient in tensor '" + members[m].name + "'"
-                                                  : ": local error (see that rank's log)")));
-  }
-  count = header;
+  // A failure code: the leader's local part failed and selected nothing. The
+  // allreduce still runs (with no values), because only its flags tell every
+  // rank which others failed too.
+  count = header <= cap ? header : 0;
 
-  // Gather: non-leaders take their accumulator's values at the agreed
-  // indices out of the residual (checked finite in the local part). A rank
-  // whose local part failed takes nothing, contributes zeros and raises its
-  // flag.
-  const Status& mine = local;
-  if (!lead && mine.ok()) {
-    withSlab([&](float* r) {
-      for (size_t j = 0; j < count; ++j) {
-        vals[j] = r[idx[j]];
-        r[idx[j]] = 0.0f;
-      }
-    });
-    keep(count);
+  // Gather: the other ranks move their acc's values at the agreed indices
+  // into the allreduce (their acc keeps the rest: the new residual). A rank
+  // whose local part failed contributes zeros and raises its flag; a
+  // non-finite value never enters the sum, so the flags alone decide.
+  float* a = acc->data();
+  if (!lead && local.ok()) {
+    for (size_t j = 0; j < count; ++j) {
+      vals[j] = a[idx[j]];
+      a[idx[j]] = 0.0f;
+    }
   }
-  if (!mine.ok()) std::fill(vals, vals + count, 0.0f);
+  if (!local.ok()) std::fill(vals, vals + count, 0.0f);
   std::fill(vals + count, vals + cap, 0.0f);  // padding
-  vals[cap] = mine.ok() ? 0.0f : 1.0f;
-  vals[cap + 1] = mine.ok() ? 0.0f : static_cast<float>(me + 1);
-  vals[cap + 2] = mine.ok() || bad_member < 0 ? 0.0f : static_cast<float>(bad_member + 1);
+  // Flags: ranks that failed, and of those, failures that are not a
+  // non-finite value (staging). Small integers: exact in float whatever the
+  // summation order, so every rank reads the same verdict.
+  vals[cap] = local.ok() ? 0.0f : 1.0f;
+  vals[cap + 1] = local.ok() || bad_member >= 0 ? 0.0f : 1.0f;
 
   t0 = Clock::now();
   st = comm_.allreduce(vals, cap + kAgreedFlags, MGS_FLOAT32, CommOp::kSum);
   span("AGREED_ALLREDUCE", t0, "{\"cap\":" + std::to_string(cap) + "}");
   stats_.dense_bytes += 4 * n;
-  if (st.ok() && vals[cap] != 0.0f) {
-    // Some rank could not contribute: the bucket fails on every rank (they
-    // all read the same sums), each putting back what it took.
-    if (!mine.ok()) {
-      st = mine;
-    } else {
-      // Small integers: exact in float whatever the summation order.
-      const int failed = static_cast<int>(vals[cap]);
-      const int member = static_cast<int>(vals[cap + 2]) - 1;
-      std::string who = std::to_string(failed) + " ranks reported a local error (non-finite gradient or staging; "
-                        "see their logs)";
-      if (failed == 1)
-        who = "rank " + std::to_string(static_cast<int>(vals[cap + 1]) - 1) +
-              (member >= 0 && member < static_cast<int>(members.size())
-                   ? ": non-finite gradient in tensor '" + members[member].name + "'"
-                   : ": local error (see that rank's log)");
-      st = Status(Code::kNumeric, "sparse allreduce of " + name + " failed: " + who);
+  if (!st.ok()) return finish(st, false);
+  if (vals[cap] != 0.0f) {
+    flagged = true;
+    const bool other_error = vals[cap + 1] != 0.0f;
+    if (!other_error && propagateNonFinite()) {
+      // Loss scaling, as the allgather's finishSparse: every output NaN on
+      // every rank, nothing commits.
+      MGS_LOG_DEBUG(
+          "sparse allreduce of {} (agreed exchange): non-finite gradients on {} rank(s){}; outputs set "
+          "to NaN (MGS_NONFINITE=propagate)",
+          name, static_cast<int>(vals[cap]), local.ok() ? "" : ", here: " + local.message());
+      return finish(writeNaNOutputs(members), false);
     }
-  }
-  if (!st.ok()) {
-    restore();
-    return finish(st);
+    return finish(agreedFailure(members, local, bad_member), false);
   }
 
   // Outputs: zero, then the summed value at each agreed index, scaled
@@ -293,7 +248,23 @@ void SparsePipeline::runAgreed(std::vector<Request>& members, size_t n, size_t c
   stats_.target += k;
   // Payload this rank puts on the wire: its values, and the indices if it leads.
   stats_.bytes_sent += 4 * count + (lead ? 4 * count : 0);
-  finish(st);
+  finish(st, true);  // every rank's values are in the sum, whatever writing this rank's outputs did
+}
+
+Status SparsePipeline::agreedFailure(const std::vector<Request>& members, const Status& local, int bad_member) {
+  // The flags said how many ranks failed, not which: one allgather of each
+  // rank's failure code names them all, the same text on every rank (as the
+  // allgather's blocks do). It runs only on this failure path, on every rank
+  // alike (all read the same flags); the steady state pays nothing for it.
+  const int P = comm_.size();
+  const uint64_t mine = local.ok() ? 0 : failureCode(bad_member);
+  counts_.resize(P);
+  const std::string what = "sparse allreduce of " + bucketName(members) + " (agreed exchange)";
+  Status st = comm_.allgather(&mine, sizeof mine, counts_.data());
+  if (!st.ok()) return Status(st.code(), what + " failed and naming the failed ranks failed: " + st.message());
+  bool other_error = false;
+  const std::string failed = failedRanks(counts_.data(), 0, members, &other_error);
+  return failedVerdict(what, failed, other_error, local);
 }
 
 }  // namespace mgs

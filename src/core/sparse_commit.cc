@@ -77,6 +77,21 @@ Status SparsePipeline::nonFiniteStatus(const std::vector<Request>& members, int 
                                     " values are NaN or Inf after adding the residual");
 }
 
+std::string SparsePipeline::failedRanks(const uint64_t* codes, size_t cap, const std::vector<Request>& members,
+                                        bool* other_error) const {
+  std::string failed;
+  for (int i = 0; i < comm_.size(); ++i) {
+    if (codes[i] <= cap) continue;
+    const uint64_t m = UINT64_MAX - 1 - codes[i];  // wraps to huge for UINT64_MAX
+    const bool numeric = codes[i] != UINT64_MAX && m < members.size();
+    *other_error |= !numeric;
+    failed +=
+        std::string(failed.empty() ? "" : "; ") + "rank " + std::to_string(i) +
+        (numeric ? ": non-finite gradient in tensor '" + members[m].name + "'" : ": local error (see that rank's log)");
+  }
+  return failed;
+}
+
 Status SparsePipeline::failedVerdict(const std::string& what, const std::string& failed, bool other_error,
                                      const Status& local) {
   std::string msg = what + " failed: " + failed;

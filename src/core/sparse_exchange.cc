@@ -245,18 +245,9 @@ Status SparsePipeline::finishSparse(InFlight& f) {
   // verdict here: a malformed block fails the bucket on all ranks at once,
   // before anything is written (outputs, the touched_ bitmap).
   MGS_RETURN_IF_ERROR(validateBlocks(f.recv.data(), bb, P, f.cap, n, members.size(), name));
-  std::string failed;
+  for (int i = 0; i < P; ++i) std::memcpy(&counts_[i], f.recv.data() + i * bb, sizeof(uint64_t));
   bool other_error = false;  // a failure that is not a non-finite value
-  for (int i = 0; i < P; ++i) {
-    std::memcpy(&counts_[i], f.recv.data() + i * bb, sizeof(uint64_t));
-    if (counts_[i] <= f.cap) continue;
-    const uint64_t m = UINT64_MAX - 1 - counts_[i];  // wraps to huge for UINT64_MAX
-    const bool numeric = counts_[i] != UINT64_MAX && m < members.size();
-    other_error |= !numeric;
-    failed += std::string(failed.empty() ? "" : "; ") + "rank " + std::to_string(i) +
-              (numeric ? ": non-finite gradient in tensor '" + members[m].name + "'"
-                       : ": local error (see that rank's log)");
-  }
+  const std::string failed = failedRanks(counts_.data(), f.cap, members, &other_error);
   if (!failed.empty()) {
     // Every rank holds the same headers, so every rank takes this verdict.
     if (!other_error && propagateNonFinite()) {

@@ -303,21 +303,18 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   // Allgather, agreed or dense: the same choice on every rank (sparse_agreed.cc).
   const plan::Exchange exchange = pickExchange(n, density);
   const bool dense = exchange == plan::Exchange::kDense, agreed = exchange == plan::Exchange::kAgreed;
-  // The agreed exchange's leader rotates with the bucket sequence, which
-  // advances alike everywhere (buckets run in negotiated order); only it selects.
-  const int leader = static_cast<int>(bucket_seq_++ % static_cast<uint64_t>(P));
+  // The agreed exchange's leader (agreedLeader: the same on every rank);
+  // only it selects.
+  const int leader = agreed ? agreedLeader(name) : 0;
   const bool select_here = !agreed || comm_.rank() == leader;
 
-  if (agreed) {
-    runBucketAgreed(members, n, density, leader, select_here, t0);
-    return;
-  }
-
-  // Local part: acc = gradient + residual into a scratch slab (the residual
-  // itself changes only when the bucket commits: sparse_commit.cc), then
-  // select in place in acc. A local error (staging a CUDA tensor, a
-  // non-finite value) is announced in the collective part, so that every
-  // rank takes the same verdict for the bucket.
+  // Local part, the same for both sparse exchanges: acc = gradient +
+  // residual into a scratch slab (the residual itself changes only when the
+  // bucket commits: sparse_commit.cc), then select in place in acc (the
+  // agreed exchange: only its leader selects; the others give up their acc
+  // at the leader's indices in runAgreed). A local error (staging a CUDA
+  // tensor, a non-finite value) is announced in the collective part, so that
+  // every rank takes the same verdict for the bucket.
   Status local;
   int bad_member = -1;  // the first member with non-finite values in acc
   size_t count = 0, cap = 1, non_finite = 0;
@@ -335,7 +332,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   // One f32 host tensor going sparse: the selector reads it and the residual
   // directly (acc = x + r written to acc in its single pass), under the lock.
   const Request& m0 = members[0];
-  const bool direct = !dense && members.size() == 1 && config_.error_feedback && !m0.input.onCuda() &&
+  const bool direct = !dense && select_here && members.size() == 1 && config_.error_feedback && !m0.input.onCuda() &&
                       m0.input.dtype == MGS_FLOAT32 && m0.sig.prescale == 1.0;
   std::unique_lock<std::mutex> lk;
   const float* r = nullptr;  // no residual without error feedback
@@ -355,11 +352,12 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
 
   if (!dense) {
     // cap depends only on n and the density, so every rank sends blocks of
-    // the same size, whatever its local verdict.
+    // the same size, whatever its local verdict or role.
     const compress::Selector& sel = selectorFor(density);
     cap = std::max<size_t>(sel.maxCount(n), 1);
-    block = takeBuffer(blockBytes(cap));
-    if (local.ok()) {
+    block = takeBuffer(agreed ? indexBlockBytes(cap) : blockBytes(cap));
+    if (agreed) agreed_vals_.resize(cap + kAgreedFlags);
+    if (local.ok() && select_here) {
       const auto ts = Clock::now();
       workspace_.resize(sel.workspaceBytes(n));
       compress::SelectArgs a;
@@ -368,13 +366,17 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
       a.residualIn = direct ? r : nullptr;
       a.residual = acc;
       a.n = n;
-      a.outValues = reinterpret_cast<float*>(block.data() + 8);
-      a.outIndices = reinterpret_cast<uint32_t*>(block.data() + 8 + 4 * cap);
+      // Allgather block [count | values[cap] | indices[cap] | seal]; agreed:
+      // the values apart (they go into the allreduce), the index block
+      // [count | indices[cap] | seal] is broadcast.
+      a.outValues = agreed ? agreed_vals_.data() : reinterpret_cast<float*>(block.data() + 8);
+      a.outIndices = reinterpret_cast<uint32_t*>(block.data() + 8 + (agreed ? 0 : 4 * cap));
       a.workspace = workspace_.data();
       a.workspaceBytes = workspace_.size();
       a.step = step_;
       a.name = name.c_str();
       local = sel.select(a, &sel_res);
+      online_.selected(static_cast<int64_t>(n), std::chrono::duration<double>(Clock::now() - ts).count());
       if (local.ok()) {
         count = sel_res.count;
       } else if (direct && local.code() == Code::kNumeric) {
@@ -401,135 +403,12 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
     for (auto& m : members) complete_(m, st);
     return;
   }
-  startSparse(members, n, cap, count, sel_res.k, local, bad_member, std::move(block), std::move(acc_slab));
-}
-
-// The agreed exchange's local part, as it was before MGS_NONFINITE: it
-// fuses into the residual slab in place and restores it on failure
-// (sparse_agreed.cc), so a non-finite value there is still an error
-// (MGS_ERR_NUMERIC) whatever MGS_NONFINITE says.
-void SparsePipeline::runBucketAgreed(std::vector<Request>& members, size_t n, double density, int leader,
-                                     bool select_here, Clock::time_point t0) {
-  const bool agreed = true;  // the shared code below spells both block layouts
-  const std::string name = bucketName(members);
-  // Local part, under the residual lock: add the gradients into the bucket's
-  // residual slab (acc = gradient + residual), then select in place, or for a
-  // dense bucket move acc out and zero the residual. A local error (staging
-  // a CUDA tensor, a non-finite gradient) is announced in the collective part
-  // so that every rank fails the bucket together.
-  Status local;
-  int bad_member = -1;  // a member with non-finite values, if selection failed on them
-  size_t count = 0, cap = 1;
-  std::vector<char> block;
-  compress::SelectResult sel_res;
-  {
-    std::unique_lock<std::mutex> lk;
-    float* r;
-    if (config_.error_feedback) {
-      lk = residuals_.lock();
-      std::vector<ResidualStore::Member> ms;
-      for (auto& m : members) ms.push_back({&m.name, m.input.numel()});
-      r = residuals_.contiguous(ms);
-    } else {
-      res_.resize(n);
-      r = res_.data();
-    }
-    // One f32 host tensor going sparse: the selector reads it directly (acc = x + r in its pass).
-    const Request& m0 = members[0];
-    const void* x = nullptr;
-    if (select_here && members.size() == 1 && config_.error_feedback && !m0.input.onCuda() &&
-        m0.input.dtype == MGS_FLOAT32 && m0.sig.prescale == 1.0) {
-      x = m0.input.data;
-    } else {
-      size_t off = 0;
-      for (auto& m : members) {
-        const size_t cnt = m.input.numel();
-        const void* src = m.input.data;
-        if (m.input.onCuda()) {
-          stage_.resize(m.input.bytes());
-          local = device::waitReady(m.input);
-          if (local.ok()) local = device::copyToHost(stage_.data(), m.input, stage_.size());
-          src = stage_.data();
-        }
-        if (!local.ok()) {
-          local = Status(local.code(),
-                         "rank " + std::to_string(comm_.rank()) + ", tensor '" + m.name + "': " + local.message());
-          break;
-        }
-        addIntoFloat(src, m.input.dtype, cnt, m.sig.prescale, !config_.error_feedback, r + off);
-        off += cnt;
-      }
-    }
-    if (timeline_)
-      for (auto& m : members) timeline_->span(m.name, "FUSE", t0, Clock::now());
-
-    if (!(select_here && local.ok())) {
-      // The agreed exchange's collectives are sized by cap on every rank: a
-      // non-leader (it only gathers) or a leader whose local part failed
-      // still needs it, and selects nothing.
-      cap = std::max<size_t>(selectorFor(density).maxCount(n), 1);
-      block = takeBuffer(indexBlockBytes(cap));
-      agreed_vals_.resize(cap + kAgreedFlags);
-      if (local.ok()) local = checkFinite(members, r, n, &bad_member);
-    } else if (local.ok()) {
-      const auto ts = Clock::now();
-      const compress::Selector& sel = selectorFor(density);
-      cap = std::max<size_t>(sel.maxCount(n), 1);
-      block = takeBuffer(agreed ? indexBlockBytes(cap) : blockBytes(cap));
-      if (agreed) agreed_vals_.resize(cap + kAgreedFlags);
-      workspace_.resize(sel.workspaceBytes(n));
-      compress::SelectArgs a;
-      a.x = x;
-      a.dtype = MGS_FLOAT32;
-      a.residual = r;
-      a.n = n;
-      // Allgather block [count | values | indices | seal]; agreed: values
-      // apart, the index block [count | indices | seal] is broadcast.
-      a.outValues = agreed ? agreed_vals_.data() : reinterpret_cast<float*>(block.data() + 8);
-      a.outIndices = reinterpret_cast<uint32_t*>(block.data() + 8 + (agreed ? 0 : 4 * cap));
-      a.workspace = workspace_.data();
-      a.workspaceBytes = workspace_.size();
-      a.step = step_;
-      a.name = name.c_str();
-      local = sel.select(a, &sel_res);
-      online_.selected(static_cast<int64_t>(n), std::chrono::duration<double>(Clock::now() - ts).count());
-      if (local.ok()) {
-        count = sel_res.count;
-      } else if (local.code() == Code::kNumeric) {
-        // Name the tensor that holds the non-finite values, here and (through
-        // the failure code) on every other rank.
-        bad_member = firstNonFinite(members);
-        const std::string what = bad_member >= 0 ? "tensor '" + members[bad_member].name + "'" : name;
-        local = Status(Code::kNumeric, "rank " + std::to_string(comm_.rank()) + ": non-finite gradient in " + what +
-                                           (members.size() > 1 ? " (bucket " + name + ")" : "") + ": " +
-                                           std::to_string(sel_res.nonFinite) + " of " + std::to_string(n) +
-                                           " values are NaN or Inf (dropped from the residual)");
-      } else {
-        local = Status(local.code(), "rank " + std::to_string(comm_.rank()) + ": " + local.message());
-      }
-      if (timeline_)
-        for (auto& m : members)
-          timeline_->span(m.name, "SELECT", ts, Clock::now(),
-                          "{\"count\":" + std::to_string(sel_res.count) + ",\"k\":" + std::to_string(sel_res.k) + "}");
-    }
+  const size_t k = compress::kForDensity(n, density);
+  if (agreed) {
+    runAgreed(members, n, cap, leader, count, k, local, bad_member, std::move(block), std::move(acc_slab));
+    return;
   }
-
-  runAgreed(members, n, cap, leader, count, compress::kForDensity(n, density), local, bad_member, std::move(block));
-}
-
-
-int SparsePipeline::firstNonFinite(const std::vector<Request>& members) const {
-  for (size_t i = 0; i < members.size(); ++i) {
-    const TensorDesc& t = members[i].input;
-    if (t.onCuda()) continue;  // its host copy is gone; the bucket name still says where
-    const size_t cnt = t.numel();
-    for (size_t j = 0; j < cnt; ++j) {
-      float v;
-      toFloat(static_cast<const char*>(t.data) + j * dtypeSize(t.dtype), t.dtype, 1, &v);
-      if (!std::isfinite(v)) return static_cast<int>(i);
-    }
-  }
-  return -1;
+  startSparse(members, n, cap, count, k, local, bad_member, std::move(block), std::move(acc_slab));
 }
 
 void SparsePipeline::publishStats() {

@@ -113,22 +113,30 @@ class SparsePipeline {
   void runBucket(std::vector<Request>& members);
   // *sent: every rank's acc went into the sum (then the residual is zero).
   Status exchangeDense(std::vector<Request>& members, size_t n, const Status& local, int bad_member, bool* sent);
-  // The agreed exchange's local part (fused in place; MGS_NONFINITE not applied yet).
-  void runBucketAgreed(std::vector<Request>& members, size_t n, double density, int leader, bool select_here,
-                       Clock::time_point t0);
   // The agreed-index exchange and the per-bucket choice (sparse_agreed.cc).
   unsigned allowedExchanges() const;  // plan::kExchange* bits from MGS_EXCHANGE, MGS_DENSE_FALLBACK
   plan::Exchange pickExchange(size_t n, double density) const;
   static size_t indexBlockBytes(size_t cap);
+  // The leader of the agreed bucket `name` (bucketName): its name's hash
+  // plus the times it was applied, mod P. A function of the bucket alone,
+  // not of the order buckets are negotiated in (which timing decides), so
+  // runs are reproducible bitwise; the same on every rank; rotating over
+  // ranks step by step, and spread over ranks within a step. A bucket some
+  // rank's flag stopped (a skipped loss-scaling step) does not count, so it
+  // leaves the next leaders as it leaves the residuals.
+  int agreedLeader(const std::string& name) const;
+  // The agreed exchange's collective part; `acc` is the local stage's slab
+  // (runBucket), committed as the residual only if every rank contributed.
   void runAgreed(std::vector<Request>& members, size_t n, size_t cap, int leader, size_t count, size_t k,
-                 const Status& local, int bad_member, std::vector<char>&& block);
-  // Slots after the agreed exchange's values: failed ranks, sum of (rank + 1),
-  // sum of (bad member + 1), so one failure is named on every rank.
-  static constexpr size_t kAgreedFlags = 3;
-  // A non-leader selects nothing, so it checks its accumulator itself: a
-  // non-finite entry is dropped from the residual (as a selector drops it)
-  // and named; *bad_member as firstNonFinite.
-  Status checkFinite(const std::vector<Request>& members, float* acc, size_t n, int* bad_member) const;
+                 const Status& local, int bad_member, std::vector<char>&& block,
+                 std::shared_ptr<std::vector<float>>&& acc);
+  // Slots after the agreed exchange's values: ranks that failed, and of
+  // those, failures other than a non-finite value. They give every rank the
+  // same verdict inside the allreduce the exchange does anyway.
+  static constexpr size_t kAgreedFlags = 2;
+  // The error of an agreed bucket some rank failed, naming every failed rank
+  // (a collective: every rank calls it after reading the same flags).
+  Status agreedFailure(const std::vector<Request>& members, const Status& local, int bad_member);
   // A sparse bucket whose allgather is in flight.
   struct InFlight {
     std::vector<Request> members;
@@ -146,7 +154,6 @@ class SparsePipeline {
   std::vector<char> takeBuffer(size_t bytes);
   void giveBuffer(std::vector<char>&& b);
   static uint64_t failureCode(int bad_member);
-  int firstNonFinite(const std::vector<Request>& members) const;
   void startSparse(std::vector<Request>& members, size_t n, size_t cap, size_t count, size_t k, const Status& local,
                    int bad_member, std::vector<char>&& block, std::shared_ptr<std::vector<float>>&& acc);
 
@@ -166,6 +173,11 @@ class SparsePipeline {
   bool propagateNonFinite() const { return config_.nonfinite == "propagate"; }
   // The error of a bucket some rank failed: `failed` lists every rank's
   // failure (the same text on all ranks), `local` adds this rank's details.
+  // "rank r: non-finite gradient in tensor 't'; rank q: ..." for each rank
+  // whose code (a block header, failureCode) is above cap; sets
+  // *other_error if some failure is not a non-finite value.
+  std::string failedRanks(const uint64_t* codes, size_t cap, const std::vector<Request>& members,
+                          bool* other_error) const;
   static Status failedVerdict(const std::string& what, const std::string& failed, bool other_error,
                               const Status& local);
   // Commit (success: acc becomes the members' residual) or drop acc.
@@ -190,7 +202,10 @@ class SparsePipeline {
   int threads_;  // CPU threads for selection (MGS_THREADS resolved, common/threads.h)
 
   uint64_t step_ = 0;
-  uint64_t bucket_seq_ = 0;  // buckets run so far: picks the agreed exchange's leader, alike on every rank
+  // Per agreed bucket (its bucketName): how many times it was applied.
+  // Picks its next leader (agreedLeader).
+  std::unordered_map<std::string, uint64_t> agreed_turns_;
+  static constexpr size_t kMaxAgreedTurns = 1 << 16;
   int idle_cycles_ = 0;
   std::unordered_set<std::string> seen_;  // names seen in the current step
   uint64_t profile_start_ = 0;            // step at which the current profile began
@@ -206,7 +221,7 @@ class SparsePipeline {
   OnlineCost online_;
 
   // Reused buffers (no allocation in steady state).
-  std::vector<float> res_, out_;            // residual without error feedback (agreed); dense/staged outputs
+  std::vector<float> out_;                  // dense/staged outputs
   std::vector<std::shared_ptr<std::vector<float>>> slabs_;  // scratch acc slabs for reuse
   std::deque<InFlight> inflight_;           // started in order, finished in order
   std::vector<std::vector<char>> pool_;     // exchange blocks for reuse
@@ -214,8 +229,7 @@ class SparsePipeline {
   std::vector<float*> dest_;                // per member: where its result goes
   std::vector<size_t> offsets_;             // member offsets in the bucket (M + 1)
   std::vector<char> workspace_, stage_;
-  std::vector<float> agreed_vals_, agreed_sent_;  // agreed exchange: values (+ 2 flags), this rank's contribution
-  std::vector<uint32_t> agreed_sent_idx_;          // and where it came from
+  std::vector<float> agreed_vals_;          // agreed exchange: values (+ kAgreedFlags slots)
   SparseStats stats_;
   std::function<void(const SparseStats&)> publish_;
 };

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <csignal>
 #include <cstdint>
-#include <limits>
 #include <map>
 #include <functional>
 #include <random>
@@ -582,64 +581,6 @@ void scenarioConservation() {
 
 }  // namespace
 
-// A non-finite gradient on one rank inside a merged bucket (MGS_PLANNER=single):
-// every rank fails the bucket's ops with MGS_ERR_NUMERIC, naming the tensor
-// and the rank; nothing is lost (the ranks that had selected put it back into
-// their residuals; the bad rank keeps everything but the non-finite entry),
-// and the next step works.
-void scenarioSparseNonFinite() {
-  const std::vector<int64_t> sizes = {6000, 9000, 5000};
-  const size_t L = sizes.size();
-  const int bad_rank = g_size - 1, bad_step = 4;
-  for (int step = 0; step < 6; ++step) {
-    std::vector<std::vector<float>> x(L), out(L), before(L);
-    std::vector<mgs_handle_t> h(L);
-    for (size_t t = 0; t < L; ++t) {
-      x[t].resize(sizes[t]);
-      for (int64_t i = 0; i < sizes[t]; ++i)
-        x[t][i] = gradValue((uint64_t(step) << 40) ^ (uint64_t(g_rank) << 32) ^ (t << 24) ^ i);
-      out[t].assign(sizes[t], 0.0f);
-      bool has;
-      before[t] = residualOf("n" + std::to_string(t), sizes[t], &has);
-    }
-    if (step == bad_step && g_rank == bad_rank) x[1][7] = std::numeric_limits<float>::quiet_NaN();
-    for (size_t t = 0; t < L; ++t) {
-      std::vector<int64_t> shape{sizes[t]};
-      mgs_tensor_t in = cpuTensor(x[t].data(), MGS_FLOAT32, shape), o = cpuTensor(out[t].data(), MGS_FLOAT32, shape);
-      EXPECT_OK(mgs_allreduce_async(("n" + std::to_string(t)).c_str(), &in, &o, MGS_REDUCE_AVERAGE, 1, 1,
-                                    MGS_FLAG_SPARSE_OK, &h[t]));
-    }
-    for (size_t t = 0; t < L; ++t) {
-      const mgs_status_t st = mgs_wait(h[t]);
-      const std::string msg = mgs_handle_error(h[t]) ? mgs_handle_error(h[t]) : "";
-      mgs_release(h[t]);
-      if (step != bad_step) {
-        EXPECT(st == MGS_SUCCESS, "step %d n%zu: %s", step, t, msg.c_str());
-        continue;
-      }
-      EXPECT(st == MGS_ERR_NUMERIC, "step %d n%zu: status %d, want MGS_ERR_NUMERIC", step, t, (int)st);
-      EXPECT(msg.find("'n1'") != std::string::npos, "error does not name tensor n1: %s", msg.c_str());
-      EXPECT(msg.find("rank " + std::to_string(bad_rank)) != std::string::npos, "error does not name rank %d: %s",
-             bad_rank, msg.c_str());
-      EXPECT(msg.find("non-finite") != std::string::npos, "error does not name the cause: %s", msg.c_str());
-    }
-    if (step != bad_step) continue;
-    // Nothing lost: the residual holds gradient + old residual, entry by entry.
-    for (size_t t = 0; t < L; ++t) {
-      bool has;
-      const std::vector<float> after = residualOf("n" + std::to_string(t), sizes[t], &has);
-      EXPECT(has, "n%zu: no residual", t);
-      int bad = 0;
-      for (int64_t i = 0; i < sizes[t]; ++i) {
-        const bool dropped = g_rank == bad_rank && t == 1 && i == 7;
-        const float want = dropped ? 0.0f : x[t][i] + before[t][i];
-        if (std::memcmp(&want, &after[i], 4) != 0) ++bad;
-      }
-      EXPECT(bad == 0, "rank %d n%zu: %d residual entries differ from gradient + residual", g_rank, t, bad);
-    }
-  }
-}
-
 // Launched with a different MGS_CYCLE_TIME_MS on some ranks (it decides when
 // partial sparse buckets flush): mgs_init must fail on every rank with
 // MGS_ERR_CONFIG naming the variable, not end the job inside MPI. Runs before
@@ -687,8 +628,7 @@ int main(int argc, char** argv) {
                                                        {"killed", scenarioKilled},
                                                        {"shutdown", scenarioShutdown},
                                                        {"sparse", scenarioSparse},
-                                                       {"conservation", scenarioConservation},
-                                                       {"sparse_nonfinite", scenarioSparseNonFinite}};
+                                                       {"conservation", scenarioConservation}};
   auto it = scenarios.find(scenario);
   if (it == scenarios.end()) {
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());

@@ -1,5 +1,6 @@
 // Non-finite gradients (MGS_NONFINITE), real multi-rank runs:
 //   mpirun -np {2,3,4} mgs_mpi_nonfinite_test sparse|dense
+// (sparse: with MGS_EXCHANGE=allgather and again with MGS_EXCHANGE=agreed)
 // The job starts under the default (propagate); each scenario then restarts
 // the runtime with MGS_NONFINITE=error (mgs_shutdown + setenv + mgs_init) and
 // checks the strict mode in the same job.
@@ -134,6 +135,25 @@ void expectNumeric(const StepResult& r, const std::string& prefix, const std::st
     expectNumericOp(r.status[t], r.message[t], prefix, what + " " + prefix + std::to_string(t));
 }
 
+// Which exchange every sparse bucket must have taken: the second argument,
+// else MGS_EXCHANGE (the same scenario runs through the allgather and the
+// agreed exchange, pinned or picked by 'auto'; a skipped or failed bucket
+// counts in neither).
+std::string g_want_exchange;
+
+void expectExchange(const std::string& prefix) {
+  mgs_stats_t st{};
+  EXPECT_OK(mgs_get_stats(&st, sizeof st));
+  const std::string& want = g_want_exchange;
+  EXPECT(st.sparse_buckets > 0, "run %s: no sparse buckets", prefix.c_str());
+  if (want == "agreed")
+    EXPECT(st.sparse_agreed_buckets == st.sparse_buckets, "run %s: %llu of %llu sparse buckets agreed", prefix.c_str(),
+           (unsigned long long)st.sparse_agreed_buckets, (unsigned long long)st.sparse_buckets);
+  if (want == "allgather")
+    EXPECT(st.sparse_agreed_buckets == 0, "run %s: %llu agreed buckets under MGS_EXCHANGE=allgather", prefix.c_str(),
+           (unsigned long long)st.sparse_agreed_buckets);
+}
+
 const std::vector<int64_t> kSparseSizes = {6000, 9000, 5000};
 constexpr int kProfileSteps = 2;  // MGS_PROFILE_STEPS in CMakeLists.txt: steps 0-1 layer-wise, then one bucket
 
@@ -161,6 +181,11 @@ std::vector<std::vector<float>> sparseRun(const std::string& prefix, int steps, 
       const std::string op = what + " " + prefix + std::to_string(t);
       if (hit && expect_error) {
         if (t == 1 || merged) expectNumericOp(r.status[t], r.message[t], prefix, op);
+        // A merged bucket with two bad ranks (three or more ranks): both are
+        // named with their tensors, on every rank.
+        if (merged && g_size >= 3)
+          EXPECT(r.message[t].find("rank 0: non-finite gradient in tensor '" + prefix + "0'") != std::string::npos,
+                 "%s: error does not name rank 0 and tensor %s0: %s", op.c_str(), prefix.c_str(), r.message[t].c_str());
         EXPECT(r.status[t] == MGS_ERR_NUMERIC, "%s: status %d", op.c_str(), (int)r.status[t]);
       } else {
         EXPECT(r.status[t] == MGS_SUCCESS, "%s: %s", op.c_str(), r.message[t].c_str());
@@ -180,6 +205,7 @@ std::vector<std::vector<float>> sparseRun(const std::string& prefix, int steps, 
   }
   std::vector<std::vector<float>> end = last.out;
   for (size_t t = 0; t < sizes.size(); ++t) end.push_back(residualOf(prefix + std::to_string(t), sizes[t]));
+  expectExchange(prefix);
   return end;
 }
 
@@ -294,11 +320,13 @@ void scenarioDense() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s sparse|dense\n", argv[0]);
+  if (argc != 2 && argc != 3) {
+    std::fprintf(stderr, "usage: %s sparse|dense [allgather|agreed: the exchange sparse buckets must take]\n", argv[0]);
     return 2;
   }
   const std::string scenario = argv[1];
+  const char* ex = std::getenv("MGS_EXCHANGE");
+  g_want_exchange = argc == 3 ? argv[2] : ex ? ex : "auto";
   if (mgs_init() != MGS_SUCCESS) {
     std::fprintf(stderr, "mgs_init failed: %s\n", mgs_last_error());
     return 1;

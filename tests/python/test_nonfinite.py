@@ -9,8 +9,9 @@ and the run ends bitwise where a run without the bad step ends (nothing of the
 bad step, on any rank, reached a parameter or a residual).
 
 The suite runs this with the default settings (every gradient dense) and, as
-the ctest python.nonfinite_sparse.np2, with MGS_COMPRESSOR=topk, where the
-first layer's weight is sparsified with error feedback.
+the ctests python.nonfinite_sparse.np2 and python.nonfinite_sparse_agreed.np2-3,
+with MGS_COMPRESSOR=topk, where the first layer's weight is sparsified with
+error feedback (through the allgather, and through the agreed exchange).
 """
 
 import ctypes

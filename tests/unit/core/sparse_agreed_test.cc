@@ -1,8 +1,10 @@
 // The agreed-index exchange (sparse_agreed.cc) with ranks as threads: the
 // result is the average of every rank's accumulator at the leader's indices,
 // identical on every rank; error feedback is exact bitwise (each entry is
-// either contributed whole or kept whole); a malformed index block or a
-// non-finite contribution fails the bucket on every rank, keeping residuals.
+// either contributed whole or kept whole); a malformed index block fails the
+// bucket on every rank, and so does a non-finite value on any rank under
+// MGS_NONFINITE=error, while under 'propagate' it gives NaN outputs on every
+// rank; either way every residual stays bitwise as it was.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -132,8 +134,7 @@ TEST_CASE("agreed exchange: 'auto' takes the same exchange for each bucket on ev
   for (int P : {2, 4}) {
     std::vector<SparseStats> stats;
     Config c = agreedConfig("topk", 0.01, "auto");
-    c.dense_fallback = true;
-    c.nonfinite = "error";  // 'auto' considers the agreed exchange only then (allowedExchanges)
+    c.dense_fallback = true;  // under the default MGS_NONFINITE=propagate
     run(P, c, {3000, 1200, 50000}, 4, &stats);
     for (int r = 1; r < P; ++r) {
       CHECK(stats[r].agreed_buckets == stats[0].agreed_buckets);
@@ -202,26 +203,32 @@ class FaultyBroadcast final : public Communicator {
   std::atomic<int>* armed_;
 };
 
-// Four steps of one tensor on P ranks; the fault at step 2 (kNonFinite: rank
-// 1's gradient is +Inf everywhere). Returns each rank's status at step 2 and
-// checks that every residual then holds exactly old residual + gradient and
-// that step 3 works again.
-std::vector<Status> runWithFault(int P, Fault fault) {
+// Four steps of one tensor on P ranks; the fault at step 2 (kNonFinite:
+// rank `bad`'s gradient is +Inf everywhere). Returns each rank's status and
+// output at step 2 and checks that every residual is then bitwise what it
+// was before the step (nothing committed) and that step 3 works again.
+struct FaultRun {
+  std::vector<Status> status;
+  std::vector<std::vector<float>> out;
+};
+FaultRun runWithFault(int P, Fault fault, int bad = 1, const std::string& nonfinite = "error") {
   Config c = agreedConfig("topk", 0.01);
   c.profile_steps = 1;
+  c.nonfinite = nonfinite;
   const int64_t n = 5000;
   std::atomic<int> armed{0};
-  std::vector<Status> at_fault(P), after(P);
-  std::vector<int> lost(P, 0);
+  FaultRun res{std::vector<Status>(P), std::vector<std::vector<float>>(P)};
+  std::vector<Status> after(P);
+  std::vector<int> changed(P, 0);
   runRanks(
       P, c,
       [&](Runtime& rt, int r) {
         std::mt19937 rng(r + 1);
         std::normal_distribution<float> g;
         for (int step = 0; step < 4; ++step) {
-          std::vector<float> x(n), out(n), before(n), res(n);
+          std::vector<float> x(n), out(n), before(n), now(n);
           for (auto& v : x) v = g(rng);
-          if (step == 2 && fault == Fault::kNonFinite && r == 1) std::fill(x.begin(), x.end(), INFINITY);
+          if (step == 2 && fault == Fault::kNonFinite && r == bad) std::fill(x.begin(), x.end(), INFINITY);
           rt.residuals().read("g", before.data(), n);
           if (step == 2 && r == 0 && fault != Fault::kNone && fault != Fault::kNonFinite) armed.store(1);
           uint64_t id;
@@ -230,12 +237,10 @@ std::vector<Status> runWithFault(int P, Fault fault) {
                                           MGS_FLAG_SPARSE_OK, &id);
           if (st.ok()) st = waitRelease(rt, id);
           if (step == 2) {
-            at_fault[r] = st;
-            rt.residuals().read("g", res.data(), n);
-            for (int64_t i = 0; i < n; ++i) {
-              const float acc = before[i] + x[i];
-              lost[r] += std::memcmp(&acc, &res[i], 4) != 0;
-            }
+            res.status[r] = st;
+            res.out[r] = out;
+            rt.residuals().read("g", now.data(), n);
+            changed[r] = std::memcmp(now.data(), before.data(), n * sizeof(float)) != 0;
           }
           if (step == 3) after[r] = st;
         }
@@ -244,13 +249,12 @@ std::vector<Status> runWithFault(int P, Fault fault) {
         return std::unique_ptr<Communicator>(new FaultyBroadcast(std::move(world), r, fault, &armed));
       });
   for (int r = 0; r < P; ++r) {
-    INFO("rank " << r << ": " << at_fault[r].toString() << " / after: " << after[r].toString());
-    // A failed bucket keeps everything, bitwise (but the rank whose values
-    // are not finite, if it selected: the selector drops those, as documented).
-    if (!at_fault[r].ok() && !(fault == Fault::kNonFinite && r == 1)) CHECK(lost[r] == 0);
-    if (fault != Fault::kNonFinite) CHECK(after[r].ok());
+    INFO("rank " << r << ": " << res.status[r].toString() << " / after: " << after[r].toString());
+    // A failed or skipped bucket commits nothing, on any rank (the bad one too).
+    if (fault != Fault::kNone) CHECK(changed[r] == 0);
+    CHECK(after[r].ok());
   }
-  return at_fault;
+  return res;
 }
 
 }  // namespace
@@ -263,7 +267,7 @@ TEST_CASE("agreed exchange: a malformed index block fails the bucket on every ra
   for (int P : {2, 3}) {
     for (const auto& [fault, what] : cases) {
       INFO("P=" << P << " expecting: " << what);
-      const auto st = runWithFault(P, fault);
+      const auto st = runWithFault(P, fault).status;
       for (int r = 0; r < P; ++r) {
         INFO("rank " << r << ": " << st[r].toString());
         CHECK(st[r].code() == Code::kCommunication);
@@ -272,20 +276,44 @@ TEST_CASE("agreed exchange: a malformed index block fails the bucket on every ra
         CHECK(st[r].message().find(what) != std::string::npos);
       }
     }
-    const auto clean = runWithFault(P, Fault::kNone);
+    const auto clean = runWithFault(P, Fault::kNone).status;
     for (int r = 0; r < P; ++r) CHECK(clean[r].ok());
   }
 }
 
-TEST_CASE("agreed exchange: a non-finite gradient fails the bucket on every rank, naming the rank",
+// Every rank in turn is the bad one: the bucket's leader (its selection
+// fails, its index block carries the failure) and every other rank (it
+// raises its flag in the allreduce).
+TEST_CASE("agreed exchange: MGS_NONFINITE=error fails the bucket on every rank, naming the rank and tensor",
           "[sparse][agreed][faults]") {
   for (int P : {2, 3, 4}) {
-    INFO("P=" << P);
-    const auto st = runWithFault(P, Fault::kNonFinite);
-    for (int r = 0; r < P; ++r) {
-      INFO("rank " << r << ": " << st[r].toString());
-      CHECK(st[r].code() == Code::kNumeric);
-      CHECK(st[r].message().find("rank 1") != std::string::npos);
+    for (int bad = 0; bad < P; ++bad) {
+      INFO("P=" << P << ", bad rank " << bad);
+      const auto st = runWithFault(P, Fault::kNonFinite, bad, "error").status;
+      for (int r = 0; r < P; ++r) {
+        INFO("rank " << r << ": " << st[r].toString());
+        CHECK(st[r].code() == Code::kNumeric);
+        CHECK(st[r].message().find("rank " + std::to_string(bad) + ": non-finite gradient in tensor 'g'") !=
+              std::string::npos);
+        CHECK(st[r].message().find("residuals are unchanged") != std::string::npos);
+      }
+    }
+  }
+}
+
+TEST_CASE("agreed exchange: MGS_NONFINITE=propagate gives NaN outputs on every rank and keeps every residual",
+          "[sparse][agreed][faults]") {
+  for (int P : {2, 3, 4}) {
+    for (int bad = 0; bad < P; ++bad) {
+      INFO("P=" << P << ", bad rank " << bad);
+      const auto run = runWithFault(P, Fault::kNonFinite, bad, "propagate");
+      for (int r = 0; r < P; ++r) {
+        INFO("rank " << r << ": " << run.status[r].toString());
+        CHECK(run.status[r].ok());
+        size_t nan = 0;
+        for (float v : run.out[r]) nan += std::isnan(v);
+        CHECK(nan == run.out[r].size());
+      }
     }
   }
 }
