@@ -25,6 +25,10 @@ struct WaitPolicy {
 
 Status mpiWaitAll(int n, MPI_Request* reqs, const WaitPolicy& policy);
 inline Status mpiWait(MPI_Request* req, const WaitPolicy& policy) { return mpiWaitAll(1, req, policy); }
+// Waits (as mpiWaitAll does) until at least one of the active requests among
+// `reqs` completes; their positions go to indices[0..*done). At least one
+// request must be active.
+Status mpiWaitSome(int n, MPI_Request* reqs, int* done, int* indices, const WaitPolicy& policy);
 
 }  // namespace mgs
 

@@ -9,9 +9,10 @@
 // f16/bf16 would have to cross as float32.
 //
 // Each segment is reduced in ring order by one rank and then forwarded, so
-// every rank ends with bitwise the same result. Within a step the segment
-// goes as up to kRingChunks messages, and each is reduced as it arrives,
-// overlapping the reduction with the rest of the transfer.
+// every rank ends with bitwise the same result. A segment goes as up to
+// kRingChunks messages, and each chunk is pipelined through the steps on
+// its own: reduced as it arrives and sent on at once, so the reduction
+// overlaps the transfer and the link does not idle between steps.
 #pragma once
 
 #include <mpi.h>
