@@ -39,10 +39,17 @@ done
 [ -n "$out" ] || out=$(mktemp /tmp/train.XXXXXX.jsonl)
 lib=$root/$build/src/capi/libmgs.so
 [ -f "$lib" ] || { echo "run_train: $lib not built" >&2; exit 2; }
-dpkg-query -W -f='${Status}' python3-torchvision 2>/dev/null | grep -q "install ok installed" || {
+# Debian's python3-torch runs its matrix products on whatever libblas.so.3 is
+# selected, by default the reference BLAS: a ResNet-50 step then costs 1.8x
+# and the transformer's 6x the CPU they take with OpenBLAS, which is far
+# from the compute of a rank on a GPU node and hides the exchange behind it.
+# The serial build keeps one thread per rank (torch.set_num_threads(1)).
+for pkg in python3-torchvision libopenblas0-serial; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" && continue
   sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd=sudo
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends python3-torchvision >/dev/null
-}
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null
+done
+echo "run_train: BLAS $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null)" >&2
 hvd_dir=$root/.peers/horovod
 subnet=10.78.0
 echo "run_train: $(nproc) cores, $(uname -r); results in $out" >&2

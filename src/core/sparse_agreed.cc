@@ -2,8 +2,9 @@
 // docs/architecture.md "Exchanges"), and the per-bucket choice between it,
 // the fixed-block allgather (sparse_exchange.cc) and a dense allreduce.
 //
-// Per bucket, one leader rank (rotating with the bucket sequence number, the
-// same on every rank because buckets run in negotiated order) selects from
+// Per bucket, one leader rank ((hash of the bucket's name + the times that
+// bucket was applied) mod P: the same on every rank whatever order buckets
+// are negotiated in, and a skipped step does not move it) selects from
 // its accumulator with the configured selector. It broadcasts a fixed-size
 // index block [header | indices[cap] | seal]; every rank gathers its own
 // accumulator's values at those indices and zeroes exactly those entries,
