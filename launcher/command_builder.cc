@@ -37,7 +37,11 @@ Status buildMpirunArgv(const LaunchRequest& request, const LaunchContext& contex
   if (context.is_root) a.push_back("--allow-run-as-root");
   if (single_host && request.np > context.local_cores) a.push_back("--oversubscribe");
   if (!choosesBinding(request.mpi_args)) a.insert(a.end(), {"--bind-to", "none"});
-  a.push_back("--tag-output");
+  // No --tag-output by default: Open MPI 4 tags every chunk it reads from a
+  // rank's terminal, not every line, so long lines came out cut in two with a
+  // tag in the middle (15-80 of 600 lines of 150 characters in a 2-rank test,
+  // each written with one write()). mgs's own messages name their rank; a
+  // user who wants tags passes --tag-output through.
   a.insert(a.end(), request.mpi_args.begin(), request.mpi_args.end());
   // Name-only -x forwards mgsrun's own value, so remote ranks see the user's
   // environment (programs, library paths, framework settings) as horovodrun does.

@@ -35,7 +35,7 @@ struct LaunchContext {
 // Validates the request (np, host list, every MGS_* value and name, a
 // non-empty command) and builds
 //   mpirun -np N [-H ...] [--hostfile F] [--allow-run-as-root] [--oversubscribe]
-//          [--bind-to none] --tag-output [mpi_args...] [-x NAME ...] -x MGS_...=v ... command...
+//          [--bind-to none] [mpi_args...] [-x NAME ...] -x MGS_...=v ... command...
 // --oversubscribe is added when every rank runs on this machine (no host list,
 // or only local hosts) and N exceeds its cores. --bind-to none is added unless
 // mpi_args choose a binding: Open MPI's default pins each rank to one core when

@@ -1,5 +1,5 @@
 // Facts about the machine mgsrun runs on, and the check that `mpirun` is Open
-// MPI (mgsrun emits Open MPI flags: -x, --tag-output, --oversubscribe, ...).
+// MPI (mgsrun emits Open MPI flags: -x, --bind-to, --oversubscribe, ...).
 #pragma once
 
 #include <map>

@@ -106,7 +106,7 @@ int run(int argc, char** argv) {
   const std::string mpi_group = "mpirun options (passed through to mpirun in the order given)";
   std::string bind_to, map_by, rank_by, mpi_args;
   std::vector<std::string> xs, mcas;
-  bool report_bindings = false, display_map = false, no_env = false;
+  bool report_bindings = false, display_map = false, no_env = false, tag_output = false;
   app.add_option("--bind-to", bind_to,
                  "Binding of ranks (core, socket, none...). Default: none, so a rank's threads are not "
                  "pinned to one core")
@@ -120,6 +120,10 @@ int run(int argc, char** argv) {
   app.add_option("-x", xs, "Forward a variable: -x NAME or -x NAME=VALUE (repeatable)")->group(mpi_group);
   app.add_flag("--report-bindings", report_bindings, "Report each rank's binding")->group(mpi_group);
   app.add_flag("--display-map", display_map, "Show where ranks are placed")->group(mpi_group);
+  app.add_flag("--tag-output", tag_output,
+               "Prefix output with [job,rank]<stdout>: (off by default: Open MPI 4 tags what it reads, not lines, "
+               "and cuts long lines in two)")
+      ->group(mpi_group);
   app.add_option("--mpi-args", mpi_args,
                  "Any other mpirun options, as one string (horovodrun's spelling): --mpi-args=\"--mca btl tcp,self\"")
       ->group(mpi_group);
@@ -163,6 +167,7 @@ int run(int argc, char** argv) {
   if (!rank_by.empty()) req.mpi_args.insert(req.mpi_args.end(), {"--rank-by", rank_by});
   if (report_bindings) req.mpi_args.push_back("--report-bindings");
   if (display_map) req.mpi_args.push_back("--display-map");
+  if (tag_output) req.mpi_args.push_back("--tag-output");
   for (size_t i = 0; i + 1 < mcas.size(); i += 2)
     req.mpi_args.insert(req.mpi_args.end(), {"--mca", mcas[i], mcas[i + 1]});
   for (const auto& x : xs) req.mpi_args.insert(req.mpi_args.end(), {"-x", x});

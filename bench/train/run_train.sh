@@ -77,7 +77,10 @@ for rep in $(seq 1 "$repeats"); do
           echo "run_train: $system failed:" >&2; tail -5 /tmp/run_train.err >&2
           line="{\"label\": \"$system@$rate\", \"system\": \"$run_system\", \"model\": \"$model\", \"failed\": true}"
         fi
-        echo "$line" | /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); d.update(rate='$rate', rep=$rep, name='$system'); print(json.dumps(d))" >>"$out"
+        # A job's end is part of the job: any rank's traceback or error line is counted.
+        errors=$(grep -c -E 'Traceback|Error|error:|MGS_ERR' /tmp/run_train.err || true)
+        [ "$errors" -gt 0 ] && { echo "run_train: $system printed $errors error lines:" >&2; grep -m 5 -E 'Traceback|Error|error:|MGS_ERR' /tmp/run_train.err >&2; }
+        echo "$line" | /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); d.update(rate='$rate', rep=$rep, name='$system', stderr_error_lines=$errors); print(json.dumps(d))" >>"$out"
       done
     done
   done

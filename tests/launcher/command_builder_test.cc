@@ -52,10 +52,9 @@ std::string errorOf(const LaunchRequest& r, const LaunchContext& c) {
   return st.message();
 }
 
-TEST_CASE("minimal command: np, tag-output, PATH, command last", "[launcher]") {
+TEST_CASE("minimal command: np, no output tags, PATH, command last", "[launcher]") {
   const auto argv = build(request(2), context());
-  const std::vector<std::string> expected = {"mpirun", "-np",  "2",     "--bind-to", "none", "--tag-output",
-                                             "-x",     "PATH", "./job", "--lr",      "0.1"};
+  const std::vector<std::string> expected = {"mpirun", "-np", "2", "--bind-to", "none", "-x", "PATH", "./job", "--lr", "0.1"};
   CHECK(argv == expected);
 }
 
