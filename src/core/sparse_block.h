@@ -1,0 +1,105 @@
+// The typed sparse block: the one place that knows the byte layout of what a
+// rank sends per sparse bucket. Everything else goes through these views.
+//
+//   allgather block  [header u64 | values f32[cap] | indices u32[cap] | seal u64]
+//   agreed index block  [header u64 | indices u32[cap] | seal u64]
+//
+// cap depends only on the bucket's size and density, so every rank sends a
+// block of the same size whatever it selected (no count round trip). The
+// header is a count <= cap, or a failure code (> cap: counts are < 2^32):
+// UINT64_MAX for a local failure without details, UINT64_MAX - 1 - m for
+// non-finite values in member m. The seal (header ^ a per-layout constant) at
+// the far end tells a whole block from a short or torn message: a receiver
+// clears every seal slot before the exchange, so a slot that is not rewritten
+// cannot match (a cleared 0 would need header == the constant, itself an
+// invalid header). Values and indices are naturally aligned when the buffer
+// is (every buffer here comes from std::vector<char>, malloc-aligned).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace mgs::block {
+
+constexpr uint64_t kAllgatherSeal = 0x6d67732d626c6b21ull;  // "mgs-blk!"
+constexpr uint64_t kIndexSeal = 0x6d67732d69647821ull;      // "mgs-idx!"
+
+// Bytes of a block with room for `cap` entries.
+constexpr size_t allgatherBytes(size_t cap) { return 16 + 8 * cap; }
+constexpr size_t indexBytes(size_t cap) { return 16 + 4 * cap; }
+
+// The header of a rank whose local part failed (bad_member < 0: no details).
+constexpr uint64_t failureCode(int bad_member) {
+  return bad_member < 0 ? UINT64_MAX : UINT64_MAX - 1 - static_cast<uint64_t>(bad_member);
+}
+
+// What a header says, given the block's cap and the bucket's member count.
+struct Header {
+  enum Kind { kCount, kFailure, kInvalid } kind;
+  uint64_t count;  // kCount: the entries in the block
+  int bad_member;  // kFailure: the member with non-finite values, or -1
+};
+inline Header decodeHeader(uint64_t h, size_t cap, size_t members) {
+  if (h <= cap) return {Header::kCount, h, -1};
+  if (h == UINT64_MAX) return {Header::kFailure, 0, -1};
+  const uint64_t m = UINT64_MAX - 1 - h;
+  if (m < members) return {Header::kFailure, 0, static_cast<int>(m)};
+  return {Header::kInvalid, 0, -1};
+}
+
+// A view over the bytes of one block; Byte is char (to fill) or const char
+// (to read). It owns nothing and checks nothing: the size was fixed by cap.
+template <class Byte, bool kIndexOnly>
+class View {
+ public:
+  View(Byte* base, size_t cap) : base_(base), cap_(cap) {}
+  static constexpr size_t bytesFor(size_t cap) { return kIndexOnly ? indexBytes(cap) : allgatherBytes(cap); }
+  static constexpr uint64_t kSeal = kIndexOnly ? kIndexSeal : kAllgatherSeal;
+
+  size_t cap() const { return cap_; }
+  size_t bytes() const { return bytesFor(cap_); }
+  Byte* data() const { return base_; }
+
+  uint64_t header() const { return load(0); }
+  uint64_t sealWord() const { return load(bytes() - 8); }
+  // The seal matches the header: the whole block arrived.
+  bool sealed() const { return sealWord() == (header() ^ kSeal); }
+
+  // Only for the allgather layout.
+  template <bool I = kIndexOnly, class = std::enable_if_t<!I>>
+  auto values() const {
+    return reinterpret_cast<std::conditional_t<std::is_const_v<Byte>, const float*, float*>>(base_ + 8);
+  }
+  auto indices() const {
+    return reinterpret_cast<std::conditional_t<std::is_const_v<Byte>, const uint32_t*, uint32_t*>>(
+        base_ + 8 + (kIndexOnly ? 0 : 4 * cap_));
+  }
+
+  // Writers (Byte = char).
+  // The header and its seal: a block is complete once this is written.
+  void finish(uint64_t header) const {
+    store(0, header);
+    store(bytes() - 8, header ^ kSeal);
+  }
+  // Receivers clear the seal of a (pooled) buffer before the exchange.
+  void clearSeal() const { store(bytes() - 8, 0); }
+
+ private:
+  uint64_t load(size_t at) const {
+    uint64_t v;
+    std::memcpy(&v, base_ + at, 8);
+    return v;
+  }
+  void store(size_t at, uint64_t v) const { std::memcpy(base_ + at, &v, 8); }
+  Byte* base_;
+  size_t cap_;
+};
+
+using AllgatherBlock = View<char, false>;
+using ConstAllgatherBlock = View<const char, false>;
+using IndexBlock = View<char, true>;
+using ConstIndexBlock = View<const char, true>;
+
+}  // namespace mgs::block
