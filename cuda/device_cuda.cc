@@ -55,4 +55,9 @@ Status scale(const TensorDesc& t, double factor) {
   return Status::OK();
 }
 
+// Not written yet: the pipeline uses the host stage (CUDA inputs staged).
+Status createLocalStage(const LocalStageOptions&, std::unique_ptr<LocalStage>*) {
+  return Status(Code::kUnsupported, "no CUDA local stage in this build yet");
+}
+
 }  // namespace mgs::device

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 
 #include "common/status.h"
+#include "core/local_stage.h"
 #include "core/request.h"
 
 namespace mgs::device {
@@ -20,5 +22,9 @@ Status copyToHost(void* dst, const TensorDesc& src, size_t bytes);
 Status copyFromHost(const TensorDesc& dst, const void* src, size_t bytes);
 // Scale `t` in place on the GPU and wait for it.
 Status scale(const TensorDesc& t, double factor);
+// The local stage on this device (core/local_stage.h has the contract), for
+// buckets whose tensors live on it; kUnsupported (and *out untouched) where
+// none exists: then the pipeline stages CUDA inputs through the host stage.
+Status createLocalStage(const LocalStageOptions& options, std::unique_ptr<LocalStage>* out);
 
 }  // namespace mgs::device

@@ -18,5 +18,6 @@ Status waitReady(const TensorDesc& t) { return t.onCuda() ? noCuda() : Status::O
 Status copyToHost(void*, const TensorDesc&, size_t) { return noCuda(); }
 Status copyFromHost(const TensorDesc&, const void*, size_t) { return noCuda(); }
 Status scale(const TensorDesc&, double) { return noCuda(); }
+Status createLocalStage(const LocalStageOptions&, std::unique_ptr<LocalStage>*) { return noCuda(); }
 
 }  // namespace mgs::device

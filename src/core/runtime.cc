@@ -7,8 +7,6 @@
 
 #include "common/check.h"
 #include "common/logging.h"
-#include "common/threads.h"
-#include "core/calibration.h"
 #include "core/controller.h"
 #include "core/device.h"
 #include "core/executor.h"
@@ -63,20 +61,17 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
     // bench/train) can see what the coordinator costs next to training.
     pthread_setname_np(pthread_self(), "mgs-coord");
     std::unique_ptr<Communicator> comm;
+    std::unique_ptr<SparsePipeline> sparse;
     Status st;
     try {
       st = factory(&comm);
       if (st.ok()) st = checkConfigAgrees(*comm, self->config_);
-      if (st.ok() && self->config_.compressor != "none") {
-        // Fail at init, not at the first gradient, if the selector cannot be built.
-        std::unique_ptr<compress::Selector> probe;
-        compress::SelectorOptions opts;
-        opts.density = self->config_.density;
-        opts.numThreads = threadBudget(self->config_.threads, comm->localSize());  // as the pipeline's
-        st = compress::Selector::create(self->config_.compressor, opts, &probe);
-        if (st.ok()) st = resolveCostModel(*comm, self->config_, *probe, &self->cost_);
-        self->have_cost_ = st.ok();
-      }
+      // The sparse pipeline builds its selector and calibrates here, so a
+      // bad setting fails at init, not at the first gradient.
+      if (st.ok())
+        st = SparsePipeline::create(*comm, self->config_, self->residuals_,
+                                    [self](Request& req, Status s) { self->completeRequest(req, std::move(s)); },
+                                    &sparse);
     } catch (const std::exception& e) {
       st = Status(Code::kInternal, std::string("starting the coordinator failed: ") + e.what());
     } catch (...) {
@@ -93,7 +88,7 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
     ready.set_value(st);
     if (!st.ok()) return;
     try {
-      self->loop(std::move(comm));
+      self->loop(std::move(comm), std::move(sparse));
     } catch (...) {
       // loop() catches per cycle; this is the last line of defence, for a
       // failure while setting up or tearing down (e.g. out of memory).
@@ -181,43 +176,34 @@ Status Runtime::stoppedStatus() {
                 "rank " + std::to_string(rank_) + ": " + (why.empty() ? std::string("mgs is not running") : why));
 }
 
-void Runtime::loop(std::unique_ptr<Communicator> comm) {
+void Runtime::completeRequest(Request& req, Status st) {
+  ops_completed_ += 1;
+  if (st.ok() && req.sig.type == OpType::kAllreduce) bytes_reduced_ += req.input.bytes();
+  if (st.code() == Code::kTimeout) {
+    saw_stall_ = true;
+    addHazard("rank " + std::to_string(rank_) + " had an operation aborted as stalled (" + st.message() + ")");
+  } else if (!st.ok() && st.code() != Code::kShutdown) {
+    saw_error_ = true;
+  }
+  // Free the name before waking the waiter, so it may reuse the name at once.
+  queue_.finish(req.name);
+  req.handle->complete(std::move(st));
+}
+
+void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePipeline> sparse_owner) {
   std::unique_ptr<Timeline> timeline;
   if (rank_ == 0 && !config_.timeline.empty()) {
     Status st = Timeline::open(config_.timeline, &timeline);
     if (!st.ok()) MGS_LOG_ERROR("{}", st.message());
   }
   Controller controller(*comm, config_);
-  auto complete = [this](Request& req, Status st) {
-    ops_completed_ += 1;
-    if (st.ok() && req.sig.type == OpType::kAllreduce) bytes_reduced_ += req.input.bytes();
-    if (st.code() == Code::kTimeout) {
-      saw_stall_ = true;
-      addHazard("rank " + std::to_string(rank_) + " had an operation aborted as stalled (" + st.message() + ")");
-    } else if (!st.ok() && st.code() != Code::kShutdown) {
-      saw_error_ = true;
-    }
-    // Free the name before waking the waiter, so it may reuse the name at once.
-    queue_.finish(req.name);
-    req.handle->complete(std::move(st));
-  };
-  // Extreme but valid settings must not overflow inside the pipeline:
-  // MGS_WARMUP_STEPS = INT64_MAX (W + 1) and a tiny MGS_CYCLE_TIME_MS (cycles
-  // per second cast to int). Neither clamp changes what any job can observe:
-  // no job reaches 2^63 steps, and a cycle never lasts under a microsecond.
-  Config pipeline_config = config_;
-  pipeline_config.warmup_steps = std::min<int64_t>(pipeline_config.warmup_steps, INT64_MAX - 1);
-  pipeline_config.cycle_time_ms = std::max(pipeline_config.cycle_time_ms, 1e-3);
-  SparsePipeline sparse(*comm, pipeline_config, timeline.get(), residuals_, complete);
-  {
-    Status st = sparse.init();  // validated in start(): cannot fail here
-    if (!st.ok()) MGS_LOG_ERROR("{}", st.toString());
-    if (have_cost_) sparse.setCostModel(cost_);
-    sparse.setStatsSink([this](const SparseStats& s) {
-      std::lock_guard<std::mutex> lk(stats_mu_);
-      sparse_stats_ = s;
-    });
-  }
+  auto complete = [this](Request& req, Status st) { completeRequest(req, std::move(st)); };
+  SparsePipeline& sparse = *sparse_owner;
+  sparse.setTimeline(timeline.get());
+  sparse.setStatsSink([this](const SparseStats& s) {
+    std::lock_guard<std::mutex> lk(stats_mu_);
+    sparse_stats_ = s;
+  });
   Executor executor(*comm, config_, timeline.get(), &sparse, complete);
   const auto cycle =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
@@ -312,6 +298,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
   handles_.completeAll(final_status);
   const auto s = controller.stats();
   MGS_LOG_DEBUG("coordinator stopped after {} fast and {} slow negotiation cycles", s.fast_cycles, s.slow_cycles);
+  sparse_owner.reset();  // before the communicator it uses
 }
 
 NegotiationStats Runtime::negotiationStats() const {

@@ -22,7 +22,6 @@
 #include "core/request_queue.h"
 #include "core/residual_store.h"
 #include "core/sparse_pipeline.h"
-#include "plan/cost_model.h"
 
 namespace mgs {
 
@@ -86,12 +85,11 @@ class Runtime {
  private:
   explicit Runtime(const Config& config) : config_(config) {}
   Status enqueue(Request req, uint64_t* handle);
-  void loop(std::unique_ptr<Communicator> comm);
+  void loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePipeline> sparse);
+  // Every operation ends here (coordinator thread): counters, then the handle.
+  void completeRequest(Request& req, Status st);
 
   const Config config_;
-  // Sparse jobs calibrate at init, on the coordinator, before the first step.
-  bool have_cost_ = false;
-  plan::CostModel cost_;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   RequestQueue queue_;
   HandleTable handles_;

@@ -1,0 +1,180 @@
+#include "core/block_exchange.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "common/check.h"
+
+namespace mgs {
+
+unsigned allowedExchanges(const Config& config, int P) {
+  unsigned allowed = config.exchange == "allgather" ? plan::kExchangeAllgather
+                     : config.exchange == "agreed"  ? plan::kExchangeAgreed
+                                                    : plan::kExchangeAllgather | plan::kExchangeAgreed;
+  if (P == 1) allowed = plan::kExchangeAllgather;  // one rank: nothing to agree on
+  if (config.dense_fallback) allowed |= plan::kExchangeDense;
+  return allowed;
+}
+
+plan::Exchange pickExchange(const Config& config, int P, const plan::CostModel* cost, size_t n, double density) {
+  const unsigned allowed = allowedExchanges(config, P);
+  if (!cost) {
+    // Before the cost model is resolved (profiling steps): the 1/P rule for
+    // dense, and for 'auto' the allgather only where it moves fewer bytes
+    // than the agreed exchange's two collectives (8*cap*P against ~12*cap).
+    if ((allowed & plan::kExchangeDense) && density * P >= 1.0) return plan::Exchange::kDense;
+    if ((allowed & plan::kExchangeAllgather) && (!(allowed & plan::kExchangeAgreed) || P <= 2))
+      return plan::Exchange::kAllgather;
+    return plan::Exchange::kAgreed;
+  }
+  // The same arithmetic on the same model on every rank (the model is
+  // max-reduced or broadcast before use): the same choice everywhere. A copy
+  // (a few segments) because density changes during warm-up.
+  plan::CostModel m = *cost;
+  m.exchanges = allowed;
+  m.density = density;
+  return m.chooseExchange(static_cast<int64_t>(n));
+}
+
+std::vector<char> BlockExchange::takeBuffer(size_t bytes) {
+  std::vector<char> b;
+  if (!pool_.empty()) {
+    b = std::move(pool_.back());
+    pool_.pop_back();
+  }
+  if (b.size() < bytes) b.resize(bytes, 0);  // zero-filled: padding is sent but never read
+  return b;
+}
+
+void BlockExchange::giveBuffer(std::vector<char>&& b) {
+  if (!b.empty() && pool_.size() < 2 * kMaxInFlight + 2) pool_.push_back(std::move(b));
+}
+
+void BlockExchange::start(Allgather& a) {
+  const int P = comm_.size();
+  const size_t bb = a.blockBytes();
+  a.recv = takeBuffer(bb * P);
+  // Pooled buffers hold old blocks: clear the seals (sparse_block.h).
+  for (int r = 0; r < P; ++r) block::AllgatherBlock(a.recv.data() + r * bb, a.cap).clearSeal();
+  a.started = Clock::now();
+  a.start = comm_.startAllgather(a.send.data(), bb, a.recv.data(), &a.op);
+}
+
+bool BlockExchange::ready(Allgather& a) {
+  if (a.start.ok() && a.op) {
+    bool done = false;
+    Status st = a.op->test(&done);
+    if (st.ok() && !done) return false;
+  }
+  return true;
+}
+
+Status BlockExchange::finish(Allgather& a) {
+  Status st = a.start;
+  if (st.ok() && a.op) st = a.op->wait();
+  a.op.reset();
+  return st;
+}
+
+Status BlockExchange::validate(const Allgather& a, size_t n, size_t members, const std::string& name) const {
+  std::string bad;
+  for (int r = 0; r < comm_.size() && bad.empty(); ++r) {
+    const block::ConstAllgatherBlock b = a.received(r);
+    const std::string who = "rank " + std::to_string(r) + " sent ";
+    if (!b.sealed()) {
+      bad = who + "a short or torn block (its end marker is missing; expected " + std::to_string(b.bytes()) +
+            " bytes)";
+      break;
+    }
+    const uint64_t header = b.header();
+    const block::Header h = block::decodeHeader(header, a.cap, members);
+    if (h.kind == block::Header::kInvalid)
+      bad = who + "a count of " + std::to_string(header) + " above the block's capacity " + std::to_string(a.cap);
+    if (h.kind != block::Header::kCount) continue;
+    const float* v = b.values();
+    const char* idx = reinterpret_cast<const char*>(b.indices());
+    for (uint64_t j = 0; j < h.count; ++j) {
+      uint32_t i;
+      std::memcpy(&i, idx + 4 * j, 4);
+      if (i >= n) {
+        bad = who + "index " + std::to_string(i) + " at position " + std::to_string(j) + " (the bucket has " +
+              std::to_string(n) + " elements)";
+        break;
+      }
+      if (!std::isfinite(v[j])) {
+        bad = who + "a non-finite value at index " + std::to_string(i);
+        break;
+      }
+    }
+  }
+  if (bad.empty()) return Status::OK();
+  return Status(Code::kCommunication, "sparse allreduce of " + name + ": received a malformed block: " + bad);
+}
+
+void BlockExchange::release(Allgather& a) {
+  giveBuffer(std::move(a.send));
+  giveBuffer(std::move(a.recv));
+}
+
+void BlockExchange::abandon(Allgather& a) {
+  (void)a.op.release();
+  (void)new std::vector<char>(std::move(a.recv));
+  (void)new std::vector<char>(std::move(a.send));
+}
+
+Status BlockExchange::broadcastIndex(std::vector<char>& buf, size_t cap, int leader, size_t n, size_t members,
+                                     const std::string& name) {
+  MGS_RETURN_IF_ERROR(comm_.broadcast(buf.data(), block::indexBytes(cap), leader));
+  const block::ConstIndexBlock b(buf.data(), cap);
+  const uint64_t header = b.header();
+  const block::Header h = block::decodeHeader(header, cap, members);
+  std::string bad;
+  if (!b.sealed()) {
+    bad = "a short or torn index block (its end marker is missing; expected " + std::to_string(b.bytes()) + " bytes)";
+  } else if (h.kind == block::Header::kInvalid) {
+    bad = "a count of " + std::to_string(header) + " above the block's capacity " + std::to_string(cap);
+  } else if (h.kind == block::Header::kCount) {
+    // No index twice: a duplicate would contribute an entry twice and break
+    // conservation. seen_ is n bits, left zeroed.
+    seen_.resize((n + 63) / 64, 0);
+    const char* idx = reinterpret_cast<const char*>(b.indices());
+    size_t j = 0;
+    for (; j < h.count && bad.empty(); ++j) {
+      uint32_t i;
+      std::memcpy(&i, idx + 4 * j, 4);
+      if (i >= n) {
+        bad = "index " + std::to_string(i) + " at position " + std::to_string(j) + " (the bucket has " +
+              std::to_string(n) + " elements)";
+      } else if (seen_[i >> 6] & (uint64_t{1} << (i & 63))) {
+        bad = "index " + std::to_string(i) + " twice (again at position " + std::to_string(j) + ")";
+      } else {
+        seen_[i >> 6] |= uint64_t{1} << (i & 63);
+      }
+    }
+    for (size_t q = 0; q < j; ++q) {  // leave the bitmap zeroed (the indices read so far are < n)
+      uint32_t i;
+      std::memcpy(&i, idx + 4 * q, 4);
+      if (i < n) seen_[i >> 6] &= ~(uint64_t{1} << (i & 63));
+    }
+  }
+  if (bad.empty()) return Status::OK();
+  return Status(Code::kCommunication, "sparse allreduce of " + name + " (agreed exchange): leader rank " +
+                                          std::to_string(leader) + " sent a malformed index block: " + bad);
+}
+
+int BlockExchange::agreedLeader(const std::string& name) const {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: the same on every rank and build (std::hash need not be)
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
+  const auto it = agreed_turns_.find(name);
+  const uint64_t turns = it == agreed_turns_.end() ? 0 : it->second;
+  return static_cast<int>((h + turns) % static_cast<uint64_t>(comm_.size()));
+}
+
+void BlockExchange::agreedApplied(const std::string& name) {
+  // Bounded (a job may make up new names forever): every rank inserts the
+  // same names in the same order, so every rank clears at the same time.
+  if (agreed_turns_.size() >= kMaxAgreedTurns && !agreed_turns_.count(name)) agreed_turns_.clear();
+  ++agreed_turns_[name];
+}
+
+}  // namespace mgs

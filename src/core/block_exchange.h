@@ -1,0 +1,99 @@
+// The exchange stage of the sparse pipeline (docs/architecture.md "Sparse
+// pipeline stages"): moves the typed blocks (core/sparse_block.h) between
+// ranks, written only against Communicator. Today:
+//  - the fixed-block allgather: every rank's [count | values | indices | seal]
+//    block of the same size, started, tested and finished asynchronously so
+//    the coordinator goes on (the next bucket's selection, negotiation);
+//  - the agreed exchange's index block, broadcast by the bucket's leader
+//    (its values' allreduce is run by the pipeline, sparse_agreed.cc);
+//  - the per-bucket choice between those and a dense allreduce.
+// Every received block is validated here before anyone reads it: every rank
+// holds the same bytes, so every rank takes the same verdict.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "common/params.h"
+#include "core/request.h"
+#include "core/sparse_block.h"
+#include "plan/cost_model.h"
+
+namespace mgs {
+
+// plan::kExchange* bits allowed by MGS_EXCHANGE and MGS_DENSE_FALLBACK.
+unsigned allowedExchanges(const Config& config, int P);
+// Allgather, agreed or dense for a bucket of n elements: the same choice on
+// every rank (the same arithmetic on the same model). `cost` null: before
+// the cost model is resolved.
+plan::Exchange pickExchange(const Config& config, int P, const plan::CostModel* cost, size_t n, double density);
+
+class BlockExchange {
+ public:
+  // Allgathers in flight at most (the pipeline finishes the oldest first).
+  static constexpr size_t kMaxInFlight = 4;
+
+  explicit BlockExchange(Communicator& comm) : comm_(comm) {}
+
+  // Pooled byte buffers (no allocation in steady state). New bytes are
+  // zero-filled: padding is sent but never read.
+  std::vector<char> takeBuffer(size_t bytes);
+  void giveBuffer(std::vector<char>&& b);
+
+  // One fixed-block allgather.
+  struct Allgather {
+    size_t cap = 1;
+    std::vector<char> send, recv;  // one block; P blocks in rank order
+    std::unique_ptr<PendingCollective> op;
+    Status start;
+    Clock::time_point started;
+    size_t blockBytes() const { return block::allgatherBytes(cap); }
+    block::ConstAllgatherBlock received(int r) const {
+      return block::ConstAllgatherBlock(recv.data() + static_cast<size_t>(r) * blockBytes(), cap);
+    }
+  };
+  // a.send holds this rank's finished block (LocalStage::run packed it).
+  void start(Allgather& a);
+  // Whether finish() would return without waiting (done, or failed).
+  bool ready(Allgather& a);
+  Status finish(Allgather& a);
+  // Every received block well formed: the seal, the header (a count <= cap
+  // or a failure code), indices < n and finite values. Names the first bad
+  // rank; `name` is the bucket's (bucketName).
+  Status validate(const Allgather& a, size_t n, size_t members, const std::string& name) const;
+  // Buffers back to the pool.
+  void release(Allgather& a);
+  // After a fatal error: the collective may still be writing into the
+  // buffers (a peer may be gone), so they are leaked, never freed or reused.
+  static void abandon(Allgather& a);
+
+  // The agreed exchange's index block, `block` (indexBytes(cap) bytes): the
+  // leader's finished block is broadcast and checked on every rank (seal,
+  // header, indices < n, no index twice).
+  Status broadcastIndex(std::vector<char>& block, size_t cap, int leader, size_t n, size_t members,
+                        const std::string& name);
+
+  // The agreed bucket `name`'s leader: its name's hash plus the times it was
+  // applied, mod P. A function of the bucket alone, not of the order buckets
+  // are negotiated in (which timing decides), so runs are reproducible
+  // bitwise; the same on every rank; rotating over ranks step by step, and
+  // spread over ranks within a step. A bucket some rank's flag stopped (a
+  // skipped loss-scaling step) is not counted as applied (agreedApplied is
+  // not called), so it leaves the next leaders as it leaves the residuals.
+  int agreedLeader(const std::string& name) const;
+  void agreedApplied(const std::string& name);
+
+ private:
+  Communicator& comm_;
+  std::vector<std::vector<char>> pool_;
+  std::vector<uint64_t> seen_;  // bitmap for duplicate indices (kept zero)
+  // Per agreed bucket: how many times it was applied.
+  std::unordered_map<std::string, uint64_t> agreed_turns_;
+  static constexpr size_t kMaxAgreedTurns = 1 << 16;
+};
+
+}  // namespace mgs

@@ -1,0 +1,265 @@
+#include "core/bucket_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/check.h"
+#include "common/logging.h"
+#include "core/block_exchange.h"
+#include "core/calibration.h"
+#include "core/wire.h"
+#include "plan/plan.h"
+
+namespace mgs {
+
+BucketSchedule::BucketSchedule(Communicator& comm, const Config& config, OnlineCost& online, SparseStats& stats,
+                               BaseSelector base_selector, RunBucket run)
+    : comm_(comm),
+      config_(config),
+      online_(online),
+      stats_(stats),
+      base_selector_(std::move(base_selector)),
+      run_(std::move(run)) {}
+
+bool BucketSchedule::holding() const {
+  for (const auto& b : buckets_)
+    if (!b.ready.empty()) return true;
+  return false;
+}
+
+void BucketSchedule::failHeld(const Status& st, const std::function<void(Request&, Status)>& complete) {
+  for (auto& b : buckets_) {
+    for (auto& [name, req] : b.ready) complete(req, st);
+    b.ready.clear();
+  }
+}
+
+double BucketSchedule::currentDensity() const {
+  const double rho = config_.density;
+  if (static_cast<int64_t>(step_) >= config_.warmup_steps) return rho;
+  // DGC warm-up (algorithms.md 8.3): coeff = rho^(1/(W+1)), density = max(coeff^(step+1), rho).
+  const double coeff = std::pow(rho, 1.0 / (config_.warmup_steps + 1));
+  return std::max(std::pow(coeff, static_cast<double>(step_ + 1)), rho);
+}
+
+void BucketSchedule::submit(std::vector<Request> reqs) {
+  for (auto& req : reqs) {
+    if (seen_.count(req.name)) onStepBoundary();
+    if (seen_.empty()) online_.stepStarted(req.enqueued);
+    seen_.insert(req.name);
+    elements_[req.name] = static_cast<int64_t>(req.input.numel());
+    const uint64_t profiled = step_ - profile_start_;
+    if (comm_.rank() == 0 && (!have_plan_ || online_.enabled()) &&
+        profiled < static_cast<uint64_t>(config_.profile_steps)) {
+      if (profile_.size() <= profiled) profile_.resize(profiled + 1);
+      profile_[profiled].emplace_back(req.name, req.enqueued);
+    }
+    auto it = have_plan_ ? bucket_of_.find(req.name) : bucket_of_.end();
+    if (it == bucket_of_.end()) {
+      if (have_plan_) plan_stale_ = true;  // a tensor the plan does not know: re-plan
+      std::vector<Request> single;
+      single.push_back(std::move(req));
+      run_(single);
+      continue;
+    }
+    Bucket& b = buckets_[it->second];
+    std::string name = req.name;
+    b.ready.emplace(std::move(name), std::move(req));
+    if (b.ready.size() == b.members.size()) {
+      std::vector<Request> members;
+      for (const auto& m : b.members) members.push_back(std::move(b.ready[m]));
+      b.ready.clear();
+      run_(members);
+    }
+  }
+}
+
+int BucketSchedule::idleFlushCycles() const {
+  // Counted in cycles, not seconds: cycles are collective, so every rank
+  // reaches the count in the same cycle. Cycles last at least MGS_CYCLE_TIME_MS.
+  return std::max(100, static_cast<int>(1000.0 / config_.cycle_time_ms));
+}
+
+void BucketSchedule::endCycle(bool nothing_ready) {
+  idle_cycles_ = (holding() && nothing_ready) ? idle_cycles_ + 1 : 0;
+  if (idle_cycles_ >= idleFlushCycles()) {
+    MGS_LOG_DEBUG("running partially filled buckets after {} idle cycles", idle_cycles_);
+    flushPartialBuckets();
+    idle_cycles_ = 0;
+  }
+}
+
+void BucketSchedule::onStepBoundary() {
+  // A bucket whose members did not all arrive this step runs with what it
+  // has, so a tensor skipped by the framework cannot hold the others forever.
+  flushPartialBuckets();
+  ++step_;
+  ++stats_.steps;
+  seen_.clear();
+  checkPlan();
+  if (have_plan_ && plan_stale_) {
+    MGS_LOG_INFO("new sparse tensors appeared: dropping the merge plan and profiling again");
+    have_plan_ = plan_stale_ = false;
+    bucket_of_.clear();
+    buckets_.clear();
+    stats_.plan_buckets = 0;
+    profile_start_ = step_;
+    profile_.clear();
+  }
+  if (!have_plan_ && step_ - profile_start_ >= static_cast<uint64_t>(config_.profile_steps)) {
+    Status st = replan();
+    if (!st.ok()) {
+      MGS_LOG_ERROR("merge planning failed, staying layer-wise: {}", st.toString());
+      profile_start_ = step_;  // try again after another profile
+      profile_.clear();
+    }
+  }
+}
+
+void BucketSchedule::flushPartialBuckets() {
+  for (auto& b : buckets_) {
+    if (b.ready.empty()) continue;
+    std::vector<Request> members;
+    for (const auto& m : b.members) {
+      auto it = b.ready.find(m);
+      if (it != b.ready.end()) members.push_back(std::move(it->second));
+    }
+    b.ready.clear();
+    run_(members);
+  }
+}
+
+void BucketSchedule::checkPlan() {
+  // Every rank reaches this boundary at the same point of the negotiated
+  // order, and active-or-not depends only on collective state: so every rank
+  // runs the allreduce below, or none does.
+  if (!have_plan_ || !online_.enabled() || !online_.havePrediction() ||
+      static_cast<int64_t>(step_) <= config_.warmup_steps) {
+    online_.discardStep();
+    return;
+  }
+  // Rank 0 keeps only the last MGS_PROFILE_STEPS steps of timings.
+  while (step_ - profile_start_ >= static_cast<uint64_t>(config_.profile_steps)) {
+    if (!profile_.empty()) profile_.erase(profile_.begin());
+    ++profile_start_;
+  }
+  std::vector<int64_t> wire;
+  online_.pack(&wire);
+  const auto t0 = Clock::now();
+  Status st = comm_.allreduce(wire.data(), wire.size(), MGS_INT64, CommOp::kSum);
+  online_.reduceCost(std::chrono::duration<double>(Clock::now() - t0).count());
+  if (!st.ok()) {
+    MGS_LOG_ERROR("online plan check failed, keeping the plan: {}", st.toString());
+    return;
+  }
+  const OnlineCost::Decision d = online_.onReduced(wire);
+  if (!d.replan) return;
+  const plan::CostModel old = cost_;
+  cost_ = online_.refit();
+  MGS_LOG_INFO(
+      "re-planning at step {}: measured {:.3f} ms per step (mean over ranks) vs predicted {:.3f} ms ({:+.0f}%) "
+      "for {} steps in a row (tolerance {:.0f}%); refitted allgather {:.3f} -> {:.3f} ms at 64 KiB, allreduce "
+      "{:.3f} -> {:.3f} ms at 4 MiB, selection {:.3g} -> {:.3g} s/element (the check costs {:.0f} us per step)",
+      step_, d.measured_s * 1e3, d.predicted_s * 1e3, 100.0 * (d.measured_s / d.predicted_s - 1.0), d.steps_off,
+      config_.replan_tolerance * 100, old.allgather.seconds(65536.0) * 1e3, cost_.allgather.seconds(65536.0) * 1e3,
+      old.allreduce.seconds(4194304.0) * 1e3, cost_.allreduce.seconds(4194304.0) * 1e3, old.sparsify.c_s,
+      cost_.sparsify.c_s, online_.meanReduceSeconds() * 1e6);
+  st = replan();
+  if (!st.ok()) MGS_LOG_ERROR("online re-planning failed, keeping the plan: {}", st.toString());
+}
+
+Status BucketSchedule::replan() {
+  if (!have_cost_) {
+    MGS_RETURN_IF_ERROR(resolveCostModel(comm_, config_, base_selector_(), &cost_));
+    have_cost_ = true;
+  }
+  if (!online_.haveBase()) online_.setBase(cost_);  // refits stay relative to the calibration
+  std::string text;
+  if (comm_.rank() == 0) {
+    // Backward time of a tensor = gap since the previous gradient of the same
+    // step, averaged over the profiled steps (the first one is warm-up when
+    // there are more).
+    const size_t first = profile_.size() > 1 ? 1 : 0;
+    std::unordered_map<std::string, std::pair<double, int>> gaps;
+    std::vector<std::string> order;
+    for (size_t s = first; s < profile_.size(); ++s) {
+      auto step = profile_[s];
+      std::stable_sort(step.begin(), step.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+      if (s + 1 == profile_.size())
+        for (const auto& e : step) order.push_back(e.first);
+      for (size_t i = 1; i < step.size(); ++i) {
+        auto& g = gaps[step[i].first];
+        g.first += std::chrono::duration<double>(step[i].second - step[i - 1].second).count();
+        g.second += 1;
+      }
+    }
+    plan::PlanInput in;
+    in.cost = cost_;
+    in.cost.density = config_.density;
+    in.cost.exchanges = allowedExchanges(config_, comm_.size());  // plan with what the pipeline will choose
+    in.sparse = true;
+    // The coordinator selects while backward goes on, and a bucket's
+    // allgather overlaps the next bucket's selection: the two-stage model.
+    in.selection = plan::Selection::kSeparate;
+    in.fusion_threshold_bytes = config_.fusion_threshold_bytes;
+    double mean_gap = 0;
+    int counted = 0;
+    for (const auto& name : order) {
+      auto it = gaps.find(name);
+      const double gap = (it != gaps.end() && it->second.second) ? it->second.first / it->second.second : -1;
+      in.layers.push_back({name, elements_[name], gap});
+      if (gap >= 0) {
+        mean_gap += gap;
+        ++counted;
+      }
+    }
+    for (auto& l : in.layers)
+      if (l.backward_s < 0) l.backward_s = counted ? mean_gap / counted : 0;  // the first gradient's gap is unknown
+    plan::Plan plan;
+    Status st = plan::computePlan(config_.effectivePlanner(), in, &plan);
+    if (!st.ok()) {
+      MGS_LOG_ERROR("planner {}: {}", config_.effectivePlanner(), st.toString());
+    } else {
+      if (plan.front_capped)
+        MGS_LOG_WARN("MGS planner hit its Pareto front cap ({}): the plan may not be optimal", plan.max_front);
+      MGS_LOG_INFO("merge plan ({}): {} sparse tensors in {} buckets, predicted {:.3f} ms per step", plan.planner,
+                   in.layers.size(), plan.groups.size(), plan.predicted_s * 1e3);
+      WireWriter w;
+      w.put(static_cast<uint32_t>(plan.groups.size()));
+      for (const auto& g : plan.groups) {
+        w.put(static_cast<uint32_t>(g.size()));
+        for (int i : g) w.putString(in.layers[i].name);
+      }
+      // What the online check compares against: first gradient -> last
+      // exchange end (the plan's time starts with backward, one gap earlier).
+      w.put(plan.predicted_s - (in.layers.empty() ? 0.0 : in.layers.front().backward_s));
+      text = std::move(w.str());
+    }
+  }
+  MGS_RETURN_IF_ERROR(comm_.broadcastString(&text, 0));
+  MGS_ENSURE(!text.empty(), kInternal, "rank 0 could not compute a merge plan (see its log)");
+  WireReader r(text);
+  uint32_t groups = 0;
+  MGS_ENSURE(r.get(&groups), kInternal, "corrupt plan from rank 0");
+  buckets_.assign(groups, Bucket{});
+  bucket_of_.clear();
+  for (uint32_t g = 0; g < groups; ++g) {
+    uint32_t members = 0;
+    MGS_ENSURE(r.get(&members), kInternal, "corrupt plan from rank 0");
+    for (uint32_t i = 0; i < members; ++i) {
+      std::string name;
+      MGS_ENSURE(r.getString(&name), kInternal, "corrupt plan from rank 0");
+      buckets_[g].members.push_back(name);
+      bucket_of_[name] = g;
+    }
+  }
+  double predicted_span = 0;
+  MGS_ENSURE(r.get(&predicted_span), kInternal, "corrupt plan from rank 0");
+  online_.planned(predicted_span);
+  have_plan_ = true;
+  stats_.plan_buckets = groups;
+  ++stats_.plans;
+  return Status::OK();
+}
+
+}  // namespace mgs

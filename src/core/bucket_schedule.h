@@ -1,0 +1,110 @@
+// The schedule stage of the sparse pipeline (docs/architecture.md "Sparse
+// pipeline stages"): which tensors form a bucket, and when a step ends. It
+// hands complete buckets (member lists, plan order) to the rest of the
+// pipeline and does nothing to their data.
+//
+// Everything here runs on the coordinator thread and sees the negotiated
+// ready lists, which are identical on every rank; so step boundaries, the
+// moment of (re)planning and bucket completion are decided identically
+// everywhere without extra messages. Only the plan itself (computed on rank
+// 0 from rank 0's recorded gradient timings) is broadcast.
+//
+// Steps: a step ends when a sparse tensor name is seen again. The first
+// MGS_PROFILE_STEPS steps run layer-wise (one bucket per tensor) while rank 0
+// records when each gradient was enqueued; then the cost model is resolved
+// (calibration), the planner runs on rank 0 and the plan is broadcast. A
+// tensor name the plan does not know drops the plan and starts a new
+// profile. Residuals live per tensor (ResidualStore), so they survive this.
+// With MGS_REPLAN_TOLERANCE > 0, rank 0 keeps recording the last
+// MGS_PROFILE_STEPS steps, and every step boundary checks the plan's predicted
+// step against the measured one (online_cost.h); a re-plan uses the recent
+// steps' timings and the refitted cost model, with no layer-wise profile.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "common/params.h"
+#include "compress/selector.h"
+#include "core/online_cost.h"
+#include "core/request.h"
+#include "core/sparse_stats.h"
+#include "plan/cost_model.h"
+
+namespace mgs {
+
+class BucketSchedule {
+ public:
+  // Receives each complete bucket (and each partial one at a flush).
+  using RunBucket = std::function<void(std::vector<Request>& members)>;
+  // The selector at the configured density (calibration times it).
+  using BaseSelector = std::function<const compress::Selector&()>;
+
+  BucketSchedule(Communicator& comm, const Config& config, OnlineCost& online, SparseStats& stats,
+                 BaseSelector base_selector, RunBucket run);
+
+  // The cost model measured at init (MGS_CALIBRATION), identical on all ranks.
+  void setCostModel(const plan::CostModel& cost) {
+    cost_ = cost;
+    have_cost_ = true;
+  }
+  bool haveCost() const { return have_cost_; }
+  const plan::CostModel& cost() const { return cost_; }
+
+  // Ready sparse requests, in negotiated order.
+  void submit(std::vector<Request> reqs);
+  // Called once per coordinator cycle with whether the negotiated ready list
+  // was empty (identical on every rank). After about a second of empty cycles
+  // in a row (idleFlushCycles), partially filled buckets run with what they
+  // have: a tensor the framework never submits this step cannot hold the
+  // others forever. A second, because a rank that merely lags behind must not
+  // split buckets (seen with 100 ms on an oversubscribed host).
+  void endCycle(bool nothing_ready);
+  int idleFlushCycles() const;
+  // Some bucket holds requests that wait for the rest of their members.
+  bool holding() const;
+  // Complete every held request with `st` (shutdown).
+  void failHeld(const Status& st, const std::function<void(Request&, Status)>& complete);
+
+  uint64_t step() const { return step_; }
+  // The density of this step (DGC warm-up, algorithms.md 8.3).
+  double currentDensity() const;
+
+ private:
+  struct Bucket {
+    std::vector<std::string> members;  // plan order
+    std::map<std::string, Request> ready;
+  };
+  void onStepBoundary();
+  // Online re-planning (online_cost.h): the per-step check, collective.
+  void checkPlan();
+  void flushPartialBuckets();
+  Status replan();
+
+  Communicator& comm_;
+  const Config& config_;
+  OnlineCost& online_;
+  SparseStats& stats_;
+  BaseSelector base_selector_;
+  RunBucket run_;
+
+  uint64_t step_ = 0;
+  int idle_cycles_ = 0;
+  std::unordered_set<std::string> seen_;  // names seen in the current step
+  uint64_t profile_start_ = 0;            // step at which the current profile began
+  // Rank 0: enqueue time of each name, per profiled step.
+  std::vector<std::vector<std::pair<std::string, Clock::time_point>>> profile_;
+  std::unordered_map<std::string, int64_t> elements_;
+  bool have_plan_ = false, plan_stale_ = false;
+  std::unordered_map<std::string, size_t> bucket_of_;
+  std::vector<Bucket> buckets_;
+  bool have_cost_ = false;
+  plan::CostModel cost_;
+};
+
+}  // namespace mgs

@@ -1,0 +1,46 @@
+// The local stage on the host (core/local_stage.h has the contract): CUDA
+// inputs are staged through host memory, acc slabs are host vectors that
+// become the residual on commit (ResidualStore::adopt), and the selector is
+// compress::Selector on the CPU.
+//
+// Why a scratch slab: with error feedback a rank computes acc = gradient +
+// residual for every entry before it knows whether another rank had a NaN.
+// That addition cannot be undone exactly in floating point (r = acc - x loses
+// the low bits of r whenever |x| >> |r|), and a copy of the old residual
+// would cost a second write stream. Writing acc to a separate slab costs the
+// same read streams as the in-place add and keeps the old residual intact
+// until the exchange tells every rank the same verdict; committing is then a
+// pointer swap (ResidualStore::adopt), and the old slab is reused as the next
+// bucket's scratch.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/local_stage.h"
+
+namespace mgs {
+
+class CpuLocalStage : public LocalStage {
+ public:
+  explicit CpuLocalStage(const LocalStageOptions& options) : opt_(options) {}
+  void run(const LocalJob& job, LocalOutcome* outcome) override;
+  void extract(LocalSlab& slab, const uint32_t* idx, size_t count, float* vals) override;
+  void settle(const std::vector<Request>& members, std::unique_ptr<LocalSlab> slab, bool commit) override;
+  void zeroResidual(const std::vector<Request>& members) override;
+  Status readSlab(const LocalSlab& slab, float* dst) override;
+
+ private:
+  using Vec = std::shared_ptr<std::vector<float>>;
+  Vec takeSlab(size_t n);
+  void giveSlab(Vec&& slab);
+  // acc[0..n) = gradients (+ residual r, unless null), staging CUDA inputs.
+  Status fuseMembers(const std::vector<Request>& members, const float* r, float* acc, int* bad_member,
+                     size_t* non_finite);
+
+  LocalStageOptions opt_;
+  std::vector<Vec> slabs_;  // scratch acc slabs for reuse
+  std::vector<char> workspace_, stage_;
+};
+
+}  // namespace mgs
