@@ -1,4 +1,5 @@
-// Counters of the sparse pipeline, published to the C ABI (mgs_sparse_stats).
+// Counters of the sparse pipeline, published through the C ABI (the sparse_*
+// fields of mgs_stats_t).
 #pragma once
 
 #include <cstdint>
