@@ -9,46 +9,69 @@
 //
 // Contract, for every implementation:
 //
-// Threading. Every call comes from the coordinator thread, one at a time.
-// The stage may take the ResidualStore's lock (framework threads read and
-// restore residuals under it); it holds it only inside a call.
+// Threading and sync. Every call comes from the coordinator thread, one at a
+// time, and is synchronous: when it returns, everything it promises below
+// holds (a device implementation synchronises whatever the caller reads).
+// The caller reads outcome fields and hands a host block to MPI right after
+// run(). The stage may take the ResidualStore's lock (framework threads read
+// and restore residuals under it, mgs_residual_copy/restore); it holds it only
+// inside a call, never across calls.
 //
-// Slabs. A slab holds n floats, the bucket's acc = prescale * gradient +
-// residual (the residual term only with error feedback), members back to back
-// in bucket order. The stage owns slab memory (host or device, its choice)
-// and hands out a LocalSlab that the caller keeps while the bucket's exchange
-// is in flight and returns through settle(). The residual itself is never
-// written during run(): a bucket that fails, or that some rank's non-finite
-// value stops, must leave every rank's residual bitwise as it was.
+// Ownership. The caller owns the job's buffers: dense_acc, block and
+// agreed_values (host memory in this version: the exchange is MPI), valid
+// for the call only. The stage owns slab memory (host or device, its choice)
+// and hands each sparse job's slab out as a LocalSlab; the caller keeps it
+// while the bucket's exchange is in flight and gives it back through
+// settle(), exactly once. The ResidualStore (host memory) holds the
+// committed residual of every tensor; the stage reads it (contiguous(),
+// under the lock) and, on commit, makes the slab the residual (adopt()).
+// Residual slabs on a device would need ResidualStore to hold device memory,
+// which it does not in this version.
 //
-// run(). On return (synchronously: the block and the outcome are final, the
-// caller may send the block at once):
-//  - dense job (job.dense_acc set): dense_acc[0..n) = acc, no slab, no
-//    selection, no block;
-//  - sparse job: outcome->slab holds acc; if job.select and the fuse was
-//    clean, the selector ran in place: the selected entries were written to
-//    the block (values, indices) and are zero in acc, so that sent + kept ==
-//    acc bitwise, entry by entry; the rest of acc is the new residual;
-//  - if job.block is set (the allgather's block, or the agreed exchange's
-//    index block on its leader), its header and seal are written: the count,
-//    or block::failureCode(outcome->bad_member) when outcome->status is not
-//    ok (the bucket still runs its collective part on every rank);
-//  - outcome->status: ok, or kNumeric for NaN/Inf in acc (message from
-//    nonFiniteStatus, bad_member = the first member holding one, non_finite
-//    the number of such values), or the error of staging or selection,
-//    prefixed with "rank r" (bad_member = -1). A non-finite value is found
-//    either by the fuse or by the selector's scan; either way the status and
-//    message are the same.
+// run(job, outcome). *outcome is reset first. Then:
+//  - acc[i] = fuse(member gradient, prescale) + residual[i] over the bucket's
+//    n entries (members back to back in job order; the residual term only
+//    with error feedback; fuse = core/nonfinite.h fuseIntoFloat, bitwise),
+//    counting NaN/Inf in acc. The residual itself is never written here: a
+//    bucket that fails, or that some rank's non-finite value stops, must
+//    leave every rank's residual bitwise as it was.
+//  - dense job (dense_acc set): dense_acc[0..n) = acc. No slab, no
+//    selection, no block; select/block/cap are ignored.
+//  - sparse job: outcome->slab holds acc. If job.select and the fuse found
+//    no error, the selector ran in place on acc (x = the gradient directly,
+//    in one pass, is allowed where bitwise the same: one f32 tensor,
+//    prescale 1): outcome->count entries (<= cap) were written as (value,
+//    index) pairs, value == acc[index] bitwise, to the block (allgather
+//    layout) or to agreed_values + the index block's indices (index_block),
+//    and those entries are +0 in the slab; every other entry of the slab is
+//    acc bitwise. So sent + kept == acc, entry by entry. Entries past count
+//    are unspecified (sent as padding, never read). outcome->selected says
+//    the selector ran; k, reported and the time points are for statistics.
+//  - if job.block is set (always for the allgather; for the agreed exchange
+//    only on its leader), its header and seal are written last: the count
+//    when outcome->status is ok, else block::failureCode(outcome->bad_member),
+//    so that every rank still runs the bucket's collectives and learns the
+//    failure from the block.
+//  - outcome->status: ok; or kNumeric for NaN/Inf in acc (message from
+//    nonFiniteStatus(rank, ...), bad_member = the first member holding one,
+//    non_finite = how many values), whether the fuse or the selector's scan
+//    found it; or the error of staging a device input ("rank r, tensor 't':
+//    ...") or of the selector ("rank r: ..."), bad_member = -1. On any error
+//    count is 0.
 //
-// extract(): the agreed exchange's non-leader ranks give up their acc at the
-// leader's indices: vals[j] = acc[idx[j]], then acc[idx[j]] = 0 (distinct
-// indices < n, validated; vals and idx are host memory).
+// extract(slab, idx, count, vals): the agreed exchange's non-leaders give up
+// their acc at the leader's indices: vals[j] = slab[idx[j]], then
+// slab[idx[j]] = +0 (idx: count distinct indices < n, validated; idx and
+// vals are host memory).
 //
-// settle(): commit = true makes the slab the members' residual (under the
-// ResidualStore's lock; the old storage may become a later bucket's slab);
-// false drops the slab (reused). Called exactly once per sparse job's slab,
-// before the bucket's handles complete (the next step may reuse the names).
-// zeroResidual(): a dense bucket sent everything: the members' residual is 0.
+// settle(members, slab, commit): commit (and error feedback on) makes the
+// slab the members' residual under the ResidualStore's lock (the previous
+// storage may become a later bucket's slab); otherwise the slab is dropped
+// (reused), and the residual stays bitwise as it was. Called before the
+// bucket's handles complete (the next step may reuse the names).
+// zeroResidual(members): a dense bucket sent everything, so the members'
+// residual becomes +0 (nothing without error feedback).
+// readSlab(slab, dst): dst[0..n) = the slab, host memory (tests, diagnostics).
 #pragma once
 
 #include <chrono>
