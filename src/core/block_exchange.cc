@@ -82,8 +82,7 @@ Status BlockExchange::validate(const Allgather& a, size_t n, size_t members, con
     const block::ConstAllgatherBlock b = a.received(r);
     const std::string who = "rank " + std::to_string(r) + " sent ";
     if (!b.sealed()) {
-      bad = who + "a short or torn block (its end marker is missing; expected " + std::to_string(b.bytes()) +
-            " bytes)";
+      bad = who + "a short or torn block (its end marker is missing; expected " + std::to_string(b.bytes()) + " bytes)";
       break;
     }
     const uint64_t header = b.header();

@@ -101,9 +101,9 @@ struct LocalJob {
   // Dense bucket: acc goes to this host buffer (n floats), nothing else runs.
   float* dense_acc = nullptr;
   // Sparse bucket.
-  bool select = false;                            // run the selector (the agreed exchange: leader only)
-  const compress::Selector* selector = nullptr;   // with select; its maxCount(n) <= cap
-  size_t cap = 0;                                 // the block's capacity
+  bool select = false;                           // run the selector (the agreed exchange: leader only)
+  const compress::Selector* selector = nullptr;  // with select; its maxCount(n) <= cap
+  size_t cap = 0;                                // the block's capacity
   // Where the block goes: the allgather block (values and indices), or the
   // agreed exchange's index block, whose values go to agreed_values (cap
   // floats) instead. Null: nothing is packed (agreed non-leaders). Host
@@ -111,19 +111,19 @@ struct LocalJob {
   char* block = nullptr;
   bool index_block = false;
   float* agreed_values = nullptr;
-  uint64_t step = 0;                              // passed to the selector (its sampling seed)
-  const char* name = "";                          // the bucket's name, for the selector's messages
+  uint64_t step = 0;      // passed to the selector (its sampling seed)
+  const char* name = "";  // the bucket's name, for the selector's messages
 };
 
 struct LocalOutcome {
   Status status;
   int bad_member = -1;
   size_t non_finite = 0;
-  std::unique_ptr<LocalSlab> slab;   // sparse jobs
-  size_t count = 0;                  // entries selected (0 when nothing ran)
-  size_t k = 0;                      // the selector's target (SelectResult::k)
-  size_t reported = 0;               // the selector's count even if it failed (the timeline)
-  bool selected = false;             // the selector ran
+  std::unique_ptr<LocalSlab> slab;  // sparse jobs
+  size_t count = 0;                 // entries selected (0 when nothing ran)
+  size_t k = 0;                     // the selector's target (SelectResult::k)
+  size_t reported = 0;              // the selector's count even if it failed (the timeline)
+  bool selected = false;            // the selector ran
   // For the timeline and the online cost model.
   std::chrono::steady_clock::time_point fuse_end, select_begin, select_end;
 };
@@ -140,10 +140,10 @@ class LocalStage {
 };
 
 struct LocalStageOptions {
-  int rank = 0;                   // for messages
-  bool error_feedback = true;     // MGS_ERROR_FEEDBACK
+  int rank = 0;                // for messages
+  bool error_feedback = true;  // MGS_ERROR_FEEDBACK
   ResidualStore* residuals = nullptr;
-  size_t max_slabs = 10;          // pooled slabs kept for reuse
+  size_t max_slabs = 10;  // pooled slabs kept for reuse
 };
 
 // "name" for one tensor, "bucket[first .. last] (n tensors)" otherwise.

@@ -56,13 +56,13 @@ class ScatterStage {
   Status writeOutput(const Request& m, const float* src, size_t cnt);
 
   int P_;
-  std::vector<float> out_;                 // dense sums / staged outputs
-  std::vector<char> stage_;                // conversion for device outputs
-  std::vector<float*> dest_;               // per member: where its result goes
-  std::vector<size_t> offsets_;            // member offsets in the bucket (M + 1)
-  std::vector<float> scales_;              // per member: outputFactor
+  std::vector<float> out_;                  // dense sums / staged outputs
+  std::vector<char> stage_;                 // conversion for device outputs
+  std::vector<float*> dest_;                // per member: where its result goes
+  std::vector<size_t> offsets_;             // member offsets in the bucket (M + 1)
+  std::vector<float> scales_;               // per member: outputFactor
   std::vector<compress::RankPairs> pairs_;  // per rank: the received selection
-  std::vector<uint64_t> touched_;          // scatter-add scratch bitmap (kept zero)
+  std::vector<uint64_t> touched_;           // scatter-add scratch bitmap (kept zero)
 };
 
 }  // namespace mgs

@@ -52,7 +52,7 @@ void SparsePipeline::runAgreed(std::vector<Request>& members, size_t n, size_t c
   bool flagged = false;  // some rank's flag was raised: the bucket's leader does not rotate
   auto finish = [&](const Status& st, bool commit) {
     if (!flagged) exchange_.agreedApplied(name);
-    online_.exchangeEnded(Clock::now());  // online re-planning: the step's span
+    online_.exchangeEnded(Clock::now());              // online re-planning: the step's span
     local_->settle(members, std::move(acc), commit);  // before the handles complete: the next step may start
     publishStats();
     for (auto& m : members) complete_(m, st);

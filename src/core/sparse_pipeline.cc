@@ -24,15 +24,15 @@ Config clamped(Config c) {
 
 }  // namespace
 
-SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, ResidualStore& residuals,
-                               Complete complete)
+SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, ResidualStore& residuals, Complete complete)
     : comm_(comm),
       config_(clamped(config)),
       complete_(std::move(complete)),
       threads_(threadBudget(config.threads, comm.localSize())),
       online_(OnlineCost::Options{config.replan_tolerance}),
       schedule_(
-          comm, config_, online_, stats_, [this]() -> const compress::Selector& { return selectorFor(config_.density); },
+          comm, config_, online_, stats_,
+          [this]() -> const compress::Selector& { return selectorFor(config_.density); },
           [this](std::vector<Request>& members) { runBucket(members); }),
       exchange_(comm),
       scatter_(comm.size()) {

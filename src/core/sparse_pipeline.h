@@ -91,9 +91,9 @@ class SparsePipeline {
     std::vector<Request> members;
     size_t n = 0, count = 0, k = 0;
     Status local;
-    bool skipped = false;             // a non-finite step under MGS_NONFINITE=propagate
-    bool delivered = false;           // every rank scattered every rank's selection
-    std::unique_ptr<LocalSlab> acc;   // this step's residual, committed on success
+    bool skipped = false;            // a non-finite step under MGS_NONFINITE=propagate
+    bool delivered = false;          // every rank scattered every rank's selection
+    std::unique_ptr<LocalSlab> acc;  // this step's residual, committed on success
     BlockExchange::Allgather ex;
   };
   void startSparse(std::vector<Request>& members, size_t n, size_t cap, size_t k, LocalOutcome& local,
@@ -139,8 +139,8 @@ class SparsePipeline {
   std::unique_ptr<LocalStage> local_;
   BlockExchange exchange_;
   ScatterStage scatter_;
-  std::deque<InFlight> inflight_;  // started in order, finished in order
-  std::vector<uint64_t> counts_;   // per-rank block headers
+  std::deque<InFlight> inflight_;   // started in order, finished in order
+  std::vector<uint64_t> counts_;    // per-rank block headers
   std::vector<float> agreed_vals_;  // agreed exchange: values (+ kAgreedFlags slots)
   std::function<void(const SparseStats&)> publish_;
 };

@@ -7,16 +7,16 @@
 namespace mgs {
 
 struct SparseStats {
-  uint64_t steps = 0;          // completed steps
-  uint64_t buckets = 0;        // buckets exchanged sparsely
+  uint64_t steps = 0;           // completed steps
+  uint64_t buckets = 0;         // buckets exchanged sparsely
   uint64_t agreed_buckets = 0;  // of those, by the agreed-index exchange (sparse_agreed.cc)
-  uint64_t dense_buckets = 0;  // buckets the cost model sent dense
-  uint64_t selected = 0;       // entries this rank sent
-  uint64_t target = 0;         // k summed over sparse buckets
-  uint64_t bytes_sent = 0;     // values + indices this rank sent (dense buckets: the payload)
-  uint64_t dense_bytes = 0;    // what a dense allreduce would have sent
-  uint64_t plan_buckets = 0;   // buckets in the current plan (0: profiling)
-  uint64_t plans = 0;          // plans computed
+  uint64_t dense_buckets = 0;   // buckets the cost model sent dense
+  uint64_t selected = 0;        // entries this rank sent
+  uint64_t target = 0;          // k summed over sparse buckets
+  uint64_t bytes_sent = 0;      // values + indices this rank sent (dense buckets: the payload)
+  uint64_t dense_bytes = 0;     // what a dense allreduce would have sent
+  uint64_t plan_buckets = 0;    // buckets in the current plan (0: profiling)
+  uint64_t plans = 0;           // plans computed
 };
 
 }  // namespace mgs

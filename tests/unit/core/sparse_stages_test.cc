@@ -286,8 +286,8 @@ TEST_CASE("cpu local stage: sent + kept == acc bitwise, the residual changes onl
   REQUIRE(out.slab);
   REQUIRE(out.slab->size() == n);
   const float* vals = agreed ? agreed_vals.data() : block::ConstAllgatherBlock(buf.data(), cap).values();
-  const uint32_t* idx =
-      agreed ? block::ConstIndexBlock(buf.data(), cap).indices() : block::ConstAllgatherBlock(buf.data(), cap).indices();
+  const uint32_t* idx = agreed ? block::ConstIndexBlock(buf.data(), cap).indices()
+                               : block::ConstAllgatherBlock(buf.data(), cap).indices();
   const uint64_t header =
       agreed ? block::ConstIndexBlock(buf.data(), cap).header() : block::ConstAllgatherBlock(buf.data(), cap).header();
   const bool sealed =
@@ -322,7 +322,8 @@ TEST_CASE("cpu local stage: sent + kept == acc bitwise, the residual changes onl
   }
 }
 
-TEST_CASE("cpu local stage: a NaN fails the bucket with a failure code and leaves the residual", "[core][local_stage]") {
+TEST_CASE("cpu local stage: a NaN fails the bucket with a failure code and leaves the residual",
+          "[core][local_stage]") {
   const bool single = GENERATE(false, true);
   const size_t na = 500, nb = single ? 0 : 200, n = na + nb;
   Bucket k = makeBucket(na, nb, single);
