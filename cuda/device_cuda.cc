@@ -7,6 +7,7 @@
 
 #include "core/device.h"
 #include "cuda_check.h"
+#include "host_sync.h"
 #include "runtime_kernels.h"
 
 namespace mgs::device {
@@ -25,9 +26,9 @@ Status waitReady(const TensorDesc& t) {
   if (!t.onCuda()) return Status::OK();
   MGS_CUDA_CHECK(cudaSetDevice(t.device));
   if (t.ready_event) {
-    MGS_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(t.ready_event)));
+    MGS_RETURN_IF_ERROR(cuda::syncEvent(t.ready_event));
   } else {
-    MGS_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(t.stream)));
+    MGS_RETURN_IF_ERROR(cuda::syncStream(t.stream));
   }
   return Status::OK();
 }
@@ -35,14 +36,14 @@ Status waitReady(const TensorDesc& t) {
 Status copyToHost(void* dst, const TensorDesc& src, size_t bytes) {
   if (bytes == 0) return Status::OK();
   MGS_CUDA_CHECK(cudaSetDevice(src.device));
-  MGS_CUDA_CHECK(cudaMemcpy(dst, src.data, bytes, cudaMemcpyDeviceToHost));
+  MGS_RETURN_IF_ERROR(cuda::copyToHostBlocking(dst, src.data, bytes));
   return Status::OK();
 }
 
 Status copyFromHost(const TensorDesc& dst, const void* src, size_t bytes) {
   if (bytes == 0) return Status::OK();
   MGS_CUDA_CHECK(cudaSetDevice(dst.device));
-  MGS_CUDA_CHECK(cudaMemcpy(dst.data, src, bytes, cudaMemcpyHostToDevice));
+  MGS_RETURN_IF_ERROR(cuda::copyToDeviceBlocking(dst.data, src, bytes));
   return Status::OK();
 }
 
@@ -51,7 +52,7 @@ Status scale(const TensorDesc& t, double factor) {
   MGS_CUDA_CHECK(cudaSetDevice(t.device));
   // The default (legacy) stream orders this after the blocking copies above.
   MGS_CUDA_CHECK(static_cast<cudaError_t>(cuda::scaleAsync(t.data, t.dtype, t.numel(), factor, nullptr)));
-  MGS_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  MGS_RETURN_IF_ERROR(cuda::syncStream(nullptr));
   return Status::OK();
 }
 
