@@ -11,6 +11,7 @@
 #include "core/calibration.h"
 #include "core/controller.h"
 #include "core/device.h"
+#include "core/device_backend.h"
 #include "core/executor.h"
 #include "core/timeline.h"
 
@@ -63,10 +64,13 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
     // bench/train) can see what the coordinator costs next to training.
     pthread_setname_np(pthread_self(), "mgs-coord");
     std::unique_ptr<Communicator> comm;
+    std::unique_ptr<DeviceBackend> backend;  // declared after comm: destroyed before it
     Status st;
     try {
       st = factory(&comm);
       if (st.ok()) st = checkConfigAgrees(*comm, self->config_);
+      // MGS_BACKEND: the same verdict on every rank (core/device_backend.h).
+      if (st.ok()) st = DeviceBackend::init(*comm, self->config_, &backend);
       if (st.ok() && self->config_.compressor != "none") {
         // Fail at init, not at the first gradient, if the selector cannot be built.
         std::unique_ptr<compress::Selector> probe;
@@ -93,7 +97,7 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
     ready.set_value(st);
     if (!st.ok()) return;
     try {
-      self->loop(std::move(comm));
+      self->loop(std::move(comm), std::move(backend));
     } catch (...) {
       // loop() catches per cycle; this is the last line of defence, for a
       // failure while setting up or tearing down (e.g. out of memory).
@@ -181,7 +185,9 @@ Status Runtime::stoppedStatus() {
                 "rank " + std::to_string(rank_) + ": " + (why.empty() ? std::string("mgs is not running") : why));
 }
 
-void Runtime::loop(std::unique_ptr<Communicator> comm) {
+void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<DeviceBackend> backend_param) {
+  // A local, so that the NCCL communicator goes before its bootstrap `comm`.
+  const std::unique_ptr<DeviceBackend> backend = std::move(backend_param);
   std::unique_ptr<Timeline> timeline;
   if (rank_ == 0 && !config_.timeline.empty()) {
     Status st = Timeline::open(config_.timeline, &timeline);
@@ -218,7 +224,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm) {
       sparse_stats_ = s;
     });
   }
-  Executor executor(*comm, config_, timeline.get(), &sparse, complete);
+  Executor executor(*comm, config_, timeline.get(), &sparse, complete, backend.get());
   const auto cycle =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   const std::string me = "rank " + std::to_string(rank_);

@@ -26,6 +26,8 @@
 
 namespace mgs {
 
+class DeviceBackend;
+
 // Negotiation counters, published by the coordinator after every cycle.
 // Only cycles with work pending count, so idle cycles between steps do not
 // dilute the figures.
@@ -86,7 +88,7 @@ class Runtime {
  private:
   explicit Runtime(const Config& config) : config_(config) {}
   Status enqueue(Request req, uint64_t* handle);
-  void loop(std::unique_ptr<Communicator> comm);
+  void loop(std::unique_ptr<Communicator> comm, std::unique_ptr<DeviceBackend> backend);
 
   const Config config_;
   // Sparse jobs calibrate at init, on the coordinator, before the first step.
