@@ -113,7 +113,7 @@ Status verdictStatus(const BucketVerdict& v, const std::vector<BucketMember>& me
 // Process-wide count of host synchronisations made by the device path: every
 // cudaStreamSynchronize / cudaEventSynchronize / blocking copy in runtime
 // code goes through syncStream/syncEvent/copyBlocking (cuda/host_sync.cc).
-uint64_t hostSyncs();
+uint64_t hostSyncs();  // defined in CUDA builds only (cuda/host_sync.cc, library mgs_cuda)
 
 // ---- Device slab pool --------------------------------------------------------
 // Device buffers reused by best fit (as the CPU slab pool): cudaMalloc only
@@ -214,7 +214,7 @@ class DeviceBucketEngine {
   static void destroyEvent(void* event);
 
  private:
-  DeviceBucketEngine(int device) : device_(device), pool_(device) {}
+  explicit DeviceBucketEngine(int device) : device_(device), pool_(device) {}
   // Descriptor upload from a pinned ring; a slot is reused only after its
   // event has passed (cudaEventQuery), else the ring grows (warm-up only).
   Status upload(const void* host, size_t bytes, void** d_out);
