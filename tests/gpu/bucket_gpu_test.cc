@@ -453,9 +453,9 @@ TEST_CASE("device bucket: zero host syncs and no allocation on the enqueue path 
   REQUIRE(GpuSelector::create("gaussiank", o, &sel).ok());
   const size_t n1 = 1 << 20, n2 = 4096, n = n1 + n2;
   Dev g1(n1 * 4), g2(n2 * 2), out1(n1 * 4), out2(n2 * 2), res(n * 4), acc(n * 4);
-  REQUIRE(cudaMemset(g1.p, 0x3c, n1 * 4) == cudaSuccess);
-  REQUIRE(cudaMemset(g2.p, 0x3c, n2 * 2) == cudaSuccess);
-  REQUIRE(cudaMemset(res.p, 0, n * 4) == cudaSuccess);
+  g1.put(gaussian(n1, 11).data(), n1 * 4);
+  g2.put(encode(gaussian(n2, 12), MGS_FLOAT16).data(), n2 * 2);
+  res.put(gaussian(n, 13, 1e-4f).data(), n * 4);
   cudaEvent_t ready;
   REQUIRE(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming) == cudaSuccess);
   REQUIRE(cudaEventRecord(ready, nullptr) == cudaSuccess);
