@@ -103,15 +103,15 @@ __global__ void sealKernel(unsigned char* block, size_t cap, const uint32_t* non
     if (nonfinite[m]) bad = static_cast<int>(m);
   if (bad < 0 && failure && *failure != 0) bad = *failure == static_cast<int32_t>(Code::kNumeric) ? 0 : -2;
   if (bad == -1 && header > cap) bad = -2;  // cannot happen with a correct selector: fail, never overrun
-  if (bad == -2) header = UINT64_MAX;
-  else if (bad >= 0) header = UINT64_MAX - 1 - static_cast<uint64_t>(bad);
+  if (bad == -2)
+    header = UINT64_MAX;
+  else if (bad >= 0)
+    header = UINT64_MAX - 1 - static_cast<uint64_t>(bad);
   *reinterpret_cast<uint64_t*>(block) = header;
   *reinterpret_cast<uint64_t*>(block + 8 + 8 * cap) = header ^ kBlockSeal;
 }
 
-__device__ bool validFailure(uint64_t h, uint32_t members) {
-  return h == UINT64_MAX || UINT64_MAX - 1 - h < members;
-}
+__device__ bool validFailure(uint64_t h, uint32_t members) { return h == UINT64_MAX || UINT64_MAX - 1 - h < members; }
 
 // grid = (chunks, P). Copies each header into the verdict words and marks the
 // lowest malformed rank: a torn seal, a header that is neither a count <= cap
@@ -152,8 +152,7 @@ __global__ void decideKernel(int P, size_t cap, bool propagate, uint64_t* verdic
       failed = true;
       if (h == UINT64_MAX) other = true;
     }
-    if (failed)
-      kind = static_cast<uint64_t>(!other && propagate ? VerdictKind::kNaNWritten : VerdictKind::kFailed);
+    if (failed) kind = static_cast<uint64_t>(!other && propagate ? VerdictKind::kNaNWritten : VerdictKind::kFailed);
   }
   verdict[0] = kind;
 }
@@ -204,7 +203,7 @@ int fuseMembers(const FuseDesc* d_descs, uint32_t members, size_t maxCount, cons
   if (cudaError_t e = cudaMemsetAsync(d_nonfinite, 0, members * sizeof(uint32_t), s)) return e;
   if (maxCount == 0) return 0;
   fuseKernel<<<dim3(chunksFor(maxCount), membersGrid(members)), kThreads, 0, s>>>(d_descs, members, d_residual, d_acc,
-                                                                                 d_nonfinite);
+                                                                                  d_nonfinite);
   return cudaGetLastError();
 }
 
@@ -212,8 +211,7 @@ int clearHeader(void* d_block, void* stream) { return cudaMemsetAsync(d_block, 0
 
 int sealBlock(void* d_block, size_t cap, const uint32_t* d_nonfinite, uint32_t members, const int32_t* d_failure,
               void* stream) {
-  sealKernel<<<1, 1, 0, asStream(stream)>>>(static_cast<unsigned char*>(d_block), cap, d_nonfinite, members,
-                                            d_failure);
+  sealKernel<<<1, 1, 0, asStream(stream)>>>(static_cast<unsigned char*>(d_block), cap, d_nonfinite, members, d_failure);
   return cudaGetLastError();
 }
 
@@ -230,15 +228,14 @@ int scatterBlocks(const void* d_recv, int P, size_t cap, size_t n, uint32_t memb
     if (cudaError_t e = cudaMemsetAsync(d_sum, 0, n * sizeof(float), s)) return e;  // +0.0f
     if (cudaError_t e = cudaMemsetAsync(d_touched, 0, n, s)) return e;
   }
-  checkKernel<<<dim3(chunksFor(cap), static_cast<unsigned>(P)), kThreads, 0, s>>>(recv, bb, cap, n, members,
-                                                                                  d_verdict);
+  checkKernel<<<dim3(chunksFor(cap), static_cast<unsigned>(P)), kThreads, 0, s>>>(recv, bb, cap, n, members, d_verdict);
   decideKernel<<<1, 1, 0, s>>>(P, cap, propagate, d_verdict);
   for (int r = 0; r < P && cap > 0; ++r)
     addRankKernel<<<chunksFor(cap), kThreads, 0, s>>>(recv + static_cast<size_t>(r) * bb, cap, d_sum, d_touched,
                                                       d_verdict);
   if (members && maxCount)
     writeOutKernel<<<dim3(chunksFor(maxCount), membersGrid(members)), kThreads, 0, s>>>(d_out, members, d_sum,
-                                                                                       d_touched, d_verdict);
+                                                                                        d_touched, d_verdict);
   return cudaGetLastError();
 }
 

@@ -266,8 +266,8 @@ Status DeviceBucketEngine::enqueueLocal(const GpuSelector& selector, const Local
   auto* d_failure = reinterpret_cast<int32_t*>(d_nonfinite + M);
   void* d_descs = nullptr;
   if (M) MGS_RETURN_IF_ERROR(upload(descs.data(), descs.size() * sizeof(FuseDesc), &d_descs));
-  MGS_CUDA_CHECK(kernels::fuseMembers(static_cast<const FuseDesc*>(d_descs), M, maxCountOf(*a.members),
-                                      a.d_residual, a.d_acc, d_nonfinite, stream_));
+  MGS_CUDA_CHECK(kernels::fuseMembers(static_cast<const FuseDesc*>(d_descs), M, maxCountOf(*a.members), a.d_residual,
+                                      a.d_acc, d_nonfinite, stream_));
   MGS_CUDA_CHECK(kernels::clearHeader(a.d_block, stream_));
   char* block = static_cast<char*>(a.d_block);
   compress::SelectArgs s;
@@ -282,8 +282,8 @@ Status DeviceBucketEngine::enqueueLocal(const GpuSelector& selector, const Local
   s.step = a.step;
   s.name = a.name;
   // The count lands in the header's low word (zeroed above, little-endian).
-  MGS_RETURN_IF_ERROR(selector.enqueue(s, DeviceSelectOutputs{reinterpret_cast<uint32_t*>(block), d_failure, nullptr},
-                                       stream_));
+  MGS_RETURN_IF_ERROR(
+      selector.enqueue(s, DeviceSelectOutputs{reinterpret_cast<uint32_t*>(block), d_failure, nullptr}, stream_));
   MGS_CUDA_CHECK(kernels::sealBlock(a.d_block, a.cap, d_nonfinite, M, d_failure, stream_));
   return Status::OK();
 }
@@ -308,10 +308,10 @@ Status DeviceBucketEngine::enqueueScatter(const ScatterArgs& a, PendingVerdict* 
   Status st;
   if (!descs.empty()) st = upload(descs.data(), descs.size() * sizeof(OutDesc), &d_descs);
   if (st.ok()) {
-    const int e = kernels::scatterBlocks(a.d_recv, a.P, a.cap, n, static_cast<uint32_t>(descs.size()),
-                                         static_cast<const OutDesc*>(d_descs), maxCountOf(*a.members), a.propagate,
-                                         reinterpret_cast<float*>(sc), reinterpret_cast<uint8_t*>(sc + sumB),
-                                         d_verdict, stream_);
+    const int e =
+        kernels::scatterBlocks(a.d_recv, a.P, a.cap, n, static_cast<uint32_t>(descs.size()),
+                               static_cast<const OutDesc*>(d_descs), maxCountOf(*a.members), a.propagate,
+                               reinterpret_cast<float*>(sc), reinterpret_cast<uint8_t*>(sc + sumB), d_verdict, stream_);
     if (e != 0)
       st = Status(Code::kCuda, std::string("device scatter: ") + cudaGetErrorName(static_cast<cudaError_t>(e)));
   }

@@ -56,8 +56,8 @@ struct BucketMember {
   void* d_out = nullptr;         // device output, same dtype and count
   mgs_dtype_t dtype = MGS_FLOAT32;
   size_t count = 0;
-  double prescale = 1.0;    // applied while fusing: acc = float(grad) * float(prescale) (+ residual)
-  double outFactor = 1.0;   // applied once to every touched output entry (postscale, / P for average)
+  double prescale = 1.0;        // applied while fusing: acc = float(grad) * float(prescale) (+ residual)
+  double outFactor = 1.0;       // applied once to every touched output entry (postscale, / P for average)
   void* readyEvent = nullptr;   // cudaEvent_t the framework recorded after producing d_grad, or null
   void* readyStream = nullptr;  // without an event: the framework's stream (recorded on, never synchronised)
 };
@@ -125,8 +125,8 @@ class DeviceSlabPool {
   ~DeviceSlabPool();
   DeviceSlabPool(const DeviceSlabPool&) = delete;
   DeviceSlabPool& operator=(const DeviceSlabPool&) = delete;
-  Status take(size_t bytes, void** out);  // 256-byte aligned
-  void give(void* p);                     // p from take(); nullptr ignored
+  Status take(size_t bytes, void** out);                 // 256-byte aligned
+  void give(void* p);                                    // p from take(); nullptr ignored
   uint64_t allocations() const { return allocations_; }  // cudaMalloc calls so far
   size_t pooled() const { return free_.size(); }
 
@@ -225,10 +225,10 @@ class DeviceBucketEngine {
   void* stream_ = nullptr;
   DeviceSlabPool pool_;
   struct Staging {
-    void* host = nullptr;     // pinned
-    void* dev = nullptr;      // device copy
+    void* host = nullptr;  // pinned
+    void* dev = nullptr;   // device copy
     size_t bytes = 0;
-    void* event = nullptr;    // recorded after the copy
+    void* event = nullptr;  // recorded after the copy
   };
   std::vector<Staging> ring_;
   size_t next_ = 0;
@@ -239,7 +239,7 @@ class DeviceBucketEngine {
     size_t words;
   };
   std::vector<VerdictSlot> verdictFree_;  // recycled by ~PendingVerdict
-  void* readyEvent_ = nullptr;  // recorded on a framework stream when a member has no event
+  void* readyEvent_ = nullptr;            // recorded on a framework stream when a member has no event
   // Scratch of enqueueLocal/enqueueScatter (pooled, stream-ordered).
   void* d_words_ = nullptr;  // nonfinite counts + selector failure
   size_t wordsBytes_ = 0;

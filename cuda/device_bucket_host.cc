@@ -31,9 +31,9 @@ Status checkMember(const BucketMember& m, size_t i, const void* p, const char* w
   MGS_ENSURE(bucketDtype(m.dtype), kInvalidArgument,
              "device bucket member " << i << " ('" << m.name << "'): dtype " << dtypeText(m.dtype)
                                      << " (device buckets take float32, float16 or bfloat16)");
-  MGS_ENSURE(p != nullptr || m.count == 0, kInvalidArgument,
-             "device bucket member " << i << " ('" << m.name << "'): " << what << " is NULL with " << m.count
-                                     << " elements");
+  MGS_ENSURE(
+      p != nullptr || m.count == 0, kInvalidArgument,
+      "device bucket member " << i << " ('" << m.name << "'): " << what << " is NULL with " << m.count << " elements");
   MGS_ENSURE(m.count <= static_cast<size_t>(UINT32_MAX) - *n, kInvalidArgument,
              "device bucket member " << i << " ('" << m.name << "'): the bucket would exceed 2^32 - 1 elements "
                                      << "(indices are uint32)");

@@ -45,7 +45,8 @@ Status agreeBackend(const std::string& requested, const std::vector<int32_t>& wo
     return Status::OK();
   }
   MGS_ENSURE(all, kUnsupported,
-             "MGS_BACKEND=nccl cannot run: " << why << ". Use MGS_BACKEND=mpi (CUDA tensors staged through host "
+             "MGS_BACKEND=nccl cannot run: " << why
+                                             << ". Use MGS_BACKEND=mpi (CUDA tensors staged through host "
                                                 "memory) or auto");
   *out = BackendMode::kNcclAtInit;
   return Status::OK();

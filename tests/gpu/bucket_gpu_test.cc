@@ -171,7 +171,7 @@ TEST_CASE("device bucket: local stage equals fuse + CPU selector, conservation b
   const std::vector<Case> cases = {
       {{{MGS_FLOAT32, 0}}, 0.01},
       {{{MGS_FLOAT32, 1}}, 0.01},
-      {{{MGS_FLOAT16, 1}, {MGS_BFLOAT16, 1}}, 1.0},                      // k = n
+      {{{MGS_FLOAT16, 1}, {MGS_BFLOAT16, 1}}, 1.0},                           // k = n
       {{{MGS_FLOAT32, 1000}, {MGS_FLOAT16, 3000}, {MGS_BFLOAT16, 17}}, 1.0},  // k = n, mixed
       {{{MGS_FLOAT32, 1000}, {MGS_FLOAT16, 3000}, {MGS_BFLOAT16, 17}}, 0.01},
       {{{MGS_FLOAT32, size_t{1} << 22}}, 0.001},
