@@ -12,7 +12,9 @@ if(NOT MGS_CUDA_ENABLED)
   message(FATAL_ERROR "MGS_GPU_ONLY=ON needs CUDA (nvcc was not found)")
 endif()
 
-add_library(mgs_common STATIC src/common/status.cc src/common/dtype.cc src/common/dtype_simd.cc src/common/threads.cc)
+add_library(mgs_common STATIC src/common/status.cc src/common/dtype.cc src/common/dtype_simd.cc src/common/threads.cc
+                              src/common/parallel.cc)
+target_link_libraries(mgs_common PUBLIC Threads::Threads)
 target_include_directories(mgs_common PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
 
 add_library(mgs_compress STATIC

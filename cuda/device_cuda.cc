@@ -7,11 +7,21 @@
 
 #include "core/device.h"
 #include "cuda_check.h"
+#include "host_sync.h"
 #include "runtime_kernels.h"
+#ifdef MGS_WITH_NCCL
+#include "comm/nccl/nccl_communicator.h"
+#endif
 
 namespace mgs::device {
 
 bool builtWithCuda() { return true; }
+int visibleDevices() { return cuda::deviceCount(); }
+#ifdef MGS_WITH_NCCL
+bool builtWithNccl() { return true; }
+#else
+bool builtWithNccl() { return false; }
+#endif
 
 Status checkUsable(const TensorDesc& t) {
   if (!t.onCuda()) return Status::OK();
@@ -25,9 +35,9 @@ Status waitReady(const TensorDesc& t) {
   if (!t.onCuda()) return Status::OK();
   MGS_CUDA_CHECK(cudaSetDevice(t.device));
   if (t.ready_event) {
-    MGS_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(t.ready_event)));
+    MGS_RETURN_IF_ERROR(cuda::syncEvent(t.ready_event));
   } else {
-    MGS_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(t.stream)));
+    MGS_RETURN_IF_ERROR(cuda::syncStream(t.stream));
   }
   return Status::OK();
 }
@@ -35,14 +45,14 @@ Status waitReady(const TensorDesc& t) {
 Status copyToHost(void* dst, const TensorDesc& src, size_t bytes) {
   if (bytes == 0) return Status::OK();
   MGS_CUDA_CHECK(cudaSetDevice(src.device));
-  MGS_CUDA_CHECK(cudaMemcpy(dst, src.data, bytes, cudaMemcpyDeviceToHost));
+  MGS_RETURN_IF_ERROR(cuda::copyToHostBlocking(dst, src.data, bytes));
   return Status::OK();
 }
 
 Status copyFromHost(const TensorDesc& dst, const void* src, size_t bytes) {
   if (bytes == 0) return Status::OK();
   MGS_CUDA_CHECK(cudaSetDevice(dst.device));
-  MGS_CUDA_CHECK(cudaMemcpy(dst.data, src, bytes, cudaMemcpyHostToDevice));
+  MGS_RETURN_IF_ERROR(cuda::copyToDeviceBlocking(dst.data, src, bytes));
   return Status::OK();
 }
 
@@ -51,7 +61,7 @@ Status scale(const TensorDesc& t, double factor) {
   MGS_CUDA_CHECK(cudaSetDevice(t.device));
   // The default (legacy) stream orders this after the blocking copies above.
   MGS_CUDA_CHECK(static_cast<cudaError_t>(cuda::scaleAsync(t.data, t.dtype, t.numel(), factor, nullptr)));
-  MGS_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  MGS_RETURN_IF_ERROR(cuda::syncStream(nullptr));
   return Status::OK();
 }
 
@@ -59,5 +69,61 @@ Status scale(const TensorDesc& t, double factor) {
 Status createLocalStage(const LocalStageOptions&, std::unique_ptr<LocalStage>*) {
   return Status(Code::kUnsupported, "no CUDA local stage in this build yet");
 }
+
+// ---- The NCCL path: enqueue on the NCCL stream, no host staging ------------
+
+Status createNcclComm(Communicator& bootstrap, double timeoutSeconds, DeviceComm* out) {
+#ifdef MGS_WITH_NCCL
+  NcclOptions o;
+  o.timeoutSeconds = timeoutSeconds;  // device: local rank % visible devices
+  std::unique_ptr<NcclCommunicator> c;
+  MGS_RETURN_IF_ERROR(NcclCommunicator::create(&bootstrap, o, &c));
+  out->stream = c->stream();
+  out->device = c->device();
+  out->comm = std::move(c);
+  return Status::OK();
+#else
+  (void)bootstrap;
+  (void)timeoutSeconds;
+  (void)out;
+  return Status(Code::kUnsupported, "this mgs library was built with CUDA but without NCCL (nccl.h or libnccl "
+                                    "not found at build time, or -DMGS_WITH_NCCL=OFF)");
+#endif
+}
+
+Status streamWaitReady(const TensorDesc& t, void* stream) {
+  MGS_CUDA_CHECK(cudaSetDevice(t.device));
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (t.ready_event) {
+    MGS_CUDA_CHECK(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(t.ready_event), 0));
+    return Status::OK();
+  }
+  // No event: order after what the framework's stream holds now. A
+  // temporary event (destroying it after the wait was enqueued is allowed).
+  cudaEvent_t ev = nullptr;
+  MGS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  cudaError_t e = cudaEventRecord(ev, static_cast<cudaStream_t>(t.stream));
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(s, ev, 0);
+  (void)cudaEventDestroy(ev);
+  MGS_CUDA_CHECK(e);
+  return Status::OK();
+}
+
+Status copyDeviceAsync(const TensorDesc& dst, const TensorDesc& src, void* stream) {
+  if (dst.data == src.data || src.bytes() == 0) return Status::OK();
+  MGS_ENSURE(dst.bytes() == src.bytes(), kInvalidArgument,
+             "device copy of " << src.bytes() << " bytes into " << dst.bytes());
+  MGS_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice,
+                                 static_cast<cudaStream_t>(stream)));
+  return Status::OK();
+}
+
+Status scaleAsync(const TensorDesc& t, double factor, void* stream) {
+  if (factor == 1.0 || t.numel() == 0) return Status::OK();
+  MGS_CUDA_CHECK(static_cast<cudaError_t>(cuda::scaleAsync(t.data, t.dtype, t.numel(), factor, stream)));
+  return Status::OK();
+}
+
+Status syncStream(void* stream) { return cuda::syncStream(stream); }
 
 }  // namespace mgs::device

@@ -145,8 +145,10 @@ std::vector<ParamSpec> buildSpecs() {
   s.push_back(intParam("MGS_MIN_SPARSE_ELEMENTS", "4096", 0, INT64_MAX, "an integer >= 0", kSame,
                        "Sparse-eligible tensors smaller than this are reduced densely.", &Config::min_sparse_elements));
   s.push_back(enumParam("MGS_BACKEND", "auto", backendNames(), kSame,
-                        "Communication backend. 'auto' picks the best one built in; this build has only "
-                        "MPI (CUDA tensors are staged through host memory).",
+                        "Communication backend for CUDA tensors. 'mpi': staged through host memory; "
+                        "'nccl': NCCL on device pointers (init fails on every rank, naming the cause, in a "
+                        "build without NCCL or on a host without a CUDA device); 'auto': NCCL from the first "
+                        "CUDA tensor when built in and every rank has a device, else MPI.",
                         &Config::backend));
   s.push_back(boolParam("MGS_ERROR_FEEDBACK", "1", kSame,
                         "Keep unsent gradient entries as a residual added to the next step (error "
@@ -243,7 +245,9 @@ std::string Config::effectivePlanner() const {
 }
 
 const std::vector<std::string>& backendNames() {
-  static const std::vector<std::string> names = {"auto", "mpi"};
+  // 'nccl' is accepted in every build, so that a build without NCCL fails at
+  // init with the cause ("built without NCCL") rather than "not one of".
+  static const std::vector<std::string> names = {"auto", "mpi", "nccl"};
   return names;
 }
 

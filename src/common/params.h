@@ -70,8 +70,8 @@ const std::vector<ParamSpec>& paramSpecs();
 // nullptr when `name` is not an mgs parameter.
 const ParamSpec* findParam(const std::string& name);
 
-// The values MGS_BACKEND accepts in this build. A backend is added here (and
-// only here) when it exists: the NCCL backend adds "nccl" behind its build flag.
+// The values MGS_BACKEND accepts: the same in every build (whether the chosen
+// backend is built in and usable is checked at init: core/device_backend.h).
 const std::vector<std::string>& backendNames();
 
 // Parse a set of variables (name -> value; only names starting with "MGS_" are

@@ -1,12 +1,15 @@
 // Host-side helpers for CUDA tensors. In a build without CUDA every function
 // returns kUnsupported, and enqueue rejects CUDA tensors before they get here.
-// Until the NCCL backend lands, CUDA tensors are staged through host memory
-// for MPI; scaling runs on the GPU (cuda/runtime_kernels).
+// With MGS_BACKEND=mpi (or no NCCL) CUDA tensors are staged through host
+// memory for MPI; with NCCL (core/device_backend.h) dense collectives run on
+// device pointers on the NCCL stream. Implemented by cuda/device_cuda.cc
+// (NEVER RUN ON A GPU) or src/core/device_none.cc.
 #pragma once
 
 #include <cstddef>
 #include <memory>
 
+#include "comm/communicator.h"
 #include "common/status.h"
 #include "core/local_stage.h"
 #include "core/request.h"
@@ -14,6 +17,9 @@
 namespace mgs::device {
 
 bool builtWithCuda();
+bool builtWithNccl();
+// CUDA devices visible to this process (0 without CUDA, a driver or a device).
+int visibleDevices();
 // kUnsupported / kCuda with a clear message if `t` cannot be served here.
 Status checkUsable(const TensorDesc& t);
 // Block until the framework's ready event (or its stream) has passed.
@@ -26,5 +32,23 @@ Status scale(const TensorDesc& t, double factor);
 // buckets whose tensors live on it; kUnsupported (and *out untouched) where
 // none exists: then the pipeline stages CUDA inputs through the host stage.
 Status createLocalStage(const LocalStageOptions& options, std::unique_ptr<LocalStage>* out);
+
+// ---- Device-stream steps (NCCL path): enqueue only, no host sync ------------
+// An NCCL communicator over `bootstrap` (collective over it; every rank gets
+// the same verdict). timeoutSeconds <= 0: no deadline.
+struct DeviceComm {
+  std::unique_ptr<Communicator> comm;
+  void* stream = nullptr;  // cudaStream_t of its collectives
+  int device = -1;
+};
+Status createNcclComm(Communicator& bootstrap, double timeoutSeconds, DeviceComm* out);
+// `stream` waits for the framework's ready event (cudaStreamWaitEvent; without
+// an event, for what t.stream has enqueued so far).
+Status streamWaitReady(const TensorDesc& t, void* stream);
+Status copyDeviceAsync(const TensorDesc& dst, const TensorDesc& src, void* stream);
+Status scaleAsync(const TensorDesc& t, double factor, void* stream);
+// The one host wait of the NCCL path: the outputs are final when an op
+// completes (counted in cuda::hostSyncs).
+Status syncStream(void* stream);
 
 }  // namespace mgs::device

@@ -13,11 +13,18 @@ Status noCuda() {
 }  // namespace
 
 bool builtWithCuda() { return false; }
+bool builtWithNccl() { return false; }
+int visibleDevices() { return 0; }
 Status checkUsable(const TensorDesc& t) { return t.onCuda() ? noCuda() : Status::OK(); }
 Status waitReady(const TensorDesc& t) { return t.onCuda() ? noCuda() : Status::OK(); }
 Status copyToHost(void*, const TensorDesc&, size_t) { return noCuda(); }
 Status copyFromHost(const TensorDesc&, const void*, size_t) { return noCuda(); }
 Status scale(const TensorDesc&, double) { return noCuda(); }
 Status createLocalStage(const LocalStageOptions&, std::unique_ptr<LocalStage>*) { return noCuda(); }
+Status createNcclComm(Communicator&, double, DeviceComm*) { return noCuda(); }
+Status streamWaitReady(const TensorDesc&, void*) { return noCuda(); }
+Status copyDeviceAsync(const TensorDesc&, const TensorDesc&, void*) { return noCuda(); }
+Status scaleAsync(const TensorDesc&, double, void*) { return noCuda(); }
+Status syncStream(void*) { return noCuda(); }
 
 }  // namespace mgs::device

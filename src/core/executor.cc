@@ -52,13 +52,22 @@ void Executor::run(std::vector<ReadyOp>& ops) {
     Status st;
     switch (first.sig.type) {
       case OpType::kAllreduce:
-        st = first.sig.on_cuda ? allreduceCuda(first) : allreduceGroup(group);
+        if (!first.sig.on_cuda) {
+          st = allreduceGroup(group);
+        } else if (device::DeviceComm* dc = ncclFor(first)) {
+          st = allreduceNccl(first, *dc);
+        } else {
+          st = allreduceCuda(first);
+        }
         break;
       case OpType::kAllgather:
         st = allgather(first);
         break;
       case OpType::kBroadcast:
-        st = broadcast(first);
+        if (device::DeviceComm* dc = first.sig.on_cuda ? ncclFor(first) : nullptr)
+          st = broadcastNccl(first, *dc);
+        else
+          st = broadcast(first);
         break;
       case OpType::kBarrier:
         break;  // negotiation already synchronised every rank
@@ -165,6 +174,50 @@ Status Executor::allreduceCuda(Request& r) {
   MGS_RETURN_IF_ERROR(device::copyFromHost(r.output, stage_.data(), stage_.size()));
   MGS_RETURN_IF_ERROR(device::scale(r.output, finalFactor(sig)));
   span({&r}, "MEMCPY_OUT_HOST_STAGING", t0);
+  return Status::OK();
+}
+
+device::DeviceComm* Executor::ncclFor(const Request&) {
+  // Every rank asks at the same negotiated op (on_cuda is part of the
+  // signature), so a lazy NCCL set-up under MGS_BACKEND=auto is collective.
+  return backend_ ? backend_->forCuda() : nullptr;
+}
+
+Status Executor::allreduceNccl(Request& r, device::DeviceComm& dc) {
+  const Signature& sig = r.sig;
+  MGS_ENSURE(r.input.device == dc.device && r.output.device == dc.device, kInvalidArgument,
+             "the tensor is on CUDA device " << r.input.device << " but this rank's NCCL communicator uses device "
+                                             << dc.device << " (local rank % visible devices)");
+  auto t0 = Clock::now();
+  // MGS_NONFINITE=error needs the values on the host to agree before reducing:
+  // that check stays host-staged (it reads the whole input anyway).
+  if (config_.nonfinite == "error" && dtypeIsFloat(sig.dtype)) {
+    MGS_RETURN_IF_ERROR(device::waitReady(r.input));
+    stage_.resize(r.input.bytes());
+    MGS_RETURN_IF_ERROR(device::copyToHost(stage_.data(), r.input, stage_.size()));
+    MGS_RETURN_IF_ERROR(agreeFinite({&r}, {stage_.data()}));
+  }
+  MGS_RETURN_IF_ERROR(device::streamWaitReady(r.input, dc.stream));
+  MGS_RETURN_IF_ERROR(device::copyDeviceAsync(r.output, r.input, dc.stream));
+  MGS_RETURN_IF_ERROR(device::scaleAsync(r.output, sig.prescale, dc.stream));
+  // Enqueued on the same stream; NCCL's own wait polls with a deadline and
+  // aborts on a dead peer (src/comm/nccl/nccl_wait.h).
+  MGS_RETURN_IF_ERROR(dc.comm->allreduce(r.output.data, r.output.numel(), sig.dtype, CommOp::kSum));
+  MGS_RETURN_IF_ERROR(device::scaleAsync(r.output, finalFactor(sig), dc.stream));
+  MGS_RETURN_IF_ERROR(device::syncStream(dc.stream));
+  span({&r}, "NCCL_ALLREDUCE", t0);
+  return Status::OK();
+}
+
+Status Executor::broadcastNccl(Request& r, device::DeviceComm& dc) {
+  MGS_ENSURE(r.input.device == dc.device, kInvalidArgument,
+             "the tensor is on CUDA device " << r.input.device << " but this rank's NCCL communicator uses device "
+                                             << dc.device << " (local rank % visible devices)");
+  auto t0 = Clock::now();
+  // Every rank waits: non-roots overwrite the buffer the framework produced.
+  MGS_RETURN_IF_ERROR(device::streamWaitReady(r.input, dc.stream));
+  MGS_RETURN_IF_ERROR(dc.comm->broadcast(r.input.data, r.input.bytes(), r.sig.root));
+  span({&r}, "NCCL_BROADCAST", t0);
   return Status::OK();
 }
 

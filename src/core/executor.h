@@ -10,6 +10,7 @@
 #include "comm/communicator.h"
 #include "common/params.h"
 #include "core/controller.h"
+#include "core/device_backend.h"
 #include "core/sparse_pipeline.h"
 #include "core/timeline.h"
 
@@ -20,15 +21,29 @@ class Executor {
   // `complete` is called exactly once per op, after its outputs are final.
   using Complete = std::function<void(Request& req, Status status)>;
 
-  // `sparse` (may be null) takes the allreduces it declares eligible.
-  Executor(Communicator& comm, const Config& config, Timeline* timeline, SparsePipeline* sparse, Complete complete)
-      : comm_(comm), config_(config), timeline_(timeline), sparse_(sparse), complete_(std::move(complete)) {}
+  // `sparse` (may be null) takes the allreduces it declares eligible;
+  // `backend` (may be null: MPI host staging) says whether CUDA tensors go
+  // through NCCL.
+  Executor(Communicator& comm, const Config& config, Timeline* timeline, SparsePipeline* sparse, Complete complete,
+           DeviceBackend* backend = nullptr)
+      : comm_(comm),
+        config_(config),
+        timeline_(timeline),
+        sparse_(sparse),
+        complete_(std::move(complete)),
+        backend_(backend) {}
 
   void run(std::vector<ReadyOp>& ops);
 
  private:
   Status allreduceGroup(std::vector<Request*>& group);
   Status allreduceCuda(Request& req);
+  // NCCL on device pointers, on its stream (NEVER RUN ON A GPU): the stream
+  // waits for the ready event, no host staging; one host wait at the end so
+  // the output is final when the op completes.
+  Status allreduceNccl(Request& req, device::DeviceComm& dc);
+  Status broadcastNccl(Request& req, device::DeviceComm& dc);
+  device::DeviceComm* ncclFor(const Request& req);
   // MGS_NONFINITE=error: agree, before the data moves, on whether any rank's
   // input holds NaN/Inf (one 8-byte allreduce; not run under 'propagate').
   // `inputs` are host copies of the group's inputs, in group order.
@@ -43,6 +58,7 @@ class Executor {
   Timeline* timeline_;
   SparsePipeline* sparse_;
   Complete complete_;
+  DeviceBackend* backend_;
   std::vector<char> wire_;   // fusion buffer, reused across cycles
   std::vector<char> stage_;  // host staging for CUDA tensors
 };

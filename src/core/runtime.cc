@@ -9,6 +9,7 @@
 #include "common/logging.h"
 #include "core/controller.h"
 #include "core/device.h"
+#include "core/device_backend.h"
 #include "core/executor.h"
 #include "core/timeline.h"
 
@@ -62,10 +63,13 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
     pthread_setname_np(pthread_self(), "mgs-coord");
     std::unique_ptr<Communicator> comm;
     std::unique_ptr<SparsePipeline> sparse;
+    std::unique_ptr<DeviceBackend> backend;  // declared after comm: destroyed before it
     Status st;
     try {
       st = factory(&comm);
       if (st.ok()) st = checkConfigAgrees(*comm, self->config_);
+      // MGS_BACKEND: the same verdict on every rank (core/device_backend.h).
+      if (st.ok()) st = DeviceBackend::init(*comm, self->config_, &backend);
       // The sparse pipeline builds its selector and calibrates here, so a
       // bad setting fails at init, not at the first gradient.
       if (st.ok())
@@ -88,7 +92,7 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
     ready.set_value(st);
     if (!st.ok()) return;
     try {
-      self->loop(std::move(comm), std::move(sparse));
+      self->loop(std::move(comm), std::move(sparse), std::move(backend));
     } catch (...) {
       // loop() catches per cycle; this is the last line of defence, for a
       // failure while setting up or tearing down (e.g. out of memory).
@@ -190,7 +194,10 @@ void Runtime::completeRequest(Request& req, Status st) {
   req.handle->complete(std::move(st));
 }
 
-void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePipeline> sparse_owner) {
+void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePipeline> sparse_owner,
+                   std::unique_ptr<DeviceBackend> backend_param) {
+  // A local, so that the NCCL communicator goes before its bootstrap `comm`.
+  const std::unique_ptr<DeviceBackend> backend = std::move(backend_param);
   std::unique_ptr<Timeline> timeline;
   if (rank_ == 0 && !config_.timeline.empty()) {
     Status st = Timeline::open(config_.timeline, &timeline);
@@ -204,7 +211,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
     std::lock_guard<std::mutex> lk(stats_mu_);
     sparse_stats_ = s;
   });
-  Executor executor(*comm, config_, timeline.get(), &sparse, complete);
+  Executor executor(*comm, config_, timeline.get(), &sparse, complete, backend.get());
   const auto cycle =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   const std::string me = "rank " + std::to_string(rank_);

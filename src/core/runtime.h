@@ -25,6 +25,8 @@
 
 namespace mgs {
 
+class DeviceBackend;
+
 // Negotiation counters, published by the coordinator after every cycle.
 // Only cycles with work pending count, so idle cycles between steps do not
 // dilute the figures.
@@ -85,7 +87,8 @@ class Runtime {
  private:
   explicit Runtime(const Config& config) : config_(config) {}
   Status enqueue(Request req, uint64_t* handle);
-  void loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePipeline> sparse);
+  void loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePipeline> sparse,
+            std::unique_ptr<DeviceBackend> backend);
   // Every operation ends here (coordinator thread): counters, then the handle.
   void completeRequest(Request& req, Status st);
 

@@ -63,7 +63,7 @@ TEST_CASE("bad values name the variable, the value and what is allowed", "[param
       {"MGS_PLANNER", "best", "mgwfbp"},
       {"MGS_STALL_ABORT_S", "-2", ">= 0"},
       {"MGS_WARMUP_STEPS", "1.5", "integer"},
-      {"MGS_BACKEND", "nccl", "auto, mpi"},
+      {"MGS_BACKEND", "gloo", "auto, mpi, nccl"},
       {"MGS_CYCLE_TIME_MS", "1e-9", "[0.001, 10000]"},
       {"MGS_WARMUP_STEPS", "9223372036854775807", "[0, 1000000000]"},
       {"MGS_CALIBRATION", "", "'auto', 'off'"},

@@ -1,0 +1,242 @@
+// Kernels of the device-resident bucket: fuse, header seal, and the scatter
+// of received blocks. NEVER RUN ON A GPU: written and compiled for sm_90 on a
+// machine without one; tests/gpu/bucket_gpu_test.cc compares them with the
+// CPU reference on the first GPU (scripts/gpu_check.sh).
+//
+// Bitwise agreement with the CPU pipeline needs two things: no FMA
+// contraction (nvcc contracts a*b+c by default; the CPU rounds the product
+// first), hence __fmul_rn/__fadd_rn; and the CPU's summation order for an
+// output entry, which is rank order from +0. Each rank's block holds every
+// index at most once (the selector's output is ascending), so one launch per
+// rank adds without atomics and the launches' stream order is the rank order.
+#include "bucket_kernels.h"
+
+#include <algorithm>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "common/status.h"
+
+namespace mgs::cuda::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+
+cudaStream_t asStream(void* s) { return static_cast<cudaStream_t>(s); }
+
+// Blocks per member (grid.x) for a grid-stride loop over the largest member.
+unsigned chunksFor(size_t maxCount) {
+  const size_t b = (maxCount + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>(b, 1024)));
+}
+unsigned membersGrid(uint32_t members) { return std::max<uint32_t>(1, std::min<uint32_t>(members, 65535)); }
+
+__device__ float loadAsFloat(const void* p, uint32_t dtype, size_t i) {
+  switch (dtype) {
+    case MGS_FLOAT16:
+      return __half2float(static_cast<const __half*>(p)[i]);
+    case MGS_BFLOAT16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+__device__ void storeFromFloat(void* p, uint32_t dtype, size_t i, float v) {
+  switch (dtype) {
+    case MGS_FLOAT16:
+      static_cast<__half*>(p)[i] = __float2half_rn(v);
+      break;
+    case MGS_BFLOAT16:
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+      break;
+    default:
+      static_cast<float*>(p)[i] = v;
+  }
+}
+
+// The quiet NaN bit patterns of the CPU's fillNaN (core/nonfinite.cc).
+__device__ void storeNaN(void* p, uint32_t dtype, size_t i) {
+  switch (dtype) {
+    case MGS_FLOAT16:
+      static_cast<uint16_t*>(p)[i] = 0x7e00u;
+      break;
+    case MGS_BFLOAT16:
+      static_cast<uint16_t*>(p)[i] = 0x7fc0u;
+      break;
+    default:
+      static_cast<uint32_t*>(p)[i] = 0x7fc00000u;
+  }
+}
+
+// grid = (chunks, members); each block strides over its member.
+__global__ void fuseKernel(const FuseDesc* __restrict__ descs, uint32_t members, const float* __restrict__ residual,
+                           float* __restrict__ acc, uint32_t* __restrict__ nonfinite) {
+  __shared__ uint32_t blockBad;
+  for (uint32_t m = blockIdx.y; m < members; m += gridDim.y) {
+    const FuseDesc d = descs[m];
+    if (threadIdx.x == 0) blockBad = 0;
+    __syncthreads();
+    uint32_t bad = 0;
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < d.count; i += stride) {
+      float v = __fmul_rn(loadAsFloat(d.src, d.dtype, i), d.prescale);
+      if (residual) v = __fadd_rn(v, residual[d.offset + i]);
+      acc[d.offset + i] = v;
+      bad += isfinite(v) ? 0u : 1u;
+    }
+    if (bad) atomicAdd(&blockBad, bad);
+    __syncthreads();
+    if (threadIdx.x == 0 && blockBad) atomicAdd(&nonfinite[m], blockBad);
+    __syncthreads();  // blockBad is reset for the next member
+  }
+}
+
+__global__ void sealKernel(unsigned char* block, size_t cap, const uint32_t* nonfinite, uint32_t members,
+                           const int32_t* failure) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  uint64_t header = *reinterpret_cast<const uint64_t*>(block);
+  int bad = -1;
+  for (uint32_t m = 0; m < members && bad < 0; ++m)
+    if (nonfinite[m]) bad = static_cast<int>(m);
+  if (bad < 0 && failure && *failure != 0) bad = *failure == static_cast<int32_t>(Code::kNumeric) ? 0 : -2;
+  if (bad == -1 && header > cap) bad = -2;  // cannot happen with a correct selector: fail, never overrun
+  if (bad == -2)
+    header = UINT64_MAX;
+  else if (bad >= 0)
+    header = UINT64_MAX - 1 - static_cast<uint64_t>(bad);
+  *reinterpret_cast<uint64_t*>(block) = header;
+  *reinterpret_cast<uint64_t*>(block + 8 + 8 * cap) = header ^ kBlockSeal;
+}
+
+__device__ bool validFailure(uint64_t h, uint32_t members) { return h == UINT64_MAX || UINT64_MAX - 1 - h < members; }
+
+// grid = (chunks, P). Copies each header into the verdict words and marks the
+// lowest malformed rank: a torn seal, a header that is neither a count <= cap
+// nor a failure code, an index >= n or a non-finite value (as the CPU's
+// validateBlocks). verdict[1] starts at UINT64_MAX.
+__global__ void checkKernel(const unsigned char* recv, size_t bb, size_t cap, size_t n, uint32_t members,
+                            uint64_t* verdict) {
+  const int r = blockIdx.y;
+  const unsigned char* block = recv + static_cast<size_t>(r) * bb;
+  const uint64_t header = *reinterpret_cast<const uint64_t*>(block);
+  bool bad = false;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    verdict[2 + r] = header;
+    const uint64_t seal = *reinterpret_cast<const uint64_t*>(block + bb - 8);
+    bad = seal != (header ^ kBlockSeal) || (header > cap && !validFailure(header, members));
+  }
+  if (header <= cap) {
+    const float* v = reinterpret_cast<const float*>(block + 8);
+    const uint32_t* idx = reinterpret_cast<const uint32_t*>(block + 8 + 4 * cap);
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    for (size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; j < header; j += stride)
+      if (idx[j] >= n || !isfinite(v[j])) bad = true;
+  }
+  if (bad) atomicMin(reinterpret_cast<unsigned long long*>(&verdict[1]), static_cast<unsigned long long>(r));
+}
+
+// One thread: the verdict every rank takes (every rank holds the same blocks).
+__global__ void decideKernel(int P, size_t cap, bool propagate, uint64_t* verdict) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  uint64_t kind = static_cast<uint64_t>(VerdictKind::kOk);
+  if (verdict[1] != UINT64_MAX) {
+    kind = static_cast<uint64_t>(VerdictKind::kMalformed);
+  } else {
+    bool failed = false, other = false;
+    for (int r = 0; r < P; ++r) {
+      const uint64_t h = verdict[2 + r];
+      if (h <= cap) continue;
+      failed = true;
+      if (h == UINT64_MAX) other = true;
+    }
+    if (failed) kind = static_cast<uint64_t>(!other && propagate ? VerdictKind::kNaNWritten : VerdictKind::kFailed);
+  }
+  verdict[0] = kind;
+}
+
+// Adds rank r's pairs into sum (indices unique within a block: no atomics).
+__global__ void addRankKernel(const unsigned char* block, size_t cap, float* sum, uint8_t* touched,
+                              const uint64_t* verdict) {
+  if (verdict[0] != static_cast<uint64_t>(VerdictKind::kOk)) return;
+  const uint64_t count = *reinterpret_cast<const uint64_t*>(block);  // <= cap: checked
+  const float* v = reinterpret_cast<const float*>(block + 8);
+  const uint32_t* idx = reinterpret_cast<const uint32_t*>(block + 8 + 4 * cap);
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; j < count; j += stride) {
+    const uint32_t i = idx[j];
+    sum[i] = __fadd_rn(sum[i], v[j]);
+    touched[i] = 1;
+  }
+}
+
+// grid = (chunks, members): scale each touched entry once and convert, or
+// NaN everywhere (kNaNWritten), or leave the outputs alone (a failure).
+__global__ void writeOutKernel(const OutDesc* __restrict__ descs, uint32_t members, const float* __restrict__ sum,
+                               const uint8_t* __restrict__ touched, const uint64_t* verdict) {
+  const uint64_t kind = verdict[0];
+  if (kind != static_cast<uint64_t>(VerdictKind::kOk) && kind != static_cast<uint64_t>(VerdictKind::kNaNWritten))
+    return;
+  for (uint32_t m = blockIdx.y; m < members; m += gridDim.y) {
+    const OutDesc d = descs[m];
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < d.count; i += stride) {
+      if (kind == static_cast<uint64_t>(VerdictKind::kNaNWritten)) {
+        storeNaN(d.dst, d.dtype, i);
+        continue;
+      }
+      float s = sum[d.offset + i];
+      if (touched[d.offset + i] && d.factor != 1.0f) s = __fmul_rn(s, d.factor);
+      storeFromFloat(d.dst, d.dtype, i, s);
+    }
+  }
+}
+
+}  // namespace
+
+int fuseMembers(const FuseDesc* d_descs, uint32_t members, size_t maxCount, const float* d_residual, float* d_acc,
+                uint32_t* d_nonfinite, void* stream) {
+  const auto s = asStream(stream);
+  if (members == 0) return 0;
+  if (cudaError_t e = cudaMemsetAsync(d_nonfinite, 0, members * sizeof(uint32_t), s)) return e;
+  if (maxCount == 0) return 0;
+  fuseKernel<<<dim3(chunksFor(maxCount), membersGrid(members)), kThreads, 0, s>>>(d_descs, members, d_residual, d_acc,
+                                                                                  d_nonfinite);
+  return cudaGetLastError();
+}
+
+int clearHeader(void* d_block, void* stream) { return cudaMemsetAsync(d_block, 0, 8, asStream(stream)); }
+
+int sealBlock(void* d_block, size_t cap, const uint32_t* d_nonfinite, uint32_t members, const int32_t* d_failure,
+              void* stream) {
+  sealKernel<<<1, 1, 0, asStream(stream)>>>(static_cast<unsigned char*>(d_block), cap, d_nonfinite, members, d_failure);
+  return cudaGetLastError();
+}
+
+int scatterBlocks(const void* d_recv, int P, size_t cap, size_t n, uint32_t members, const OutDesc* d_out,
+                  size_t maxCount, bool propagate, float* d_sum, uint8_t* d_touched, uint64_t* d_verdict,
+                  void* stream) {
+  const auto s = asStream(stream);
+  if (P < 1 || P > 65535) return cudaErrorInvalidValue;
+  const size_t bb = bucketBlockBytes(cap);
+  const auto* recv = static_cast<const unsigned char*>(d_recv);
+  // verdict[0..1] = UINT64_MAX (kind is always rewritten; [1] is the atomicMin start).
+  if (cudaError_t e = cudaMemsetAsync(d_verdict, 0xFF, 2 * sizeof(uint64_t), s)) return e;
+  if (n) {
+    if (cudaError_t e = cudaMemsetAsync(d_sum, 0, n * sizeof(float), s)) return e;  // +0.0f
+    if (cudaError_t e = cudaMemsetAsync(d_touched, 0, n, s)) return e;
+  }
+  checkKernel<<<dim3(chunksFor(cap), static_cast<unsigned>(P)), kThreads, 0, s>>>(recv, bb, cap, n, members, d_verdict);
+  decideKernel<<<1, 1, 0, s>>>(P, cap, propagate, d_verdict);
+  for (int r = 0; r < P && cap > 0; ++r)
+    addRankKernel<<<chunksFor(cap), kThreads, 0, s>>>(recv + static_cast<size_t>(r) * bb, cap, d_sum, d_touched,
+                                                      d_verdict);
+  if (members && maxCount)
+    writeOutKernel<<<dim3(chunksFor(maxCount), membersGrid(members)), kThreads, 0, s>>>(d_out, members, d_sum,
+                                                                                        d_touched, d_verdict);
+  return cudaGetLastError();
+}
+
+}  // namespace mgs::cuda::kernels

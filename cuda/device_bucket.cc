@@ -1,0 +1,350 @@
+// DeviceBucketEngine and DeviceSlabPool (device_bucket.h): the host side of
+// the device-resident bucket. Everything here only enqueues on the engine's
+// stream: no cudaStreamSynchronize, no blocking copy, no cudaMalloc once warm.
+// NEVER RUN ON A GPU (compiled for sm_90 only); tests/gpu/bucket_gpu_test.cc
+// is written for the first GPU.
+#include "device_bucket.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <cuda_runtime_api.h>
+
+#include "bucket_kernels.h"
+#include "common/check.h"
+#include "cuda_check.h"
+#include "gpu_selector.h"
+
+namespace mgs::cuda {
+namespace {
+
+cudaStream_t asStream(void* s) { return static_cast<cudaStream_t>(s); }
+constexpr size_t kAlign = 256;
+size_t alignUp(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
+
+// cudaEventQuery without blocking: 1 passed, 0 not yet; errors through the macro.
+Status eventPassed(void* event, bool* passed) {
+  const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (e == cudaErrorNotReady) {
+    *passed = false;
+    return Status::OK();
+  }
+  MGS_CUDA_CHECK(e);
+  *passed = true;
+  return Status::OK();
+}
+
+size_t maxCountOf(const std::vector<BucketMember>& members) {
+  size_t m = 0;
+  for (const auto& b : members) m = std::max(m, b.count);
+  return m;
+}
+
+}  // namespace
+
+// ---- DeviceSlabPool ----------------------------------------------------------
+
+DeviceSlabPool::~DeviceSlabPool() {
+  if (free_.empty() && used_.empty()) return;
+  (void)cudaSetDevice(device_);
+  for (auto& s : free_) (void)cudaFree(s.p);
+  for (auto& s : used_) (void)cudaFree(s.p);
+}
+
+Status DeviceSlabPool::take(size_t bytes, void** out) {
+  bytes = alignUp(std::max<size_t>(bytes, 1));
+  // Best fit, but not more than twice too big (as the CPU slab pool).
+  size_t best = free_.size();
+  for (size_t i = 0; i < free_.size(); ++i) {
+    const size_t b = free_[i].bytes;
+    if (b >= bytes && b <= 2 * bytes + 4096 && (best == free_.size() || b < free_[best].bytes)) best = i;
+  }
+  if (best == free_.size()) {
+    MGS_CUDA_CHECK(cudaSetDevice(device_));
+    void* p = nullptr;
+    MGS_CUDA_CHECK(cudaMalloc(&p, bytes));  // warm-up only: steady state reuses
+    ++allocations_;
+    used_.push_back(Slab{p, bytes});
+  } else {
+    used_.push_back(free_[best]);
+    free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(best));
+  }
+  *out = used_.back().p;
+  return Status::OK();
+}
+
+void DeviceSlabPool::give(void* p) {
+  if (!p) return;
+  for (size_t i = 0; i < used_.size(); ++i) {
+    if (used_[i].p != p) continue;
+    free_.push_back(used_[i]);
+    used_.erase(used_.begin() + static_cast<std::ptrdiff_t>(i));
+    return;
+  }
+}
+
+// ---- PendingVerdict ------------------------------------------------------------
+
+PendingVerdict::~PendingVerdict() { release(); }
+
+PendingVerdict::PendingVerdict(PendingVerdict&& o) noexcept { *this = std::move(o); }
+
+PendingVerdict& PendingVerdict::operator=(PendingVerdict&& o) noexcept {
+  if (this == &o) return *this;
+  release();
+  owner_ = o.owner_;
+  event_ = o.event_;
+  host_ = o.host_;
+  hostWords_ = o.hostWords_;
+  P_ = o.P_;
+  cap_ = o.cap_;
+  members_ = o.members_;
+  propagate_ = o.propagate_;
+  o.owner_ = nullptr;
+  o.event_ = nullptr;
+  o.host_ = nullptr;
+  return *this;
+}
+
+void PendingVerdict::release() {
+  if (owner_ && event_) owner_->verdictFree_.push_back({event_, host_, hostWords_});
+  owner_ = nullptr;
+  event_ = nullptr;
+  host_ = nullptr;
+}
+
+Status PendingVerdict::test(bool* done) {
+  MGS_ENSURE(event_ != nullptr, kInvalidArgument, "PendingVerdict: no scatter was enqueued");
+  return eventPassed(event_, done);
+}
+
+Status PendingVerdict::verdict(BucketVerdict* out) const {
+  MGS_ENSURE(host_ != nullptr, kInvalidArgument, "PendingVerdict: no scatter was enqueued");
+  return decodeVerdict(host_, P_, cap_, members_, propagate_, out);
+}
+
+// ---- DeviceBucketEngine ----------------------------------------------------------
+
+Status DeviceBucketEngine::create(int device, void* stream, std::unique_ptr<DeviceBucketEngine>* out) {
+  MGS_CUDA_CHECK(cudaSetDevice(device));
+  std::unique_ptr<DeviceBucketEngine> e(new DeviceBucketEngine(device));
+  if (stream) {
+    e->stream_ = stream;
+  } else {
+    cudaStream_t s = nullptr;
+    MGS_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    e->stream_ = s;
+    e->ownStream_ = true;
+  }
+  cudaEvent_t ev = nullptr;
+  MGS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  e->readyEvent_ = ev;
+  *out = std::move(e);
+  return Status::OK();
+}
+
+DeviceBucketEngine::~DeviceBucketEngine() {
+  (void)cudaSetDevice(device_);
+  // Teardown waits for the work in flight before freeing what it uses
+  // (not steady state: not counted in hostSyncs).
+  if (stream_) (void)cudaStreamSynchronize(asStream(stream_));
+  for (auto& s : ring_) {
+    (void)cudaFreeHost(s.host);
+    (void)cudaFree(s.dev);
+    (void)cudaEventDestroy(static_cast<cudaEvent_t>(s.event));
+  }
+  for (auto& v : verdictFree_) {
+    (void)cudaFreeHost(v.host);
+    (void)cudaEventDestroy(static_cast<cudaEvent_t>(v.event));
+  }
+  if (readyEvent_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(readyEvent_));
+  pool_.give(d_words_);
+  if (ownStream_) (void)cudaStreamDestroy(asStream(stream_));
+}
+
+Status DeviceBucketEngine::upload(const void* host, size_t bytes, void** d_out) {
+  // A free slot: its last copy has left the pinned buffer (event passed).
+  // The device side is reused in stream order. Not found: a new slot.
+  size_t pick = ring_.size();
+  for (size_t t = 0; t < ring_.size() && pick == ring_.size(); ++t) {
+    const size_t i = (next_ + t) % ring_.size();
+    bool passed = false;
+    MGS_RETURN_IF_ERROR(eventPassed(ring_[i].event, &passed));
+    if (passed) pick = i;
+  }
+  if (pick == ring_.size()) {
+    Staging s;
+    cudaEvent_t ev = nullptr;
+    MGS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    s.event = ev;
+    ring_.push_back(s);
+  }
+  Staging& s = ring_[pick];
+  if (s.bytes < bytes) {  // warm-up (or a bigger bucket): grow this slot
+    if (s.host) MGS_CUDA_CHECK(cudaFreeHost(s.host));
+    if (s.dev) MGS_CUDA_CHECK(cudaFree(s.dev));
+    s.host = s.dev = nullptr;
+    s.bytes = 0;
+    const size_t nb = alignUp(bytes);
+    MGS_CUDA_CHECK(cudaHostAlloc(&s.host, nb, cudaHostAllocDefault));
+    MGS_CUDA_CHECK(cudaMalloc(&s.dev, nb));
+    s.bytes = nb;
+  }
+  std::memcpy(s.host, host, bytes);
+  MGS_CUDA_CHECK(cudaMemcpyAsync(s.dev, s.host, bytes, cudaMemcpyHostToDevice, asStream(stream_)));
+  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(s.event), asStream(stream_)));
+  next_ = (pick + 1) % ring_.size();
+  *d_out = s.dev;
+  return Status::OK();
+}
+
+Status DeviceBucketEngine::waitReady(const std::vector<BucketMember>& members) {
+  const void* last = nullptr;
+  for (const auto& m : members) {
+    if (m.readyEvent) {
+      if (m.readyEvent == last) continue;
+      MGS_CUDA_CHECK(cudaStreamWaitEvent(asStream(stream_), static_cast<cudaEvent_t>(m.readyEvent), 0));
+      last = m.readyEvent;
+    } else {
+      // No event: what the framework's stream has enqueued so far (recorded
+      // now, waited for on the device; the host does not wait).
+      MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(readyEvent_), asStream(m.readyStream)));
+      MGS_CUDA_CHECK(cudaStreamWaitEvent(asStream(stream_), static_cast<cudaEvent_t>(readyEvent_), 0));
+      last = nullptr;
+    }
+  }
+  return Status::OK();
+}
+
+Status DeviceBucketEngine::waitEvent(void* event) {
+  MGS_ENSURE(event != nullptr, kInvalidArgument, "DeviceBucketEngine::waitEvent: null event");
+  MGS_CUDA_CHECK(cudaStreamWaitEvent(asStream(stream_), static_cast<cudaEvent_t>(event), 0));
+  return Status::OK();
+}
+
+Status DeviceBucketEngine::recordEvent(void** event) {
+  cudaEvent_t ev = nullptr;
+  MGS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  const cudaError_t e = cudaEventRecord(ev, asStream(stream_));
+  if (e != cudaSuccess) (void)cudaEventDestroy(ev);
+  MGS_CUDA_CHECK(e);
+  *event = ev;
+  return Status::OK();
+}
+
+void DeviceBucketEngine::destroyEvent(void* event) {
+  if (event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+Status DeviceBucketEngine::enqueueLocal(const GpuSelector& selector, const LocalStageArgs& a) {
+  MGS_ENSURE(a.members != nullptr, kInvalidArgument, "device local stage of " << a.name << ": no members");
+  std::vector<FuseDesc> descs;
+  size_t n = 0;
+  MGS_RETURN_IF_ERROR(buildFuseDescs(*a.members, &descs, &n));
+  const size_t need = selector.maxCount(n);
+  MGS_ENSURE(a.cap >= need, kInvalidArgument,
+             "device local stage of " << a.name << ": block capacity " << a.cap << " < the selector's bound " << need);
+  MGS_ENSURE(a.d_block != nullptr && reinterpret_cast<uintptr_t>(a.d_block) % 8 == 0, kInvalidArgument,
+             "device local stage of " << a.name << ": the block is null or not 8-byte aligned");
+  MGS_ENSURE(n == 0 || a.d_acc != nullptr, kInvalidArgument, "device local stage of " << a.name << ": no acc slab");
+  MGS_ENSURE(a.d_residual == nullptr || a.d_residual != a.d_acc, kInvalidArgument,
+             "device local stage of " << a.name << ": the acc slab aliases the residual (the residual must stay "
+                                      << "intact until the verdict)");
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  MGS_RETURN_IF_ERROR(waitReady(*a.members));
+  const uint32_t M = static_cast<uint32_t>(descs.size());
+  // Non-finite counts (M words) and the selector's failure word.
+  const size_t wb = alignUp((M + 1) * sizeof(uint32_t));
+  if (wordsBytes_ < wb) {
+    pool_.give(d_words_);  // stream order: its last users were enqueued before any new one
+    d_words_ = nullptr;
+    wordsBytes_ = 0;
+    MGS_RETURN_IF_ERROR(pool_.take(wb, &d_words_));
+    wordsBytes_ = wb;
+  }
+  auto* d_nonfinite = static_cast<uint32_t*>(d_words_);
+  auto* d_failure = reinterpret_cast<int32_t*>(d_nonfinite + M);
+  void* d_descs = nullptr;
+  if (M) MGS_RETURN_IF_ERROR(upload(descs.data(), descs.size() * sizeof(FuseDesc), &d_descs));
+  MGS_CUDA_CHECK(kernels::fuseMembers(static_cast<const FuseDesc*>(d_descs), M, maxCountOf(*a.members), a.d_residual,
+                                      a.d_acc, d_nonfinite, stream_));
+  MGS_CUDA_CHECK(kernels::clearHeader(a.d_block, stream_));
+  char* block = static_cast<char*>(a.d_block);
+  compress::SelectArgs s;
+  s.x = nullptr;  // in place: d_acc already holds acc
+  s.dtype = MGS_FLOAT32;
+  s.residual = a.d_acc;
+  s.n = n;
+  s.outValues = reinterpret_cast<float*>(block + bucketBlockValuesOffset());
+  s.outIndices = reinterpret_cast<uint32_t*>(block + bucketBlockIndicesOffset(a.cap));
+  s.workspace = a.d_workspace;
+  s.workspaceBytes = a.workspaceBytes;
+  s.step = a.step;
+  s.name = a.name;
+  // The count lands in the header's low word (zeroed above, little-endian).
+  MGS_RETURN_IF_ERROR(
+      selector.enqueue(s, DeviceSelectOutputs{reinterpret_cast<uint32_t*>(block), d_failure, nullptr}, stream_));
+  MGS_CUDA_CHECK(kernels::sealBlock(a.d_block, a.cap, d_nonfinite, M, d_failure, stream_));
+  return Status::OK();
+}
+
+Status DeviceBucketEngine::enqueueScatter(const ScatterArgs& a, PendingVerdict* out) {
+  MGS_ENSURE(a.members != nullptr && out != nullptr, kInvalidArgument, "device scatter: no members or no verdict");
+  MGS_ENSURE(a.P >= 1 && a.P <= 65535, kInvalidArgument, "device scatter: P = " << a.P);
+  MGS_ENSURE(a.d_recv != nullptr, kInvalidArgument, "device scatter: no received blocks");
+  std::vector<OutDesc> descs;
+  size_t n = 0;
+  MGS_RETURN_IF_ERROR(buildOutDescs(*a.members, &descs, &n));
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  const size_t words = verdictWords(a.P);
+  // Scratch: sum (n floats), touched (n bytes), verdict words. Given back at
+  // once: the next user is enqueued after these kernels (stream order).
+  const size_t sumB = alignUp(n * sizeof(float)), touchB = alignUp(n), verdictB = alignUp(words * 8);
+  void* scratch = nullptr;
+  MGS_RETURN_IF_ERROR(pool_.take(sumB + touchB + verdictB, &scratch));
+  char* sc = static_cast<char*>(scratch);
+  auto* d_verdict = reinterpret_cast<uint64_t*>(sc + sumB + touchB);
+  void* d_descs = nullptr;
+  Status st;
+  if (!descs.empty()) st = upload(descs.data(), descs.size() * sizeof(OutDesc), &d_descs);
+  if (st.ok()) {
+    const int e =
+        kernels::scatterBlocks(a.d_recv, a.P, a.cap, n, static_cast<uint32_t>(descs.size()),
+                               static_cast<const OutDesc*>(d_descs), maxCountOf(*a.members), a.propagate,
+                               reinterpret_cast<float*>(sc), reinterpret_cast<uint8_t*>(sc + sumB), d_verdict, stream_);
+    if (e != 0)
+      st = Status(Code::kCuda, std::string("device scatter: ") + cudaGetErrorName(static_cast<cudaError_t>(e)));
+  }
+  pool_.give(scratch);
+  MGS_RETURN_IF_ERROR(st);
+  // The verdict's way to the host: pinned words + an event (recycled).
+  PendingVerdict pv;
+  for (size_t i = 0; i < verdictFree_.size(); ++i) {
+    if (verdictFree_[i].words < words) continue;
+    pv.event_ = verdictFree_[i].event;
+    pv.host_ = verdictFree_[i].host;
+    pv.hostWords_ = verdictFree_[i].words;
+    verdictFree_.erase(verdictFree_.begin() + static_cast<std::ptrdiff_t>(i));
+    break;
+  }
+  pv.owner_ = this;
+  if (!pv.event_) {
+    cudaEvent_t ev = nullptr;
+    MGS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    pv.event_ = ev;
+    void* h = nullptr;
+    MGS_CUDA_CHECK(cudaHostAlloc(&h, words * 8, cudaHostAllocDefault));  // pv owns both from here
+    pv.host_ = static_cast<uint64_t*>(h);
+    pv.hostWords_ = words;
+  }
+  pv.P_ = a.P;
+  pv.cap_ = a.cap;
+  pv.members_ = descs.size();
+  pv.propagate_ = a.propagate;
+  MGS_CUDA_CHECK(cudaMemcpyAsync(pv.host_, d_verdict, words * 8, cudaMemcpyDeviceToHost, asStream(stream_)));
+  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(pv.event_), asStream(stream_)));
+  *out = std::move(pv);
+  return Status::OK();
+}
+
+}  // namespace mgs::cuda
