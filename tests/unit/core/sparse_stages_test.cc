@@ -120,6 +120,7 @@ namespace {
 std::vector<Status> exchangeTwo(size_t cap, size_t n, const std::function<void(const block::AllgatherBlock&)>& make1) {
   auto world = std::make_shared<ThreadWorld>(2);
   std::vector<Status> verdict(2);
+  std::vector<std::pair<uint64_t, float>> got0(2);  // rank 0's header and first value, as each rank received it
   std::vector<std::thread> ts;
   for (int r = 0; r < 2; ++r) {
     ts.emplace_back([&, r] {
@@ -139,14 +140,17 @@ std::vector<Status> exchangeTwo(size_t cap, size_t n, const std::function<void(c
       ex.start(a);
       Status st = ex.finish(a);
       verdict[r] = st.ok() ? ex.validate(a, n, 2, "t") : st;
-      if (verdict[r].ok()) {
-        REQUIRE(a.received(0).header() == 1);
-        REQUIRE(a.received(0).values()[0] == 1.5f);
-      }
+      // Catch's assertions are not thread-safe: record here, check after join.
+      if (verdict[r].ok()) got0[r] = {a.received(0).header(), a.received(0).values()[0]};
       ex.release(a);
     });
   }
   for (auto& t : ts) t.join();
+  for (int r = 0; r < 2; ++r) {
+    if (!verdict[r].ok()) continue;
+    REQUIRE(got0[r].first == 1);
+    REQUIRE(got0[r].second == 1.5f);
+  }
   return verdict;
 }
 
