@@ -201,6 +201,10 @@ class DeviceBucketEngine {
   // kernel that turns non-finite counts / the selector's failure into the
   // header's failure code and writes the seal.
   Status enqueueLocal(const GpuSelector& selector, const LocalStageArgs& a);
+  // The device words the last enqueueLocal wrote, valid until the next one
+  // (stream order): one uint32 non-finite count per member, then the
+  // selector's int32 failure word (0 or an mgs::Code).
+  const void* localWords() const { return d_words_; }
   // Scatter, all on stream(), no host sync: validate the P blocks and decide
   // the verdict on the device, add rank by rank from +0 (bitwise the CPU's
   // order), scale each touched entry once and write the outputs (or NaN into

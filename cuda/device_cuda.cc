@@ -7,6 +7,7 @@
 
 #include "core/device.h"
 #include "cuda_check.h"
+#include "cuda_local_stage.h"
 #include "host_sync.h"
 #include "runtime_kernels.h"
 #ifdef MGS_WITH_NCCL
@@ -65,9 +66,12 @@ Status scale(const TensorDesc& t, double factor) {
   return Status::OK();
 }
 
-// Not written yet: the pipeline uses the host stage (CUDA inputs staged).
-Status createLocalStage(const LocalStageOptions&, std::unique_ptr<LocalStage>*) {
-  return Status(Code::kUnsupported, "no CUDA local stage in this build yet");
+// NEVER RUN ON A GPU (cuda/cuda_local_stage.h).
+Status createLocalStage(const LocalStageOptions& options, int device, std::unique_ptr<ResidentLocalStage>* out) {
+  std::unique_ptr<cuda::CudaLocalStage> s;
+  MGS_RETURN_IF_ERROR(cuda::CudaLocalStage::create(options, device, &s));
+  *out = std::move(s);
+  return Status::OK();
 }
 
 // ---- The NCCL path: enqueue on the NCCL stream, no host staging ------------
@@ -86,8 +90,9 @@ Status createNcclComm(Communicator& bootstrap, double timeoutSeconds, DeviceComm
   (void)bootstrap;
   (void)timeoutSeconds;
   (void)out;
-  return Status(Code::kUnsupported, "this mgs library was built with CUDA but without NCCL (nccl.h or libnccl "
-                                    "not found at build time, or -DMGS_WITH_NCCL=OFF)");
+  return Status(Code::kUnsupported,
+                "this mgs library was built with CUDA but without NCCL (nccl.h or libnccl "
+                "not found at build time, or -DMGS_WITH_NCCL=OFF)");
 #endif
 }
 
@@ -113,8 +118,8 @@ Status copyDeviceAsync(const TensorDesc& dst, const TensorDesc& src, void* strea
   if (dst.data == src.data || src.bytes() == 0) return Status::OK();
   MGS_ENSURE(dst.bytes() == src.bytes(), kInvalidArgument,
              "device copy of " << src.bytes() << " bytes into " << dst.bytes());
-  MGS_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice,
-                                 static_cast<cudaStream_t>(stream)));
+  MGS_CUDA_CHECK(
+      cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)));
   return Status::OK();
 }
 

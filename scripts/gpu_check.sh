@@ -53,7 +53,8 @@ say "tests"
 ctest --test-dir "$BUILD" --output-on-failure --timeout 600 2>&1 | tee "$OUTDIR/ctest.log" | tail -40
 # The tests that need the GPU, one line each (gpu/compress: selectors and
 # decompression; gpu/bucket: the device-resident bucket's fuse, selection into
-# the block, scatter and hostSyncs == 0; gpu/nccl: the NCCL communicator).
+# the block, scatter and hostSyncs == 0; gpu/local_stage: the CUDA local stage
+# against the host stage; gpu/nccl: the NCCL communicator).
 say "GPU tests:"; grep -E "Test +#[0-9]+: gpu/" "$OUTDIR/ctest.log" || say "no gpu/* test ran"
 TESTS_OK=0
 grep -q "100% tests passed" "$OUTDIR/ctest.log" && ! grep -q "Not Run\|Skipped" "$OUTDIR/ctest.log" && TESTS_OK=1

@@ -12,6 +12,7 @@
 #include "comm/communicator.h"
 #include "common/status.h"
 #include "core/local_stage.h"
+#include "core/routed_local_stage.h"
 #include "core/request.h"
 
 namespace mgs::device {
@@ -28,10 +29,12 @@ Status copyToHost(void* dst, const TensorDesc& src, size_t bytes);
 Status copyFromHost(const TensorDesc& dst, const void* src, size_t bytes);
 // Scale `t` in place on the GPU and wait for it.
 Status scale(const TensorDesc& t, double factor);
-// The local stage on this device (core/local_stage.h has the contract), for
-// buckets whose tensors live on it; kUnsupported (and *out untouched) where
-// none exists: then the pipeline stages CUDA inputs through the host stage.
-Status createLocalStage(const LocalStageOptions& options, std::unique_ptr<LocalStage>* out);
+// The local stage on CUDA device `device` (core/local_stage.h has the
+// contract; core/routed_local_stage.h how buckets reach it): slabs and
+// residuals in device memory, the GPU selector, only the compact block
+// copied to the host. An error (and *out untouched) where none can exist:
+// then the pipeline stages CUDA inputs through the host stage.
+Status createLocalStage(const LocalStageOptions& options, int device, std::unique_ptr<ResidentLocalStage>* out);
 
 // ---- Device-stream steps (NCCL path): enqueue only, no host sync ------------
 // An NCCL communicator over `bootstrap` (collective over it; every rank gets

@@ -20,7 +20,7 @@ Status waitReady(const TensorDesc& t) { return t.onCuda() ? noCuda() : Status::O
 Status copyToHost(void*, const TensorDesc&, size_t) { return noCuda(); }
 Status copyFromHost(const TensorDesc&, const void*, size_t) { return noCuda(); }
 Status scale(const TensorDesc&, double) { return noCuda(); }
-Status createLocalStage(const LocalStageOptions&, std::unique_ptr<LocalStage>*) { return noCuda(); }
+Status createLocalStage(const LocalStageOptions&, int, std::unique_ptr<ResidentLocalStage>*) { return noCuda(); }
 Status createNcclComm(Communicator&, double, DeviceComm*) { return noCuda(); }
 Status streamWaitReady(const TensorDesc&, void*) { return noCuda(); }
 Status copyDeviceAsync(const TensorDesc&, const TensorDesc&, void*) { return noCuda(); }

@@ -52,8 +52,23 @@ ResidualStore::Slab ResidualStore::adopt(const std::vector<Member>& members, Sla
   return nullptr;
 }
 
+void ResidualStore::takeLocked(const std::string& name, float* dst, size_t n) {
+  auto it = map_.find(name);
+  if (it == map_.end() || it->second.n != n) {
+    std::fill(dst, dst + n, 0.0f);
+  } else if (n) {
+    std::memcpy(dst, it->second.data(), n * sizeof(float));
+  }
+  if (it != map_.end()) map_.erase(it);
+}
+
 void ResidualStore::read(const std::string& name, float* dst, size_t n) const {
   std::lock_guard<std::mutex> lk(mu_);
+  size_t held = 0;
+  if (external_ && external_->holds(name, &held)) {
+    if (held != n || !external_->read(name, dst, n).ok()) std::fill(dst, dst + n, 0.0f);
+    return;
+  }
   auto it = map_.find(name);
   if (it == map_.end() || it->second.n != n) {
     std::fill(dst, dst + n, 0.0f);
@@ -73,6 +88,13 @@ void ResidualStore::writeLocked(const std::string& name, const float* src, size_
 
 Status ResidualStore::copyOut(const std::string& name, float* dst, size_t n) const {
   std::lock_guard<std::mutex> lk(mu_);
+  size_t held = 0;
+  if (external_ && external_->holds(name, &held)) {
+    if (held != n)
+      return Status(Code::kInvalidArgument, "tensor '" + name + "' has a residual of " + std::to_string(held) +
+                                                " elements, not " + std::to_string(n));
+    return external_->read(name, dst, n);
+  }
   auto it = map_.find(name);
   if (it == map_.end())
     return Status(Code::kInvalidArgument, "tensor '" + name + "' has no residual (never sparsified on this rank)");
@@ -85,6 +107,13 @@ Status ResidualStore::copyOut(const std::string& name, float* dst, size_t n) con
 
 Status ResidualStore::copyIn(const std::string& name, const float* src, size_t n) {
   std::lock_guard<std::mutex> lk(mu_);
+  size_t held = 0;
+  // Of the same size: in place where it lives. Otherwise the old one is gone
+  // and the new one lives here (the holder's next bucket takes it back).
+  if (external_ && external_->holds(name, &held)) {
+    if (held == n) return external_->write(name, src, n);
+    external_->drop(name);
+  }
   writeLocked(name, src, n);
   return Status::OK();
 }

@@ -8,6 +8,8 @@
 #include "common/threads.h"
 #include "core/calibration.h"
 #include "core/cpu_local_stage.h"
+#include "core/device.h"
+#include "core/routed_local_stage.h"
 
 namespace mgs {
 namespace {
@@ -36,15 +38,21 @@ SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, Residua
           [this](std::vector<Request>& members) { runBucket(members); }),
       exchange_(comm),
       scatter_(comm.size()) {
-  // The host implementation serves every bucket today: CUDA inputs are
-  // staged (device::createLocalStage is the seam for a device one).
+  // The host stage serves every bucket but those of CUDA tensors that a
+  // device stage accepts (routed_local_stage.h); where none can be made,
+  // CUDA inputs are staged through the host.
   LocalStageOptions o;
   o.rank = comm.rank();
   o.error_feedback = config_.error_feedback;
   o.residuals = &residuals;
   // Buckets in flight plus a few committed ones' predecessors.
   o.max_slabs = 2 * BlockExchange::kMaxInFlight + 2;
-  local_ = std::make_unique<CpuLocalStage>(o);
+  auto device_stage = [o](const LocalJob& job, std::unique_ptr<ResidentLocalStage>* out) -> Status {
+    const TensorDesc& first = (*job.members)[0].input;
+    if (!first.onCuda()) return Status::OK();
+    return device::createLocalStage(o, first.device, out);
+  };
+  local_ = std::make_unique<RoutedLocalStage>(o, std::make_unique<CpuLocalStage>(o), device_stage);
 }
 
 Status SparsePipeline::create(Communicator& comm, const Config& config, ResidualStore& residuals, Complete complete,

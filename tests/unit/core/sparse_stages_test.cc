@@ -422,8 +422,8 @@ TEST_CASE("cpu local stage: dense buckets, extract and zeroResidual", "[core][lo
 
 TEST_CASE("device::createLocalStage: a build without CUDA has no device stage and says so", "[core][local_stage]") {
   if (device::builtWithCuda()) return;  // cuda/device_cuda.cc answers there (tests/gpu)
-  std::unique_ptr<LocalStage> s;
-  const Status st = device::createLocalStage(LocalStageOptions{}, &s);
+  std::unique_ptr<ResidentLocalStage> s;
+  const Status st = device::createLocalStage(LocalStageOptions{}, 0, &s);
   REQUIRE(st.code() == Code::kUnsupported);
   REQUIRE(!s);
 }

@@ -1,0 +1,355 @@
+// NEVER RUN ON A GPU (cuda/cuda_local_stage.h).
+#include "cuda_local_stage.h"
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "core/sparse_block.h"
+#include "cuda_check.h"
+#include "host_sync.h"
+#include "runtime_kernels.h"
+
+namespace mgs::cuda {
+namespace {
+
+static_assert(kBlockSeal == block::kAllgatherSeal, "the device block and the host exchange share one layout");
+
+cudaStream_t asStream(void* s) { return static_cast<cudaStream_t>(s); }
+
+// Device buffers taken from the pool for one call, given back on every path.
+struct Scratch {
+  DeviceSlabPool& pool;
+  std::vector<void*> bufs;
+  ~Scratch() {
+    for (void* p : bufs) pool.give(p);
+  }
+  Status take(size_t bytes, void** out) {
+    MGS_RETURN_IF_ERROR(pool.take(bytes, out));
+    bufs.push_back(*out);
+    return Status::OK();
+  }
+};
+
+}  // namespace
+
+struct CudaLocalStage::Slab : LocalSlab {
+  BufPtr buf;
+  size_t n = 0;
+  size_t size() const override { return n; }
+};
+
+Status CudaLocalStage::create(const LocalStageOptions& options, int device, std::unique_ptr<CudaLocalStage>* out) {
+  MGS_ENSURE(device >= 0 && device < deviceCount(), kCuda,
+             "CUDA device " << device << " is not visible (" << deviceCount() << " CUDA devices)");
+  MGS_ENSURE(bucketBlockBytes(7) == block::allgatherBytes(7) && bucketBlockIndicesOffset(7) == 8 + 4 * 7, kInternal,
+             "the device block's layout differs from the host exchange's");
+  std::unique_ptr<CudaLocalStage> s(new CudaLocalStage(options, device));
+  MGS_CUDA_CHECK(cudaSetDevice(device));
+  MGS_RETURN_IF_ERROR(DeviceBucketEngine::create(device, nullptr, &s->engine_));
+  *out = std::move(s);
+  return Status::OK();
+}
+
+CudaLocalStage::~CudaLocalStage() {
+  // Slots give their buffers back to the engine's pool: before the engine goes.
+  held_.clear();
+}
+
+Status CudaLocalStage::newBuf(size_t floats, BufPtr* out) {
+  void* p = nullptr;
+  MGS_RETURN_IF_ERROR(engine_->pool().take(floats * sizeof(float), &p));
+  DeviceSlabPool* pool = &engine_->pool();
+  *out = BufPtr(new Buf{p, floats}, [pool](Buf* b) {
+    pool->give(b->p);
+    delete b;
+  });
+  return Status::OK();
+}
+
+bool CudaLocalStage::accepts(const LocalJob& job) const {
+  // The allgather block only: dense buckets go to the host anyway, and the
+  // agreed exchange's extract is a host operation.
+  if (job.dense_acc || job.index_block || !job.block || !job.select || !job.selector || !job.members) return false;
+  if (job.n == 0 || job.n >= (size_t{1} << 32)) return false;
+  for (const auto& m : *job.members) {
+    if (!m.input.onCuda() || m.input.device != device_) return false;
+    if (m.input.dtype != MGS_FLOAT32 && m.input.dtype != MGS_FLOAT16 && m.input.dtype != MGS_BFLOAT16) return false;
+  }
+  return true;
+}
+
+Status CudaLocalStage::selectorFor(const compress::Selector& cpu, const GpuSelector** out) {
+  const double density = cpu.options().density;
+  auto it = selectors_.find(density);
+  if (it == selectors_.end()) {
+    std::unique_ptr<GpuSelector> g;
+    MGS_RETURN_IF_ERROR(GpuSelector::create(cpu.name(), cpu.options(), &g));
+    it = selectors_.emplace(density, std::move(g)).first;
+  }
+  *out = it->second.get();
+  return Status::OK();
+}
+
+Status CudaLocalStage::contiguous(const std::vector<Request>& members, size_t n, float** out) {
+  // Laid out like this bucket already (every step once the plan is stable)?
+  auto first = held_.find(members[0].name);
+  if (first != held_.end() && first->second.offset == 0 && first->second.buf->floats == n) {
+    const BufPtr& buf = first->second.buf;
+    size_t off = 0;
+    bool same = true;
+    for (const auto& m : members) {
+      auto it = held_.find(m.name);
+      if (it == held_.end() || it->second.buf != buf || it->second.offset != off || it->second.n != m.input.numel()) {
+        same = false;
+        break;
+      }
+      off += m.input.numel();
+    }
+    if (same) {
+      *out = static_cast<float*>(buf->p);
+      return Status::OK();
+    }
+  }
+  BufPtr nb;
+  MGS_RETURN_IF_ERROR(newBuf(n, &nb));
+  float* base = static_cast<float*>(nb->p);
+  std::vector<float> host;
+  size_t off = 0;
+  for (const auto& m : members) {
+    const size_t c = m.input.numel();
+    auto it = held_.find(m.name);
+    if (it != held_.end() && it->second.n == c) {
+      MGS_CUDA_CHECK(cudaMemcpyAsync(base + off, it->second.data(), c * sizeof(float), cudaMemcpyDeviceToDevice,
+                                     asStream(engine_->stream())));
+    } else {
+      // First time on the device: the host store's residual (or zeros)
+      // moves here. Pageable source: the call returns once it is staged.
+      host.resize(c);
+      opt_.residuals->takeLocked(m.name, host.data(), c);
+      MGS_CUDA_CHECK(cudaMemcpyAsync(base + off, host.data(), c * sizeof(float), cudaMemcpyHostToDevice,
+                                     asStream(engine_->stream())));
+    }
+    off += c;
+  }
+  off = 0;
+  for (const auto& m : members) {
+    held_[m.name] = Slot{nb, off, m.input.numel()};
+    off += m.input.numel();
+  }
+  *out = base;
+  return Status::OK();
+}
+
+Status CudaLocalStage::runSparse(const LocalJob& job, LocalOutcome* out, BufPtr* acc) {
+  const std::vector<Request>& members = *job.members;
+  const size_t n = job.n, cap = job.cap, M = members.size();
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  const GpuSelector* sel = nullptr;
+  MGS_RETURN_IF_ERROR(selectorFor(*job.selector, &sel));
+  std::vector<BucketMember> bm(M);
+  for (size_t i = 0; i < M; ++i) {
+    const Request& m = members[i];
+    bm[i].name = m.name;
+    bm[i].d_grad = m.input.data;
+    bm[i].dtype = m.input.dtype;
+    bm[i].count = m.input.numel();
+    bm[i].prescale = m.sig.prescale;
+    bm[i].readyEvent = m.input.ready_event;
+    bm[i].readyStream = m.input.stream;
+  }
+  // Held for the call: framework threads reading residuals wait for it.
+  auto lk = opt_.residuals->lock();
+  float* d_res = nullptr;
+  if (opt_.error_feedback) MGS_RETURN_IF_ERROR(contiguous(members, n, &d_res));
+  MGS_RETURN_IF_ERROR(newBuf(n, acc));
+  Scratch scratch{engine_->pool(), {}};
+  void *d_block = nullptr, *d_ws = nullptr;
+  size_t ws = 0;
+  MGS_RETURN_IF_ERROR(scratch.take(bucketBlockBytes(cap), &d_block));
+  MGS_RETURN_IF_ERROR(sel->workspaceBytes(n, &ws));
+  MGS_RETURN_IF_ERROR(scratch.take(ws, &d_ws));
+  LocalStageArgs a;
+  a.members = &bm;
+  a.d_residual = d_res;
+  a.d_acc = static_cast<float*>((*acc)->p);
+  a.d_block = d_block;
+  a.cap = cap;
+  a.d_workspace = d_ws;
+  a.workspaceBytes = ws;
+  a.step = job.step;
+  a.name = job.name;
+  MGS_RETURN_IF_ERROR(engine_->enqueueLocal(*sel, a));
+  // Only the block (and M + 1 words) crosses to the host, for the MPI exchange.
+  words_.resize((M + 1) * sizeof(uint32_t));
+  MGS_CUDA_CHECK(
+      cudaMemcpyAsync(job.block, d_block, bucketBlockBytes(cap), cudaMemcpyDeviceToHost, asStream(engine_->stream())));
+  MGS_CUDA_CHECK(cudaMemcpyAsync(words_.data(), engine_->localWords(), words_.size(), cudaMemcpyDeviceToHost,
+                                 asStream(engine_->stream())));
+  MGS_RETURN_IF_ERROR(syncStream(engine_->stream()));
+
+  out->selected = true;
+  out->k = compress::kForDensity(n, sel->options().density);
+  const block::AllgatherBlock b(job.block, cap);
+  const block::Header h = block::decodeHeader(b.header(), cap, M);
+  if (h.kind == block::Header::kCount) {
+    out->count = h.count;
+    out->reported = h.count;
+    return Status::OK();
+  }
+  std::vector<uint32_t> nonfinite(M);
+  std::memcpy(nonfinite.data(), words_.data(), M * sizeof(uint32_t));
+  size_t nf = 0;
+  for (uint32_t c : nonfinite) nf += c;
+  if (h.kind == block::Header::kFailure && h.bad_member >= 0) {
+    out->bad_member = h.bad_member;
+    out->non_finite = nf;
+    out->status = nonFiniteStatus(opt_.rank, members, h.bad_member, nf, n);
+    return Status::OK();
+  }
+  int32_t failure = 0;
+  std::memcpy(&failure, words_.data() + M * sizeof(uint32_t), sizeof failure);
+  b.finish(block::failureCode(-1));
+  out->status =
+      Status(Code::kInternal, "rank " + std::to_string(opt_.rank) + ": GPU selection of " + bucketName(members) +
+                                  " failed (device failure word " + std::to_string(failure) + ")");
+  return Status::OK();
+}
+
+void CudaLocalStage::run(const LocalJob& job, LocalOutcome* out) {
+  *out = LocalOutcome{};
+  const auto t0 = std::chrono::steady_clock::now();
+  out->fuse_end = out->select_begin = t0;  // fused and selected in one device sequence
+  BufPtr acc;
+  Status st = runSparse(job, out, &acc);
+  out->select_end = std::chrono::steady_clock::now();
+  if (!st.ok()) {
+    // A CUDA call failed on the host side: the bucket fails on every rank
+    // through the block, nothing commits.
+    out->status = Status(st.code(), "rank " + std::to_string(opt_.rank) + ": device local stage of " +
+                                        bucketName(*job.members) + ": " + st.message());
+    out->count = 0;
+    out->bad_member = -1;
+    block::AllgatherBlock(job.block, job.cap).finish(block::failureCode(-1));
+  }
+  if (!out->status.ok()) out->count = 0;
+  auto slab = std::make_unique<Slab>();
+  slab->buf = std::move(acc);
+  slab->n = job.n;
+  out->slab = std::move(slab);
+}
+
+Status CudaLocalStage::readSlab(const LocalSlab& slab, float* dst) {
+  const auto& s = static_cast<const Slab&>(slab);
+  MGS_ENSURE(s.buf != nullptr, kInternal, "device slab without memory (its bucket failed before fusing)");
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  MGS_CUDA_CHECK(
+      cudaMemcpyAsync(dst, s.buf->p, s.n * sizeof(float), cudaMemcpyDeviceToHost, asStream(engine_->stream())));
+  return syncStream(engine_->stream());
+}
+
+void CudaLocalStage::extract(LocalSlab& slab, const uint32_t* idx, size_t count, float* vals) {
+  // Not on the routed path (accepts() leaves the agreed exchange to the
+  // host), kept correct for the contract: through host memory.
+  auto& s = static_cast<Slab&>(slab);
+  std::vector<float> h(s.n);
+  if (!readSlab(slab, h.data()).ok()) return;
+  for (size_t j = 0; j < count; ++j) {
+    vals[j] = h[idx[j]];
+    h[idx[j]] = 0.0f;
+  }
+  if (cudaMemcpyAsync(s.buf->p, h.data(), s.n * sizeof(float), cudaMemcpyHostToDevice, asStream(engine_->stream())) ==
+      cudaSuccess)
+    (void)syncStream(engine_->stream());
+}
+
+void CudaLocalStage::settle(const std::vector<Request>& members, std::unique_ptr<LocalSlab> slab, bool commit) {
+  if (!slab) return;
+  auto& s = static_cast<Slab&>(*slab);
+  // Dropped: the buffer goes back to the pool when the last reference goes.
+  if (!commit || !opt_.error_feedback || !s.buf) return;
+  auto lk = opt_.residuals->lock();
+  size_t off = 0;
+  for (const auto& m : members) {
+    held_[m.name] = Slot{s.buf, off, m.input.numel()};
+    off += m.input.numel();
+  }
+}
+
+void CudaLocalStage::zeroResidual(const std::vector<Request>& members) {
+  if (!opt_.error_feedback) return;
+  auto lk = opt_.residuals->lock();
+  if (cudaSetDevice(device_) != cudaSuccess) return;
+  for (const auto& m : members) {
+    auto it = held_.find(m.name);
+    if (it != held_.end())
+      (void)cudaMemsetAsync(it->second.data(), 0, it->second.n * sizeof(float), asStream(engine_->stream()));
+  }
+  (void)syncStream(engine_->stream());
+}
+
+Status CudaLocalStage::evictLocked(const std::vector<std::string>& names) {
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  for (const auto& name : names) {
+    auto it = held_.find(name);
+    if (it == held_.end()) continue;
+    out.emplace_back(name, std::vector<float>(it->second.n));
+    MGS_CUDA_CHECK(cudaMemcpyAsync(out.back().second.data(), it->second.data(), it->second.n * sizeof(float),
+                                   cudaMemcpyDeviceToHost, asStream(engine_->stream())));
+  }
+  if (out.empty()) return Status::OK();
+  MGS_RETURN_IF_ERROR(syncStream(engine_->stream()));
+  for (auto& [name, v] : out) {
+    opt_.residuals->putLocked(name, v.data(), v.size());
+    held_.erase(name);
+  }
+  return Status::OK();
+}
+
+Status CudaLocalStage::evict(const std::vector<Request>& members) {
+  auto lk = opt_.residuals->lock();
+  std::vector<std::string> names;
+  for (const auto& m : members)
+    if (held_.count(m.name)) names.push_back(m.name);
+  return evictLocked(names);
+}
+
+Status CudaLocalStage::evictAll() {
+  auto lk = opt_.residuals->lock();
+  std::vector<std::string> names;
+  for (const auto& kv : held_) names.push_back(kv.first);
+  return evictLocked(names);
+}
+
+bool CudaLocalStage::holds(const std::string& name, size_t* n) const {
+  auto it = held_.find(name);
+  if (it == held_.end()) return false;
+  *n = it->second.n;
+  return true;
+}
+
+Status CudaLocalStage::read(const std::string& name, float* dst, size_t n) const {
+  auto it = held_.find(name);
+  MGS_ENSURE(it != held_.end() && it->second.n == n, kInvalidArgument,
+             "tensor '" << name << "' has no device residual of " << n << " elements");
+  MGS_CUDA_CHECK(cudaSetDevice(device_));  // a framework thread calls this
+  MGS_CUDA_CHECK(
+      cudaMemcpyAsync(dst, it->second.data(), n * sizeof(float), cudaMemcpyDeviceToHost, asStream(engine_->stream())));
+  return syncStream(engine_->stream());
+}
+
+Status CudaLocalStage::write(const std::string& name, const float* src, size_t n) {
+  auto it = held_.find(name);
+  MGS_ENSURE(it != held_.end() && it->second.n == n, kInvalidArgument,
+             "tensor '" << name << "' has no device residual of " << n << " elements");
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  MGS_CUDA_CHECK(
+      cudaMemcpyAsync(it->second.data(), src, n * sizeof(float), cudaMemcpyHostToDevice, asStream(engine_->stream())));
+  return syncStream(engine_->stream());
+}
+
+void CudaLocalStage::drop(const std::string& name) { held_.erase(name); }
+
+}  // namespace mgs::cuda

@@ -1,0 +1,88 @@
+// The local stage on a CUDA device (core/local_stage.h has the contract;
+// core/routed_local_stage.h routes buckets to it). For a sparse allgather
+// bucket whose members are all CUDA tensors (f32, f16, bf16) on its device:
+//   - the coordinator's stream waits for each member's ready event
+//     (cudaStreamWaitEvent), one kernel fuses gradient * prescale + residual
+//     into an acc slab in device memory, the GPU selector selects in place
+//     and writes the block (count, values, indices, seal) on the device
+//     (DeviceBucketEngine::enqueueLocal);
+//   - then the block alone (16 + 8*cap bytes, not the gradient) and the
+//     non-finite counts are copied to the host for the MPI exchange: one host
+//     synchronisation per bucket, counted in cuda::hostSyncs().
+// Residuals live in device memory, laid out like the bucket that last used
+// them (as ResidualStore does on the host); committing makes the acc slab
+// the residual. They reach the C ABI through ResidualStore::External.
+//
+// NEVER RUN ON A GPU: compiled for sm_90 on a machine without one; the
+// routing and residual hand-over it takes part in are tested on the CPU with
+// a stand-in resident stage (tests/unit/core/routed_stage_test.cc).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/routed_local_stage.h"
+#include "device_bucket.h"
+#include "gpu_selector.h"
+
+namespace mgs::cuda {
+
+class CudaLocalStage final : public ResidentLocalStage {
+ public:
+  static Status create(const LocalStageOptions& options, int device, std::unique_ptr<CudaLocalStage>* out);
+  ~CudaLocalStage() override;
+
+  bool accepts(const LocalJob& job) const override;
+  void run(const LocalJob& job, LocalOutcome* outcome) override;
+  void extract(LocalSlab& slab, const uint32_t* idx, size_t count, float* vals) override;
+  void settle(const std::vector<Request>& members, std::unique_ptr<LocalSlab> slab, bool commit) override;
+  void zeroResidual(const std::vector<Request>& members) override;
+  Status readSlab(const LocalSlab& slab, float* dst) override;
+  Status evict(const std::vector<Request>& members) override;
+  Status evictAll() override;
+
+  // ResidualStore::External (called with the store's lock held).
+  bool holds(const std::string& name, size_t* n) const override;
+  Status read(const std::string& name, float* dst, size_t n) const override;
+  Status write(const std::string& name, const float* src, size_t n) override;
+  void drop(const std::string& name) override;
+
+  int device() const { return device_; }
+
+ private:
+  // A device buffer from the engine's pool, given back when the last slot
+  // or slab referencing it goes (stream-ordered reuse: one stream).
+  struct Buf {
+    void* p = nullptr;
+    size_t floats = 0;
+  };
+  using BufPtr = std::shared_ptr<Buf>;
+  struct Slot {
+    BufPtr buf;
+    size_t offset = 0, n = 0;
+    float* data() const { return static_cast<float*>(buf->p) + offset; }
+  };
+  struct Slab;
+
+  CudaLocalStage(const LocalStageOptions& options, int device) : opt_(options), device_(device) {}
+  Status newBuf(size_t floats, BufPtr* out);
+  // The members' residuals back to back on the device (the store's lock
+  // held): the held slab itself when laid out like this bucket, else a new
+  // one filled from the held slots, the host store (takeLocked) or zeros.
+  Status contiguous(const std::vector<Request>& members, size_t n, float** out);
+  Status selectorFor(const compress::Selector& cpu, const GpuSelector** out);
+  Status evictLocked(const std::vector<std::string>& names);
+  Status runSparse(const LocalJob& job, LocalOutcome* out, BufPtr* acc);
+
+  LocalStageOptions opt_;
+  int device_;
+  std::unique_ptr<DeviceBucketEngine> engine_;
+  std::map<double, std::unique_ptr<GpuSelector>> selectors_;  // by density
+  std::unordered_map<std::string, Slot> held_;                // residuals on the device
+  std::vector<char> words_;                                   // host copy of the engine's local words
+};
+
+}  // namespace mgs::cuda

@@ -1,0 +1,103 @@
+#include "core/routed_local_stage.h"
+
+#include "common/logging.h"
+#include "core/sparse_block.h"
+
+namespace mgs {
+
+struct RoutedLocalStage::Slab : LocalSlab {
+  std::unique_ptr<LocalSlab> inner;
+  bool resident = false;
+  size_t size() const override { return inner->size(); }
+};
+
+RoutedLocalStage::RoutedLocalStage(const LocalStageOptions& options, std::unique_ptr<LocalStage> host,
+                                   ResidentFactory factory)
+    : opt_(options), host_(std::move(host)), factory_(std::move(factory)) {
+  factory_done_ = !factory_;
+}
+
+RoutedLocalStage::~RoutedLocalStage() {
+  if (!resident_) return;
+  // Residuals stay readable through the C ABI after the pipeline is gone.
+  Status st = resident_->evictAll();
+  if (!st.ok()) MGS_LOG_WARN("rank {}: residuals in device memory are lost at shutdown: {}", opt_.rank, st.message());
+  opt_.residuals->setExternal(nullptr);
+}
+
+void RoutedLocalStage::run(const LocalJob& job, LocalOutcome* out) {
+  if (!factory_done_) {
+    std::unique_ptr<ResidentLocalStage> r;
+    Status st = factory_(job, &r);
+    if (!st.ok()) {
+      factory_done_ = true;
+      MGS_LOG_WARN(
+          "rank {}: no device local stage ({}); sparse buckets of CUDA tensors are staged through host "
+          "memory and selected on the CPU",
+          opt_.rank, st.message());
+    } else if (r) {
+      factory_done_ = true;
+      resident_ = std::move(r);
+      opt_.residuals->setExternal(resident_.get());
+    }
+  }
+  auto slab = std::make_unique<Slab>();
+  if (resident_ && resident_->accepts(job)) {
+    resident_->run(job, out);
+    ++resident_runs_;
+    slab->resident = true;
+  } else {
+    // Whatever residual of these tensors lives in the resident stage comes
+    // back to the host store first.
+    const Status back = resident_ ? resident_->evict(*job.members) : Status::OK();
+    host_->run(job, out);
+    ++host_runs_;
+    if (!back.ok()) {
+      // The host stage computed with the wrong residual: the bucket fails on
+      // this rank (every rank learns it from the block), nothing commits.
+      out->status = Status(back.code(), "rank " + std::to_string(opt_.rank) + ": moving the residual of " +
+                                            bucketName(*job.members) + " to host memory failed: " + back.message());
+      out->count = 0;
+      out->bad_member = -1;
+      if (job.block && job.dense_acc == nullptr) {
+        if (job.index_block)
+          block::IndexBlock(job.block, job.cap).finish(block::failureCode(-1));
+        else
+          block::AllgatherBlock(job.block, job.cap).finish(block::failureCode(-1));
+      }
+    }
+  }
+  if (out->slab) {
+    slab->inner = std::move(out->slab);
+    out->slab = std::move(slab);
+  }
+}
+
+void RoutedLocalStage::extract(LocalSlab& slab, const uint32_t* idx, size_t count, float* vals) {
+  auto& s = static_cast<Slab&>(slab);
+  (s.resident ? static_cast<LocalStage*>(resident_.get()) : host_.get())->extract(*s.inner, idx, count, vals);
+}
+
+void RoutedLocalStage::settle(const std::vector<Request>& members, std::unique_ptr<LocalSlab> slab, bool commit) {
+  if (!slab) return;
+  auto& s = static_cast<Slab&>(*slab);
+  (s.resident ? static_cast<LocalStage*>(resident_.get()) : host_.get())->settle(members, std::move(s.inner), commit);
+}
+
+void RoutedLocalStage::zeroResidual(const std::vector<Request>& members) {
+  // Everything was sent: the residual is +0 wherever it lived. Dense buckets
+  // ran on the host stage, which took the residuals back already; a name the
+  // resident stage still holds is simply forgotten there.
+  if (resident_) {
+    auto lk = opt_.residuals->lock();
+    for (const auto& m : members) resident_->drop(m.name);
+  }
+  host_->zeroResidual(members);
+}
+
+Status RoutedLocalStage::readSlab(const LocalSlab& slab, float* dst) {
+  const auto& s = static_cast<const Slab&>(slab);
+  return (s.resident ? static_cast<LocalStage*>(resident_.get()) : host_.get())->readSlab(*s.inner, dst);
+}
+
+}  // namespace mgs

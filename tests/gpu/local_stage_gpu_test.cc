@@ -1,0 +1,196 @@
+// The CUDA local stage (cuda/cuda_local_stage.h) against the host stage
+// (CpuLocalStage) on the same bucket: an f32 member with prescale and an f16
+// member, residuals restored on the host before the first step (the device
+// stage takes them over), exact top-k so both select the same set. Checked:
+// the block bitwise equal to the host stage's, sent + kept == acc bit for bit,
+// the committed residual read back through the ResidualStore (External)
+// equal to the host stage's, exactly one host synchronisation per bucket,
+// non-finite values giving the member's failure code with the residual left
+// as it was, and evictAll handing every residual back to the host store.
+// NEVER RUN: no GPU was available where this was written. Exits 77 (ctest
+// SKIP_RETURN_CODE) when no CUDA device is visible.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/dtype.h"
+#include "compress/selector.h"
+#include "core/cpu_local_stage.h"
+#include "core/sparse_block.h"
+#include "cuda_local_stage.h"
+#include "device_bucket.h"
+
+namespace mgs::cuda {
+namespace {
+
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(size_t bytes) { REQUIRE(cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess); }
+  ~Dev() { cudaFree(p); }
+  void put(const void* h, size_t b) { REQUIRE(cudaMemcpy(p, h, b, cudaMemcpyHostToDevice) == cudaSuccess); }
+};
+
+std::vector<float> gaussian(size_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g) * 1e-2f;
+  return v;
+}
+
+struct Bucket {
+  std::vector<float> a;  // f32 host gradient
+  std::vector<char> b;   // f16 host gradient
+  std::vector<Request> host, dev;
+  std::unique_ptr<Dev> da, db;
+};
+
+Bucket makeBucket(size_t na, size_t nb, uint64_t seed) {
+  Bucket k;
+  k.a = gaussian(na, seed);
+  const std::vector<float> bf = gaussian(nb, seed + 1);
+  k.b.resize(nb * 2);
+  fromFloat(bf.data(), MGS_FLOAT16, nb, k.b.data());
+  k.da = std::make_unique<Dev>(na * 4);
+  k.da->put(k.a.data(), na * 4);
+  k.db = std::make_unique<Dev>(nb * 2);
+  k.db->put(k.b.data(), nb * 2);
+  for (int on_dev = 0; on_dev < 2; ++on_dev) {
+    Request ra, rb;
+    ra.name = "w.a";
+    ra.input.dtype = MGS_FLOAT32;
+    ra.input.shape = {static_cast<int64_t>(na)};
+    ra.sig.prescale = 0.5;
+    rb.name = "w.b";
+    rb.input.dtype = MGS_FLOAT16;
+    rb.input.shape = {static_cast<int64_t>(nb)};
+    ra.input.data = on_dev ? k.da->p : k.a.data();
+    rb.input.data = on_dev ? k.db->p : static_cast<void*>(k.b.data());
+    if (on_dev) ra.input.device = rb.input.device = 0;
+    (on_dev ? k.dev : k.host) = {ra, rb};
+  }
+  return k;
+}
+
+struct Run {
+  Status status;
+  std::vector<char> block;
+  std::vector<float> kept;
+  size_t count = 0;
+  int bad_member = -1;
+};
+
+Run runOnce(LocalStage& stage, std::vector<Request>& members, size_t n, const compress::Selector& sel, bool commit) {
+  Run r;
+  const size_t cap = sel.maxCount(n);
+  r.block.assign(block::allgatherBytes(cap), 0);
+  LocalJob job;
+  job.members = &members;
+  job.n = n;
+  job.select = true;
+  job.selector = &sel;
+  job.cap = cap;
+  job.block = r.block.data();
+  job.name = "bucket";
+  LocalOutcome out;
+  stage.run(job, &out);
+  r.status = out.status;
+  r.count = out.count;
+  r.bad_member = out.bad_member;
+  r.kept.resize(n);
+  if (out.slab) REQUIRE(stage.readSlab(*out.slab, r.kept.data()).ok());
+  stage.settle(members, std::move(out.slab), commit && out.status.ok());
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("cuda local stage: the same block and residual as the host stage, one host sync per bucket") {
+  const size_t na = 3000, nb = 1000, n = na + nb;
+  compress::SelectorOptions so;
+  so.density = 0.01;
+  std::unique_ptr<compress::Selector> sel;
+  REQUIRE(compress::Selector::create("topk", so, &sel).ok());
+  ResidualStore hs, ds;  // host stage's and device stage's stores
+  const std::vector<float> ra = gaussian(na, 7);
+  REQUIRE(hs.copyIn("w.a", ra.data(), na).ok());
+  REQUIRE(ds.copyIn("w.a", ra.data(), na).ok());
+  LocalStageOptions ho, dopt;
+  ho.residuals = &hs;
+  dopt.residuals = &ds;
+  CpuLocalStage host(ho);
+  std::unique_ptr<CudaLocalStage> dev;
+  REQUIRE(CudaLocalStage::create(dopt, 0, &dev).ok());
+  ds.setExternal(dev.get());
+
+  for (uint64_t step = 0; step < 4; ++step) {
+    Bucket k = makeBucket(na, nb, 100 + step);
+    LocalJob probe;
+    probe.members = &k.dev;
+    probe.n = n;
+    probe.select = true;
+    probe.selector = sel.get();
+    probe.cap = sel->maxCount(n);
+    std::vector<char> scratch(block::allgatherBytes(probe.cap));
+    probe.block = scratch.data();
+    REQUIRE(dev->accepts(probe));
+    const Run h = runOnce(host, k.host, n, *sel, true);
+    const uint64_t syncs = hostSyncs();
+    const Run d = runOnce(*dev, k.dev, n, *sel, true);
+    INFO("step " << step << ": " << d.status.toString());
+    REQUIRE(d.status.ok());
+    REQUIRE(hostSyncs() - syncs == 2);  // the block's copy in run(), the slab read of this test
+    REQUIRE(d.count == h.count);
+    // Header, seal and the count entries (padding past count is unspecified).
+    const size_t cap = sel->maxCount(n);
+    const block::ConstAllgatherBlock bd(d.block.data(), cap), bh(h.block.data(), cap);
+    REQUIRE(bd.sealed());
+    REQUIRE(bd.header() == bh.header());
+    REQUIRE(std::memcmp(bd.values(), bh.values(), 4 * d.count) == 0);
+    REQUIRE(std::memcmp(bd.indices(), bh.indices(), 4 * d.count) == 0);
+    REQUIRE(std::memcmp(d.kept.data(), h.kept.data(), 4 * n) == 0);
+    std::vector<float> rh(na), rd(na);
+    REQUIRE(hs.copyOut("w.a", rh.data(), na).ok());
+    REQUIRE(ds.copyOut("w.a", rd.data(), na).ok());  // through External: device memory
+    REQUIRE(std::memcmp(rh.data(), rd.data(), 4 * na) == 0);
+  }
+
+  // A NaN in the f16 member: its failure code, the residual as it was.
+  Bucket k = makeBucket(na, nb, 999);
+  const uint16_t nan16 = 0x7e00;
+  REQUIRE(cudaMemcpy(static_cast<char*>(k.db->p) + 2 * 17, &nan16, 2, cudaMemcpyHostToDevice) == cudaSuccess);
+  std::vector<float> before(na), after(na);
+  REQUIRE(ds.copyOut("w.a", before.data(), na).ok());
+  const Run d = runOnce(*dev, k.dev, n, *sel, true);
+  REQUIRE(d.status.code() == Code::kNumeric);
+  REQUIRE(d.bad_member == 1);
+  REQUIRE(block::ConstAllgatherBlock(d.block.data(), sel->maxCount(n)).header() == block::failureCode(1));
+  REQUIRE(ds.copyOut("w.a", after.data(), na).ok());
+  REQUIRE(before == after);
+
+  // Every residual back to the host store.
+  REQUIRE(dev->evictAll().ok());
+  size_t held = 0;
+  REQUIRE(!dev->holds("w.a", &held));
+  ds.setExternal(nullptr);
+  REQUIRE(ds.copyOut("w.a", after.data(), na).ok());
+  REQUIRE(before == after);
+}
+
+}  // namespace mgs::cuda
+
+int main(int argc, char** argv) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  return Catch::Session().run(argc, argv);
+}
