@@ -323,6 +323,51 @@ Status CudaLocalStage::evictAll() {
   return evictLocked(names);
 }
 
+bool CudaLocalStage::acceptsScatter(const std::vector<Request>& members) const {
+  if (members.empty()) return false;
+  for (const auto& m : members) {
+    const TensorDesc& o = m.output;
+    if (!o.onCuda() || o.device != device_ || o.numel() != m.input.numel()) return false;
+    if (o.dtype != MGS_FLOAT32 && o.dtype != MGS_FLOAT16 && o.dtype != MGS_BFLOAT16) return false;
+  }
+  return true;
+}
+
+Status CudaLocalStage::scatterBlocks(const std::vector<Request>& members, const char* recv, int P, size_t cap,
+                                     const std::vector<double>& factors) {
+  MGS_ENSURE(factors.size() == members.size(), kInvalidArgument, "device scatter: one factor per member");
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  std::vector<BucketMember> bm(members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    const Request& m = members[i];
+    bm[i].name = m.name;
+    bm[i].d_out = m.output.data;
+    bm[i].dtype = m.output.dtype;
+    bm[i].count = m.output.numel();
+    bm[i].outFactor = factors[i];
+  }
+  Scratch scratch{engine_->pool(), {}};
+  void* d_recv = nullptr;
+  const size_t bytes = static_cast<size_t>(P) * bucketBlockBytes(cap);
+  MGS_RETURN_IF_ERROR(scratch.take(bytes, &d_recv));
+  MGS_CUDA_CHECK(cudaMemcpyAsync(d_recv, recv, bytes, cudaMemcpyHostToDevice, asStream(engine_->stream())));
+  ScatterArgs a;
+  a.members = &bm;
+  a.d_recv = d_recv;
+  a.P = P;
+  a.cap = cap;
+  a.propagate = true;  // validated on the host: no failure code reaches here
+  PendingVerdict pv;
+  MGS_RETURN_IF_ERROR(engine_->enqueueScatter(a, &pv));
+  MGS_RETURN_IF_ERROR(pv.wait());
+  BucketVerdict v;
+  MGS_RETURN_IF_ERROR(pv.verdict(&v));
+  MGS_ENSURE(v.kind == VerdictKind::kOk, kInternal,
+             "device scatter of " << bucketName(members) << ": the device's verdict (" << static_cast<int>(v.kind)
+                                  << ") differs from the host's validation");
+  return Status::OK();
+}
+
 bool CudaLocalStage::holds(const std::string& name, size_t* n) const {
   auto it = held_.find(name);
   if (it == held_.end()) return false;

@@ -43,6 +43,12 @@ class CudaLocalStage final : public ResidentLocalStage {
   Status readSlab(const LocalSlab& slab, float* dst) override;
   Status evict(const std::vector<Request>& members) override;
   Status evictAll() override;
+  bool acceptsScatter(const std::vector<Request>& members) const override;
+  // The P received blocks go to the device (P * (16 + 8*cap) bytes, not the
+  // bucket) and DeviceBucketEngine::enqueueScatter writes the outputs; one
+  // host sync for its verdict, which must agree with the host's validation.
+  Status scatterBlocks(const std::vector<Request>& members, const char* recv, int P, size_t cap,
+                       const std::vector<double>& factors) override;
 
   // ResidualStore::External (called with the store's lock held).
   bool holds(const std::string& name, size_t* n) const override;

@@ -14,6 +14,7 @@
 #include "common/check.h"
 #include "cuda_check.h"
 #include "gpu_selector.h"
+#include "host_sync.h"
 
 namespace mgs::cuda {
 namespace {
@@ -116,6 +117,11 @@ void PendingVerdict::release() {
 Status PendingVerdict::test(bool* done) {
   MGS_ENSURE(event_ != nullptr, kInvalidArgument, "PendingVerdict: no scatter was enqueued");
   return eventPassed(event_, done);
+}
+
+Status PendingVerdict::wait() {
+  MGS_ENSURE(event_ != nullptr, kInvalidArgument, "PendingVerdict: no scatter was enqueued");
+  return syncEvent(event_);
 }
 
 Status PendingVerdict::verdict(BucketVerdict* out) const {

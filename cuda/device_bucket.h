@@ -170,6 +170,8 @@ class PendingVerdict {
   PendingVerdict& operator=(PendingVerdict&&) noexcept;
   // cudaEventQuery: no host sync. *done false: not yet.
   Status test(bool* done);
+  // Blocks until the verdict is on the host (one counted host sync).
+  Status wait();
   // After test() said done: the decoded verdict.
   Status verdict(BucketVerdict* out) const;
 

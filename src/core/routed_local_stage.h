@@ -37,6 +37,18 @@ class ResidentLocalStage : public LocalStage, public ResidualStore::External {
   // The same for every residual held here (at shutdown: residuals stay
   // readable through the C ABI after the pipeline is gone).
   virtual Status evictAll() = 0;
+  // Whether scatterBlocks can write these members' outputs (e.g. all CUDA
+  // tensors on this stage's device). Pure.
+  virtual bool acceptsScatter(const std::vector<Request>& members) const = 0;
+  // The allgather's scatter into the outputs, in this stage's memory: `recv`
+  // holds the P received blocks of capacity `cap` in rank order (host memory,
+  // validated: every header a count); member m's output gets the sum over
+  // ranks from +0, in rank order, of the values at its indices, each touched
+  // entry scaled once by factors[m], every other entry +0: bitwise what
+  // ScatterStage::scatterBlocks writes. Synchronous: the outputs are final
+  // when it returns.
+  virtual Status scatterBlocks(const std::vector<Request>& members, const char* recv, int P, size_t cap,
+                               const std::vector<double>& factors) = 0;
 };
 
 // Asked for a job while no resident stage exists: OK with *out null when

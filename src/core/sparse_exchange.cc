@@ -82,7 +82,18 @@ Status SparsePipeline::finishSparse(InFlight& f) {
   }
   const auto t0 = Clock::now();
   f.delivered = true;  // past every verdict: the scatter below runs on every rank
-  Status st = scatter_.scatterBlocks(members, n, f.ex, counts_.data());
+  Status st;
+  ResidentLocalStage* device = local_->resident();
+  if (device && device->acceptsScatter(members)) {
+    // Outputs on the device stage's GPU: the received blocks go there (P
+    // blocks, not the bucket) and a kernel writes the outputs.
+    std::vector<double> factors(members.size());
+    for (size_t i = 0; i < members.size(); ++i) factors[i] = scatter_.outputFactor(members[i]);
+    st = device->scatterBlocks(members, f.ex.recv.data(), P, f.ex.cap, factors);
+    if (!st.ok()) st = Status(st.code(), "rank " + std::to_string(comm_.rank()) + ": " + st.message());
+  } else {
+    st = scatter_.scatterBlocks(members, n, f.ex, counts_.data());
+  }
   if (timeline_)
     for (auto& m : members) timeline_->span(m.name, "SCATTER_ADD", t0, Clock::now());
   ++stats_.buckets;

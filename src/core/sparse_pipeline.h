@@ -34,6 +34,7 @@
 #include "core/block_exchange.h"
 #include "core/bucket_schedule.h"
 #include "core/local_stage.h"
+#include "core/routed_local_stage.h"
 #include "core/online_cost.h"
 #include "core/request.h"
 #include "core/residual_store.h"
@@ -136,7 +137,7 @@ class SparsePipeline {
   OnlineCost online_;
   std::map<double, std::unique_ptr<compress::Selector>> selectors_;
   BucketSchedule schedule_;
-  std::unique_ptr<LocalStage> local_;
+  std::unique_ptr<RoutedLocalStage> local_;
   BlockExchange exchange_;
   ScatterStage scatter_;
   std::deque<InFlight> inflight_;   // started in order, finished in order

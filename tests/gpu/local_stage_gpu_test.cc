@@ -6,7 +6,8 @@
 // the committed residual read back through the ResidualStore (External)
 // equal to the host stage's, exactly one host synchronisation per bucket,
 // non-finite values giving the member's failure code with the residual left
-// as it was, and evictAll handing every residual back to the host store.
+// as it was, evictAll handing every residual back to the host store; and the
+// device scatter of P received blocks bitwise equal to the host scatter-add.
 // NEVER RUN: no GPU was available where this was written. Exits 77 (ctest
 // SKIP_RETURN_CODE) when no CUDA device is visible.
 #define CATCH_CONFIG_RUNNER
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "compress/decompress.h"
 #include "compress/selector.h"
 #include "core/cpu_local_stage.h"
 #include "core/sparse_block.h"
@@ -182,6 +184,74 @@ TEST_CASE("cuda local stage: the same block and residual as the host stage, one 
   ds.setExternal(nullptr);
   REQUIRE(ds.copyOut("w.a", after.data(), na).ok());
   REQUIRE(before == after);
+}
+
+TEST_CASE("cuda local stage: the scatter of P received blocks equals the host's scatter-add bitwise") {
+  const size_t na = 2000, nb = 600, n = na + nb;
+  const int P = 3;
+  compress::SelectorOptions so;
+  so.density = 0.02;
+  std::unique_ptr<compress::Selector> sel;
+  REQUIRE(compress::Selector::create("topk", so, &sel).ok());
+  const size_t cap = sel->maxCount(n);
+  // P ranks' blocks from the host stage (a fresh store each: no residual).
+  std::vector<char> recv;
+  for (int r = 0; r < P; ++r) {
+    ResidualStore st;
+    LocalStageOptions o;
+    o.residuals = &st;
+    CpuLocalStage host(o);
+    Bucket k = makeBucket(na, nb, 500 + r);
+    const Run h = runOnce(host, k.host, n, *sel, false);
+    REQUIRE(h.status.ok());
+    recv.insert(recv.end(), h.block.begin(), h.block.end());
+  }
+  const std::vector<double> factors = {0.25, 1.0};  // member a averaged over 4, b summed
+  // The host reference: the one scatter-add, f32, then b converted to f16.
+  std::vector<float> ref(n, -1.0f);
+  std::vector<compress::RankPairs> pairs(P);
+  for (int r = 0; r < P; ++r) {
+    const block::ConstAllgatherBlock b(recv.data() + r * block::allgatherBytes(cap), cap);
+    pairs[r] = {b.values(), b.indices(), static_cast<size_t>(b.header())};
+  }
+  float* parts[2] = {ref.data(), ref.data() + na};
+  const size_t offsets[3] = {0, na, n};
+  const float scales[2] = {0.25f, 1.0f};
+  compress::ScatterOutput out;
+  out.parts = parts;
+  out.offsets = offsets;
+  out.scales = scales;
+  out.numParts = 2;
+  REQUIRE(compress::scatterAddParts(pairs.data(), P, out, nullptr, 1).ok());
+  std::vector<char> ref_b(nb * 2);
+  fromFloat(ref.data() + na, MGS_FLOAT16, nb, ref_b.data());
+
+  ResidualStore ds;
+  LocalStageOptions dopt;
+  dopt.residuals = &ds;
+  std::unique_ptr<CudaLocalStage> dev;
+  REQUIRE(CudaLocalStage::create(dopt, 0, &dev).ok());
+  Bucket k = makeBucket(na, nb, 1);
+  Dev oa(na * 4), ob(nb * 2);
+  REQUIRE(cudaMemset(oa.p, 0xff, na * 4) == cudaSuccess);  // garbage that must be overwritten
+  REQUIRE(cudaMemset(ob.p, 0xff, nb * 2) == cudaSuccess);
+  k.dev[0].output = k.dev[0].input;
+  k.dev[0].output.data = oa.p;
+  k.dev[1].output = k.dev[1].input;
+  k.dev[1].output.data = ob.p;
+  REQUIRE(dev->acceptsScatter(k.dev));
+  REQUIRE(!dev->acceptsScatter(k.host));
+  const uint64_t syncs = hostSyncs();
+  const Status st = dev->scatterBlocks(k.dev, recv.data(), P, cap, factors);
+  INFO(st.toString());
+  REQUIRE(st.ok());
+  REQUIRE(hostSyncs() - syncs == 1);
+  std::vector<float> got_a(na);
+  std::vector<char> got_b(nb * 2);
+  REQUIRE(cudaMemcpy(got_a.data(), oa.p, na * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+  REQUIRE(cudaMemcpy(got_b.data(), ob.p, nb * 2, cudaMemcpyDeviceToHost) == cudaSuccess);
+  REQUIRE(std::memcmp(got_a.data(), ref.data(), na * 4) == 0);
+  REQUIRE(got_b == ref_b);
 }
 
 }  // namespace mgs::cuda

@@ -77,6 +77,10 @@ class StandIn final : public ResidentLocalStage {
     for (const auto& kv : held_) names.push_back(kv.first);
     return evictNames(names);
   }
+  bool acceptsScatter(const std::vector<Request>&) const override { return false; }
+  Status scatterBlocks(const std::vector<Request>&, const char*, int, size_t, const std::vector<double>&) override {
+    return Status(Code::kUnsupported, "stand-in: no scatter");
+  }
   bool holds(const std::string& name, size_t* n) const override {
     auto it = held_.find(name);
     if (it == held_.end()) return false;
