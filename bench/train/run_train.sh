@@ -8,7 +8,9 @@
 #                                 [-S "systems"] [-R repeats] [-o OUT.jsonl] [-b BUILD] [-s STEPS]
 # mgs runs with the defaults a user gets: `mgs` is dense (MGS_* unset), and
 # `mgs-sparse` sets only MGS_COMPRESSOR=gaussiank MGS_DENSITY=0.001 (what
-# `mgsrun --compressor gaussiank --density 0.001` exports). Horovod runs when
+# `mgsrun --compressor gaussiank --density 0.001` exports). `mgs-rndv` and
+# `mgs-sparse-rndv` are the same with Open MPI's default TCP eager limits
+# (64 KiB) instead of the 1 MiB mgs sets (an A/B of that default). Horovod runs when
 # .peers/horovod holds a build (bench/train/build_horovod.sh); DDP/PowerSGD
 # use gloo. Needs root (network namespaces).
 set -euo pipefail
@@ -65,6 +67,11 @@ for rep in $(seq 1 "$repeats"); do
             if [ ! -d "$hvd_dir/horovod" ]; then echo "run_train: skip $system (no $hvd_dir)" >&2; continue; fi
             py_path=$hvd_dir
             env_args+=" -x HOROVOD_FUSION_THRESHOLD=134217728 -x HOROVOD_CYCLE_TIME=1" ;;
+          mgs-rndv|mgs-sparse-rndv)  # Open MPI's own TCP eager limits
+            run_system=mgs
+            env_args+=" -x OMPI_MCA_btl_tcp_eager_limit=65536 -x OMPI_MCA_btl_tcp_rndv_eager_limit=65536"
+            env_args+=" -x OMPI_MCA_btl_tcp_max_send_size=131072"
+            if [ "$system" = mgs-sparse-rndv ]; then env_args+=" -x MGS_COMPRESSOR=gaussiank -x MGS_DENSITY=0.001"; fi ;;
           mgs-sparse)
             run_system=mgs
             env_args+=" -x MGS_COMPRESSOR=gaussiank -x MGS_DENSITY=0.001" ;;

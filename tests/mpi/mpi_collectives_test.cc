@@ -16,8 +16,8 @@
 
 using mpitest::cpuTensor;
 using mpitest::g_rank;
-using mpitest::residualOf;
 using mpitest::gatherAll;
+using mpitest::residualOf;
 
 namespace {
 
@@ -579,6 +579,24 @@ void scenarioConservation() {
     std::printf("conservation over %d steps: max error %.3g (largest input sum %.3g)\n", kSteps, worst, scale);
 }
 
+// mgs initialised MPI here: the Open MPI TCP settings it chose (progress
+// thread, 1 MiB eager messages) were in the environment Open MPI read at
+// MPI_Init, and a value the user set was left alone. EXPECT_TCP_EAGER names the
+// eager limit this run expects.
+void scenarioMpiSettings() {
+  const char* want = std::getenv("EXPECT_TCP_EAGER");
+  EXPECT(want != nullptr, "EXPECT_TCP_EAGER is not set");
+  if (!want) return;
+  const char* names[] = {"OMPI_MCA_btl_tcp_eager_limit", "OMPI_MCA_btl_tcp_rndv_eager_limit",
+                         "OMPI_MCA_btl_tcp_max_send_size"};
+  for (const char* name : names) {
+    const char* v = std::getenv(name);
+    EXPECT(v != nullptr && std::string(v) == want, "%s is '%s', expected '%s'", name, v ? v : "(unset)", want);
+  }
+  const char* pt = std::getenv("OMPI_MCA_btl_tcp_progress_thread");
+  EXPECT(pt != nullptr && std::string(pt) == "1", "OMPI_MCA_btl_tcp_progress_thread is '%s'", pt ? pt : "(unset)");
+}
+
 }  // namespace
 
 // Launched with a different MGS_CYCLE_TIME_MS on some ranks (it decides when
@@ -628,7 +646,8 @@ int main(int argc, char** argv) {
                                                        {"killed", scenarioKilled},
                                                        {"shutdown", scenarioShutdown},
                                                        {"sparse", scenarioSparse},
-                                                       {"conservation", scenarioConservation}};
+                                                       {"conservation", scenarioConservation},
+                                                       {"mpi_settings", scenarioMpiSettings}};
   auto it = scenarios.find(scenario);
   if (it == scenarios.end()) {
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());

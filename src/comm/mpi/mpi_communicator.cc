@@ -88,6 +88,17 @@ Status MpiCommunicator::create(std::unique_ptr<Communicator>* out) {
     // 4.56 s against 6.23 s per step there. A user's setting wins (overwrite 0);
     // other MPIs ignore the variable; shared memory is unaffected.
     setenv("OMPI_MCA_btl_tcp_progress_thread", "1", 0);
+    // Eager TCP messages up to 1 MiB. Open MPI's default (64 KiB) sends every
+    // larger message through a rendezvous (a request, a reply, then the data):
+    // one round trip per message, and the ring allreduce sends messages of up
+    // to 256 KiB per chunk, 2(P-1) steps per tensor. Dense ResNet-50 on 4
+    // emulated 1 Gbit/s hosts: 1.473 s per step with 1 MiB against 1.591 s
+    // with the default (torch DDP 1.443 s; medians of 3 interleaved runs).
+    // Larger messages still use the rendezvous, which bounds what a receiver
+    // may have to buffer unexpectedly. A user's settings win.
+    setenv("OMPI_MCA_btl_tcp_eager_limit", "1048576", 0);
+    setenv("OMPI_MCA_btl_tcp_rndv_eager_limit", "1048576", 0);
+    setenv("OMPI_MCA_btl_tcp_max_send_size", "1048576", 0);
     MGS_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided));
     g_mpi_owned = true;
     MGS_ENSURE(provided >= MPI_THREAD_SERIALIZED, kUnsupported,
