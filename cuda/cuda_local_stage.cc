@@ -55,6 +55,7 @@ Status CudaLocalStage::create(const LocalStageOptions& options, int device, std:
 CudaLocalStage::~CudaLocalStage() {
   // Slots give their buffers back to the engine's pool: before the engine goes.
   held_.clear();
+  dropped_.clear();
 }
 
 Status CudaLocalStage::newBuf(size_t floats, BufPtr* out) {
@@ -161,6 +162,7 @@ Status CudaLocalStage::runSparse(const LocalJob& job, LocalOutcome* out, BufPtr*
   }
   // Held for the call: framework threads reading residuals wait for it.
   auto lk = opt_.residuals->lock();
+  dropped_.clear();
   float* d_res = nullptr;
   if (opt_.error_feedback) MGS_RETURN_IF_ERROR(contiguous(members, n, &d_res));
   MGS_RETURN_IF_ERROR(newBuf(n, acc));
@@ -395,6 +397,14 @@ Status CudaLocalStage::write(const std::string& name, const float* src, size_t n
   return syncStream(engine_->stream());
 }
 
-void CudaLocalStage::drop(const std::string& name) { held_.erase(name); }
+void CudaLocalStage::drop(const std::string& name) {
+  // A framework thread may call this (mgs_residual_restore with another
+  // size): the buffer goes back to the pool, which only the coordinator
+  // touches, at the coordinator's next call.
+  auto it = held_.find(name);
+  if (it == held_.end()) return;
+  dropped_.push_back(std::move(it->second.buf));
+  held_.erase(it);
+}
 
 }  // namespace mgs::cuda

@@ -89,6 +89,7 @@ class CudaLocalStage final : public ResidentLocalStage {
   std::map<double, std::unique_ptr<GpuSelector>> selectors_;  // by density
   std::unordered_map<std::string, Slot> held_;                // residuals on the device
   std::vector<char> words_;                                   // host copy of the engine's local words
+  std::vector<BufPtr> dropped_;  // dropped by a framework thread; released by the coordinator (lock held)
 };
 
 }  // namespace mgs::cuda
