@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "core/sparse_block.h"
-#include "cuda_check.h"
+#include "common/cuda_check.h"
 #include "host_sync.h"
 #include "runtime_kernels.h"
 

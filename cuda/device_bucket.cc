@@ -12,7 +12,7 @@
 
 #include "bucket_kernels.h"
 #include "common/check.h"
-#include "cuda_check.h"
+#include "common/cuda_check.h"
 #include "gpu_selector.h"
 #include "host_sync.h"
 

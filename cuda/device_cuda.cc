@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "core/device.h"
-#include "cuda_check.h"
+#include "common/cuda_check.h"
 #include "cuda_local_stage.h"
 #include "host_sync.h"
 #include "runtime_kernels.h"

@@ -6,7 +6,7 @@
 
 #include "common/check.h"
 #include "compress_kernels.h"
-#include "cuda_check.h"
+#include "common/cuda_check.h"
 #include "select_kernels.h"
 
 namespace mgs::cuda {

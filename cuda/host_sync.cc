@@ -5,7 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cuda_check.h"
+#include "common/cuda_check.h"
 
 namespace mgs::cuda {
 namespace {

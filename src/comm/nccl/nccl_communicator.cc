@@ -7,7 +7,7 @@
 
 #include "comm/nccl/nccl_wait.h"
 #include "common/check.h"
-#include "cuda_check.h"
+#include "common/cuda_check.h"
 
 // Every NCCL call goes through here: on failure a Status naming the call, the
 // NCCL error and NCCL's last error text (ncclInProgress is the non-blocking

@@ -1,6 +1,8 @@
-// The CUDA check macro of the cuda/ layer and of the NCCL communicator: a
-// failed call returns Status(kCuda) naming the call, the CUDA error name and
-// text, and file:line. Include only from code compiled with the CUDA toolkit.
+// The CUDA check macro of the cuda/ layer and of the NCCL communicator
+// (src/comm/nccl): a failed call returns Status(kCuda) naming the call, the
+// CUDA error name and text, and file:line. It lives in src/common so that
+// src/comm never includes from cuda/, which stands above it. Include only from code
+// compiled with the CUDA toolkit.
 #pragma once
 
 #include <cuda_runtime_api.h>
