@@ -14,6 +14,10 @@
 namespace mgs {
 namespace {
 
+// A negotiation round's message: the ready bits of the cached names (one per
+// name in use, as int64 words; a few hundred tensors) and a few flag words.
+constexpr double kNegotiationBytes = 512;
+
 using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -110,6 +114,9 @@ Status measure(Communicator& comm, const compress::Selector& selector, plan::Cos
   MGS_RETURN_IF_ERROR(plan::CommModel::table(bc, &out->broadcast));
   // Every CPU selector (exact top-k included) is a constant number of passes: linear.
   MGS_RETURN_IF_ERROR(plan::SparsifyModel::fit(plan::SparsifyModel::Kind::kLinear, sel, &out->sparsify));
+  // A negotiation round is an allreduce of a few hundred bytes (the ready
+  // bits of the cached names); the table's first segment extrapolates it.
+  out->negotiation_s = std::max(0.0, out->allreduce.seconds(kNegotiationBytes));
   return Status::OK();
 }
 

@@ -115,14 +115,16 @@ int64_t CostModel::selected(int64_t elements) const {
 }
 
 double CostModel::allreduceSeconds(int64_t elements) const {
-  return allreduce.seconds(static_cast<double>(elements) * bytes_per_element);
+  if (elements <= 0) return 0.0;
+  return negotiation_s + allreduce.seconds(static_cast<double>(elements) * bytes_per_element);
 }
 
 double CostModel::allgatherSeconds(int64_t elements) const {
   // Every rank contributes k values and k int32 indices (two collectives in
   // the authors' code; the model's alpha covers both startups).
+  if (elements <= 0) return 0.0;
   const double bytes = static_cast<double>(workers) * static_cast<double>(selected(elements)) * (bytes_per_element + 4);
-  return allgather.seconds(bytes);
+  return negotiation_s + allgather.seconds(bytes);
 }
 
 const char* exchangeName(Exchange e) {
@@ -161,7 +163,8 @@ double CostModel::agreedSeconds(int64_t elements) const {
   const double k = static_cast<double>(selected(elements));
   // The runtime's index block also carries a count and a seal (16 bytes),
   // and the value allreduce one flag slot: noise next to k, left out.
-  return broadcastSeconds(4.0 * k) + allreduce.seconds(k * bytes_per_element);
+  if (elements <= 0) return 0.0;
+  return negotiation_s + broadcastSeconds(4.0 * k) + allreduce.seconds(k * bytes_per_element);
 }
 
 double CostModel::exchangeSeconds(Exchange e, int64_t elements) const {

@@ -158,6 +158,9 @@ Status readFields(const json& j, CostModel* inout) {
   // (CostModel::broadcast says how it is then estimated).
   if (j.contains("broadcast")) MGS_RETURN_IF_ERROR(readComm(j.at("broadcast"), "broadcast", &m.broadcast));
   if (j.contains("sparsify")) MGS_RETURN_IF_ERROR(readSparsify(j.at("sparsify"), &m.sparsify));
+  // Optional: files from before it have none (0: no negotiation start-up).
+  if (j.contains("negotiation_s"))
+    MGS_RETURN_IF_ERROR(nonNegative(j.at("negotiation_s"), "negotiation_s", &m.negotiation_s));
   *inout = m;
   return Status::OK();
 }
@@ -194,10 +197,9 @@ Status parseCostModel(const std::string& text, CostModel* out) {
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status(Code::kInvalidArgument, "not valid JSON");
   if (!j.is_object()) return invalid("cost model", "expected a JSON object, got " + typeOf(j));
-  MGS_RETURN_IF_ERROR(
-      onlyKeys(j, "cost model",
-               {"format", "version", "workers", "bytes_per_element", "allreduce", "allgather", "broadcast", "sparsify",
-                "comment"}));
+  MGS_RETURN_IF_ERROR(onlyKeys(j, "cost model",
+                               {"format", "version", "workers", "bytes_per_element", "allreduce", "allgather",
+                                "broadcast", "sparsify", "negotiation_s", "comment"}));
   for (const char* k : {"workers", "allreduce", "allgather", "sparsify"})
     if (!j.contains(k)) return invalid("cost model", std::string("missing \"") + k + "\"");
   CostModel m = *out;
@@ -231,6 +233,7 @@ std::string costModelToJson(const CostModel& m, bool pretty) {
   out += std::string(in) + "\"allreduce\":" + sp + comm(m.allreduce) + "," + nl;
   out += std::string(in) + "\"allgather\":" + sp + comm(m.allgather) + "," + nl;
   if (!m.broadcast.segments().empty()) out += std::string(in) + "\"broadcast\":" + sp + comm(m.broadcast) + "," + nl;
+  if (m.negotiation_s > 0) out += std::string(in) + "\"negotiation_s\":" + sp + json(m.negotiation_s).dump() + "," + nl;
   out += std::string(in) + "\"sparsify\":" + sp + sparsify.dump() + nl;
   return out + "}" + (pretty ? "\n" : "");
 }

@@ -148,5 +148,49 @@ TEST_CASE("cost files: the broadcast term round-trips and older files still load
   CHECK(st.message().find("broadcast.alpha_s") != std::string::npos);
 }
 
+TEST_CASE("the negotiation start-up: once per exchange, merges further, round-trips in cost files",
+          "[plan][exchange][cost_io]") {
+  CostModel m = cluster(16, 0.001), n = m;
+  n.negotiation_s = 8e-3;
+  for (int64_t e : {int64_t(1), int64_t(4096), int64_t(1) << 22}) {
+    CHECK(n.allreduceSeconds(e) == Approx(m.allreduceSeconds(e) + 8e-3));
+    CHECK(n.allgatherSeconds(e) == Approx(m.allgatherSeconds(e) + 8e-3));
+    CHECK(n.agreedSeconds(e) == Approx(m.agreedSeconds(e) + 8e-3));  // two collectives, one negotiation
+    for (Exchange x : {Exchange::kAllgather, Exchange::kAgreed, Exchange::kDense})
+      CHECK(n.exchangeSeconds(x, e) == Approx(m.exchangeSeconds(x, e) + 8e-3));
+  }
+  CHECK(n.allreduceSeconds(0) == 0.0);  // no group, no call, no negotiation
+  CHECK(n.allgatherSeconds(0) == 0.0);
+  CHECK(n.agreedSeconds(0) == 0.0);
+
+  // The exact planner merges into fewer groups when each group pays it.
+  PlanInput in;
+  for (int i = 0; i < 40; ++i) in.layers.push_back({"l" + std::to_string(i), int64_t(100000) * (1 + i % 4), 1e-3});
+  in.selection = Selection::kSeparate;
+  Plan without, with;
+  in.cost = m;
+  REQUIRE(computePlan("mgs", in, &without).ok());
+  in.cost = n;
+  REQUIRE(computePlan("mgs", in, &with).ok());
+  INFO(without.groups.size() << " groups without, " << with.groups.size() << " with");
+  CHECK(with.groups.size() < without.groups.size());
+
+  // Written when set, read back exactly; absent in older files: 0; negative: refused.
+  CostModel back;
+  const std::string text = costModelToJson(n);
+  CHECK(text.find("\"negotiation_s\"") != std::string::npos);
+  REQUIRE(parseCostModel(text, &back).ok());
+  CHECK(back.negotiation_s == n.negotiation_s);
+  CHECK(costModelToJson(m).find("negotiation_s") == std::string::npos);
+  CostModel fresh;
+  REQUIRE(parseCostModel(costModelToJson(m), &fresh).ok());
+  CHECK(fresh.negotiation_s == 0.0);
+  auto j = nlohmann::json::parse(text);
+  j["negotiation_s"] = -1.0;
+  const Status st = parseCostModel(j.dump(), &back);
+  CHECK(st.code() == Code::kInvalidArgument);
+  CHECK(st.message().find("negotiation_s") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace mgs::plan
