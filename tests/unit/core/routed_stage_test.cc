@@ -15,17 +15,13 @@
 
 #include "core/cpu_local_stage.h"
 #include "core/routed_local_stage.h"
+#include "../compress/test_util.h"
 #include "core/sparse_block.h"
 
 using namespace mgs;
+using compress::test::bits;  // the selector tests' bit view of a float
 
 namespace {
-
-uint32_t bitsOf(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 
 bool isDev(const Request& m) { return m.name.rfind("dev.", 0) == 0; }
 
@@ -155,18 +151,24 @@ struct Fixture {
     REQUIRE(compress::Selector::create("topk", so, &sel).ok());
   }
 
-  // One sparse allgather bucket over `members`: run, check sent + kept ==
-  // gradient + residual bitwise, settle with `commit`; returns the status.
-  Status sparse(std::vector<Request> members, bool commit = true) {
-    size_t n = 0;
-    for (auto& m : members) n += m.input.numel();
+  // What the local stage must fuse: each member's f32 gradient plus its
+  // residual as the store reads it now (wherever it lives), back to back.
+  std::vector<float> gradientPlusResidual(const std::vector<Request>& members) const {
     std::vector<float> acc;
-    for (auto& m : members) {
+    for (const auto& m : members) {
       std::vector<float> r(m.input.numel());
       store.read(m.name, r.data(), r.size());
       const float* x = static_cast<const float*>(m.input.data);
       for (size_t i = 0; i < r.size(); ++i) acc.push_back(x[i] + r[i]);
     }
+    return acc;
+  }
+
+  // One sparse allgather bucket over `members`: run, check sent + kept ==
+  // gradient + residual bitwise, settle with `commit`; returns the status.
+  Status sparse(std::vector<Request> members, bool commit = true) {
+    const std::vector<float> acc = gradientPlusResidual(members);
+    const size_t n = acc.size();
     const size_t cap = sel->maxCount(n);
     std::vector<char> buf(block::allgatherBytes(cap));
     LocalJob job;
@@ -191,9 +193,9 @@ struct Fixture {
     size_t bad = 0;
     for (size_t j = 0; j < out.count; ++j) {
       sent[b.indices()[j]] = 1;
-      bad += bitsOf(b.values()[j]) != bitsOf(acc[b.indices()[j]]);
+      bad += bits(b.values()[j]) != bits(acc[b.indices()[j]]);
     }
-    for (size_t i = 0; i < n; ++i) bad += !sent[i] && bitsOf(kept[i]) != bitsOf(acc[i]);
+    for (size_t i = 0; i < n; ++i) bad += !sent[i] && bits(kept[i]) != bits(acc[i]);
     REQUIRE(bad == 0);
     stage->settle(members, std::move(out.slab), commit);
     if (commit) {  // the store (wherever the residual lives) reads back what was kept
@@ -210,15 +212,8 @@ struct Fixture {
 
   // One dense bucket: acc must be gradient + residual; then the residual is zeroed.
   void dense(std::vector<Request> members) {
-    size_t n = 0;
-    for (auto& m : members) n += m.input.numel();
-    std::vector<float> want;
-    for (auto& m : members) {
-      std::vector<float> r(m.input.numel());
-      store.read(m.name, r.data(), r.size());
-      const float* x = static_cast<const float*>(m.input.data);
-      for (size_t i = 0; i < r.size(); ++i) want.push_back(x[i] + r[i]);
-    }
+    const std::vector<float> want = gradientPlusResidual(members);
+    const size_t n = want.size();
     std::vector<float> acc(n);
     LocalJob job;
     job.members = &members;
@@ -285,7 +280,7 @@ TEST_CASE("routed stage: a residual moves with its bucket and is never in two pl
   f.dense({w.r});
   REQUIRE(!f.residentHolds("dev.w"));
   REQUIRE(f.store.copyOut("dev.w", back.data(), 600).ok());
-  for (float x : back) REQUIRE(bitsOf(x) == bitsOf(0.0f));
+  for (float x : back) REQUIRE(bits(x) == bits(0.0f));
 
   // A failed device bucket leaves the residual where and as it was.
   REQUIRE(f.sparse({w.r}).ok());

@@ -15,19 +15,13 @@
 #include "core/cpu_local_stage.h"
 #include "core/device.h"
 #include "core/nonfinite.h"
+#include "../compress/test_util.h"
 #include "core/sparse_block.h"
 
 using namespace mgs;
+using compress::test::bits;  // the selector tests' bit view of a float
 
-namespace {
-
-uint32_t bitsOf(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("sparse block: sizes, typed round trip and seals", "[core][sparse_block]") {
   REQUIRE(block::allgatherBytes(0) == 16);
@@ -306,10 +300,10 @@ TEST_CASE("cpu local stage: sent + kept == acc bitwise, the residual changes onl
   for (size_t j = 0; j < out.count; ++j) {
     REQUIRE(idx[j] < n);
     sent[idx[j]] = 1;
-    bad += bitsOf(vals[j]) != bitsOf(acc[idx[j]]) || bitsOf(kept[idx[j]]) != bitsOf(0.0f);
+    bad += bits(vals[j]) != bits(acc[idx[j]]) || bits(kept[idx[j]]) != bits(0.0f);
   }
   for (size_t i = 0; i < n; ++i)
-    if (!sent[i]) bad += bitsOf(kept[i]) != bitsOf(acc[i]);
+    if (!sent[i]) bad += bits(kept[i]) != bits(acc[i]);
   REQUIRE(bad == 0);
 
   // The residual is as before until settle commits the slab.
@@ -398,7 +392,7 @@ TEST_CASE("cpu local stage: dense buckets, extract and zeroResidual", "[core][lo
   stage.zeroResidual(k.members);
   std::vector<float> now(na);
   REQUIRE(residuals.copyOut("a", now.data(), na).ok());
-  for (float v : now) REQUIRE(bitsOf(v) == bitsOf(0.0f));
+  for (float v : now) REQUIRE(bits(v) == bits(0.0f));
 
   // A fuse-only sparse job (an agreed non-leader), then extract.
   LocalJob fuse;
@@ -414,7 +408,7 @@ TEST_CASE("cpu local stage: dense buckets, extract and zeroResidual", "[core][lo
   stage.extract(*out.slab, idx, 3, vals);
   REQUIRE(stage.readSlab(*out.slab, after.data()).ok());
   for (int j = 0; j < 3; ++j) {
-    REQUIRE(bitsOf(vals[j]) == bitsOf(before[idx[j]]));
+    REQUIRE(bits(vals[j]) == bits(before[idx[j]]));
     before[idx[j]] = 0.0f;
   }
   REQUIRE(std::memcmp(before.data(), after.data(), 4 * n) == 0);
