@@ -189,25 +189,71 @@ inline __attribute__((always_inline)) void fusedBlock(const float* xb, float* r,
   s->nonFinite += len - static_cast<size_t>(fin);
 }
 
-// x == nullptr: in place. widen (f16/bf16) fills a float block first.
-template <int W, typename Widen>
-inline __attribute__((always_inline)) BufferStats fusedRangeW(const float* x, Widen widen, float* r, size_t b, size_t e,
+// The gradient of a pass: parts laid end to end (GradientParts), with each
+// part's first index. A cursor walks it a block at a time in index order.
+class Source {
+ public:
+  explicit Source(const GradientParts& x) : parts_(x.parts), count_(x.count), begin_(x.count + 1, 0) {
+    for (size_t j = 0; j < count_; ++j) begin_[j + 1] = begin_[j] + parts_[j].n;
+  }
+  bool empty() const { return count_ == 0; }
+  size_t total() const { return begin_[count_]; }
+  // The part holding index i (i < total()), searched from `from` on: parts
+  // of n = 0 are skipped.
+  size_t partOf(size_t i, size_t from) const {
+    while (begin_[from + 1] <= i) ++from;
+    return from;
+  }
+  // x[b, b + len) as floats: a pointer into the part itself when the range
+  // lies inside one unscaled float32 part, else converted into buf. *part is
+  // the cursor (a part at or before b's), advanced.
+  const float* block(size_t b, size_t len, float* buf, size_t* part) const {
+    size_t q = partOf(b, *part);
+    *part = q;
+    const GradientPart& p0 = parts_[q];
+    if (p0.dtype == MGS_FLOAT32 && p0.scale == 1.0f && b + len <= begin_[q + 1])
+      return static_cast<const float*>(p0.data) + (b - begin_[q]);
+    for (size_t done = 0; done < len;) {
+      q = partOf(b + done, q);
+      const GradientPart& p = parts_[q];
+      const size_t at = b + done - begin_[q];
+      const size_t take = std::min(len - done, begin_[q + 1] - (b + done));
+      float* d = buf + done;
+      if (p.dtype == MGS_FLOAT16)
+        halfToFloatN(static_cast<const uint16_t*>(p.data) + at, take, d);
+      else if (p.dtype == MGS_BFLOAT16)
+        bfloat16ToFloatN(static_cast<const uint16_t*>(p.data) + at, take, d);
+      else
+        std::memcpy(d, static_cast<const float*>(p.data) + at, take * sizeof(float));
+      if (p.scale != 1.0f)
+        for (size_t j = 0; j < take; ++j) d[j] = d[j] * p.scale;
+      done += take;
+    }
+    return buf;
+  }
+
+ private:
+  const GradientPart* parts_;
+  size_t count_;
+  std::vector<size_t> begin_;
+};
+
+// x empty: in place.
+template <int W>
+inline __attribute__((always_inline)) BufferStats fusedRangeW(const Source& x, float* r, size_t b, size_t e,
                                                               CandOut* out) {
   BufferStats s;
   float xf[kBlock];
+  size_t part = 0;
   for (size_t blk = b; blk < e; blk += kBlock) {
     const size_t len = std::min(kBlock, e - blk);
-    const float* xb = x ? x + blk : nullptr;
-    if constexpr (!std::is_same_v<Widen, std::nullptr_t>) {
-      for (size_t j = 0; j < len; ++j) xf[j] = widen(blk + j);
-      xb = xf;
-    }
-    if (xb == nullptr) {
+    if (x.empty()) {
       if (out->random)
         fusedBlock<W, false, true>(nullptr, r, blk, len, &s, out);
       else
         fusedBlock<W, false, false>(nullptr, r, blk, len, &s, out);
     } else {
+      const float* xb = x.block(blk, len, xf, &part);
       if (out->random)
         fusedBlock<W, true, true>(xb, r, blk, len, &s, out);
       else
@@ -219,8 +265,9 @@ inline __attribute__((always_inline)) BufferStats fusedRangeW(const float* x, Wi
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(MGS_NO_AVX2_PATH)
 #define MGS_AVX2_PATH 1
-__attribute__((target("avx2"))) BufferStats fusedRangeAvx2(const float* x, float* r, size_t b, size_t e, CandOut* out) {
-  return fusedRangeW<8>(x, nullptr, r, b, e, out);
+__attribute__((target("avx2"))) BufferStats fusedRangeAvx2(const Source& x, float* r, size_t b, size_t e,
+                                                           CandOut* out) {
+  return fusedRangeW<8>(x, r, b, e, out);
 }
 bool haveAvx2() {
   static const bool yes = [] {
@@ -231,22 +278,24 @@ bool haveAvx2() {
 }
 #endif
 
-BufferStats fusedChunkAny(const void* x, DataType dtype, float* r, size_t b, size_t e, CandOut* out) {
-  if (x != nullptr && dtype == MGS_FLOAT16) {
-    const auto* h = static_cast<const uint16_t*>(x);
-    return fusedRangeW<4>(
-        nullptr, [h](size_t i) { return halfToFloat(h[i]); }, r, b, e, out);
-  }
-  if (x != nullptr && dtype == MGS_BFLOAT16) {
-    const auto* h = static_cast<const uint16_t*>(x);
-    return fusedRangeW<4>(
-        nullptr, [h](size_t i) { return bfloat16ToFloat(h[i]); }, r, b, e, out);
-  }
-  const auto* f = static_cast<const float*>(x);
+BufferStats fusedChunkAny(const Source& x, float* r, size_t b, size_t e, CandOut* out) {
 #ifdef MGS_AVX2_PATH
-  if (haveAvx2() && !testForceBaseline.load(std::memory_order_relaxed)) return fusedRangeAvx2(f, r, b, e, out);
+  if (haveAvx2() && !testForceBaseline.load(std::memory_order_relaxed)) return fusedRangeAvx2(x, r, b, e, out);
 #endif
-  return fusedRangeW<4>(f, nullptr, r, b, e, out);
+  return fusedRangeW<4>(x, r, b, e, out);
+}
+
+// One part for a single buffer; none (in place) for x == nullptr.
+struct OnePart {
+  GradientPart part;
+  GradientParts parts() const { return part.data ? GradientParts{&part, 1} : GradientParts{}; }
+};
+OnePart onePart(const void* x, DataType dtype, size_t n) {
+  OnePart o;
+  o.part.data = x;
+  o.part.dtype = dtype;
+  o.part.n = n;
+  return o;
 }
 
 BufferStats reduceInChunkOrder(const std::vector<BufferStats>& part) {
@@ -336,20 +385,26 @@ struct RandKey {
 std::atomic<size_t> testCandidateCapLimit{0};
 std::atomic<bool> testForceBaseline{false};
 
-BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int chunks, int threads,
-                       const float* rin) {
+BufferStats accumulate(const GradientParts& x, float* r, size_t n, int chunks, int threads, const float* rin) {
+  const Source src(x);
   std::vector<BufferStats> part(chunks);
   parallelFor(chunks, threads, [&](int c) {
     const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
     CandOut none;
     none.rin = rin;
-    part[c] = fusedChunkAny(x, dtype, r, b, e, &none);
+    part[c] = fusedChunkAny(src, r, b, e, &none);
   });
   return reduceInChunkOrder(part);
 }
 
-BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t n, int chunks,
-                                 int threads, uint32_t tc, Candidates* cand, const float* rin) {
+BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int chunks, int threads,
+                       const float* rin) {
+  return accumulate(onePart(x, dtype, n).parts(), r, n, chunks, threads, rin);
+}
+
+BufferStats accumulateCandidates(const GradientParts& x, float* r, size_t n, int chunks, int threads, uint32_t tc,
+                                 Candidates* cand, const float* rin) {
+  const Source src(x);
   std::vector<BufferStats> part(chunks);
   std::fill(cand->count, cand->count + cand->regions, size_t{0});
   const int team = std::max(1, std::min(threads, cand->regions));
@@ -368,7 +423,7 @@ BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t
     out.rin = rin;
     for (int c = c0; c < c1; ++c) {
       const size_t b = chunkBegin(n, chunks, c), e = chunkBegin(n, chunks, c + 1);
-      part[c] = fusedChunkAny(x, dtype, r, b, e, &out);
+      part[c] = fusedChunkAny(src, r, b, e, &out);
     }
     cand->count[t] = out.count;
   });
@@ -378,23 +433,41 @@ BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t
   return reduceInChunkOrder(part);
 }
 
+BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t n, int chunks, int threads,
+                                 uint32_t tc, Candidates* cand, const float* rin) {
+  return accumulateCandidates(onePart(x, dtype, n).parts(), r, n, chunks, threads, tc, cand, rin);
+}
+
 namespace {
-// keys[i - b] = key of acc[i], or 0 for a non-finite acc[i]; returns how many were non-finite.
-template <typename Load>
-size_t sampleRange(Load load, const float* r, size_t b, size_t e, uint32_t* keys) {
+// keys[i - b] = key of acc[i] = x[i] + r[i] (x: xb[i - b], or 0 in place),
+// or 0 for a non-finite acc[i]; returns how many were non-finite.
+size_t sampleRange(const float* xb, const float* r, size_t b, size_t e, uint32_t* keys) {
   size_t bad = 0;
   for (size_t i = b; i < e; ++i) {
-    const uint32_t k = magnitudeKey(load(i) + r[i]);
+    const uint32_t k = magnitudeKey((xb ? xb[i - b] : 0.0f) + r[i]);
     const bool fin = k < 0x7f800000u;
     keys[i - b] = fin ? k : 0u;
     bad += !fin;
   }
   return bad;
 }
-// Blocks of the sample read in parallel (scattered reads: latency-bound).
-template <typename Load>
-size_t sampleAll(Load load, const float* r, size_t n, int threads, uint32_t* keys) {
-  if (n <= kSampleMax) return n - sampleRange(load, r, 0, n, keys);
+// x[b, e) through the source a sample block at a time, then its keys.
+size_t sampleSpan(const Source& x, const float* r, size_t b, size_t e, uint32_t* keys) {
+  size_t bad = 0, part = 0;
+  float buf[kSampleBlock];
+  for (size_t i = b; i < e; i += kSampleBlock) {
+    const size_t len = std::min(kSampleBlock, e - i);
+    const float* xb = x.empty() ? nullptr : x.block(i, len, buf, &part);
+    bad += sampleRange(xb, r, i, i + len, keys + (i - b));
+  }
+  return bad;
+}
+}  // namespace
+
+size_t sampleKeys(const GradientParts& x, const float* r, size_t n, int threads, uint32_t* keys) {
+  const Source src(x);
+  if (n <= kSampleMax) return n - sampleSpan(src, r, 0, n, keys);
+  // Blocks of the sample read in parallel (scattered reads: latency-bound).
   constexpr long blocks = kSampleMax / kSampleBlock;
   const size_t step = n / blocks;  // >= kSampleBlock
   // Tasks of several blocks each; per-task counts, summed in order.
@@ -402,27 +475,15 @@ size_t sampleAll(Load load, const float* r, size_t n, int threads, uint32_t* key
   size_t bad[kTasks] = {};
   parallelFor(kTasks, threads, [&](int t) {
     for (long j = blocks * t / kTasks; j < blocks * (t + 1) / kTasks; ++j)
-      bad[t] += sampleRange(load, r, j * step, j * step + kSampleBlock, keys + j * kSampleBlock);
+      bad[t] += sampleSpan(src, r, j * step, j * step + kSampleBlock, keys + j * kSampleBlock);
   });
   size_t total = 0;
   for (size_t b : bad) total += b;
   return kSampleMax - total;
 }
-}  // namespace
 
-size_t sampleKeys(const void* x, DataType dtype, const float* r, size_t n, int threads,
-                  uint32_t* keys) {
-  if (x == nullptr) return sampleAll([](size_t) { return 0.0f; }, r, n, threads, keys);
-  if (dtype == MGS_FLOAT16) {
-    const auto* h = static_cast<const uint16_t*>(x);
-    return sampleAll([h](size_t i) { return halfToFloat(h[i]); }, r, n, threads, keys);
-  }
-  if (dtype == MGS_BFLOAT16) {
-    const auto* h = static_cast<const uint16_t*>(x);
-    return sampleAll([h](size_t i) { return bfloat16ToFloat(h[i]); }, r, n, threads, keys);
-  }
-  const auto* f = static_cast<const float*>(x);
-  return sampleAll([f](size_t i) { return f[i]; }, r, n, threads, keys);
+size_t sampleKeys(const void* x, DataType dtype, const float* r, size_t n, int threads, uint32_t* keys) {
+  return sampleKeys(onePart(x, dtype, n).parts(), r, n, threads, keys);
 }
 
 uint32_t kthLargestKey(uint32_t* keys, size_t s, size_t want) {

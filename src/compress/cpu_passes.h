@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "common/dtype.h"
+#include "compress/gradient_parts.h"
 #include "compress/threshold_search.h"
 
 namespace mgs::compress::cpu {
@@ -30,6 +31,11 @@ inline size_t chunkBegin(size_t n, int chunks, int c) { return n / chunks * c + 
 // r already holds acc (in-place mode), nothing is written. rin (with x): read
 // the old residual from rin instead, r[i] = float(x[i]) + rin[i] (rin intact).
 BufferStats accumulate(const void* x, DataType dtype, float* r, size_t n, int chunks, int threads,
+                       const float* rin = nullptr);
+// The same with x given as parts (x.count == 0: in place). One part
+// {x, dtype, scale 1, n} is the call above, bit for bit; parts give the
+// statistics and acc of the buffer their values would fuse into.
+BufferStats accumulate(const GradientParts& x, float* r, size_t n, int chunks, int threads,
                        const float* rin = nullptr);
 
 // Candidate list of the single-pass path: thread t of the fused pass owns the
@@ -60,6 +66,8 @@ struct Candidates {
 // they are bitwise those of accumulate() for any thread count.
 BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t n, int chunks, int threads,
                                  uint32_t tc, Candidates* cand, const float* rin = nullptr);
+BufferStats accumulateCandidates(const GradientParts& x, float* r, size_t n, int chunks, int threads, uint32_t tc,
+                                 Candidates* cand, const float* rin = nullptr);
 
 // Keys of acc = float(x) + r (x == nullptr: r) at the sample positions,
 // written nowhere else: all of [0, n) when n <= kSampleMax, else
@@ -69,6 +77,7 @@ BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t
 constexpr size_t kSampleMax = 65536;
 constexpr size_t kSampleBlock = 256;
 size_t sampleKeys(const void* x, DataType dtype, const float* r, size_t n, int threads, uint32_t* keys);
+size_t sampleKeys(const GradientParts& x, const float* r, size_t n, int threads, uint32_t* keys);
 // The want-th largest of keys[0, s) (1 <= want <= s, keys < 2^31), as
 // std::nth_element would find it, by a 2048-bin histogram of the top key
 // bits and a selection among the keys of the crossing bin; reorders keys.

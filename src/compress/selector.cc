@@ -140,8 +140,30 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
   MGS_ENSURE(a.residual && a.outValues && a.outIndices, kInvalidArgument, "select '" << a.name << "': null buffer");
   MGS_ENSURE(a.workspace != nullptr && a.workspaceBytes >= workspaceBytes(n), kInvalidArgument,
              "select '" << a.name << "': workspace " << a.workspaceBytes << " < " << workspaceBytes(n) << " bytes");
+  // The gradient: x as one part, the parts, or none (in place).
+  GradientPart one;
+  GradientParts xs = a.parts;
+  if (a.parts.count > 0) {
+    MGS_ENSURE(a.x == nullptr, kInvalidArgument, "select '" << a.name << "': both x and parts given");
+    size_t total = 0;
+    for (size_t j = 0; j < a.parts.count; ++j) {
+      const GradientPart& p = a.parts.parts[j];
+      MGS_ENSURE(p.dtype == MGS_FLOAT32 || p.dtype == MGS_FLOAT16 || p.dtype == MGS_BFLOAT16, kInvalidArgument,
+                 "select '" << a.name << "': part " << j << " has dtype " << dtypeName(p.dtype)
+                            << ", not float32/float16/bfloat16");
+      MGS_ENSURE(p.data != nullptr || p.n == 0, kInvalidArgument, "select '" << a.name << "': part " << j << " is null");
+      total += p.n;
+    }
+    MGS_ENSURE(total == n, kInvalidArgument,
+               "select '" << a.name << "': the parts hold " << total << " values, n = " << n);
+  } else if (a.x != nullptr) {
+    one.data = a.x;
+    one.dtype = a.dtype;
+    one.n = n;
+    xs = GradientParts{&one, 1};
+  }
   // Where the old residual is read (SelectArgs::residualIn); acc goes to a.residual.
-  const float* rin = a.x != nullptr && a.residualIn != nullptr ? a.residualIn : a.residual;
+  const float* rin = xs.count > 0 && a.residualIn != nullptr ? a.residualIn : a.residual;
   const int chunks = cpu::chunksFor(n);
   const size_t k = kForDensity(n, options_.density);
   result->k = k;
@@ -175,7 +197,7 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
     } else {
       auto* keys = hist;  // the histograms are not in use yet
       const size_t sampled = std::min(n, cpu::kSampleMax);
-      const size_t finite = cpu::sampleKeys(a.x, a.dtype, rin, n, threads, keys);
+      const size_t finite = cpu::sampleKeys(xs, rin, n, threads, keys);
       const size_t want = std::max(kCandMinSample, static_cast<size_t>(std::ceil(share * finite)));
       if (want <= finite)  // then the want-th largest key is a finite entry's
         tc = std::max<uint32_t>(cpu::kthLargestKey(keys, sampled, want), 1);
@@ -194,9 +216,8 @@ Status Selector::select(const SelectArgs& a, SelectResult* result) const {
 
   // The one full pass: acc (unless in place), statistics, candidates.
   const float* rinArg = rin != a.residual ? rin : nullptr;
-  const cpu::BufferStats bs = tc ? cpu::accumulateCandidates(a.x, a.dtype, a.residual, n, chunks, threads, tc, &cand,
-                                                             rinArg)
-                                 : cpu::accumulate(a.x, a.dtype, a.residual, n, chunks, threads, rinArg);
+  const cpu::BufferStats bs = tc ? cpu::accumulateCandidates(xs, a.residual, n, chunks, threads, tc, &cand, rinArg)
+                                 : cpu::accumulate(xs, a.residual, n, chunks, threads, rinArg);
   AccStats st{bs.sum, bs.sumSq, bs.sumAbs, bs.maxAbs, bs.nonFinite};
   const Moments m = moments(st, n);
   result->mean = m.mean;

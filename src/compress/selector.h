@@ -44,6 +44,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "compress/gradient_parts.h"
 
 namespace mgs::compress {
 
@@ -88,6 +89,11 @@ struct SelectArgs {
   // bit. n floats; may equal `residual`; must not alias x.
   const float* residualIn = nullptr;
   size_t n = 0;                    // < 2^32 (indices are uint32)
+  // CPU Selector only: the gradient as parts laid end to end (a merged
+  // bucket's members where they lie), in place of x (then x must be null and
+  // dtype is ignored); their n must sum to n. Same selection, bit for bit, as
+  // x = the parts fused into one float32 buffer.
+  GradientParts parts;
   float* outValues = nullptr;      // capacity maxCount(n)
   uint32_t* outIndices = nullptr;  // capacity maxCount(n)
   void* workspace = nullptr;       // workspaceBytes(n) bytes, 16-byte aligned

@@ -39,6 +39,28 @@ Status nonFiniteStatus(int rank, const std::vector<Request>& members, int bad_me
                                     " values are NaN or Inf after adding the residual");
 }
 
+bool CpuLocalStage::readsInPlace(const std::vector<Request>& members) {
+  for (const Request& m : members) {
+    const DataType t = m.input.dtype;
+    if (m.input.onCuda() || (t != MGS_FLOAT32 && t != MGS_FLOAT16 && t != MGS_BFLOAT16)) return false;
+  }
+  return true;
+}
+
+int CpuLocalStage::firstNonFiniteMember(const std::vector<Request>& members, const float* r) {
+  // Rare (the bucket fails): recompute each member's acc until one is not finite.
+  size_t off = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    const Request& m = members[i];
+    const size_t cnt = m.input.numel();
+    std::vector<float> acc(cnt);
+    if (fuseIntoFloat(m.input.data, m.input.dtype, cnt, m.sig.prescale, r + off, acc.data()) > 0)
+      return static_cast<int>(i);
+    off += cnt;
+  }
+  return -1;
+}
+
 CpuLocalStage::Vec CpuLocalStage::takeSlab(size_t n) {
   // Best fit among the pooled slabs, but not one more than twice too big: a
   // committed slab becomes a residual and keeps its capacity.
@@ -99,11 +121,10 @@ void CpuLocalStage::run(const LocalJob& job, LocalOutcome* out) {
     slab = takeSlab(n);
     acc = slab->data();
   }
-  // One f32 host tensor going sparse: the selector reads it and the residual
-  // directly (acc = x + r written to acc in its single pass), under the lock.
-  const Request& m0 = members[0];
-  const bool direct = !dense && job.select && members.size() == 1 && opt_.error_feedback && !m0.input.onCuda() &&
-                      m0.input.dtype == MGS_FLOAT32 && m0.sig.prescale == 1.0;
+  // Host tensors going sparse: the selector reads the members where they lie
+  // and the residual (acc = x * prescale + r written to the slab in its
+  // single pass), under the lock; no separate fuse pass.
+  const bool direct = !dense && job.select && opt_.error_feedback && readsInPlace(members);
   std::unique_lock<std::mutex> lk;
   const float* r = nullptr;  // no residual without error feedback
   if (opt_.error_feedback) {
@@ -125,7 +146,12 @@ void CpuLocalStage::run(const LocalJob& job, LocalOutcome* out) {
       const compress::Selector& sel = *job.selector;
       workspace_.resize(sel.workspaceBytes(n));
       compress::SelectArgs a;
-      a.x = direct ? m0.input.data : nullptr;  // else in place: acc holds gradient + residual
+      if (direct) {  // else in place: acc holds gradient + residual
+        parts_.clear();
+        for (const Request& m : members)
+          parts_.push_back({m.input.data, m.input.dtype, static_cast<float>(m.sig.prescale), m.input.numel()});
+        a.parts = compress::GradientParts{parts_.data(), parts_.size()};
+      }
       a.dtype = MGS_FLOAT32;
       a.residualIn = direct ? r : nullptr;
       a.residual = acc;
@@ -152,9 +178,9 @@ void CpuLocalStage::run(const LocalJob& job, LocalOutcome* out) {
       if (local.ok()) {
         out->count = res.count;
       } else if (direct && local.code() == Code::kNumeric) {
-        out->bad_member = 0;
+        out->bad_member = firstNonFiniteMember(members, r);
         out->non_finite = res.nonFinite;
-        local = nonFiniteStatus(opt_.rank, members, 0, res.nonFinite, n);
+        local = nonFiniteStatus(opt_.rank, members, out->bad_member, res.nonFinite, n);
       } else {
         local = Status(local.code(), "rank " + std::to_string(opt_.rank) + ": " + local.message());
       }

@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "compress/gradient_parts.h"
 #include "core/local_stage.h"
 
 namespace mgs {
@@ -37,10 +38,17 @@ class CpuLocalStage : public LocalStage {
   // acc[0..n) = gradients (+ residual r, unless null), staging CUDA inputs.
   Status fuseMembers(const std::vector<Request>& members, const float* r, float* acc, int* bad_member,
                      size_t* non_finite);
+  // Whether the selector can read every member where it lies (host
+  // float32/float16/bfloat16): then one pass forms acc, with no fuse pass.
+  static bool readsInPlace(const std::vector<Request>& members);
+  // The first member whose gradient (x prescale) + residual r holds a NaN or
+  // Inf, or -1: names the tensor when the one-pass selection found some.
+  static int firstNonFiniteMember(const std::vector<Request>& members, const float* r);
 
   LocalStageOptions opt_;
   std::vector<Vec> slabs_;  // scratch acc slabs for reuse
   std::vector<char> workspace_, stage_;
+  std::vector<compress::GradientPart> parts_;  // the members, for the one-pass selection
 };
 
 }  // namespace mgs
