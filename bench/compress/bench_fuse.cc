@@ -6,6 +6,9 @@
 //                     pass (fuseIntoFloat), then select in place on S
 //   new direct path:  select(x, residualIn = r, residual = S): the fused pass
 //                     reads r and writes acc to S
+//   one-pass members: select(parts, residualIn = r, residual = S): the bucket's
+//                     members (x cut into --parts tensors) read where they lie,
+//                     no fuse pass (the runtime's path for host buckets)
 // Median of --reps runs after one warm-up; every run starts from the same r.
 //   mgs-bench-fuse --n 25600000 --density 0.001 --selector gaussiank --threads 2
 #include <algorithm>
@@ -38,7 +41,7 @@ int main(int argc, char** argv) {
   size_t n = 25600000;
   double density = 0.001;
   std::string selector = "gaussiank";
-  int threads = 2, reps = 5;
+  int threads = 2, reps = 5, nparts = 50;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--n") n = std::stoull(v);
@@ -46,8 +49,9 @@ int main(int argc, char** argv) {
     else if (k == "--selector") selector = v;
     else if (k == "--threads") threads = std::stoi(v);
     else if (k == "--reps") reps = std::stoi(v);
+    else if (k == "--parts") nparts = std::max(1, std::stoi(v));
     else {
-      std::fprintf(stderr, "usage: %s [--n N] [--density R] [--selector S] [--threads T] [--reps K]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--n N] [--density R] [--selector S] [--threads T] [--reps K] [--parts P]\n", argv[0]);
       return 2;
     }
   }
@@ -66,9 +70,19 @@ int main(int argc, char** argv) {
   std::vector<float> r(n), s(n), values(sel->maxCount(n));
   std::vector<uint32_t> idx(values.size());
   std::vector<std::max_align_t> ws(sel->workspaceBytes(n) / sizeof(std::max_align_t) + 1);
-  auto select = [&](const float* xp, float* res, const float* rin = nullptr) {
+  // x cut into nparts tensors of uneven sizes (a merged bucket's members).
+  std::vector<mgs::compress::GradientPart> parts;
+  size_t off = 0;
+  for (int j = 0; j < nparts; ++j) {
+    const double f = static_cast<double>(j + 1) / nparts;
+    const size_t end = j + 1 == nparts ? n : static_cast<size_t>(static_cast<double>(n) * f * f);
+    parts.push_back({x.data() + off, MGS_FLOAT32, 1.0f, end - off});
+    off = end;
+  }
+  auto select = [&](const float* xp, float* res, const float* rin = nullptr, bool useParts = false) {
     mgs::compress::SelectArgs a;
     a.x = xp;
+    if (useParts) a.parts = mgs::compress::GradientParts{parts.data(), parts.size()};
     a.residualIn = rin;
     a.residual = res;
     a.n = n;
@@ -79,7 +93,7 @@ int main(int argc, char** argv) {
     mgs::compress::SelectResult out;
     if (!sel->select(a, &out).ok()) std::exit(1);
   };
-  std::vector<double> fuseOld, allOld, direct, fuseNew, allNew, directNew;
+  std::vector<double> fuseOld, allOld, direct, fuseNew, allNew, directNew, onePass;
   size_t bad = 0;
   for (int i = 0; i <= reps; ++i) {
     std::memcpy(r.data(), r0.data(), n * 4);
@@ -100,6 +114,8 @@ int main(int argc, char** argv) {
     const double t7 = nowMs();
     select(x.data(), s.data(), r.data());
     const double t8 = nowMs();
+    select(nullptr, s.data(), r.data(), true);
+    const double t9 = nowMs();
     if (i == 0) continue;  // warm-up: page faults of the first touch
     fuseOld.push_back(t1 - t0);
     allOld.push_back(t2 - t0);
@@ -107,6 +123,7 @@ int main(int argc, char** argv) {
     fuseNew.push_back(t6 - t5);
     allNew.push_back(t7 - t5);
     directNew.push_back(t8 - t7);
+    onePass.push_back(t9 - t8);
   }
   std::printf("mgs-bench-fuse --n %zu --density %g --selector %s --threads %d --reps %d (median ms; %zu non-finite)\n",
               n, density, selector.c_str(), threads, reps, bad);
@@ -115,6 +132,8 @@ int main(int argc, char** argv) {
   std::printf("new members path: fuse into scratch + count %.2f, + select in place = %.2f\n", median(fuseNew),
               median(allNew));
   std::printf("new direct path:  select(x, residualIn = r, residual = S) = %.2f\n", median(directNew));
+  std::printf("one-pass members path: select(%zu parts, residualIn = r, residual = S) = %.2f (%.3f of the new members path)\n",
+              parts.size(), median(onePass), median(onePass) / median(allNew));
   std::printf("new / old: members %.3f, direct %.3f\n", median(allNew) / median(allOld),
               median(directNew) / median(direct));
   return 0;

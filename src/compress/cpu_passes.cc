@@ -441,15 +441,20 @@ BufferStats accumulateCandidates(const void* x, DataType dtype, float* r, size_t
 namespace {
 // keys[i - b] = key of acc[i] = x[i] + r[i] (x: xb[i - b], or 0 in place),
 // or 0 for a non-finite acc[i]; returns how many were non-finite.
-size_t sampleRange(const float* xb, const float* r, size_t b, size_t e, uint32_t* keys) {
+template <typename Load>
+size_t sampleRangeOf(Load load, const float* r, size_t b, size_t e, uint32_t* keys) {
   size_t bad = 0;
   for (size_t i = b; i < e; ++i) {
-    const uint32_t k = magnitudeKey((xb ? xb[i - b] : 0.0f) + r[i]);
+    const uint32_t k = magnitudeKey(load(i - b) + r[i]);
     const bool fin = k < 0x7f800000u;
     keys[i - b] = fin ? k : 0u;
     bad += !fin;
   }
   return bad;
+}
+size_t sampleRange(const float* xb, const float* r, size_t b, size_t e, uint32_t* keys) {
+  if (xb == nullptr) return sampleRangeOf([](size_t) { return 0.0f; }, r, b, e, keys);
+  return sampleRangeOf([xb](size_t j) { return xb[j]; }, r, b, e, keys);
 }
 // x[b, e) through the source a sample block at a time, then its keys.
 size_t sampleSpan(const Source& x, const float* r, size_t b, size_t e, uint32_t* keys) {
