@@ -6,6 +6,10 @@
 #
 # usage: bench/train/run_train.sh [-n HOSTS] [-r "1gbit 10gbit"] [-M "resnet50 transformer"]
 #                                 [-S "systems"] [-R repeats] [-o OUT.jsonl] [-b BUILD] [-s STEPS]
+#                                 [-e "VAR=VALUE ..."]
+# -b: the build whose libmgs.so runs (an A/B of two commits: two builds,
+# two calls); -e: extra variables for every rank of every system (an A/B of
+# a setting).
 # mgs runs with the defaults a user gets: `mgs` is dense (MGS_* unset), and
 # `mgs-sparse` sets only MGS_COMPRESSOR=gaussiank MGS_DENSITY=0.001 (what
 # `mgsrun --compressor gaussiank --density 0.001` exports). `mgs-rndv` and
@@ -24,7 +28,8 @@ repeats=1
 out=""
 build=build
 steps=16
-while getopts "n:r:M:S:R:o:b:s:h" opt; do
+extra_env=""
+while getopts "n:r:M:S:R:o:b:s:e:h" opt; do
   case $opt in
     n) hosts=$OPTARG ;;
     r) rates=$OPTARG ;;
@@ -34,7 +39,8 @@ while getopts "n:r:M:S:R:o:b:s:h" opt; do
     o) out=$OPTARG ;;
     b) build=$OPTARG ;;
     s) steps=$OPTARG ;;
-    h) sed -n '2,14p' "$0"; exit 0 ;;
+    e) extra_env=$OPTARG ;;
+    h) sed -n '2,18p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done
@@ -60,6 +66,7 @@ for rep in $(seq 1 "$repeats"); do
     for rate in $rates; do
       for system in $systems; do
         env_args="-x MASTER_ADDR=$subnet.1 -x GLOO_SOCKET_IFNAME=eth0 -x PYTHONPATH -x MGS_LIBRARY=$lib"
+        for kv in $extra_env; do env_args+=" -x $kv"; done
         py_path=$root/bindings/python
         run_system=$system
         case $system in
@@ -87,7 +94,7 @@ for rep in $(seq 1 "$repeats"); do
         # A job's end is part of the job: any rank's traceback or error line is counted.
         errors=$(grep -c -E 'Traceback|Error|error:|MGS_ERR' /tmp/run_train.err || true)
         [ "$errors" -gt 0 ] && { echo "run_train: $system printed $errors error lines:" >&2; grep -m 5 -E 'Traceback|Error|error:|MGS_ERR' /tmp/run_train.err >&2; }
-        echo "$line" | /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); d.update(rate='$rate', rep=$rep, name='$system', stderr_error_lines=$errors); print(json.dumps(d))" >>"$out"
+        echo "$line" | /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); d.update(rate='$rate', rep=$rep, name='$system', stderr_error_lines=$errors, build='$build', extra_env='$extra_env'); print(json.dumps(d))" >>"$out"
       done
     done
   done
