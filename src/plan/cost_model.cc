@@ -178,6 +178,12 @@ double CostModel::exchangeSeconds(Exchange e, int64_t elements) const {
   }
 }
 
+double CostModel::wireSeconds(Exchange e, int64_t elements) const {
+  // Subtracting 0 is exact: without negotiation the papers' numbers stay
+  // bit for bit.
+  return elements <= 0 ? 0.0 : exchangeSeconds(e, elements) - negotiation_s;
+}
+
 double CostModel::selectionSeconds(Exchange e, int64_t elements) const {
   return e == Exchange::kDense ? 0.0 : sparsifySeconds(elements);
 }

@@ -103,7 +103,9 @@ struct CostModel {
   // a negotiation message's size); 0 in the papers' presets, whose
   // regression vectors stay as published. The planners merge further as it
   // grows: on 16 emulated hosts with 0.5 ms links (8.7 ms per round) the
-  // mgs plan went from 4 buckets to 2 (docs/benchmarks.md).
+  // mgs plan went from 4 buckets to 2 (docs/benchmarks.md). The sparse
+  // timelines and planners charge it per round, not per group: groups that
+  // become ready in the same coordinator cycle share one round (timeline.h).
   double negotiation_s = 0;
   // Which exchanges a sparse group may use (kExchange* bits); the planners
   // and the runtime take, per group, the one chooseExchange() names. The
@@ -123,8 +125,14 @@ struct CostModel {
   // The agreed exchange's communication: broadcast of k 4-byte indices, then
   // an allreduce of k values.
   double agreedSeconds(int64_t elements) const;
-  // Communication time of `e` for a group (selection not included).
+  // Communication time of `e` for a group (selection not included), with
+  // one negotiation round (negotiation_s) charged to it: what a group costs
+  // alone, and what chooseExchange compares.
   double exchangeSeconds(Exchange e, int64_t elements) const;
+  // The same without the negotiation round: the timelines charge rounds
+  // themselves, one per round the runtime runs, which groups that become
+  // ready together share (timeline.h, negotiationRound).
+  double wireSeconds(Exchange e, int64_t elements) const;
   // Selection time `e` needs first (0 for dense).
   double selectionSeconds(Exchange e, int64_t elements) const;
   // The allowed exchange with the least selection + communication time;
