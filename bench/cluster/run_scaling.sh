@@ -83,7 +83,7 @@ done
 # The calibrations, so the runs can be predicted again with a later model
 # (bench/cluster/predict.py).
 for P in $sizes; do
-  [ -f "$tmp/cal_P$P.json" ] && echo "# calibration P=$P: $(tr -d '\n ' < "$tmp/cal_P$P.json")" >&2
+  if [ -f "$tmp/cal_P$P.json" ]; then echo "# calibration P=$P: $(tr -d '\n ' < "$tmp/cal_P$P.json")" >&2; fi
 done
 
 /usr/bin/python3 - "$out" <<'PY'
