@@ -62,8 +62,9 @@ Status validatePlanInput(const PlanInput& in) {
              "sparsify c_s must be finite and >= 0, got " << c.sparsify.c_s);
   MGS_ENSURE(in.fusion_threshold_bytes >= 0, kInvalidArgument,
              "fusion threshold must be >= 0 bytes, got " << in.fusion_threshold_bytes);
-  MGS_ENSURE(c.exchanges != 0 && (c.exchanges & ~(kExchangeAllgather | kExchangeAgreed | kExchangeDense)) == 0,
-             kInvalidArgument, "exchanges must be a non-empty set of kExchange* bits, got " << c.exchanges);
+  MGS_ENSURE(c.ranks_per_node >= 1, kInvalidArgument, "ranks_per_node must be >= 1, got " << c.ranks_per_node);
+  MGS_ENSURE(c.exchanges != 0 && (c.exchanges & ~kExchangeAll) == 0, kInvalidArgument,
+             "exchanges must be a non-empty set of kExchange* bits, got " << c.exchanges);
   MGS_ENSURE(in.front_cap >= 1, kInvalidArgument, "front cap must be >= 1, got " << in.front_cap);
   MGS_ENSURE(in.selection == Selection::kCompute || in.selection == Selection::kSeparate, kInvalidArgument,
              "selection must be kCompute or kSeparate, got " << static_cast<int>(in.selection));
