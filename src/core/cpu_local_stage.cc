@@ -102,16 +102,19 @@ void CpuLocalStage::run(const LocalJob& job, LocalOutcome* out) {
   // One f32 host tensor going sparse: the selector reads it and the residual
   // directly (acc = x + r written to acc in its single pass), under the lock.
   const Request& m0 = members[0];
-  const bool direct = !dense && job.select && members.size() == 1 && opt_.error_feedback && !m0.input.onCuda() &&
-                      m0.input.dtype == MGS_FLOAT32 && m0.sig.prescale == 1.0;
+  const bool given = !dense && job.acc_in != nullptr;
+  const bool direct = !dense && !given && job.select && members.size() == 1 && opt_.error_feedback &&
+                      !m0.input.onCuda() && m0.input.dtype == MGS_FLOAT32 && m0.sig.prescale == 1.0;
   std::unique_lock<std::mutex> lk;
   const float* r = nullptr;  // no residual without error feedback
-  if (opt_.error_feedback) {
+  if (opt_.error_feedback && !given) {
     lk = opt_.residuals->lock();
     r = opt_.residuals->contiguous(residualMembers(members));
   }
   Status& local = out->status;
-  if (!direct) {
+  if (given) {
+    std::copy(job.acc_in, job.acc_in + n, acc);
+  } else if (!direct) {
     local = fuseMembers(members, r, acc, &out->bad_member, &out->non_finite);
     if (lk.owns_lock()) lk.unlock();
   }
