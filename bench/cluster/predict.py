@@ -58,6 +58,11 @@ def predict(r):
     c.pop("format", None); c.pop("version", None)
     c["workers"] = r["ranks"]
     if a.ranks_per_node: c["ranks_per_node"] = a.ranks_per_node
+    if "negotiation_s" not in c and "segments" in c["allreduce"]:
+        # Older calibrations: the round as calibration measures it today, the
+        # allreduce model at a negotiation message's 512 bytes.
+        seg = [x for x in c["allreduce"]["segments"] if x[0] <= 512][-1]
+        c["negotiation_s"] = max(0.0, seg[1] + seg[2] * 512)
     inst = dict(c, layers=layers_for(r), density=r["density"], selection="separate",
                 exchanges=a.exchanges or r.get("exchange", "allgather") + ",dense",
                 fusion_threshold_bytes=r.get("fusion_threshold_bytes", 64 << 20))

@@ -38,6 +38,50 @@
 #include "core/sparse_pipeline.h"
 
 namespace mgs {
+namespace {
+
+// Median of 3 timed calls after one warm-up (as calibration.cc times).
+template <typename F>
+Status timed(double* out, F&& fn) {
+  MGS_RETURN_IF_ERROR(fn());
+  double t[3];
+  for (double& s : t) {
+    const auto t0 = Clock::now();
+    MGS_RETURN_IF_ERROR(fn());
+    s = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  std::sort(t, t + 3);
+  *out = t[1];
+  return Status::OK();
+}
+
+}  // namespace
+
+Status SparsePipeline::measureNodes(plan::CostModel* cost) {
+  // The node's sum (and broadcast) and the leaders' allgather, timed where
+  // they run and max-reduced over every rank, so that every rank ends with
+  // the same model. Collective on every rank; only with a hierarchy.
+  const std::vector<size_t> node_bytes = {4 << 10, 256 << 10, 4 << 20, 16 << 20};
+  const std::vector<size_t> leader_bytes = {4 << 10, 64 << 10, 1 << 20};  // per leader
+  std::vector<double> t(node_bytes.size() + leader_bytes.size(), 0.0);
+  std::vector<float> buf(node_bytes.back() / 4, 0.0f);
+  for (size_t i = 0; i < node_bytes.size(); ++i)
+    MGS_RETURN_IF_ERROR(
+        timed(&t[i], [&] { return node_comm_->allreduce(buf.data(), node_bytes[i] / 4, MGS_FLOAT32, CommOp::kSum); }));
+  if (leader_comm_) {
+    std::vector<char> gathered(leader_bytes.back() * nodes_);
+    for (size_t i = 0; i < leader_bytes.size(); ++i)
+      MGS_RETURN_IF_ERROR(timed(&t[node_bytes.size() + i],
+                                [&] { return leader_comm_->allgather(buf.data(), leader_bytes[i], gathered.data()); }));
+  }
+  MGS_RETURN_IF_ERROR(comm_.allreduce(t.data(), t.size(), MGS_FLOAT64, CommOp::kMax));
+  std::vector<plan::Sample> node, leaders;
+  for (size_t i = 0; i < node_bytes.size(); ++i) node.emplace_back(double(node_bytes[i]), t[i]);
+  for (size_t i = 0; i < leader_bytes.size(); ++i)
+    leaders.emplace_back(double(leader_bytes[i]) * nodes_, t[node_bytes.size() + i]);  // total bytes
+  MGS_RETURN_IF_ERROR(plan::CommModel::table(node, &cost->node));
+  return plan::CommModel::table(leaders, &cost->leader_allgather);
+}
 
 Status SparsePipeline::setupNodes() {
   const int P = comm_.size(), me = comm_.rank();

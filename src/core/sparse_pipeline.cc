@@ -65,6 +65,9 @@ Status SparsePipeline::create(Communicator& comm, const Config& config, Residual
     MGS_RETURN_IF_ERROR(p->setupNodes());
     // The hierarchical exchange is a candidate only with the job's nodes.
     cost.ranks_per_node = p->hierarchy_ ? p->ranks_per_node_ : 1;
+    // The same branch on every rank (the model is identical everywhere).
+    if (p->hierarchy_ && config.calibration != "off" && cost.node.segments().empty())
+      MGS_RETURN_IF_ERROR(p->measureNodes(&cost));
     p->schedule_.setCostModel(cost);
   }
   *out = std::move(p);

@@ -114,6 +114,9 @@ class SparsePipeline {
   // the ranks into nodes (MGS_NODE_SIZE, or by host name) and makes the
   // node and leader communicators, at init, on every rank alike.
   Status setupNodes();
+  // The cost model's node and leader terms (CostModel::node,
+  // leader_allgather), measured unless MGS_CALIBRATION=off or its file has them.
+  Status measureNodes(plan::CostModel* cost);
   void runHierarchical(std::vector<Request>& members, size_t n, double density, LocalOutcome& local);
   // The names of the ranks whose code is a failure (one allgather over every
   // rank: only on a failure path every rank takes alike).
