@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -10,6 +11,7 @@
 #include "core/cpu_local_stage.h"
 #include "core/device.h"
 #include "core/routed_local_stage.h"
+#include "plan/cost_model_io.h"
 
 namespace mgs {
 namespace {
@@ -66,8 +68,15 @@ Status SparsePipeline::create(Communicator& comm, const Config& config, Residual
     // The hierarchical exchange is a candidate only with the job's nodes.
     cost.ranks_per_node = p->hierarchy_ ? p->ranks_per_node_ : 1;
     // The same branch on every rank (the model is identical everywhere).
-    if (p->hierarchy_ && config.calibration != "off" && cost.node.segments().empty())
+    if (p->hierarchy_ && config.calibration != "off" && cost.node.segments().empty()) {
       MGS_RETURN_IF_ERROR(p->measureNodes(&cost));
+      // A calibration file gets the node terms too (mgs-plan, later jobs).
+      if (config.calibration != "auto" && comm.rank() == 0) {
+        std::ofstream f(config.calibration);
+        f << plan::costModelToJson(cost);
+        if (!f) MGS_LOG_WARN("could not save the node terms to the calibration {}", config.calibration);
+      }
+    }
     p->schedule_.setCostModel(cost);
   }
   *out = std::move(p);
