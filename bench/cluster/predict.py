@@ -11,7 +11,7 @@ at run time, and today's, each as pred/meas.
 
 usage: bench/cluster/predict.py -b BUILD --log results/X.log --jsonl results/X.jsonl
            [--min-sparse 40] [--trace tools/traces/resnet50.json]
-           [--ranks-per-node R] [--exchanges allgather,agreed,...]
+           [--ranks-per-node R] [--exchanges allgather,agreed,...] [--no-dense]
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
@@ -23,6 +23,7 @@ ap.add_argument("--trace", default="tools/traces/resnet50.json")
 ap.add_argument("--min-sparse", type=int, default=None, help="default 4096 x scale_elements")
 ap.add_argument("--exchanges", default=None, help="default: the run's exchange and dense (MGS_DENSE_FALLBACK=1)")
 ap.add_argument("--ranks-per-node", type=int, default=None)
+ap.add_argument("--no-dense", action="store_true", help="the runs had MGS_DENSE_FALLBACK=0 (run_hier.sh)")
 a = ap.parse_args()
 
 # run_planner.sh logs "# calibration: {...}", run_scaling.sh one
@@ -64,7 +65,7 @@ def predict(r):
         seg = [x for x in c["allreduce"]["segments"] if x[0] <= 512][-1]
         c["negotiation_s"] = max(0.0, seg[1] + seg[2] * 512)
     inst = dict(c, layers=layers_for(r), density=r["density"], selection="separate",
-                exchanges=a.exchanges or r.get("exchange", "allgather") + ",dense",
+                exchanges=a.exchanges or r.get("exchange", "allgather") + ("" if a.no_dense else ",dense"),
                 fusion_threshold_bytes=r.get("fusion_threshold_bytes", 64 << 20))
     planner = r["planner"] if r["strategy"] != "single" else "single"
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
