@@ -36,6 +36,26 @@ TEST_CASE("an instance parses into the planner's input", "[plan][tools]") {
   CHECK(out["model"] == "dense");
 }
 
+TEST_CASE("an instance carries ranks per node and the hierarchical exchange", "[plan][tools][hierarchical]") {
+  json j = v1();
+  j["density"] = 0.01;
+  j["workers"] = 16;
+  j["ranks_per_node"] = 4;
+  j["exchanges"] = "allgather,hierarchical";
+  j["node"] = {{"alpha_s", 0.0}, {"beta_s_per_byte", 0.0}};
+  j["leader_allgather"] = {{"alpha_s", 0.5}, {"beta_s_per_byte", 0.0}};
+  j["allgather"] = {{"alpha_s", 2.0}, {"beta_s_per_byte", 0.0}};  // flat: 2 s; 4 leaders: 0.5 s
+  plan::PlanInput in;
+  REQUIRE(parseInstance(j, &in).ok());
+  CHECK(in.cost.ranks_per_node == 4);
+  CHECK(in.cost.exchanges == (plan::kExchangeAllgather | plan::kExchangeHierarchical));
+  CHECK(in.cost.chooseExchange(1000) == plan::Exchange::kHierarchical);
+  j["exchanges"] = "allgather,hierarchy";
+  const Status st = parseInstance(j, &in);
+  CHECK(st.code() == Code::kInvalidArgument);
+  CHECK(st.message().find("hierarchical") != std::string::npos);  // the message lists the names
+}
+
 TEST_CASE("instance cost models: tables, sparsify kinds and presets", "[plan][tools]") {
   json j = v1();
   j["allgather"] = json::parse(R"({"table": [[0, 1.0], [100, 2.0]]})");
