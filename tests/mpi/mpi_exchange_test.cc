@@ -14,9 +14,10 @@
 //           accumulator), the leader's is, entry by entry, either +0 (sent)
 //           or the node's sum (kept), bitwise; the result is the average of
 //           what the leaders sent; outputs are the same bits everywhere. A
-//           NaN on rank 3 at step 1: every rank's residual bitwise as before,
-//           the outputs NaN (MGS_NONFINITE=propagate) or an error naming rank
-//           3, the tensor and the cause on every rank (=error).
+//           NaN on rank 3 (a non-leader) at step 1 and on rank 2 (a leader) at
+//           step 2: every rank's residual bitwise as before,
+//           the outputs NaN (MGS_NONFINITE=propagate) or an error naming the
+//           bad rank, the tensor and the cause on every rank (=error).
 //   init_fails  mgs_init must fail on every rank with MGS_ERR_CONFIG and a
 //           message containing $EXPECT_ERROR (bad node groupings).
 // Malformed index blocks are injected in tests/unit/core/sparse_agreed_test.cc
@@ -162,7 +163,18 @@ void scenarioHierarchical() {
   const char* nf = std::getenv("MGS_NONFINITE");
   const bool error_mode = nf && std::string(nf) == "error";
   const std::vector<int64_t> sizes = {5000, 20000, 4096, 100000};
-  const int kSteps = 8, kBadStep = 1, kBadRank = 3, kBadTensor = 1;
+  const int kSteps = 8;
+  // Non-finite values: a non-leader (rank 3) at step 1, a leader (rank 2) at step 2.
+  struct Bad {
+    int step, rank;
+    size_t tensor;
+  };
+  const Bad kBad[] = {{1, 3, 1}, {2, 2, 0}};
+  auto badAt = [&](int step, size_t t) -> const Bad* {
+    for (const Bad& b : kBad)
+      if (b.step == step && b.tensor == t) return &b;
+    return nullptr;
+  };
   const bool leader = g_rank % 2 == 0;
   const float inv = 1.0f / 4;
   int checked = 0;
@@ -175,7 +187,7 @@ void scenarioHierarchical() {
       x[t].resize(sizes[t]);
       for (int64_t i = 0; i < sizes[t]; ++i)
         x[t][i] = gradValue((uint64_t(step) << 40) ^ (uint64_t(g_rank) << 32) ^ (t << 24) ^ i);
-      if (step == kBadStep && g_rank == kBadRank && t == kBadTensor) x[t][7] = std::nanf("");
+      if (const Bad* b = badAt(step, t); b && b->rank == g_rank) x[t][7] = std::nanf("");
       out[t].assign(sizes[t], -1.0f);
       shapes[t] = {sizes[t]};
       before[t] = residualOf("h" + std::to_string(t), sizes[t]);
@@ -197,7 +209,7 @@ void scenarioHierarchical() {
       const std::string name = "h" + std::to_string(t);
       const std::vector<float> after = residualOf(name, sizes[t]);
       // Steps 0-2 are layer-wise (MGS_PROFILE_STEPS=3): the bad step hits its tensor's bucket only.
-      if (step == kBadStep && t == size_t(kBadTensor)) {
+      if (const Bad* b = badAt(step, t)) {
         int changed = 0;
         for (int64_t i = 0; i < sizes[t]; ++i) changed += !sameBits(after[i], before[t][i]);
         EXPECT(changed == 0, "rank %d: %d residual entries of %s changed on the non-finite step", g_rank, changed,
@@ -205,8 +217,10 @@ void scenarioHierarchical() {
         if (error_mode) {
           EXPECT(status[t] == MGS_ERR_NUMERIC, "rank %d: %s: status %d, want MGS_ERR_NUMERIC", g_rank, name.c_str(),
                  (int)status[t]);
-          EXPECT(message[t].find("rank 3: non-finite gradient in tensor 'h1'") != std::string::npos,
-                 "rank %d: the error does not name rank 3, the tensor and the cause: %s", g_rank, message[t].c_str());
+          const std::string want = "rank " + std::to_string(b->rank) + ": non-finite gradient in tensor '" + name + "'";
+          EXPECT(message[t].find(want) != std::string::npos,
+                 "rank %d: the error does not name rank %d, the tensor and the cause: %s", g_rank, b->rank,
+                 message[t].c_str());
         } else {
           EXPECT(status[t] == MGS_SUCCESS, "rank %d: %s: %s", g_rank, name.c_str(), message[t].c_str());
           int nan = 0;
