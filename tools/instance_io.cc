@@ -73,8 +73,9 @@ Status parseInstance(const json& j, plan::PlanInput* out, const plan::CostModel*
         return invalid("'selection' must be \"compute\" or \"separate\", got \"" + sel + "\"");
     }
     if (j.contains("exchanges")) {
-      if (!j.at("exchanges").is_string() || !plan::parseExchanges(j.at("exchanges").get<std::string>(), &in.cost.exchanges))
-        return invalid("'exchanges' must be a comma-separated list of allgather, agreed, dense, got " +
+      if (!j.at("exchanges").is_string() ||
+          !plan::parseExchanges(j.at("exchanges").get<std::string>(), &in.cost.exchanges))
+        return invalid("'exchanges' must be a comma-separated list of allgather, agreed, dense, hierarchical, got " +
                        j.at("exchanges").dump());
     }
     if (j.contains("fusion_threshold_bytes"))

@@ -29,8 +29,8 @@ void explain(const PlanInput& in, const Plan& plan) {
   // the group up, after it was ready and the previous selection ended.
   std::fprintf(stderr, "%5s  %-9s %12s %12s", "group", "layers", "elements", "ready_s");
   if (separate) std::fprintf(stderr, " %12s", "sel_start_s");
-  std::fprintf(stderr, " %12s %12s %12s %10s %-9s  %s\n", plan.sparse ? "selected_s" : "", "comm_start_s",
-               "comm_end_s", "waited_s", "exchange", "first .. last");
+  std::fprintf(stderr, " %12s %12s %12s %10s %-9s  %s\n", plan.sparse ? "selected_s" : "", "comm_start_s", "comm_end_s",
+               "waited_s", "exchange", "first .. last");
   double prev_end = 0;
   for (size_t g = 0; g < t.size(); ++g) {
     const GroupTiming& x = t[g];
@@ -81,8 +81,14 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"compute", "separate"}));
   std::string exchanges;
   app.add_option("--exchanges", exchanges,
-                 "sparse model: the exchanges a group may use, comma-separated from allgather, agreed, dense "
+                 "sparse model: the exchanges a group may use, comma-separated from allgather, agreed, dense, "
+                 "hierarchical "
                  "(each group takes the cheapest); overrides the instance's \"exchanges\" (default allgather)");
+  int ranks_per_node = 0;
+  app.add_option("--ranks-per-node", ranks_per_node,
+                 "ranks per node for the hierarchical exchange; overrides the instance's or cost model's "
+                 "\"ranks_per_node\"")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_flag("--explain", show, "print the plan's timeline to stderr");
   CLI11_PARSE(app, argc, argv);
 
@@ -105,9 +111,10 @@ int main(int argc, char** argv) {
   if (!selection.empty()) (void)mgs::plan::parseSelection(selection, &in.selection);  // checked by CLI11
   if (!exchanges.empty() && !mgs::plan::parseExchanges(exchanges, &in.cost.exchanges)) {
     std::cerr << "mgs-plan: --exchanges '" << exchanges << "': expected a comma-separated list of allgather, agreed, "
-              << "dense\n";
+              << "dense, hierarchical\n";
     return 2;
   }
+  if (ranks_per_node > 0) in.cost.ranks_per_node = ranks_per_node;
   if (planner.empty()) planner = in.sparse ? "mgs" : "mgwfbp";
   std::vector<std::string> run = {planner};
   if (planner == "all") run = mgs::plan::plannerNames();

@@ -64,6 +64,14 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"compute", "separate"}));
   app.add_option("--fusion-mib", fusion_mib, "fusion buffer size")->capture_default_str();
   app.add_option("-P,--workers", opt.workers, "worker counts")->capture_default_str();
+  app.add_option("-R,--ranks-per-node", opt.ranks_per_node,
+                 "ranks per node: they share the node's link; the hierarchical strategies reduce inside the node "
+                 "over shared memory (--node-latency-us, --node-bandwidth-gbps)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  double node_latency_us = opt.node_latency_s * 1e6, node_gbps = opt.node_bandwidth_bytes_per_s * 8 / 1e9;
+  app.add_option("--node-latency-us", node_latency_us, "inside a node: latency per step")->capture_default_str();
+  app.add_option("--node-bandwidth-gbps", node_gbps, "inside a node: bandwidth")->capture_default_str();
   app.add_option("--metric", metric, "table metric: speedup, efficiency or time (ms)")
       ->capture_default_str()
       ->check(CLI::IsMember({"speedup", "efficiency", "time"}));
@@ -84,6 +92,8 @@ int main(int argc, char** argv) {
   opt.sparsify.kind =
       sparsify == "linear" ? mgs::plan::SparsifyModel::Kind::kLinear : mgs::plan::SparsifyModel::Kind::kNLogN;
   opt.fusion_threshold_bytes = static_cast<int64_t>(fusion_mib * (1 << 20));
+  opt.node_latency_s = node_latency_us * 1e-6;
+  opt.node_bandwidth_bytes_per_s = node_gbps * 1e9 / 8;
   (void)mgs::plan::parseSelection(selection, &opt.selection);  // checked by CLI11 above
 
   std::vector<SimPoint> pts;
@@ -100,6 +110,7 @@ int main(int argc, char** argv) {
   std::printf("# network %s: latency %.1f us, %.1f Gbit/s; density %g; t_s %s c=%g; selection %s; %s\n",
               opt.network.name.c_str(), opt.network.latency_s * 1e6, opt.network.bandwidth_bytes_per_s * 8 / 1e9,
               opt.density, sparsify.c_str(), opt.sparsify.c_s, selection.c_str(), metric.c_str());
+  if (opt.ranks_per_node > 1) std::printf("# %d ranks per node\n", opt.ranks_per_node);
   printTable(pts, metric);
 
   if (!json_path.empty()) {
@@ -111,6 +122,7 @@ int main(int argc, char** argv) {
     out["density"] = opt.density;
     out["sparsify"] = {{"kind", sparsify}, {"c_s", opt.sparsify.c_s}};
     out["selection"] = selection;
+    out["ranks_per_node"] = opt.ranks_per_node;
     for (const auto& s : mgs::tools::simStrategies())
       out["strategies"].push_back({{"name", s.name}, {"planner", s.planner}, {"doc", s.doc}});
     for (const auto& p : pts)

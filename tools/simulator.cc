@@ -1,5 +1,6 @@
 #include "simulator.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/check.h"
@@ -34,15 +35,29 @@ plan::CostModel clusterModel(const SimOptions& o, int workers) {
   m.density = o.density;
   m.bytes_per_element = o.bytes_per_element;
   m.sparsify = o.sparsify;
+  // R ranks of a node share its link: a flat collective's bytes cross it R
+  // times (R = 1: one rank per node, the papers' setting).
+  const int R = std::max(1, std::min(o.ranks_per_node, workers));
+  const double share = R;
   // Allreduce: reduce-scatter + allgather, each moving (P-1)/P of the data.
-  m.allreduce = plan::CommModel::linear(2 * steps * lat, 2 * (p - 1) / p / bw);
+  m.allreduce = plan::CommModel::linear(2 * steps * lat, share * 2 * (p - 1) / p / bw);
   // Allgather of everyone's (value, index) pairs, as two collectives; each
   // rank receives (P-1)/P of the gathered bytes.
-  m.allgather = plan::CommModel::linear(2 * steps * lat, (p - 1) / p / bw);
+  m.allgather = plan::CommModel::linear(2 * steps * lat, share * (p - 1) / p / bw);
   // Broadcast as a scatter then an allgather (van de Geijn; what MPI
   // libraries use for large messages): log P startups for each half, and
   // each rank moves (P-1)/P of the buffer in each.
-  m.broadcast = plan::CommModel::linear(2 * steps * lat, 2 * (p - 1) / p / bw);
+  m.broadcast = plan::CommModel::linear(2 * steps * lat, share * 2 * (p - 1) / p / bw);
+  if (R > 1) {
+    // The hierarchical exchange: shared memory inside the node (a reduce or
+    // a broadcast as reduce-scatter + gather), an allgather among the
+    // nodes' leaders, one per node on each link.
+    m.ranks_per_node = R;
+    const double r = R, nodes = m.nodes(), node_steps = std::ceil(std::log2(r));
+    const double leader_steps = nodes > 1 ? std::ceil(std::log2(nodes)) : 0.0;
+    m.node = plan::CommModel::linear(2 * node_steps * o.node_latency_s, 2 * (r - 1) / r / o.node_bandwidth_bytes_per_s);
+    m.leader_allgather = plan::CommModel::linear(2 * leader_steps * lat, (nodes - 1) / nodes / bw);
+  }
   return m;
 }
 
@@ -63,6 +78,12 @@ const std::vector<Strategy>& simStrategies() {
        plan::kExchangeAllgather | plan::kExchangeAgreed},
       {"mgs-auto", "mgs", true, "MGS exact DP, each group allgather, agreed or dense (the runtime's default)",
        plan::kExchangeAllgather | plan::kExchangeAgreed | plan::kExchangeDense},
+      {"topk-hier", "single", true,
+       "sparse, one group after backward, hierarchical (dense in the node, allgather between nodes; "
+       "the flat allgather with one rank per node)",
+       plan::kExchangeHierarchical},
+      {"mgs-hier", "mgs", true, "MGS exact DP, each group allgather, agreed, dense or hierarchical (cheapest)",
+       plan::kExchangeAll},
   };
   return s;
 }

@@ -34,6 +34,13 @@ struct SimOptions {
   int64_t fusion_threshold_bytes = 64ll << 20;
   // Where the sparse strategies run selection (plan/timeline.h).
   plan::Selection selection = plan::Selection::kCompute;
+  // Ranks per node (R): they share the node's link (the flat collectives'
+  // bandwidth term is R times as large) and, for the hierarchical exchange,
+  // a shared-memory reduce and broadcast. 1: one rank per node, as before.
+  int ranks_per_node = 1;
+  // Inside a node (shared memory): latency per step and bandwidth.
+  double node_latency_s = 1e-6;
+  double node_bandwidth_bytes_per_s = 20e9;
 };
 
 // The cost model of `workers` ranks on `options.network`.

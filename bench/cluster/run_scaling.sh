@@ -80,6 +80,12 @@ for rep in $(seq 1 "$repeats"); do
   done
 done
 
+# The calibrations, so the runs can be predicted again with a later model
+# (bench/cluster/predict.py).
+for P in $sizes; do
+  if [ -f "$tmp/cal_P$P.json" ]; then echo "# calibration P=$P: $(tr -d '\n ' < "$tmp/cal_P$P.json")" >&2; fi
+done
+
 /usr/bin/python3 - "$out" <<'PY'
 import json, sys, statistics
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]

@@ -31,7 +31,7 @@ def parse_args():
     p.add_argument("--selectors", nargs="*", default=SELECTORS)
     p.add_argument("--densities", nargs="*", type=float, default=[0.01, 0.001])
     p.add_argument("--error-feedback", nargs="*", type=int, default=[1, 0], choices=[0, 1])
-    p.add_argument("--exchange", choices=["allgather", "agreed", "auto"],
+    p.add_argument("--exchange", choices=["allgather", "agreed", "hierarchical", "auto"],
                    help="MGS_EXCHANGE for the sparse runs (labelled with it); unset: the runtime's default")
     p.add_argument("--out", type=Path, default=Path("convergence-results"))
     p.add_argument("--python", default=sys.executable)

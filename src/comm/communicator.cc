@@ -18,6 +18,11 @@ Status Communicator::startAllgather(const void* send, size_t bytes, void* recv,
   return allgather(send, bytes, recv);
 }
 
+Status Communicator::split(int, int, std::unique_ptr<Communicator>* out) {
+  out->reset();
+  return Status(Code::kUnsupported, "this communicator cannot be split into sub-communicators");
+}
+
 Status Communicator::broadcastString(std::string* s, int root) {
   uint64_t n = s->size();
   Status st = broadcast(&n, sizeof n, root);

@@ -57,6 +57,11 @@ class Communicator {
 
   // A variable-size string from `root` to every rank (size, then bytes).
   Status broadcastString(std::string* s, int root);
+  // Collective: the ranks with the same `color` >= 0 form a new
+  // communicator, ordered by `key` (then rank); a rank with color < 0 gets
+  // none (*out null). For the hierarchical exchange (a node's ranks, the
+  // nodes' leaders). The default says the backend cannot split.
+  virtual Status split(int color, int key, std::unique_ptr<Communicator>* out);
 };
 
 }  // namespace mgs

@@ -191,15 +191,25 @@ std::vector<ParamSpec> buildSpecs() {
                         "faster. 0 always sends sparse (ablations, convergence studies).",
                         &Config::dense_fallback));
   // Which exchange a sparse bucket uses is decided on every rank alike.
-  s.push_back(enumParam("MGS_EXCHANGE", "auto", {"auto", "allgather", "agreed"}, kSame,
+  s.push_back(enumParam("MGS_EXCHANGE", "auto", {"auto", "allgather", "agreed", "hierarchical"}, kSame,
                         "How a sparse bucket's selected entries travel. 'allgather': every rank selects and "
                         "all blocks are gathered (traffic per rank grows with the ranks). 'agreed': a "
                         "rotating leader selects, its indices are broadcast and the values there are "
-                        "summed by an allreduce (traffic per rank independent of the ranks). 'auto': the "
-                        "cheaper of the two per bucket by the calibrated cost model (and dense when "
-                        "MGS_DENSE_FALLBACK allows and that is cheaper still). Both follow MGS_NONFINITE "
+                        "summed by an allreduce (traffic per rank independent of the ranks). "
+                        "'hierarchical': the ranks of a node (MGS_NODE_SIZE) sum their buckets densely to "
+                        "the node's first rank, which selects from that sum; only these leaders allgather "
+                        "their blocks, which are then broadcast inside each node (needs 2 or more nodes "
+                        "of 2 or more ranks). 'auto': the cheapest per bucket by the calibrated cost model "
+                        "(allgather, agreed, hierarchical where nodes allow it, and dense when "
+                        "MGS_DENSE_FALLBACK allows and that is cheaper still). All follow MGS_NONFINITE "
                         "alike.",
                         &Config::exchange));
+  // The node grouping decides which collectives every rank runs.
+  s.push_back(intParam("MGS_NODE_SIZE", "0", 0, 1 << 20, "an integer in [0, 1048576]", kSame,
+                       "Ranks per node for the hierarchical exchange: ranks r with the same r / MGS_NODE_SIZE "
+                       "form a node (it must divide the number of ranks). 0: ranks on the same host (by host "
+                       "name) form a node. Set it to test the hierarchy on one machine.",
+                       &Config::node_size));
   // Every rank must check at the same step boundaries (a collective per step).
   s.push_back(doubleParam("MGS_REPLAN_TOLERANCE", "0.15", 0.0, false, 100.0, "a number in [0, 100] (0 = never)", kSame,
                           "Re-plan the sparse merge plan online when the measured step strays from the plan's "

@@ -36,11 +36,12 @@ struct Config {
   double stall_abort_s = 0.0;  // 0: never abort
   std::string calibration = "auto";
   bool dense_fallback = true;
-  std::string exchange = "auto";  // MGS_EXCHANGE: auto, allgather, agreed
-  double replan_tolerance = 0.15;  // MGS_REPLAN_TOLERANCE: 0 disables online re-planning
+  std::string exchange = "auto";        // MGS_EXCHANGE: auto, allgather, agreed, hierarchical
+  int64_t node_size = 0;                // MGS_NODE_SIZE: ranks per node for the hierarchical exchange; 0 = by host
+  double replan_tolerance = 0.15;       // MGS_REPLAN_TOLERANCE: 0 disables online re-planning
   std::string nonfinite = "propagate";  // MGS_NONFINITE: propagate | error
-  int64_t threads = 0;  // MGS_THREADS: CPU threads for the runtime's own work; 0 = auto
-  std::string library;  // MGS_LIBRARY: read by the Python bindings, ignored by the runtime
+  int64_t threads = 0;                  // MGS_THREADS: CPU threads for the runtime's own work; 0 = auto
+  std::string library;                  // MGS_LIBRARY: read by the Python bindings, ignored by the runtime
 
   // The planner actually used, resolving "auto".
   std::string effectivePlanner() const;

@@ -8,9 +8,14 @@
 namespace mgs {
 
 unsigned allowedExchanges(const Config& config, int P) {
+  // 'auto' includes the hierarchical exchange: the cost model offers it only
+  // where the job's nodes allow it (CostModel::ranks_per_node, set by the
+  // pipeline from its node grouping).
   unsigned allowed = config.exchange == "allgather" ? plan::kExchangeAllgather
                      : config.exchange == "agreed"  ? plan::kExchangeAgreed
-                                                    : plan::kExchangeAllgather | plan::kExchangeAgreed;
+                     : config.exchange == "hierarchical"
+                         ? plan::kExchangeHierarchical
+                         : plan::kExchangeAllgather | plan::kExchangeAgreed | plan::kExchangeHierarchical;
   if (P == 1) allowed = plan::kExchangeAllgather;  // one rank: nothing to agree on
   if (config.dense_fallback) allowed |= plan::kExchangeDense;
   return allowed;
@@ -23,6 +28,9 @@ plan::Exchange pickExchange(const Config& config, int P, const plan::CostModel* 
     // dense, and for 'auto' the allgather only where it moves fewer bytes
     // than the agreed exchange's two collectives (8*cap*P against ~12*cap).
     if ((allowed & plan::kExchangeDense) && density * P >= 1.0) return plan::Exchange::kDense;
+    // Forced (the pipeline checked at init that the nodes allow it).
+    if (allowed & plan::kExchangeHierarchical && !(allowed & plan::kExchangeAllgather))
+      return plan::Exchange::kHierarchical;
     if ((allowed & plan::kExchangeAllgather) && (!(allowed & plan::kExchangeAgreed) || P <= 2))
       return plan::Exchange::kAllgather;
     return plan::Exchange::kAgreed;
@@ -78,9 +86,10 @@ Status BlockExchange::finish(Allgather& a) {
 
 Status BlockExchange::validate(const Allgather& a, size_t n, size_t members, const std::string& name) const {
   std::string bad;
-  for (int r = 0; r < comm_.size() && bad.empty(); ++r) {
+  const int blocks = a.blocks > 0 ? a.blocks : comm_.size();
+  for (int r = 0; r < blocks && bad.empty(); ++r) {
     const block::ConstAllgatherBlock b = a.received(r);
-    const std::string who = "rank " + std::to_string(r) + " sent ";
+    const std::string who = (a.blocks > 0 ? "the leader of node " : "rank ") + std::to_string(r) + " sent ";
     if (!b.sealed()) {
       bad = who + "a short or torn block (its end marker is missing; expected " + std::to_string(b.bytes()) + " bytes)";
       break;

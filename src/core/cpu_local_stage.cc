@@ -123,16 +123,20 @@ void CpuLocalStage::run(const LocalJob& job, LocalOutcome* out) {
   }
   // Host tensors going sparse: the selector reads the members where they lie
   // and the residual (acc = x * prescale + r written to the slab in its
-  // single pass), under the lock; no separate fuse pass.
-  const bool direct = !dense && job.select && opt_.error_feedback && readsInPlace(members);
+  // single pass), under the lock; no separate fuse pass. A given sum
+  // (job.acc_in, the hierarchical exchange's node sum) is selected from as is.
+  const bool given = !dense && job.acc_in != nullptr;
+  const bool direct = !dense && !given && job.select && opt_.error_feedback && readsInPlace(members);
   std::unique_lock<std::mutex> lk;
   const float* r = nullptr;  // no residual without error feedback
-  if (opt_.error_feedback) {
+  if (opt_.error_feedback && !given) {
     lk = opt_.residuals->lock();
     r = opt_.residuals->contiguous(residualMembers(members));
   }
   Status& local = out->status;
-  if (!direct) {
+  if (given) {
+    std::copy(job.acc_in, job.acc_in + n, acc);
+  } else if (!direct) {
     local = fuseMembers(members, r, acc, &out->bad_member, &out->non_finite);
     if (lk.owns_lock()) lk.unlock();
   }

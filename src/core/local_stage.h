@@ -111,6 +111,11 @@ struct LocalJob {
   char* block = nullptr;
   bool index_block = false;
   float* agreed_values = nullptr;
+  // Sparse bucket whose acc is given (host memory, n floats: the
+  // hierarchical exchange's node sum on its leader): copied into the slab
+  // instead of fusing the members' gradients and residual; the residual is
+  // not read. Always runs on the host stage.
+  const float* acc_in = nullptr;
   uint64_t step = 0;      // passed to the selector (its sampling seed)
   const char* name = "";  // the bucket's name, for the selector's messages
 };

@@ -59,8 +59,9 @@ Status ScatterStage::scatterBlocks(const std::vector<Request>& members, size_t n
   const size_t M = members.size();
   scales_.resize(M);
   for (size_t i = 0; i < M; ++i) scales_[i] = static_cast<float>(outputFactor(members[i]));
-  pairs_.resize(P_);
-  for (int r = 0; r < P_; ++r) {
+  const int blocks = a.blocks > 0 ? a.blocks : P_;
+  pairs_.resize(blocks);
+  for (int r = 0; r < blocks; ++r) {
     const block::ConstAllgatherBlock b = a.received(r);
     pairs_[r] = {b.values(), b.indices(), static_cast<size_t>(counts[r])};
   }

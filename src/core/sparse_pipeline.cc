@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -10,6 +11,7 @@
 #include "core/cpu_local_stage.h"
 #include "core/device.h"
 #include "core/routed_local_stage.h"
+#include "plan/cost_model_io.h"
 
 namespace mgs {
 namespace {
@@ -62,6 +64,19 @@ Status SparsePipeline::create(Communicator& comm, const Config& config, Residual
   if (p->config_.compressor != "none") {
     plan::CostModel cost;
     MGS_RETURN_IF_ERROR(resolveCostModel(comm, config, p->selectorFor(p->config_.density), &cost));
+    MGS_RETURN_IF_ERROR(p->setupNodes());
+    // The hierarchical exchange is a candidate only with the job's nodes.
+    cost.ranks_per_node = p->hierarchy_ ? p->ranks_per_node_ : 1;
+    // The same branch on every rank (the model is identical everywhere).
+    if (p->hierarchy_ && config.calibration != "off" && cost.node.segments().empty()) {
+      MGS_RETURN_IF_ERROR(p->measureNodes(&cost));
+      // A calibration file gets the node terms too (mgs-plan, later jobs).
+      if (config.calibration != "auto" && comm.rank() == 0) {
+        std::ofstream f(config.calibration);
+        f << plan::costModelToJson(cost);
+        if (!f) MGS_LOG_WARN("could not save the node terms to the calibration {}", config.calibration);
+      }
+    }
     p->schedule_.setCostModel(cost);
   }
   *out = std::move(p);
@@ -111,6 +126,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   const plan::Exchange exchange =
       pickExchange(config_, P, schedule_.haveCost() ? &schedule_.cost() : nullptr, n, density);
   const bool dense = exchange == plan::Exchange::kDense, agreed = exchange == plan::Exchange::kAgreed;
+  const bool hier = exchange == plan::Exchange::kHierarchical;
   // The agreed exchange's leader (the same on every rank); only it selects.
   const int leader = agreed ? exchange_.agreedLeader(name) : 0;
   const bool select_here = !agreed || comm_.rank() == leader;
@@ -125,6 +141,11 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   std::vector<char> block;
   if (dense) {
     job.dense_acc = scatter_.denseBuffer(n + P);  // + one verdict slot per rank (exchangeDense)
+  } else if (hier) {
+    // Every rank's acc goes whole into its node's sum; the leader selects
+    // from that sum afterwards (sparse_hierarchical.cc).
+    hier_acc_.resize(n + kHierFlags);
+    job.dense_acc = hier_acc_.data();
   } else {
     // cap depends only on n and the density, so every rank sends blocks of
     // the same size, whatever its local verdict or role.
@@ -154,6 +175,10 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
     online_.selected(static_cast<int64_t>(n), std::chrono::duration<double>(out.select_end - out.select_begin).count());
 
   // The collective part: every rank runs it for this bucket.
+  if (hier) {
+    runHierarchical(members, n, density, out);
+    return;
+  }
   if (dense) {
     bool sent = false;
     Status st = exchangeDense(members, n, job.dense_acc, out.status, out.bad_member, &sent);

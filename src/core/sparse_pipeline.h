@@ -18,7 +18,8 @@
 // as it was (local_stage.h).
 //
 // The allgather paths are in sparse_exchange.cc, the agreed exchange in
-// sparse_agreed.cc. Everything runs on the coordinator thread.
+// sparse_agreed.cc, the hierarchical one in sparse_hierarchical.cc.
+// Everything runs on the coordinator thread.
 #pragma once
 
 #include <deque>
@@ -109,6 +110,19 @@ class SparsePipeline {
   // is committed as the residual only if every rank contributed.
   void runAgreed(std::vector<Request>& members, size_t n, size_t cap, int leader, size_t k, LocalOutcome& local,
                  std::vector<char>&& block);
+  // The hierarchical exchange (sparse_hierarchical.cc). setupNodes() groups
+  // the ranks into nodes (MGS_NODE_SIZE, or by host name) and makes the
+  // node and leader communicators, at init, on every rank alike.
+  Status setupNodes();
+  // The cost model's node and leader terms (CostModel::node,
+  // leader_allgather), measured unless MGS_CALIBRATION=off or its file has them.
+  Status measureNodes(plan::CostModel* cost);
+  void runHierarchical(std::vector<Request>& members, size_t n, double density, LocalOutcome& local);
+  // The names of the ranks whose code is a failure (one allgather over every
+  // rank: only on a failure path every rank takes alike).
+  Status namedFailure(const std::string& what, const std::vector<Request>& members, const Status& local, int bad_member,
+                      bool* other_error, std::string* failed);
+  static constexpr size_t kHierFlags = 2;  // as kAgreedFlags, in the node sum
   // Slots after the agreed exchange's values: ranks that failed, and of
   // those, failures other than a non-finite value. They give every rank the
   // same verdict inside the allreduce the exchange does anyway.
@@ -143,6 +157,12 @@ class SparsePipeline {
   std::deque<InFlight> inflight_;   // started in order, finished in order
   std::vector<uint64_t> counts_;    // per-rank block headers
   std::vector<float> agreed_vals_;  // agreed exchange: values (+ kAgreedFlags slots)
+  // The hierarchical exchange: this rank's node and (on node leaders) the
+  // leaders' communicator; nodes_ nodes of at most ranks_per_node_ ranks.
+  std::unique_ptr<Communicator> node_comm_, leader_comm_;
+  bool hierarchy_ = false;  // at least 2 nodes, one of them with 2 or more ranks
+  int nodes_ = 0, ranks_per_node_ = 1;
+  std::vector<float> hier_acc_;  // the bucket's acc, then the node's sum (+ kHierFlags slots)
   std::function<void(const SparseStats&)> publish_;
 };
 

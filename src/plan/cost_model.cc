@@ -133,6 +133,8 @@ const char* exchangeName(Exchange e) {
       return "agreed";
     case Exchange::kDense:
       return "dense";
+    case Exchange::kHierarchical:
+      return "hierarchical";
     default:
       return "allgather";
   }
@@ -145,7 +147,7 @@ bool parseExchanges(const std::string& names, unsigned* out) {
     const size_t end = std::min(names.find(',', at), names.size());
     const std::string name = names.substr(at, end - at);
     bool known = false;
-    for (Exchange e : {Exchange::kAllgather, Exchange::kAgreed, Exchange::kDense})
+    for (Exchange e : {Exchange::kAllgather, Exchange::kAgreed, Exchange::kDense, Exchange::kHierarchical})
       if (name == exchangeName(e)) set |= exchangeBit(e), known = true;
     if (!known) return false;
     at = end + 1;
@@ -167,8 +169,25 @@ double CostModel::agreedSeconds(int64_t elements) const {
   return negotiation_s + broadcastSeconds(4.0 * k) + allreduce.seconds(k * bytes_per_element);
 }
 
+double CostModel::nodeSeconds(double bytes) const {
+  return node.segments().empty() ? allreduce.seconds(bytes) : node.seconds(bytes);
+}
+
+double CostModel::hierarchicalSeconds(int64_t elements) const {
+  if (elements <= 0) return 0.0;
+  // Each leader's block: k values and k int32 indices (the allgather's
+  // block); the node's broadcast carries every leader's block.
+  const double blocks =
+      static_cast<double>(nodes()) * static_cast<double>(selected(elements)) * (bytes_per_element + 4);
+  const CommModel& between = leader_allgather.segments().empty() ? allgather : leader_allgather;
+  return negotiation_s + nodeSeconds(static_cast<double>(elements) * bytes_per_element) + between.seconds(blocks) +
+         nodeSeconds(blocks);
+}
+
 double CostModel::exchangeSeconds(Exchange e, int64_t elements) const {
   switch (e) {
+    case Exchange::kHierarchical:
+      return hierarchicalSeconds(elements);
     case Exchange::kAgreed:
       return agreedSeconds(elements);
     case Exchange::kDense:
@@ -176,6 +195,12 @@ double CostModel::exchangeSeconds(Exchange e, int64_t elements) const {
     default:
       return allgatherSeconds(elements);
   }
+}
+
+double CostModel::wireSeconds(Exchange e, int64_t elements) const {
+  // Subtracting 0 is exact: without negotiation the papers' numbers stay
+  // bit for bit.
+  return elements <= 0 ? 0.0 : exchangeSeconds(e, elements) - negotiation_s;
 }
 
 double CostModel::selectionSeconds(Exchange e, int64_t elements) const {
@@ -186,8 +211,10 @@ Exchange CostModel::chooseExchange(int64_t elements) const {
   Exchange best = Exchange::kAllgather;
   double best_s = 0;
   bool any = false;
-  for (Exchange e : {Exchange::kAllgather, Exchange::kAgreed, Exchange::kDense}) {
+  const bool hierarchy = ranks_per_node > 1 && nodes() >= 2;
+  for (Exchange e : {Exchange::kAllgather, Exchange::kAgreed, Exchange::kDense, Exchange::kHierarchical}) {
     if (!(exchanges & exchangeBit(e))) continue;
+    if (e == Exchange::kHierarchical && !hierarchy) continue;
     const double s = selectionSeconds(e, elements) + exchangeSeconds(e, elements);
     if (!any || s < best_s) best = e, best_s = s, any = true;
   }

@@ -78,11 +78,18 @@ struct SparsifyModel {
 //              rank allreduces its values at those indices (ScaleCom's CLT-k):
 //              per-rank traffic about 3 * 4k bytes whatever P is.
 //  kDense:     the whole bucket as a dense allreduce (no selection).
-enum class Exchange { kAllgather = 0, kAgreed = 1, kDense = 2 };
+//  kHierarchical: with several ranks per node, a dense sum to each node's
+//              leader, the fixed-block allgather between the leaders only
+//              (each selects k from its node's sum), then the leaders'
+//              blocks broadcast inside each node: inter-node traffic of
+//              P/R ranks, R = ranks_per_node.
+enum class Exchange { kAllgather = 0, kAgreed = 1, kDense = 2, kHierarchical = 3 };
 // Sets of exchanges, as bits of CostModel::exchanges.
-constexpr unsigned kExchangeAllgather = 1u << 0, kExchangeAgreed = 1u << 1, kExchangeDense = 1u << 2;
+constexpr unsigned kExchangeAllgather = 1u << 0, kExchangeAgreed = 1u << 1, kExchangeDense = 1u << 2,
+                   kExchangeHierarchical = 1u << 3;
+constexpr unsigned kExchangeAll = kExchangeAllgather | kExchangeAgreed | kExchangeDense | kExchangeHierarchical;
 constexpr unsigned exchangeBit(Exchange e) { return 1u << static_cast<unsigned>(e); }
-const char* exchangeName(Exchange e);  // "allgather", "agreed", "dense"
+const char* exchangeName(Exchange e);  // "allgather", "agreed", "dense", "hierarchical"
 // A comma-separated set of exchange names ("allgather,agreed,dense"); false
 // (and *out unchanged) for an empty set or an unknown name.
 bool parseExchanges(const std::string& names, unsigned* out);
@@ -103,7 +110,9 @@ struct CostModel {
   // a negotiation message's size); 0 in the papers' presets, whose
   // regression vectors stay as published. The planners merge further as it
   // grows: on 16 emulated hosts with 0.5 ms links (8.7 ms per round) the
-  // mgs plan went from 4 buckets to 2 (docs/benchmarks.md).
+  // mgs plan went from 4 buckets to 2 (docs/benchmarks.md). The sparse
+  // timelines and planners charge it per round, not per group: groups that
+  // become ready in the same coordinator cycle share one round (timeline.h).
   double negotiation_s = 0;
   // Which exchanges a sparse group may use (kExchange* bits); the planners
   // and the runtime take, per group, the one chooseExchange() names. The
@@ -113,6 +122,17 @@ struct CostModel {
   int workers = 1;
   double density = 0.001;
   int bytes_per_element = 4;
+  // The hierarchical exchange: ranks per node (R; 1: no node has two ranks,
+  // the exchange is never chosen). Nodes are workers / R (rounded up).
+  int ranks_per_node = 1;
+  // Inside one node: a reduce (or a broadcast) of this many bytes among its
+  // R ranks. Empty (not measured): estimated by `allreduce` of the same
+  // bytes, an upper bound, so that an unmeasured model never prefers it.
+  CommModel node;
+  // The allgather among the node leaders, bytes = nodes * k * (value + 4
+  // index bytes). Empty: `allgather` at those bytes (measured on all ranks:
+  // an upper bound).
+  CommModel leader_allgather;
 
   // k = clamp(floor(n*density), 1, n), as the selectors compute it.
   int64_t selected(int64_t elements) const;
@@ -123,13 +143,27 @@ struct CostModel {
   // The agreed exchange's communication: broadcast of k 4-byte indices, then
   // an allreduce of k values.
   double agreedSeconds(int64_t elements) const;
-  // Communication time of `e` for a group (selection not included).
+  int nodes() const { return ranks_per_node <= 1 ? workers : (workers + ranks_per_node - 1) / ranks_per_node; }
+  double nodeSeconds(double bytes) const;
+  // The hierarchical exchange's communication: the dense reduce inside the
+  // node, the leaders' allgather, the broadcast of their blocks inside the
+  // node (plus one negotiation round).
+  double hierarchicalSeconds(int64_t elements) const;
+  // Communication time of `e` for a group (selection not included), with
+  // one negotiation round (negotiation_s) charged to it: what a group costs
+  // alone, and what chooseExchange compares.
   double exchangeSeconds(Exchange e, int64_t elements) const;
+  // The same without the negotiation round: the timelines charge rounds
+  // themselves, one per round the runtime runs, which groups that become
+  // ready together share (timeline.h, negotiationRound).
+  double wireSeconds(Exchange e, int64_t elements) const;
   // Selection time `e` needs first (0 for dense).
   double selectionSeconds(Exchange e, int64_t elements) const;
   // The allowed exchange with the least selection + communication time;
-  // ties go to the lower enum value (allgather, then agreed, then dense).
-  // With no bit set it answers kAllgather. Pure: the same on every rank
+  // ties go to the lower enum value (allgather, then agreed, then dense,
+  // then hierarchical). The hierarchical exchange is a candidate only with
+  // ranks_per_node > 1 and at least 2 nodes. With no bit set it answers
+  // kAllgather. Pure: the same on every rank
   // given the same model.
   Exchange chooseExchange(int64_t elements) const;
 };

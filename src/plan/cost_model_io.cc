@@ -161,6 +161,15 @@ Status readFields(const json& j, CostModel* inout) {
   // Optional: files from before it have none (0: no negotiation start-up).
   if (j.contains("negotiation_s"))
     MGS_RETURN_IF_ERROR(nonNegative(j.at("negotiation_s"), "negotiation_s", &m.negotiation_s));
+  // Optional: the hierarchical exchange's terms (CostModel says how they
+  // are estimated when absent).
+  if (j.contains("ranks_per_node")) {
+    MGS_RETURN_IF_ERROR(integer(j.at("ranks_per_node"), "ranks_per_node", 1, 1 << 20, &i));
+    m.ranks_per_node = static_cast<int>(i);
+  }
+  if (j.contains("node")) MGS_RETURN_IF_ERROR(readComm(j.at("node"), "node", &m.node));
+  if (j.contains("leader_allgather"))
+    MGS_RETURN_IF_ERROR(readComm(j.at("leader_allgather"), "leader_allgather", &m.leader_allgather));
   *inout = m;
   return Status::OK();
 }
@@ -197,9 +206,10 @@ Status parseCostModel(const std::string& text, CostModel* out) {
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status(Code::kInvalidArgument, "not valid JSON");
   if (!j.is_object()) return invalid("cost model", "expected a JSON object, got " + typeOf(j));
-  MGS_RETURN_IF_ERROR(onlyKeys(j, "cost model",
-                               {"format", "version", "workers", "bytes_per_element", "allreduce", "allgather",
-                                "broadcast", "sparsify", "negotiation_s", "comment"}));
+  MGS_RETURN_IF_ERROR(
+      onlyKeys(j, "cost model",
+               {"format", "version", "workers", "bytes_per_element", "allreduce", "allgather", "broadcast", "sparsify",
+                "negotiation_s", "ranks_per_node", "node", "leader_allgather", "comment"}));
   for (const char* k : {"workers", "allreduce", "allgather", "sparsify"})
     if (!j.contains(k)) return invalid("cost model", std::string("missing \"") + k + "\"");
   CostModel m = *out;
@@ -234,6 +244,11 @@ std::string costModelToJson(const CostModel& m, bool pretty) {
   out += std::string(in) + "\"allgather\":" + sp + comm(m.allgather) + "," + nl;
   if (!m.broadcast.segments().empty()) out += std::string(in) + "\"broadcast\":" + sp + comm(m.broadcast) + "," + nl;
   if (m.negotiation_s > 0) out += std::string(in) + "\"negotiation_s\":" + sp + json(m.negotiation_s).dump() + "," + nl;
+  if (m.ranks_per_node > 1)
+    out += std::string(in) + "\"ranks_per_node\":" + sp + std::to_string(m.ranks_per_node) + "," + nl;
+  if (!m.node.segments().empty()) out += std::string(in) + "\"node\":" + sp + comm(m.node) + "," + nl;
+  if (!m.leader_allgather.segments().empty())
+    out += std::string(in) + "\"leader_allgather\":" + sp + comm(m.leader_allgather) + "," + nl;
   out += std::string(in) + "\"sparsify\":" + sp + sparsify.dump() + nl;
   return out + "}" + (pretty ? "\n" : "");
 }

@@ -6,10 +6,13 @@
 namespace mgs::plan {
 
 PlannerResult planMgsGreedy(const std::vector<LayerInfo>& layers, const ElementCost& allgather,
-                            const ElementCost& sparsify, bool released, Selection selection) {
+                            const ElementCost& sparsify, bool released, Selection selection, double negotiation_s) {
   const int n = static_cast<int>(layers.size());
   PlannerResult r;
   if (n == 0) return r;
+  // The rule decides on a negotiation round per call (the merge saves one);
+  // only the prediction charges rounds as the runtime shares them.
+  const ElementCost allgather_one = [&](int64_t e) { return e > 0 ? negotiation_s + allgather(e) : 0.0; };
   // The open group: its backward began at `begin` on the compute stream and
   // holds `backward` seconds and `elements`. The authors recompute their
   // taob/taos/taoc arrays after every merge; those arrays only matter at the
@@ -27,7 +30,7 @@ PlannerResult planMgsGreedy(const std::vector<LayerInfo>& layers, const ElementC
     // tsave: the startup saved by one call instead of two (§5.2).
     const double tw =
         layers[j].backward_s + sparsify(elements + p) - sparsify(elements) - sparsify(p) - (comm_start - sparsified);
-    const double tsave = allgather(elements) + allgather(p) - allgather(elements + p);
+    const double tsave = allgather_one(elements) + allgather_one(p) - allgather_one(elements + p);
     // The released loop starts one layer late: it never evaluates the first
     // pair and merges it in its output only (algorithms.md §4.2).
     const bool merge = !(released && j == 1) && tw < tsave;
@@ -38,7 +41,7 @@ PlannerResult planMgsGreedy(const std::vector<LayerInfo>& layers, const ElementC
     } else {
       lengths.push_back(length);
       length = 1;
-      comm_end = comm_start + allgather(elements);
+      comm_end = comm_start + allgather_one(elements);
       begin = sparsified;
       backward = layers[j].backward_s;
       elements = p;
@@ -50,7 +53,7 @@ PlannerResult planMgsGreedy(const std::vector<LayerInfo>& layers, const ElementC
     lengths.erase(lengths.begin());
   }
   r.groups = groupsFromLengths(lengths);
-  r.predicted_s = sparseTime(layers, r.groups, allgather, sparsify, selection);
+  r.predicted_s = sparseTime(layers, r.groups, allgather, sparsify, selection, negotiation_s);
   return r;
 }
 

@@ -189,13 +189,103 @@ PlannerResult paretoDp(const std::vector<LayerInfo>& layers, const GroupCosts& c
   return r;
 }
 
+// The DP with negotiation rounds (timeline.h, negotiationRound). A state
+// also holds the start of the last round, and a later start is better (it
+// may declare the next group too), so states are kept unless another is at
+// least as good in all three; no scan may stop early, since the transition
+// is no longer ordered by the first stage alone. Heuristic (planners.h).
+struct RoundState {
+  double compute, comm, round;
+  int prev, from;
+};
+
+bool dominates(const RoundState& a, const RoundState& b) {
+  return a.compute <= b.compute && a.comm <= b.comm && a.round >= b.round;
+}
+
+void insertRound(std::vector<RoundState>& front, const RoundState& c) {
+  for (const RoundState& s : front)
+    if (dominates(s, c)) return;
+  front.erase(std::remove_if(front.begin(), front.end(), [&](const RoundState& s) { return dominates(c, s); }),
+              front.end());
+  front.push_back(c);
+}
+
+PlannerResult roundsDp(const std::vector<LayerInfo>& layers, const GroupCosts& cost, const SuffixBounds& bound,
+                       double limit, int front_cap, Selection selection, double negotiation_s) {
+  const int n = static_cast<int>(layers.size());
+  PlannerResult r;
+  std::vector<double> ready(n + 1, 0.0);
+  for (int i = 0; i < n; ++i) ready[i + 1] = ready[i] + layers[i].backward_s;
+  std::vector<std::vector<RoundState>> fronts(n + 1);
+  fronts[0].push_back({0.0, 0.0, -1.0, -1, -1});
+  for (int e = 1; e <= n; ++e) {
+    std::vector<RoundState>& front = fronts[e];
+    double backward = 0;
+    for (int s = e - 1; s >= 0; --s) {
+      backward += layers[s].backward_s;
+      const double select = cost.select(s, e), comm = cost.comm(s, e);
+      const std::vector<RoundState>& prev = fronts[s];
+      for (int i = 0; i < static_cast<int>(prev.size()); ++i) {
+        const RoundState& p = prev[i];
+        double compute, comm_ready;
+        RoundStep step;
+        if (selection == Selection::kCompute) {
+          compute = p.compute + backward + select;
+          const double last_end = p.round < 0 ? 0.0 : p.round + negotiation_s;
+          step = negotiationRound(p.round, last_end, last_end, compute, negotiation_s);
+          comm_ready = step.end;
+        } else {
+          step = negotiationRound(p.round, 0.0, p.compute, ready[e], negotiation_s);
+          compute = (step.shared ? p.compute : step.end) + select;
+          comm_ready = compute;
+        }
+        if (compute + bound.compute[e] > limit) continue;
+        const double end = std::max(p.comm, comm_ready) + comm;
+        if (end + bound.comm[e] <= limit) insertRound(front, {compute, end, step.start, s, i});
+      }
+    }
+    if (static_cast<int>(front.size()) > front_cap) {
+      std::stable_sort(front.begin(), front.end(),
+                       [](const RoundState& a, const RoundState& b) { return a.compute < b.compute; });
+      std::vector<RoundState> kept;
+      const size_t m = front.size();
+      for (int i = 0; i < front_cap; ++i) kept.push_back(front[front_cap == 1 ? m - 1 : i * (m - 1) / (front_cap - 1)]);
+      // Thinning by the first stage may drop the least comm end: keep it.
+      const auto best = std::min_element(front.begin(), front.end(),
+                                         [](const RoundState& a, const RoundState& b) { return a.comm < b.comm; });
+      if (std::none_of(kept.begin(), kept.end(), [&](const RoundState& k) { return k.comm == best->comm; }))
+        kept.back() = *best;
+      front = std::move(kept);
+      r.front_capped = true;
+    }
+    r.max_front = std::max(r.max_front, static_cast<int>(front.size()));
+  }
+  if (fronts[n].empty()) return r;
+  int at = 0;
+  for (int i = 1; i < static_cast<int>(fronts[n].size()); ++i)
+    if (fronts[n][i].comm < fronts[n][at].comm) at = i;
+  std::vector<int> lengths;
+  int e = n;
+  r.predicted_s = fronts[n][at].comm;
+  while (e > 0) {
+    const RoundState& st = fronts[e][at];
+    lengths.push_back(e - st.prev);
+    e = st.prev;
+    at = st.from;
+  }
+  std::reverse(lengths.begin(), lengths.end());
+  r.groups = groupsFromLengths(lengths);
+  return r;
+}
+
 // The slack absorbs rounding between two evaluations of the same plan.
 double limitFor(double known_s) { return known_s * (1 + 1e-9) + 1e-300; }
 
 }  // namespace
 
 PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& allgather, const ElementCost& sparsify,
-                      int front_cap, Selection selection) {
+                      int front_cap, Selection selection, double negotiation_s) {
   const int n = static_cast<int>(layers.size());
   if (n == 0) return {};
   // Without bounds the fronts reach thousands of states when communication
@@ -206,15 +296,20 @@ PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& a
   // not bring capped fronts under the cap on the shipped traces.)
   const GroupCosts cost(layers, allgather, sparsify);
   const SuffixBounds bound = suffixBounds(layers, cost, selection);
-  PlannerResult known = planMgsGreedy(layers, allgather, sparsify, false, selection);
+  PlannerResult known = planMgsGreedy(layers, allgather, sparsify, false, selection, negotiation_s);
   for (Groups g : {planLayerwise(n), planSingle(n)}) {
-    const double t = sparseTime(layers, g, allgather, sparsify, selection);
+    const double t = sparseTime(layers, g, allgather, sparsify, selection, negotiation_s);
     if (t < known.predicted_s) known.groups = std::move(g), known.predicted_s = t;
   }
   const double limit = limitFor(known.predicted_s);
-  PlannerResult r = selection == Selection::kCompute
+  PlannerResult r = negotiation_s > 0 ? roundsDp(layers, cost, bound, limit, front_cap, selection, negotiation_s)
+                    : selection == Selection::kCompute
                         ? paretoDp(layers, cost, bound, limit, front_cap, ComputeStreamStage{})
                         : paretoDp(layers, cost, bound, limit, front_cap, SeparateStage{});
+  // The DP's own arithmetic may differ from the timeline's in the last bits:
+  // report what the timeline says of the plan it chose.
+  if (negotiation_s > 0 && !r.groups.empty())
+    r.predicted_s = sparseTime(layers, r.groups, allgather, sparsify, selection, negotiation_s);
   // Only the cap can lose the optimal path; the known plan is then as good.
   if (r.groups.empty() || r.predicted_s > known.predicted_s) {
     r.groups = std::move(known.groups);

@@ -17,9 +17,13 @@ struct Costs {
 // for it (CostModel::chooseExchange): a dense group selects nothing and
 // allreduces, an agreed one selects and broadcasts + allreduces k entries.
 // With only the allgather allowed this is the papers' model, unchanged.
+// The sparse communication leaves the negotiation round out: the sparse
+// timeline charges rounds as the runtime shares them (timeline.h). The dense
+// model keeps one round per group: the runtime's dense path fuses whatever
+// one round declares, so a dense group is a round.
 Costs costsOf(const CostModel& cost) {
   return {[&cost](int64_t n) { return cost.allreduceSeconds(n); },
-          [&cost](int64_t n) { return cost.exchangeSeconds(cost.chooseExchange(n), n); },
+          [&cost](int64_t n) { return cost.wireSeconds(cost.chooseExchange(n), n); },
           [&cost](int64_t n) { return cost.selectionSeconds(cost.chooseExchange(n), n); }};
 }
 
@@ -58,8 +62,9 @@ Status validatePlanInput(const PlanInput& in) {
              "sparsify c_s must be finite and >= 0, got " << c.sparsify.c_s);
   MGS_ENSURE(in.fusion_threshold_bytes >= 0, kInvalidArgument,
              "fusion threshold must be >= 0 bytes, got " << in.fusion_threshold_bytes);
-  MGS_ENSURE(c.exchanges != 0 && (c.exchanges & ~(kExchangeAllgather | kExchangeAgreed | kExchangeDense)) == 0,
-             kInvalidArgument, "exchanges must be a non-empty set of kExchange* bits, got " << c.exchanges);
+  MGS_ENSURE(c.ranks_per_node >= 1, kInvalidArgument, "ranks_per_node must be >= 1, got " << c.ranks_per_node);
+  MGS_ENSURE(c.exchanges != 0 && (c.exchanges & ~kExchangeAll) == 0, kInvalidArgument,
+             "exchanges must be a non-empty set of kExchange* bits, got " << c.exchanges);
   MGS_ENSURE(in.front_cap >= 1, kInvalidArgument, "front cap must be >= 1, got " << in.front_cap);
   MGS_ENSURE(in.selection == Selection::kCompute || in.selection == Selection::kSeparate, kInvalidArgument,
              "selection must be kCompute or kSeparate, got " << static_cast<int>(in.selection));
@@ -81,8 +86,10 @@ Status computePlan(const std::string& planner, const PlanInput& in, Plan* plan) 
   out.selection = in.selection;
   if (planner == "mgs" || planner == "mgs-greedy" || planner == "mgwfbp" || planner == "mgwfbp-greedy") {
     PlannerResult r;
-    if (planner == "mgs") r = planMgs(in.layers, f.allgather, f.sparsify, in.front_cap, in.selection);
-    if (planner == "mgs-greedy") r = planMgsGreedy(in.layers, f.allgather, f.sparsify, false, in.selection);
+    if (planner == "mgs")
+      r = planMgs(in.layers, f.allgather, f.sparsify, in.front_cap, in.selection, in.cost.negotiation_s);
+    if (planner == "mgs-greedy")
+      r = planMgsGreedy(in.layers, f.allgather, f.sparsify, false, in.selection, in.cost.negotiation_s);
     if (planner == "mgwfbp") r = planMgwfbp(in.layers, f.allreduce);
     if (planner == "mgwfbp-greedy") r = planMgwfbpGreedy(in.layers, f.allreduce, in.cost.allreduce.startup());
     out.groups = std::move(r.groups);
@@ -102,7 +109,7 @@ Status computePlan(const std::string& planner, const PlanInput& in, Plan* plan) 
 Status planTimeline(const PlanInput& in, const Groups& groups, bool sparse, std::vector<GroupTiming>* timeline) {
   MGS_RETURN_IF_ERROR(validateGroups(groups, static_cast<int>(in.layers.size())));
   const Costs f = costsOf(in.cost);
-  *timeline = sparse ? sparseTimeline(in.layers, groups, f.allgather, f.sparsify, in.selection)
+  *timeline = sparse ? sparseTimeline(in.layers, groups, f.allgather, f.sparsify, in.selection, in.cost.negotiation_s)
                      : denseTimeline(in.layers, groups, f.allreduce);
   return Status::OK();
 }

@@ -38,17 +38,26 @@ constexpr int kDefaultFrontCap = 256;
 // `front_cap`, states are dropped (spread evenly along the front), the
 // result becomes a heuristic, and front_capped says so. Ties: fewest groups
 // at the end of the plan first.
+//
+// `negotiation_s` > 0 charges negotiation rounds as the runtime runs them
+// (timeline.h, negotiationRound; `allgather` must then leave the round
+// out). The state then also holds the last round's start, and the DP keeps
+// the states no other state beats in all three (first stage, comm end, a
+// later round start). That is no longer exact: a state that waits longer
+// can catch more groups in its round. Tested against brute force.
 PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& allgather, const ElementCost& sparsify,
-                      int front_cap = kDefaultFrontCap, Selection selection = Selection::kCompute);
+                      int front_cap = kDefaultFrontCap, Selection selection = Selection::kCompute,
+                      double negotiation_s = 0);
 
 // The authors' MGS rule (§5.2), with the off-by-one fixed. `released`
 // reproduces the released code instead, which always puts the first two
 // gradients (the paper's L-1 and L-2) in one group without evaluating it.
-// The merge decisions always follow the paper's compute-stream model;
-// `selection` only picks the model predicted_s is evaluated on.
+// The merge decisions always follow the paper's compute-stream model, with
+// one negotiation round per call; `selection` and `negotiation_s` only pick
+// the model predicted_s is evaluated on.
 PlannerResult planMgsGreedy(const std::vector<LayerInfo>& layers, const ElementCost& allgather,
                             const ElementCost& sparsify, bool released = false,
-                            Selection selection = Selection::kCompute);
+                            Selection selection = Selection::kCompute, double negotiation_s = 0);
 
 // Horovod/DDP-style fusion (§6): close a group once it holds at least
 // `threshold_bytes`; 0 gives one group per layer.

@@ -19,7 +19,7 @@ std::vector<GroupTiming> denseTimeline(const std::vector<LayerInfo>& layers, con
       ready += layers[i].backward_s;
       t.elements += layers[i].elements;
     }
-    t.ready_s = t.select_start_s = t.sparsified_s = ready;
+    t.ready_s = t.select_start_s = t.sparsified_s = t.negotiated_s = ready;
     t.comm_start_s = std::max(comm_end, ready);
     t.comm_end_s = comm_end = t.comm_start_s + allreduce(t.elements);
     out.push_back(t);
@@ -28,14 +28,15 @@ std::vector<GroupTiming> denseTimeline(const std::vector<LayerInfo>& layers, con
 }
 
 std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, const Groups& groups,
-                                        const ElementCost& allgather, const ElementCost& sparsify,
-                                        Selection selection) {
+                                        const ElementCost& allgather, const ElementCost& sparsify, Selection selection,
+                                        double negotiation_s) {
   std::vector<GroupTiming> out;
   out.reserve(groups.size());
   // kCompute: `compute` is the compute stream (backward + selection) and
   // `ready` follows it. kSeparate: `ready` is backward alone and `selected`
-  // the end of the selection stage.
+  // the end of the coordinator's work (rounds and selections).
   double compute = 0, ready = 0, selected = 0, comm_end = 0;
+  double round_start = -1, round_end = 0;  // the last negotiation round
   for (const Group& g : groups) {
     GroupTiming t;
     t.first = g.front();
@@ -45,15 +46,23 @@ std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, co
       ready += layers[i].backward_s;
       t.elements += layers[i].elements;
     }
+    RoundStep r;
     if (selection == Selection::kCompute) {
       t.ready_s = t.select_start_s = compute;
       t.sparsified_s = compute = compute + sparsify(t.elements);
+      r = negotiationRound(round_start, round_end, round_end, t.sparsified_s, negotiation_s);
+      t.negotiated_s = r.end;
     } else {
       t.ready_s = ready;
-      t.select_start_s = std::max(ready, selected);
+      r = negotiationRound(round_start, round_end, selected, ready, negotiation_s);
+      // A shared round has ended before the coordinator's current work.
+      t.select_start_s = r.shared ? selected : r.end;
+      t.negotiated_s = r.end;
       t.sparsified_s = selected = t.select_start_s + sparsify(t.elements);
     }
-    t.comm_start_s = std::max(comm_end, t.sparsified_s);
+    t.shared_round = r.shared;
+    round_start = r.start, round_end = r.end;
+    t.comm_start_s = std::max(comm_end, selection == Selection::kCompute ? r.end : t.sparsified_s);
     t.comm_end_s = comm_end = t.comm_start_s + allgather(t.elements);
     out.push_back(t);
   }
@@ -66,8 +75,8 @@ double denseTime(const std::vector<LayerInfo>& layers, const Groups& groups, con
 }
 
 double sparseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allgather,
-                  const ElementCost& sparsify, Selection selection) {
-  const auto t = sparseTimeline(layers, groups, allgather, sparsify, selection);
+                  const ElementCost& sparsify, Selection selection, double negotiation_s) {
+  const auto t = sparseTimeline(layers, groups, allgather, sparsify, selection, negotiation_s);
   return t.empty() ? 0.0 : t.back().comm_end_s;
 }
 

@@ -44,12 +44,49 @@ enum class Selection { kCompute, kSeparate };
 // stage, starting once the group is ready and the previous selection is done.
 // Communication runs from `comm_start_s` to `comm_end_s`. Dense model:
 // select_start_s = sparsified_s = ready_s.
+// With a negotiation round (sparseTimeline's `negotiation_s` > 0),
+// `negotiated_s` is the end of the round that declared the group ready
+// (`shared_round`: a round an earlier group had already started); without
+// one it equals the time the group could first be negotiated.
 struct GroupTiming {
   int first = 0, last = 0;  // layer indices, inclusive
   int64_t elements = 0;
   double ready_s = 0, sparsified_s = 0, comm_start_s = 0, comm_end_s = 0;
   double select_start_s = 0;
+  double negotiated_s = 0;
+  bool shared_round = false;
 };
+
+// The runtime's negotiation rounds (core/controller.h), as the sparse model
+// charges them. A round is one small allreduce over every rank, run by the
+// coordinator thread, which also runs the selections (Selection::kSeparate);
+// it declares ready every group whose last tensor was enqueued before the
+// round began. So groups that become ready while one round is running, or
+// before it starts, share it, and a round costs `negotiation_s` once, not
+// once per group:
+//   group ready at R, last round started at H, coordinator free at S:
+//   R <= H: the group shares that round and queues behind the selections
+//           of its round: selection from S;
+//   R >  H: a new round from H' = max(S, R) to H' + negotiation_s, then
+//           the selection.
+// Under Selection::kCompute (selection on the compute stream) the rounds
+// are a stage of their own between selection and communication, with the
+// same rule on the time a group's selection ends. negotiation_s = 0 gives
+// the model without rounds, bit for bit.
+struct RoundStep {
+  double start = 0, end = 0;  // the round that declares the group
+  bool shared = false;        // it is the previous round
+};
+// `last_start`: H, the last round's start (-1 before the first round);
+// `free`: when the next round can start at the earliest (kSeparate: the
+// coordinator's end of work; kCompute: the last round's end); `trigger`:
+// when the group can first be negotiated.
+inline RoundStep negotiationRound(double last_start, double last_end, double free, double trigger,
+                                  double negotiation_s) {
+  if (trigger <= last_start) return {last_start, last_end, true};
+  const double start = trigger > free ? trigger : free;
+  return {start, start + negotiation_s, false};
+}
 
 // §3.1, WFBP with merging: backward never waits; group g starts its allreduce
 // when it is ready and the previous allreduce has finished.
@@ -61,14 +98,16 @@ std::vector<GroupTiming> denseTimeline(const std::vector<LayerInfo>& layers, con
 // t_s). kSeparate: backward untouched; ready_g = sum of backward up to the
 // group's last layer, sel_end_g = max(ready_g, sel_end_{g-1}) + t_s,
 // comm_end_g = max(sel_end_g, comm_end_{g-1}) + T_ag.
+// `negotiation_s`: one negotiation round's time (see Rounds above); the
+// communication costs must then leave it out.
 std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, const Groups& groups,
                                         const ElementCost& allgather, const ElementCost& sparsify,
-                                        Selection selection = Selection::kCompute);
+                                        Selection selection = Selection::kCompute, double negotiation_s = 0);
 
 // End of the last communication (the objective); 0 for no layers.
 double denseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allreduce);
 double sparseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allgather,
-                  const ElementCost& sparsify, Selection selection = Selection::kCompute);
+                  const ElementCost& sparsify, Selection selection = Selection::kCompute, double negotiation_s = 0);
 
 // "compute" / "separate", for tools, logs and configuration.
 const char* selectionName(Selection selection);

@@ -8,9 +8,22 @@
 //   auto    MGS_EXCHANGE=auto with a measured calibration: results equal the
 //           average of what each rank sent, identical everywhere, and every
 //           rank counted the same buckets per exchange (the same choices).
+//   hierarchical  MGS_EXCHANGE=hierarchical, MGS_NODE_SIZE=2, 4 ranks: two
+//           "nodes" {0,1} and {2,3}. Bitwise conservation per node: the
+//           non-leader's residual is +0 everywhere (it contributed its whole
+//           accumulator), the leader's is, entry by entry, either +0 (sent)
+//           or the node's sum (kept), bitwise; the result is the average of
+//           what the leaders sent; outputs are the same bits everywhere. A
+//           NaN on rank 3 (a non-leader) at step 1 and on rank 2 (a leader) at
+//           step 2: every rank's residual bitwise as before,
+//           the outputs NaN (MGS_NONFINITE=propagate) or an error naming the
+//           bad rank, the tensor and the cause on every rank (=error).
+//   init_fails  mgs_init must fail on every rank with MGS_ERR_CONFIG and a
+//           message containing $EXPECT_ERROR (bad node groupings).
 // Malformed index blocks are injected in tests/unit/core/sparse_agreed_test.cc
 // (ranks as threads: MPI gives no hook to corrupt a broadcast).
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -21,8 +34,8 @@
 
 using mpitest::cpuTensor;
 using mpitest::g_rank;
-using mpitest::residualOf;
 using mpitest::gatherAll;
+using mpitest::residualOf;
 
 namespace {
 
@@ -142,17 +155,148 @@ void scenarioAuto() {
                 (unsigned long long)c[1], (unsigned long long)(c[0] - c[1]), (unsigned long long)c[2]);
 }
 
+bool sameBits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+void scenarioHierarchical() {
+  EXPECT(g_size == 4, "run with 4 ranks (2 nodes of 2), not %d", g_size);
+  if (g_size != 4) return;
+  const char* nf = std::getenv("MGS_NONFINITE");
+  const bool error_mode = nf && std::string(nf) == "error";
+  const std::vector<int64_t> sizes = {5000, 20000, 4096, 100000};
+  const int kSteps = 8;
+  // Non-finite values: a non-leader (rank 3) at step 1, a leader (rank 2) at step 2.
+  struct Bad {
+    int step, rank;
+    size_t tensor;
+  };
+  const Bad kBad[] = {{1, 3, 1}, {2, 2, 0}};
+  auto badAt = [&](int step, size_t t) -> const Bad* {
+    for (const Bad& b : kBad)
+      if (b.step == step && b.tensor == t) return &b;
+    return nullptr;
+  };
+  const bool leader = g_rank % 2 == 0;
+  const float inv = 1.0f / 4;
+  int checked = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    const size_t L = sizes.size();
+    std::vector<std::vector<float>> x(L), out(L), before(L);
+    std::vector<std::vector<int64_t>> shapes(L);
+    std::vector<mgs_handle_t> h(L);
+    for (size_t t = 0; t < L; ++t) {
+      x[t].resize(sizes[t]);
+      for (int64_t i = 0; i < sizes[t]; ++i)
+        x[t][i] = gradValue((uint64_t(step) << 40) ^ (uint64_t(g_rank) << 32) ^ (t << 24) ^ i);
+      if (const Bad* b = badAt(step, t); b && b->rank == g_rank) x[t][7] = std::nanf("");
+      out[t].assign(sizes[t], -1.0f);
+      shapes[t] = {sizes[t]};
+      before[t] = residualOf("h" + std::to_string(t), sizes[t]);
+    }
+    for (size_t t = 0; t < L; ++t) {
+      mgs_tensor_t in = cpuTensor(x[t].data(), MGS_FLOAT32, shapes[t]);
+      mgs_tensor_t o = cpuTensor(out[t].data(), MGS_FLOAT32, shapes[t]);
+      EXPECT_OK(mgs_allreduce_async(("h" + std::to_string(t)).c_str(), &in, &o, MGS_REDUCE_AVERAGE, 1, 1,
+                                    MGS_FLAG_SPARSE_OK, &h[t]));
+    }
+    std::vector<mgs_status_t> status(L);
+    std::vector<std::string> message(L);
+    for (size_t t = 0; t < L; ++t) {
+      status[t] = mgs_wait(h[t]);
+      if (status[t] != MGS_SUCCESS) message[t] = mgs_handle_error(h[t]);
+      mgs_release(h[t]);
+    }
+    for (size_t t = 0; t < L; ++t) {
+      const std::string name = "h" + std::to_string(t);
+      const std::vector<float> after = residualOf(name, sizes[t]);
+      // Steps 0-2 are layer-wise (MGS_PROFILE_STEPS=3): the bad step hits its tensor's bucket only.
+      if (const Bad* b = badAt(step, t)) {
+        int changed = 0;
+        for (int64_t i = 0; i < sizes[t]; ++i) changed += !sameBits(after[i], before[t][i]);
+        EXPECT(changed == 0, "rank %d: %d residual entries of %s changed on the non-finite step", g_rank, changed,
+               name.c_str());
+        if (error_mode) {
+          EXPECT(status[t] == MGS_ERR_NUMERIC, "rank %d: %s: status %d, want MGS_ERR_NUMERIC", g_rank, name.c_str(),
+                 (int)status[t]);
+          const std::string want = "rank " + std::to_string(b->rank) + ": non-finite gradient in tensor '" + name + "'";
+          EXPECT(message[t].find(want) != std::string::npos,
+                 "rank %d: the error does not name rank %d, the tensor and the cause: %s", g_rank, b->rank,
+                 message[t].c_str());
+        } else {
+          EXPECT(status[t] == MGS_SUCCESS, "rank %d: %s: %s", g_rank, name.c_str(), message[t].c_str());
+          int nan = 0;
+          for (float v : out[t]) nan += std::isnan(v);
+          EXPECT(nan == sizes[t], "rank %d: %d of %lld outputs NaN on the non-finite step", g_rank, nan,
+                 (long long)sizes[t]);
+        }
+        continue;
+      }
+      EXPECT(status[t] == MGS_SUCCESS, "rank %d step %d %s: %s", g_rank, step, name.c_str(), message[t].c_str());
+      std::vector<float> acc(sizes[t]);
+      for (int64_t i = 0; i < sizes[t]; ++i) acc[i] = before[t][i] + x[t][i];  // as the fuse stage adds
+      const std::vector<float> all_acc = gatherAll("hacc." + name, acc, MGS_FLOAT32);
+      const std::vector<float> all_after = gatherAll("hafter." + name, after, MGS_FLOAT32);
+      const std::vector<float> results = gatherAll("hres." + name, out[t], MGS_FLOAT32);
+      int kept_bad = 0, nonleader_bad = 0, sent = 0, bad = 0, differ = 0;
+      for (int64_t i = 0; i < sizes[t]; ++i) {
+        float ref = 0.0f;
+        for (int node = 0; node < 2; ++node) {
+          const size_t l = size_t(2 * node) * sizes[t] + i, o = size_t(2 * node + 1) * sizes[t] + i;
+          // What came into the node: both accumulators, summed as the node's allreduce sums two values.
+          const float sum = all_acc[l] + all_acc[o];
+          // Conservation, bitwise: the leader keeps the sum whole or sends it whole; the other rank keeps +0.
+          const bool kept = sameBits(all_after[l], sum), gone = sameBits(all_after[l], 0.0f);
+          if (!kept && !gone) ++kept_bad;
+          if (!sameBits(all_after[o], 0.0f)) ++nonleader_bad;
+          if (gone && sum != 0.0f) {
+            ref += sum;
+            ++sent;
+          }
+        }
+        ref *= inv;
+        if (!(std::fabs(out[t][i] - ref) <= 1e-6f * std::max(1.0f, std::fabs(ref)))) ++bad;
+        for (int r = 1; r < 4; ++r) differ += !sameBits(results[i], results[size_t(r) * sizes[t] + i]);
+      }
+      EXPECT(kept_bad == 0, "step %d %s: %d leader residual entries are neither +0 nor the node's sum, bitwise", step,
+             name.c_str(), kept_bad);
+      EXPECT(nonleader_bad == 0, "step %d %s: %d non-leader residual entries are not +0", step, name.c_str(),
+             nonleader_bad);
+      EXPECT(sent > 0 && sent < sizes[t], "step %d %s: %d entries sent over both nodes", step, name.c_str(), sent);
+      EXPECT(bad == 0, "step %d %s: %d outputs differ from the leaders' sum", step, name.c_str(), bad);
+      EXPECT(differ == 0, "step %d %s: %d outputs differ across ranks", step, name.c_str(), differ);
+      ++checked;
+    }
+  }
+  // The leader's residual holds what its node kept; a non-leader's is +0.
+  const std::vector<float> r3 = residualOf("h3", sizes[3]);
+  int nonzero = 0;
+  for (float v : r3) nonzero += v != 0.0f;
+  EXPECT(leader ? nonzero > sizes[3] / 2 : nonzero == 0, "rank %d: %d nonzero residual entries of h3", g_rank, nonzero);
+  if (g_rank == 0) std::printf("hierarchical: %d tensor-steps checked bitwise\n", checked);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "";
+  if (scenario == "init_fails") {
+    const char* want = std::getenv("EXPECT_ERROR");
+    const mgs_status_t st = mgs_init();
+    const std::string msg = mgs_last_error();
+    if (st == MGS_SUCCESS) mgs_shutdown();
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");  // mgs_rank needs an initialised mgs
+    const bool ok = st == MGS_ERR_CONFIG && want && msg.find(want) != std::string::npos;
+    std::fprintf(stderr, "rank %s: mgs_init: status %d, '%s' (want MGS_ERR_CONFIG and '%s')\n", rank ? rank : "?",
+                 (int)st, msg.c_str(), want ? want : "(EXPECT_ERROR unset)");
+    return ok ? 0 : 1;
+  }
   if (mgs_init() != MGS_SUCCESS) {
     std::fprintf(stderr, "mgs_init failed: %s\n", mgs_last_error());
     return 1;
   }
   mgs_rank(&g_rank);
   mgs_size(&g_size);
-  const std::map<std::string, void (*)()> scenarios = {{"agreed", scenarioAgreed}, {"auto", scenarioAuto}};
+  const std::map<std::string, void (*)()> scenarios = {
+      {"agreed", scenarioAgreed}, {"auto", scenarioAuto}, {"hierarchical", scenarioHierarchical}};
   auto it = scenarios.find(scenario);
   if (it == scenarios.end()) {
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());

@@ -128,15 +128,33 @@ Status MpiCommunicator::create(std::unique_ptr<Communicator>* out) {
   std::unique_ptr<MpiCommunicator> c(new MpiCommunicator());
   MGS_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c->comm_));
   MGS_MPI_CHECK(MPI_Comm_set_errhandler(c->comm_, MPI_ERRORS_RETURN));
-  MGS_MPI_CHECK(MPI_Comm_rank(c->comm_, &c->rank_));
-  MGS_MPI_CHECK(MPI_Comm_size(c->comm_, &c->size_));
+  MGS_RETURN_IF_ERROR(c->describe());
+  *out = std::move(c);
+  return Status::OK();
+}
+
+Status MpiCommunicator::describe() {
+  MGS_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  MGS_MPI_CHECK(MPI_Comm_size(comm_, &size_));
   MPI_Comm local;
-  MGS_MPI_CHECK(MPI_Comm_split_type(c->comm_, MPI_COMM_TYPE_SHARED, c->rank_, MPI_INFO_NULL, &local));
-  MGS_MPI_CHECK(MPI_Comm_rank(local, &c->local_rank_));
-  MGS_MPI_CHECK(MPI_Comm_size(local, &c->local_size_));
+  MGS_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
+  MGS_MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
+  MGS_MPI_CHECK(MPI_Comm_size(local, &local_size_));
   MGS_MPI_CHECK(MPI_Comm_free(&local));
   // Spin briefly before sleeping only where this rank has cores of its own.
-  c->wait_.spin_us = availableCores() > c->local_size_ ? 50 : 0;
+  wait_.spin_us = availableCores() > local_size_ ? 50 : 0;
+  return Status::OK();
+}
+
+Status MpiCommunicator::split(int color, int key, std::unique_ptr<Communicator>* out) {
+  out->reset();
+  MPI_Comm sub = MPI_COMM_NULL;
+  MGS_MPI_CHECK(MPI_Comm_split(comm_, color >= 0 ? color : MPI_UNDEFINED, key, &sub));
+  if (sub == MPI_COMM_NULL) return Status::OK();
+  std::unique_ptr<MpiCommunicator> c(new MpiCommunicator());
+  c->comm_ = sub;  // owned from here: freed by the destructor on any path
+  MGS_MPI_CHECK(MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN));
+  MGS_RETURN_IF_ERROR(c->describe());
   *out = std::move(c);
   return Status::OK();
 }

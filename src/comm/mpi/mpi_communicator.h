@@ -42,8 +42,11 @@ class MpiCommunicator final : public Communicator {
   Status gatherStrings(const std::string& send, int root, std::vector<std::string>* out) override;
   Status broadcast(void* buf, size_t bytes, int root) override;
   Status barrier() override;
+  Status split(int color, int key, std::unique_ptr<Communicator>* out) override;
 
  private:
+  // Rank, size and the node-local numbers of `comm_` (owned).
+  Status describe();
   MpiCommunicator() = default;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;

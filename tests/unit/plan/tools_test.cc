@@ -36,6 +36,26 @@ TEST_CASE("an instance parses into the planner's input", "[plan][tools]") {
   CHECK(out["model"] == "dense");
 }
 
+TEST_CASE("an instance carries ranks per node and the hierarchical exchange", "[plan][tools][hierarchical]") {
+  json j = v1();
+  j["density"] = 0.01;
+  j["workers"] = 16;
+  j["ranks_per_node"] = 4;
+  j["exchanges"] = "allgather,hierarchical";
+  j["node"] = {{"alpha_s", 0.0}, {"beta_s_per_byte", 0.0}};
+  j["leader_allgather"] = {{"alpha_s", 0.5}, {"beta_s_per_byte", 0.0}};
+  j["allgather"] = {{"alpha_s", 2.0}, {"beta_s_per_byte", 0.0}};  // flat: 2 s; 4 leaders: 0.5 s
+  plan::PlanInput in;
+  REQUIRE(parseInstance(j, &in).ok());
+  CHECK(in.cost.ranks_per_node == 4);
+  CHECK(in.cost.exchanges == (plan::kExchangeAllgather | plan::kExchangeHierarchical));
+  CHECK(in.cost.chooseExchange(1000) == plan::Exchange::kHierarchical);
+  j["exchanges"] = "allgather,hierarchy";
+  const Status st = parseInstance(j, &in);
+  CHECK(st.code() == Code::kInvalidArgument);
+  CHECK(st.message().find("hierarchical") != std::string::npos);  // the message lists the names
+}
+
 TEST_CASE("instance cost models: tables, sparsify kinds and presets", "[plan][tools]") {
   json j = v1();
   j["allgather"] = json::parse(R"({"table": [[0, 1.0], [100, 2.0]]})");
@@ -199,6 +219,39 @@ TEST_CASE("simulate: with the agreed exchange, sparse never loses to dense on Re
     // And the allgather alone does lose at 2048 workers (why the exchange exists).
     CHECK(best_allgather[2048] > best_dense[2048]);
   }
+}
+
+// Issue 14, the hierarchical exchange: with 8 ranks per node (sharing the
+// node's link) to 2048 workers, the exact planner with every exchange is
+// never worse than without the hierarchical one, and beats the flat
+// allgather at scale; one group hierarchical beats one group flat.
+TEST_CASE("simulate: ranks per node and the hierarchical exchange", "[plan][tools][hierarchical]") {
+  json j;
+  Trace trace;
+  REQUIRE(readJsonFile(std::string(MGS_SOURCE_DIR) + "/tools/traces/resnet50.json", &j).ok());
+  REQUIRE(parseTrace(j, &trace).ok());
+  SimOptions opt;
+  REQUIRE(networkByName("10gbe", &opt.network).ok());
+  opt.density = 0.001;
+  opt.selection = plan::Selection::kSeparate;
+  opt.workers = {16, 256, 2048};
+  opt.ranks_per_node = 8;
+  std::vector<SimPoint> pts;
+  REQUIRE(simulate(trace, opt, &pts).ok());
+  std::map<std::pair<int, std::string>, SimPoint> by;
+  for (const auto& p : pts) by[{p.workers, p.strategy}] = p;
+  for (int P : opt.workers) {
+    INFO("P " << P);
+    CHECK(by[{P, "mgs-hier"}].iteration_s <= by[{P, "mgs-auto"}].iteration_s * (1 + 1e-9));
+    CHECK(by[{P, "topk-hier"}].iteration_s < by[{P, "topk"}].iteration_s);
+  }
+  CHECK(by[{2048, "mgs-hier"}].iteration_s < 0.2 * by[{2048, "mgs"}].iteration_s);
+  // The node's shared link: with one rank per node the flat allgather is faster.
+  opt.ranks_per_node = 1;
+  std::vector<SimPoint> one;
+  REQUIRE(simulate(trace, opt, &one).ok());
+  for (const auto& p : one)
+    if (p.workers == 256 && p.strategy == "topk") CHECK(p.iteration_s < by[{256, "topk"}].iteration_s);
 }
 
 TEST_CASE("simulate: a separate selection stage helps only the sparse strategies", "[plan][tools][selection]") {

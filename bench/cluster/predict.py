@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Re-predicts recorded emulated-cluster runs with today's cost model.
+
+Reads a run_planner.sh / run_scaling.sh log (its "# calibration: {...}" line
+is the cost model the runs measured) and JSON lines, rebuilds the replayed
+instance as mgs-replay does (trace times x --scale-time, elements x
+--scale-elements rounded, at least 1; tensors below MGS_MIN_SPARSE_ELEMENTS
+go dense and their backward joins the next sparse gap), and runs mgs-plan
+with the strategy's planner. Prints measured median, the prediction recorded
+at run time, and today's, each as pred/meas.
+
+usage: bench/cluster/predict.py -b BUILD --log results/X.log --jsonl results/X.jsonl
+           [--min-sparse 40] [--trace tools/traces/resnet50.json]
+           [--ranks-per-node R] [--exchanges allgather,agreed,...] [--no-dense]
+"""
+import argparse, json, os, statistics, subprocess, sys, tempfile
+
+ap = argparse.ArgumentParser()
+ap.add_argument("-b", "--build", default="build")
+ap.add_argument("--log", required=True)
+ap.add_argument("--jsonl", required=True)
+ap.add_argument("--trace", default="tools/traces/resnet50.json")
+ap.add_argument("--min-sparse", type=int, default=None, help="default 4096 x scale_elements")
+ap.add_argument("--exchanges", default=None, help="default: the run's exchange and dense (MGS_DENSE_FALLBACK=1)")
+ap.add_argument("--ranks-per-node", type=int, default=None)
+ap.add_argument("--no-dense", action="store_true", help="the runs had MGS_DENSE_FALLBACK=0 (run_hier.sh)")
+a = ap.parse_args()
+
+# run_planner.sh logs "# calibration: {...}", run_scaling.sh one
+# "# calibration P=N: {...}" per P.
+cals = {}
+for line in open(a.log):
+    if line.startswith("# calibration"):
+        head, body = line.split(": ", 1)
+        cals[int(head.split("P=")[1]) if "P=" in head else None] = json.loads(body)
+if not cals:
+    sys.exit("predict: no '# calibration' line in " + a.log + " (runs before it logged them)")
+trace = json.load(open(a.trace))
+rows = [json.loads(l) for l in open(a.jsonl) if l.strip()]
+tool = os.path.join(a.build, "tools", "mgs-plan")
+
+def layers_for(r):
+    se, st = r["scale_elements"], r["scale_time"]
+    ms = a.min_sparse if a.min_sparse is not None else int(4096 * se)
+    out, carry = [], 0.0
+    for l in trace["layers"]:
+        e = max(1, round(l["elements"] * se))
+        carry += l["backward_s"] * st
+        if e < ms:
+            continue
+        out.append({"name": l["name"], "elements": e, "backward_s": carry})
+        carry = 0.0
+    return out
+
+def predict(r):
+    c = dict(cals.get(r["ranks"], cals.get(None)) or {})
+    if not c:
+        raise SystemExit("predict: no calibration for P=%d" % r["ranks"])
+    c.pop("format", None); c.pop("version", None)
+    c["workers"] = r["ranks"]
+    if a.ranks_per_node: c["ranks_per_node"] = a.ranks_per_node
+    if "negotiation_s" not in c and "segments" in c["allreduce"]:
+        # Older calibrations: the round as calibration measures it today, the
+        # allreduce model at a negotiation message's 512 bytes.
+        seg = [x for x in c["allreduce"]["segments"] if x[0] <= 512][-1]
+        c["negotiation_s"] = max(0.0, seg[1] + seg[2] * 512)
+    inst = dict(c, layers=layers_for(r), density=r["density"], selection="separate",
+                exchanges=a.exchanges or r.get("exchange", "allgather") + ("" if a.no_dense else ",dense"),
+                fusion_threshold_bytes=r.get("fusion_threshold_bytes", 64 << 20))
+    planner = r["planner"] if r["strategy"] != "single" else "single"
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(inst, f)
+    try:
+        out = subprocess.run([tool, "--input", f.name, "--planner", planner], capture_output=True, text=True, check=True)
+    finally:
+        os.unlink(f.name)
+    p = json.loads(out.stdout)
+    return r["forward_s"] + p["predicted_s"], len(p["groups"])
+
+groups = {}
+for r in rows:
+    key = r["label"].split("-rep")[0] + "|" + r["strategy"] + "|" + str(r.get("fusion_threshold_bytes")) + "|" + str(r["ranks"]) + "|" + r.get("exchange", "")
+    groups.setdefault(key, []).append(r)
+print("| P | exchange | strategy | fusion bytes | measured ms | buckets | recorded pred/meas | today's pred ms | groups | pred/meas |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for key, rs in groups.items():
+    r = rs[0]
+    meas = statistics.median(x["median_s"] for x in rs)
+    rec = statistics.median(x["predicted_calibrated_s"] for x in rs)
+    pred, ng = predict(r)
+    name = r["strategy"] if r["strategy"] != "fusion" else "fixed"
+    print(f"| {r['ranks']} | {r.get('exchange','')} | {name} | {r.get('fusion_threshold_bytes')} | {meas*1e3:.1f} | "
+          f"{r['plan_buckets']} | {rec/meas:.2f} | {pred*1e3:.1f} | {ng} | {pred/meas:.2f} |")
