@@ -88,32 +88,6 @@ Status RoutedLocalStage::startBucket(const DeviceBucketJob& job, std::unique_ptr
   return Status::OK();
 }
 
-block::StagingCause deviceBucketProblem(const std::vector<Request>& members, int device, int* member) {
-  using C = block::StagingCause;
-  const auto isFloat = [](DataType t) { return t == MGS_FLOAT32 || t == MGS_FLOAT16 || t == MGS_BFLOAT16; };
-  for (size_t i = 0; i < members.size(); ++i) {
-    const TensorDesc& in = members[i].input;
-    const TensorDesc& o = members[i].output;
-    C c = C::kNone;
-    if (!in.onCuda())
-      c = C::kNotCuda;
-    else if (in.device != device)
-      c = C::kWrongDevice;
-    else if (!isFloat(in.dtype))
-      c = C::kDtype;
-    else if (!o.onCuda() || o.device != device || !isFloat(o.dtype) || o.numel() != in.numel())
-      c = C::kOutput;
-    else if ((in.data == nullptr || o.data == nullptr) && in.numel() > 0)
-      c = C::kNoData;
-    if (c != C::kNone) {
-      *member = static_cast<int>(i);
-      return c;
-    }
-  }
-  *member = -1;
-  return C::kNone;
-}
-
 void RoutedLocalStage::run(const LocalJob& job, LocalOutcome* out) {
   makeResident(job);
   auto slab = std::make_unique<Slab>();

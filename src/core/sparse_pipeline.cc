@@ -55,7 +55,14 @@ SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, Residua
     if (!first.onCuda()) return Status::OK();
     return device::createLocalStage(o, device_hint_ >= 0 ? device_hint_ : first.device, out);
   };
+  local_options_ = o;
   local_ = std::make_unique<RoutedLocalStage>(o, std::make_unique<CpuLocalStage>(o), device_stage);
+}
+
+void SparsePipeline::setResidentFactory(ResidentFactory factory) {
+  local_.reset();  // gives the residual store's External slot back first
+  local_ = std::make_unique<RoutedLocalStage>(local_options_, std::make_unique<CpuLocalStage>(local_options_),
+                                              std::move(factory));
 }
 
 Status SparsePipeline::create(Communicator& comm, const Config& config, ResidualStore& residuals, Complete complete,

@@ -82,6 +82,11 @@ class SparsePipeline {
   // a device bucket (routed_local_stage.h): every part enqueued, no host
   // synchronisation, finished by poll() when its event has passed.
   void setDeviceComm(std::function<device::DeviceComm*()> get) { device_comm_ = std::move(get); }
+  // The resident stage's factory (routed_local_stage.h), replacing
+  // device::createLocalStage: tests give a stand-in. Before the first bucket.
+  void setResidentFactory(ResidentFactory factory);
+  // The routed local stage (tests, statistics).
+  const RoutedLocalStage& localStage() const { return *local_; }
   // Called with the statistics before a bucket's handles complete, so a
   // caller woken by them reads statistics that include that bucket.
   void setStatsSink(std::function<void(const SparseStats&)> publish) { publish_ = std::move(publish); }
@@ -163,6 +168,7 @@ class SparsePipeline {
   OnlineCost online_;
   std::map<double, std::unique_ptr<compress::Selector>> selectors_;
   BucketSchedule schedule_;
+  LocalStageOptions local_options_;
   std::unique_ptr<RoutedLocalStage> local_;
   BlockExchange exchange_;
   ScatterStage scatter_;
