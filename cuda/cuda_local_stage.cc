@@ -664,8 +664,8 @@ Status CudaLocalStage::startBucket(const DeviceBucketJob& dj, std::unique_ptr<Pe
   } else {
     // This rank's outputs may be unusable and its code fails the bucket on
     // every rank anyway: no scatter, the P headers alone come to the host.
-    MGS_CUDA_CHECK(cudaMemcpy2DAsync(host + 16, 8, d_recv, bb, 8, static_cast<size_t>(P), cudaMemcpyDeviceToHost,
-                                     stream));
+    MGS_CUDA_CHECK(
+        cudaMemcpy2DAsync(host + 16, 8, d_recv, bb, 8, static_cast<size_t>(P), cudaMemcpyDeviceToHost, stream));
   }
   MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(p->slot_.event), stream));
   *out = std::move(p);

@@ -53,8 +53,8 @@ namespace {
 // The resident stage's pending bucket, its slab wrapped for settle().
 class RoutedPending final : public PendingDeviceBucket {
  public:
-  RoutedPending(std::unique_ptr<PendingDeviceBucket> inner, std::function<std::unique_ptr<LocalSlab>(
-                                                                std::unique_ptr<LocalSlab>)> wrap)
+  RoutedPending(std::unique_ptr<PendingDeviceBucket> inner,
+                std::function<std::unique_ptr<LocalSlab>(std::unique_ptr<LocalSlab>)> wrap)
       : inner_(std::move(inner)), wrap_(std::move(wrap)) {}
   Status test(bool* done) override { return inner_->test(done); }
   Status wait() override { return inner_->wait(); }

@@ -43,23 +43,28 @@ constexpr uint64_t failureCode(int bad_member) {
 // the rank still takes part in the exchange with this code in its header.
 enum class StagingCause : uint8_t {
   kNone = 0,
-  kNotCuda = 1,         // the input is not a CUDA tensor, where every rank's is
-  kWrongDevice = 2,     // the input is on another CUDA device than the exchange's
-  kDtype = 3,           // an input dtype the device stage does not take
-  kOutput = 4,          // the output is not a CUDA tensor of the input's size and a float dtype on that device
-  kNoData = 5,          // a null data pointer
+  kNotCuda = 1,      // the input is not a CUDA tensor, where every rank's is
+  kWrongDevice = 2,  // the input is on another CUDA device than the exchange's
+  kDtype = 3,        // an input dtype the device stage does not take
+  kOutput = 4,       // the output is not a CUDA tensor of the input's size and a float dtype on that device
+  kNoData = 5,       // a null data pointer
 };
 constexpr uint8_t kMaxStagingCause = 5;
 // What the cause means, for messages ("the input is on another CUDA device ...").
 inline const char* stagingCauseText(StagingCause c) {
   switch (c) {
-    case StagingCause::kNotCuda: return "the input is not a CUDA tensor";
-    case StagingCause::kWrongDevice: return "the input is on another CUDA device than the exchange's";
-    case StagingCause::kDtype: return "the input's dtype is not float32, float16 or bfloat16";
+    case StagingCause::kNotCuda:
+      return "the input is not a CUDA tensor";
+    case StagingCause::kWrongDevice:
+      return "the input is on another CUDA device than the exchange's";
+    case StagingCause::kDtype:
+      return "the input's dtype is not float32, float16 or bfloat16";
     case StagingCause::kOutput:
       return "the output is not a float CUDA tensor of the input's size on the exchange's device";
-    case StagingCause::kNoData: return "a null data pointer";
-    case StagingCause::kNone: break;
+    case StagingCause::kNoData:
+      return "a null data pointer";
+    case StagingCause::kNone:
+      break;
   }
   return "no cause";
 }

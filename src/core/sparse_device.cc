@@ -130,8 +130,7 @@ Status SparsePipeline::deviceVerdict(InFlight& f, const DeviceBucketResult& r) {
   bool other_error = false;
   const std::string failed = failedRanks(r.headers.data(), f.ex.cap, members, &other_error);
   if (!failed.empty()) {
-    MGS_ENSURE(!r.written, kInternal,
-               "device bucket " << name << ": the device wrote the outputs although " << failed);
+    MGS_ENSURE(!r.written, kInternal, "device bucket " << name << ": the device wrote the outputs although " << failed);
     if (!other_error && propagateNonFinite()) {
       MGS_ENSURE(r.nan_written, kInternal,
                  "device bucket " << name << ": non-finite values (" << failed << ") but no NaN outputs");
@@ -141,7 +140,8 @@ Status SparsePipeline::deviceVerdict(InFlight& f, const DeviceBucketResult& r) {
     }
     return failedVerdict("sparse allreduce of " + name, failed, other_error, f.local);
   }
-  MGS_ENSURE(r.written, kInternal, "device bucket " << name << ": every header is a count, but the outputs were not written");
+  MGS_ENSURE(r.written, kInternal,
+             "device bucket " << name << ": every header is a count, but the outputs were not written");
   f.delivered = true;
   ++stats_.buckets;
   stats_.selected += f.count;

@@ -94,7 +94,8 @@ TEST_CASE("nccl wait: one poll of a started collective, with its deadline from t
   }
   {  // older than the deadline: kTimeout, aborted once, named
     Fake f;
-    const Status st = pollOnce(f.hooks(), "NCCL allgather on rank 1", 0.5, Clock::now() - std::chrono::seconds(2), &done);
+    const Status st =
+        pollOnce(f.hooks(), "NCCL allgather on rank 1", 0.5, Clock::now() - std::chrono::seconds(2), &done);
     CHECK(st.code() == Code::kTimeout);
     CHECK(st.message().find("NCCL allgather on rank 1") != std::string::npos);
     CHECK(f.aborts == 1);

@@ -248,13 +248,13 @@ class DeviceStandIn final : public ResidentLocalStage {
 struct WorldOptions {
   int P = 1;
   int steps = 4;
-  bool device = true;           // CUDA tensors with a device communicator; else host tensors
-  bool propagate = true;        // MGS_NONFINITE
-  int wrong_device_rank = -1;   // this rank's "w.b" input is on CUDA device 1 at step wrong_step
+  bool device = true;          // CUDA tensors with a device communicator; else host tensors
+  bool propagate = true;       // MGS_NONFINITE
+  int wrong_device_rank = -1;  // this rank's "w.b" input is on CUDA device 1 at step wrong_step
   int wrong_step = -1;
-  int nan_rank = -1;            // this rank's "w.a" gets a NaN at step nan_step
+  int nan_rank = -1;  // this rank's "w.a" gets a NaN at step nan_step
   int nan_step = -1;
-  int no_stage_rank = -1;       // this rank cannot make a device stage
+  int no_stage_rank = -1;  // this rank cannot make a device stage
 };
 
 const std::vector<std::pair<std::string, size_t>> kTensors = {{"w.a", 300}, {"w.b", 200}};
@@ -268,8 +268,8 @@ std::vector<float> gradient(int rank, int step, size_t t, size_t n) {
 }
 
 struct RankLog {
-  std::vector<std::vector<float>> outputs;  // [step * tensors + t]
-  std::vector<Status> statuses;             // idem
+  std::vector<std::vector<float>> outputs;    // [step * tensors + t]
+  std::vector<Status> statuses;               // idem
   std::vector<std::vector<float>> residuals;  // after each step, [step * tensors + t]
   std::vector<std::vector<float>> residuals_before;
   uint64_t device_buckets = 0, host_buckets = 0;
@@ -277,8 +277,8 @@ struct RankLog {
   std::string error;  // a REQUIRE-free report of set-up failures
 };
 
-void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> world,
-             std::shared_ptr<ThreadWorld> dworld, RankLog* log) {
+void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> world, std::shared_ptr<ThreadWorld> dworld,
+             RankLog* log) {
   ThreadCommunicator comm(world, rank);
   Config config;
   config.compressor = "topk";
