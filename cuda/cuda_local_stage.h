@@ -13,9 +13,16 @@
 // them (as ResidualStore does on the host); committing makes the acc slab
 // the residual. They reach the C ABI through ResidualStore::External.
 //
+// With NCCL the whole bucket runs as enqueued work instead (startBucket,
+// "device buckets" in core/routed_local_stage.h): no host synchronisation per
+// bucket, the verdict read from pinned memory once an event has passed.
+//
 // NEVER RUN ON A GPU: compiled for sm_90 on a machine without one; the
 // routing and residual hand-over it takes part in are tested on the CPU with
-// a stand-in resident stage (tests/unit/core/routed_stage_test.cc).
+// a stand-in resident stage (tests/unit/core/routed_stage_test.cc), the
+// pipeline's side of device buckets likewise (device_bucket_test.cc);
+// tests/gpu/local_stage_gpu_test.cc and device_bucket_gpu_test.cc are
+// written for the first GPU.
 #pragma once
 
 #include <map>
