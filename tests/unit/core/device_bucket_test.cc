@@ -440,8 +440,7 @@ TEST_CASE("device buckets: no wait in steady state, outputs and residuals bitwis
   }
 }
 
-TEST_CASE("device buckets: drain waits for buckets not yet seen done, with the same results",
-          "[core][device_bucket]") {
+TEST_CASE("device buckets: drain waits for buckets not yet seen done, with the same results", "[core][device_bucket]") {
   WorldOptions dev, host;
   dev.P = host.P = 2;
   dev.drain = true;
