@@ -111,7 +111,17 @@ __global__ void sealKernel(unsigned char* block, size_t cap, const uint32_t* non
   *reinterpret_cast<uint64_t*>(block + 8 + 8 * cap) = header ^ kBlockSeal;
 }
 
-__device__ bool validFailure(uint64_t h, uint32_t members) { return h == UINT64_MAX || UINT64_MAX - 1 - h < members; }
+// A failure code: UINT64_MAX, non-finite values in member m (UINT64_MAX - 1 -
+// m), or a staging code (bit 63 | m << 8 | cause, bits 40..62 clear;
+// device_bucket.h isStagingCode).
+__device__ bool stagingFailure(uint64_t h, uint32_t members) {
+  if (!(h & kStagingFailureBit) || ((h >> 40) & 0x7fffffull) != 0) return false;
+  const uint64_t c = h & 0xff, m = (h >> 8) & 0xffffffffull;
+  return c >= 1 && c <= kMaxStagingCause && m < members;
+}
+__device__ bool validFailure(uint64_t h, uint32_t members) {
+  return h == UINT64_MAX || UINT64_MAX - 1 - h < members || stagingFailure(h, members);
+}
 
 // grid = (chunks, P). Copies each header into the verdict words and marks the
 // lowest malformed rank: a torn seal, a header that is neither a count <= cap
@@ -150,7 +160,9 @@ __global__ void decideKernel(int P, size_t cap, bool propagate, uint64_t* verdic
       const uint64_t h = verdict[2 + r];
       if (h <= cap) continue;
       failed = true;
-      if (h == UINT64_MAX) other = true;
+      // Without details, or a staging code (bits 40..62 clear; a non-finite
+      // code has them set): not a non-finite value, never NaN outputs.
+      if (h == UINT64_MAX || ((h >> 40) & 0x7fffffull) == 0) other = true;
     }
     if (failed) kind = static_cast<uint64_t>(!other && propagate ? VerdictKind::kNaNWritten : VerdictKind::kFailed);
   }

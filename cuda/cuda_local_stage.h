@@ -13,9 +13,16 @@
 // them (as ResidualStore does on the host); committing makes the acc slab
 // the residual. They reach the C ABI through ResidualStore::External.
 //
+// With NCCL the whole bucket runs as enqueued work instead (startBucket,
+// "device buckets" in core/routed_local_stage.h): no host synchronisation per
+// bucket, the verdict read from pinned memory once an event has passed.
+//
 // NEVER RUN ON A GPU: compiled for sm_90 on a machine without one; the
 // routing and residual hand-over it takes part in are tested on the CPU with
-// a stand-in resident stage (tests/unit/core/routed_stage_test.cc).
+// a stand-in resident stage (tests/unit/core/routed_stage_test.cc), the
+// pipeline's side of device buckets likewise (device_bucket_test.cc);
+// tests/gpu/local_stage_gpu_test.cc and device_bucket_gpu_test.cc are
+// written for the first GPU.
 #pragma once
 
 #include <map>
@@ -50,6 +57,18 @@ class CudaLocalStage final : public ResidentLocalStage {
   Status scatterBlocks(const std::vector<Request>& members, const char* recv, int P, size_t cap,
                        const std::vector<double>& factors) override;
 
+  // Device buckets (core/routed_local_stage.h): the local stage into a
+  // device block, the NCCL allgather of the P fixed-capacity blocks on the
+  // communicator's stream (ordered by events both ways), the scatter with
+  // the verdict over every rank's header decided on the device, the verdict
+  // words and this rank's non-finite counts copied to pinned memory, one
+  // event recorded last. No host synchronisation once warm (counted in
+  // hostSyncs()). A member this rank cannot serve (deviceBucketProblem)
+  // sends a staging code instead of a selection; every rank then fails the
+  // bucket naming the tensor, this rank and the cause.
+  bool runsDeviceBuckets() const override { return true; }
+  Status startBucket(const DeviceBucketJob& job, std::unique_ptr<PendingDeviceBucket>* out) override;
+
   // ResidualStore::External (called with the store's lock held).
   bool holds(const std::string& name, size_t* n) const override;
   Status read(const std::string& name, float* dst, size_t n) const override;
@@ -72,6 +91,19 @@ class CudaLocalStage final : public ResidentLocalStage {
     float* data() const { return static_cast<float*>(buf->p) + offset; }
   };
   struct Slab;
+  class Pending;
+  // Pinned host memory and an event, one per device bucket in flight,
+  // recycled when its Pending goes (no cudaHostAlloc once warm).
+  struct HostSlot {
+    void* host = nullptr;  // pinned
+    size_t bytes = 0;
+    void* event = nullptr;  // cudaEvent_t recorded last on the engine's stream
+  };
+  Status takeSlot(size_t bytes, HostSlot* out);
+  void giveSlot(const HostSlot& s) { slots_.push_back(s); }
+  // The local part of a device bucket into d_block (runSparse without the
+  // copy to the host); this rank's non-finite words go to `words` (pinned).
+  Status enqueueLocalPart(const LocalJob& job, void* d_block, void* words, BufPtr* acc, std::vector<void*>* scratch);
 
   CudaLocalStage(const LocalStageOptions& options, int device) : opt_(options), device_(device) {}
   Status newBuf(size_t floats, BufPtr* out);
@@ -90,6 +122,9 @@ class CudaLocalStage final : public ResidentLocalStage {
   std::unordered_map<std::string, Slot> held_;                // residuals on the device
   std::vector<char> words_;                                   // host copy of the engine's local words
   std::vector<BufPtr> dropped_;  // dropped by a framework thread; released by the coordinator (lock held)
+  std::vector<HostSlot> slots_;  // free pinned slots of device buckets
+  void* localDone_ = nullptr;    // cudaEvent_t: a device bucket's local part (the NCCL stream waits for it)
+  void* ncclDone_ = nullptr;     // cudaEvent_t: its allgather (the engine's stream waits for it)
 };
 
 }  // namespace mgs::cuda

@@ -47,6 +47,16 @@ inline size_t bucketBlockSealOffset(size_t cap) { return 8 + 8 * cap; }
 inline uint64_t bucketFailureCode(int bad_member) {
   return bad_member < 0 ? UINT64_MAX : UINT64_MAX - 1 - static_cast<uint64_t>(bad_member);
 }
+// Staging codes (core/sparse_block.h stagingCode): a member this rank could
+// not serve at all; bit 63 | member << 8 | cause (1..kMaxStagingCause), bits
+// 40..62 clear. A failure that is not a non-finite value.
+constexpr uint64_t kStagingFailureBit = uint64_t{1} << 63;
+constexpr uint64_t kMaxStagingCause = 5;
+inline bool isStagingCode(uint64_t h, size_t members) {
+  if (!(h & kStagingFailureBit) || ((h >> 40) & 0x7fffffull) != 0) return false;
+  const uint64_t c = h & 0xff, m = (h >> 8) & 0xffffffffull;
+  return c >= 1 && c <= kMaxStagingCause && m < members;
+}
 
 // ---- Members and their device descriptors ------------------------------------
 // One tensor of a bucket, as the host knows it.
@@ -95,7 +105,8 @@ inline size_t verdictWords(int P) { return 2 + static_cast<size_t>(P); }
 struct BucketVerdict {
   VerdictKind kind = VerdictKind::kOk;
   int malformedRank = -1;
-  // Per rank: -1 the block carries a count; -2 a failure without details;
+  // Per rank: -1 the block carries a count; -2 a failure without details or
+  // a staging code (the raw header, words()[2 + r], names member and cause);
   // m >= 0 non-finite values in member m.
   std::vector<int> failure;
   bool committable() const { return kind == VerdictKind::kOk; }  // residuals may adopt the new slab
@@ -172,6 +183,10 @@ class PendingVerdict {
   Status test(bool* done);
   // Blocks until the verdict is on the host (one counted host sync).
   Status wait();
+  // The raw verdict words in pinned memory (verdictWords(P)), valid once
+  // test() said done (or after an event recorded later on the same stream
+  // has passed): [2 + r] is rank r's header.
+  const uint64_t* words() const { return host_; }
   // After test() said done: the decoded verdict.
   Status verdict(BucketVerdict* out) const;
 

@@ -54,10 +54,17 @@ ctest --test-dir "$BUILD" --output-on-failure --timeout 600 2>&1 | tee "$OUTDIR/
 # The tests that need the GPU, one line each (gpu/compress: selectors and
 # decompression; gpu/bucket: the device-resident bucket's fuse, selection into
 # the block, scatter and hostSyncs == 0; gpu/local_stage: the CUDA local stage
-# against the host stage; gpu/nccl: the NCCL communicator).
+# against the host stage; gpu/device_bucket: device buckets over NCCL at np 1,
+# hostSyncs == 0 once warm and bitwise the host path; gpu/nccl: the NCCL
+# communicator).
 say "GPU tests:"; grep -E "Test +#[0-9]+: gpu/" "$OUTDIR/ctest.log" || say "no gpu/* test ran"
+# Every GPU test must have run (a missing one means the build lacked CUDA or NCCL).
+MISSING=0
+for t in gpu/compress gpu/bucket gpu/local_stage gpu/device_bucket gpu/nccl; do
+  grep -qE "Test +#[0-9]+: $t " "$OUTDIR/ctest.log" || { say "MISSING: $t did not run"; MISSING=1; }
+done
 TESTS_OK=0
-grep -q "100% tests passed" "$OUTDIR/ctest.log" && ! grep -q "Not Run\|Skipped" "$OUTDIR/ctest.log" && TESTS_OK=1
+grep -q "100% tests passed" "$OUTDIR/ctest.log" && ! grep -q "Not Run\|Skipped" "$OUTDIR/ctest.log" && [ $MISSING = 0 ] && TESTS_OK=1
 
 if [ "${MGS_GPU_SKIP_BENCH:-0}" != 1 ]; then
   say "benchmark: mgs selectors, n = 25.6M f32, rho = 0.001 and 0.01, with residual and in place"

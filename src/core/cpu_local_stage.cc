@@ -5,6 +5,7 @@
 
 #include "core/device.h"
 #include "core/nonfinite.h"
+#include "core/routed_local_stage.h"
 #include "core/sparse_block.h"
 
 namespace mgs {
@@ -28,6 +29,34 @@ std::vector<ResidualStore::Member> residualMembers(const std::vector<Request>& m
 std::string bucketName(const std::vector<Request>& m) {
   if (m.size() == 1) return m[0].name;
   return "bucket[" + m.front().name + " .. " + m.back().name + "] (" + std::to_string(m.size()) + " tensors)";
+}
+
+// Declared in core/routed_local_stage.h; here with the other helpers every
+// local stage links (the CUDA stage's tests compile this file in).
+block::StagingCause deviceBucketProblem(const std::vector<Request>& members, int device, int* member) {
+  using C = block::StagingCause;
+  const auto isFloat = [](DataType t) { return t == MGS_FLOAT32 || t == MGS_FLOAT16 || t == MGS_BFLOAT16; };
+  for (size_t i = 0; i < members.size(); ++i) {
+    const TensorDesc& in = members[i].input;
+    const TensorDesc& o = members[i].output;
+    C c = C::kNone;
+    if (!in.onCuda())
+      c = C::kNotCuda;
+    else if (in.device != device)
+      c = C::kWrongDevice;
+    else if (!isFloat(in.dtype))
+      c = C::kDtype;
+    else if (!o.onCuda() || o.device != device || !isFloat(o.dtype) || o.numel() != in.numel())
+      c = C::kOutput;
+    else if ((in.data == nullptr || o.data == nullptr) && in.numel() > 0)
+      c = C::kNoData;
+    if (c != C::kNone) {
+      *member = static_cast<int>(i);
+      return c;
+    }
+  }
+  *member = -1;
+  return C::kNone;
 }
 
 Status nonFiniteStatus(int rank, const std::vector<Request>& members, int bad_member, size_t non_finite, size_t n) {

@@ -1,5 +1,6 @@
 #include "core/routed_local_stage.h"
 
+#include "common/check.h"
 #include "common/logging.h"
 #include "core/sparse_block.h"
 
@@ -25,22 +26,70 @@ RoutedLocalStage::~RoutedLocalStage() {
   opt_.residuals->setExternal(nullptr);
 }
 
-void RoutedLocalStage::run(const LocalJob& job, LocalOutcome* out) {
-  if (!factory_done_) {
-    std::unique_ptr<ResidentLocalStage> r;
-    Status st = factory_(job, &r);
-    if (!st.ok()) {
-      factory_done_ = true;
-      MGS_LOG_WARN(
-          "rank {}: no device local stage ({}); sparse buckets of CUDA tensors are staged through host "
-          "memory and selected on the CPU",
-          opt_.rank, st.message());
-    } else if (r) {
-      factory_done_ = true;
-      resident_ = std::move(r);
-      opt_.residuals->setExternal(resident_.get());
-    }
+void RoutedLocalStage::makeResident(const LocalJob& job) {
+  if (factory_done_) return;
+  std::unique_ptr<ResidentLocalStage> r;
+  Status st = factory_(job, &r);
+  if (!st.ok()) {
+    factory_done_ = true;
+    MGS_LOG_WARN(
+        "rank {}: no device local stage ({}); sparse buckets of CUDA tensors are staged through host "
+        "memory and selected on the CPU",
+        opt_.rank, st.message());
+  } else if (r) {
+    factory_done_ = true;
+    resident_ = std::move(r);
+    opt_.residuals->setExternal(resident_.get());
   }
+}
+
+bool RoutedLocalStage::prepareDevice(const LocalJob& job) {
+  makeResident(job);
+  return resident_ && resident_->runsDeviceBuckets();
+}
+
+namespace {
+
+// The resident stage's pending bucket, its slab wrapped for settle().
+class RoutedPending final : public PendingDeviceBucket {
+ public:
+  RoutedPending(std::unique_ptr<PendingDeviceBucket> inner,
+                std::function<std::unique_ptr<LocalSlab>(std::unique_ptr<LocalSlab>)> wrap)
+      : inner_(std::move(inner)), wrap_(std::move(wrap)) {}
+  Status test(bool* done) override { return inner_->test(done); }
+  Status wait() override { return inner_->wait(); }
+  Status result(DeviceBucketResult* out) override { return inner_->result(out); }
+  std::unique_ptr<LocalSlab> takeSlab() override {
+    std::unique_ptr<LocalSlab> s = inner_->takeSlab();
+    return s ? wrap_(std::move(s)) : nullptr;
+  }
+
+ private:
+  std::unique_ptr<PendingDeviceBucket> inner_;
+  std::function<std::unique_ptr<LocalSlab>(std::unique_ptr<LocalSlab>)> wrap_;
+};
+
+}  // namespace
+
+Status RoutedLocalStage::startBucket(const DeviceBucketJob& job, std::unique_ptr<PendingDeviceBucket>* out) {
+  MGS_ENSURE(job.job != nullptr && job.job->members != nullptr, kInvalidArgument, "device bucket without a job");
+  if (!resident_ || !resident_->runsDeviceBuckets())
+    return Status(Code::kInternal, "rank " + std::to_string(opt_.rank) + ": device bucket " +
+                                       bucketName(*job.job->members) + " but no device local stage runs them");
+  std::unique_ptr<PendingDeviceBucket> inner;
+  MGS_RETURN_IF_ERROR(resident_->startBucket(job, &inner));
+  ++device_runs_;
+  *out = std::make_unique<RoutedPending>(std::move(inner), [](std::unique_ptr<LocalSlab> s) {
+    auto w = std::make_unique<Slab>();
+    w->inner = std::move(s);
+    w->resident = true;
+    return std::unique_ptr<LocalSlab>(std::move(w));
+  });
+  return Status::OK();
+}
+
+void RoutedLocalStage::run(const LocalJob& job, LocalOutcome* out) {
+  makeResident(job);
   auto slab = std::make_unique<Slab>();
   if (resident_ && !job.acc_in && resident_->accepts(job)) {
     resident_->run(job, out);

@@ -22,10 +22,69 @@
 #include <memory>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "core/local_stage.h"
 #include "core/residual_store.h"
+#include "core/sparse_block.h"
 
 namespace mgs {
+
+// ---- Device buckets: the whole bucket as enqueued work (NCCL backend) -------
+// When every member of an allgather bucket is a CUDA tensor (sig.on_cuda,
+// negotiated) and CUDA tensors go through a device communicator (NCCL), the
+// pipeline hands the whole bucket to the resident stage (startBucket): the
+// local stage, the allgather of the fixed-capacity blocks on the device
+// communicator's stream, the verdict (every rank reads all P headers on the
+// device) and the scatter into the outputs are all enqueued, with no host
+// synchronisation; the pipeline polls PendingDeviceBucket::test (an event
+// query) and reads the verdict from pinned host memory once it is done.
+
+struct DeviceBucketJob {
+  const LocalJob* job = nullptr;  // an allgather job; job->block is null (the block lives on the device)
+  Communicator* comm = nullptr;   // the device communicator: allgather on device pointers, on comm_stream
+  void* comm_stream = nullptr;    // cudaStream_t its collectives run on
+  int comm_device = -1;           // its CUDA device: every member's input and output must be there
+  std::vector<double> factors;    // per member: the factor each touched output entry gets (ScatterStage::outputFactor)
+  bool propagate = false;         // MGS_NONFINITE=propagate: non-finite codes write NaN into every output
+};
+
+// What a finished device bucket tells the host (read from pinned memory the
+// device wrote).
+struct DeviceBucketResult {
+  std::vector<uint64_t> headers;  // every rank's block header, rank order (the same bytes on every rank)
+  int malformed_rank = -1;        // the lowest rank whose block is malformed, or -1
+  bool written = false;           // the outputs hold the sum (every rank's selection applied)
+  bool nan_written = false;       // propagate: NaN in every output (some rank had non-finite values)
+  // This rank's local part, as LocalOutcome has it.
+  Status local;
+  int bad_member = -1;
+  size_t non_finite = 0, count = 0, k = 0;
+};
+
+class PendingDeviceBucket {
+ public:
+  virtual ~PendingDeviceBucket() = default;
+  // *done once every enqueued part has completed. No host synchronisation:
+  // an event query, plus the device communicator's own poll (its async
+  // errors and deadline: an error here means the exchange was aborted).
+  virtual Status test(bool* done) = 0;
+  // Blocks until done (drain at shutdown): a counted host synchronisation.
+  virtual Status wait() = 0;
+  // After done: what the device decided, and this rank's local part.
+  virtual Status result(DeviceBucketResult* out) = 0;
+  // The bucket's acc slab (acc with the sent entries +0): the pipeline
+  // settles it (commit exactly when the result says written).
+  virtual std::unique_ptr<LocalSlab> takeSlab() = 0;
+};
+
+// Whether `members` can run as a device bucket on CUDA device `device`
+// (the device communicator's): every input a CUDA tensor there with data,
+// of f32/f16/bf16; every output a CUDA tensor there of the input's size and
+// a float dtype. kNone, or the first member that cannot and why (*member).
+// Pure; the CUDA stage checks every bucket with it before enqueuing, and a
+// rank that finds a cause sends block::stagingCode(member, cause) instead of
+// a selection, so every rank fails the bucket naming the tensor and cause.
+block::StagingCause deviceBucketProblem(const std::vector<Request>& members, int device, int* member);
 
 class ResidentLocalStage : public LocalStage, public ResidualStore::External {
  public:
@@ -49,6 +108,20 @@ class ResidentLocalStage : public LocalStage, public ResidualStore::External {
   // when it returns.
   virtual Status scatterBlocks(const std::vector<Request>& members, const char* recv, int P, size_t cap,
                                const std::vector<double>& factors) = 0;
+
+  // Whether startBucket is implemented (the CUDA stage on the NCCL backend).
+  virtual bool runsDeviceBuckets() const { return false; }
+  // Enqueues the whole bucket (see DeviceBucketJob). Returning OK means this
+  // rank's block (a selection, a non-finite code or a staging code) goes into
+  // the exchange: a member it cannot serve (deviceBucketProblem) does not
+  // stop it. An error means this rank could not enqueue its part of the
+  // collective (the device communicator then fails the peers at its deadline).
+  // *out->takeSlab() is null when nothing was fused.
+  virtual Status startBucket(const DeviceBucketJob& job, std::unique_ptr<PendingDeviceBucket>* out) {
+    (void)job;
+    (void)out;
+    return Status(Code::kUnsupported, "this local stage does not run device buckets");
+  }
 };
 
 // Asked for a job while no resident stage exists: OK with *out null when
@@ -69,6 +142,15 @@ class RoutedLocalStage final : public LocalStage {
   void zeroResidual(const std::vector<Request>& members) override;
   Status readSlab(const LocalSlab& slab, float* dst) override;
 
+  // Device buckets. prepareDevice makes the resident stage if none exists yet
+  // (the factory, with `job`) and says whether it runs device buckets.
+  bool prepareDevice(const LocalJob& job);
+  // The resident stage's startBucket; the slab is wrapped for settle().
+  // Residuals of these members stay (or move) where the resident stage
+  // keeps them.
+  Status startBucket(const DeviceBucketJob& job, std::unique_ptr<PendingDeviceBucket>* out);
+  uint64_t deviceBuckets() const { return device_runs_; }
+
   // The resident stage, once made (tests, statistics); null before.
   ResidentLocalStage* resident() const { return resident_.get(); }
   // Buckets each stage ran so far.
@@ -82,7 +164,8 @@ class RoutedLocalStage final : public LocalStage {
   ResidentFactory factory_;
   bool factory_done_ = false;
   std::unique_ptr<ResidentLocalStage> resident_;
-  uint64_t resident_runs_ = 0, host_runs_ = 0;
+  uint64_t resident_runs_ = 0, host_runs_ = 0, device_runs_ = 0;
+  void makeResident(const LocalJob& job);
 };
 
 }  // namespace mgs

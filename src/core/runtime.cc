@@ -211,6 +211,9 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
     std::lock_guard<std::mutex> lk(stats_mu_);
     sparse_stats_ = s;
   });
+  // CUDA sparse buckets use the device communicator where there is one
+  // (device buckets, sparse_device.cc); forCuda() creates it under auto.
+  sparse.setDeviceComm([b = backend.get()]() -> device::DeviceComm* { return b ? b->forCuda() : nullptr; });
   Executor executor(*comm, config_, timeline.get(), &sparse, complete, backend.get());
   const auto cycle =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(config_.cycle_time_ms));

@@ -8,7 +8,10 @@
 // block of the same size whatever it selected (no count round trip). The
 // header is a count <= cap, or a failure code (> cap: counts are < 2^32):
 // UINT64_MAX for a local failure without details, UINT64_MAX - 1 - m for
-// non-finite values in member m. The seal (header ^ a per-layout constant) at
+// non-finite values in member m, or stagingCode(m, cause) for a member
+// this rank could not serve at all (a CUDA tensor on the wrong device, an
+// output it cannot write: StagingCause), so that every rank names the tensor
+// and the cause, not only the rank that found it. The seal (header ^ a per-layout constant) at
 // the far end tells a whole block from a short or torn message: a receiver
 // clears every seal slot before the exchange, so a slot that is not rewritten
 // cannot match (a cleared 0 would need header == the constant, itself an
@@ -35,17 +38,63 @@ constexpr uint64_t failureCode(int bad_member) {
   return bad_member < 0 ? UINT64_MAX : UINT64_MAX - 1 - static_cast<uint64_t>(bad_member);
 }
 
+// Why a rank could not serve a member at all (the low byte of a staging
+// code; 0 is not a cause). Checked before anything of the bucket runs, so
+// the rank still takes part in the exchange with this code in its header.
+enum class StagingCause : uint8_t {
+  kNone = 0,
+  kNotCuda = 1,      // the input is not a CUDA tensor, where every rank's is
+  kWrongDevice = 2,  // the input is on another CUDA device than the exchange's
+  kDtype = 3,        // an input dtype the device stage does not take
+  kOutput = 4,       // the output is not a CUDA tensor of the input's size and a float dtype on that device
+  kNoData = 5,       // a null data pointer
+};
+constexpr uint8_t kMaxStagingCause = 5;
+// What the cause means, for messages ("the input is on another CUDA device ...").
+inline const char* stagingCauseText(StagingCause c) {
+  switch (c) {
+    case StagingCause::kNotCuda:
+      return "the input is not a CUDA tensor";
+    case StagingCause::kWrongDevice:
+      return "the input is on another CUDA device than the exchange's";
+    case StagingCause::kDtype:
+      return "the input's dtype is not float32, float16 or bfloat16";
+    case StagingCause::kOutput:
+      return "the output is not a float CUDA tensor of the input's size on the exchange's device";
+    case StagingCause::kNoData:
+      return "a null data pointer";
+    case StagingCause::kNone:
+      break;
+  }
+  return "no cause";
+}
+
+// Staging codes: bit 63 set, the member in bits 8..39, the cause in bits
+// 0..7, bits 40..62 clear; disjoint from counts (< 2^32) and from the
+// non-finite codes (>= 2^64 - 2^32 - 1).
+constexpr uint64_t kStagingBit = uint64_t{1} << 63;
+constexpr uint64_t stagingCode(uint32_t member, StagingCause cause) {
+  return kStagingBit | (uint64_t{member} << 8) | static_cast<uint64_t>(cause);
+}
+
 // What a header says, given the block's cap and the bucket's member count.
 struct Header {
   enum Kind { kCount, kFailure, kInvalid } kind;
   uint64_t count;  // kCount: the entries in the block
-  int bad_member;  // kFailure: the member with non-finite values, or -1
+  int bad_member;  // kFailure: the member with non-finite values (or the staging cause's member), or -1
+  StagingCause cause = StagingCause::kNone;  // kFailure: kNone for non-finite values / no details
 };
 inline Header decodeHeader(uint64_t h, size_t cap, size_t members) {
   if (h <= cap) return {Header::kCount, h, -1};
   if (h == UINT64_MAX) return {Header::kFailure, 0, -1};
   const uint64_t m = UINT64_MAX - 1 - h;
   if (m < members) return {Header::kFailure, 0, static_cast<int>(m)};
+  if ((h & ~(kStagingBit | 0xffffffffffull)) == 0 && (h & kStagingBit)) {
+    const uint64_t sm = (h >> 8) & 0xffffffffull;
+    const uint64_t c = h & 0xff;
+    if (c >= 1 && c <= kMaxStagingCause && sm < members)
+      return {Header::kFailure, 0, static_cast<int>(sm), static_cast<StagingCause>(c)};
+  }
   return {Header::kInvalid, 0, -1};
 }
 

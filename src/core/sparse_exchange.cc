@@ -39,6 +39,10 @@ void SparsePipeline::startSparse(std::vector<Request>& members, size_t n, size_t
 void SparsePipeline::finishOldest() {
   InFlight f = std::move(inflight_.front());
   inflight_.pop_front();
+  if (f.device) {  // sparse_device.cc
+    finishDevice(f);
+    return;
+  }
   Status st = exchange_.finish(f.ex);
   online_.exchanged(OnlineCost::kAllgather, double(f.ex.blockBytes()) * comm_.size(), f.ex.started, Clock::now());
   if (timeline_)
@@ -154,11 +158,16 @@ std::string SparsePipeline::failedRanks(const uint64_t* codes, size_t cap, const
   for (int i = 0; i < comm_.size(); ++i) {
     const block::Header h = block::decodeHeader(codes[i], cap, members.size());
     if (h.kind == block::Header::kCount) continue;
-    const bool numeric = h.bad_member >= 0;
+    const bool numeric = h.bad_member >= 0 && h.cause == block::StagingCause::kNone;
     *other_error |= !numeric;
-    failed += std::string(failed.empty() ? "" : "; ") + "rank " + std::to_string(i) +
-              (numeric ? ": non-finite gradient in tensor '" + members[h.bad_member].name + "'"
-                       : ": local error (see that rank's log)");
+    std::string what;
+    if (numeric)
+      what = ": non-finite gradient in tensor '" + members[h.bad_member].name + "'";
+    else if (h.bad_member >= 0)  // a staging code: the tensor and the cause, on every rank
+      what = ": tensor '" + members[h.bad_member].name + "': " + block::stagingCauseText(h.cause);
+    else
+      what = ": local error (see that rank's log)";
+    failed += std::string(failed.empty() ? "" : "; ") + "rank " + std::to_string(i) + what;
   }
   return failed;
 }

@@ -49,12 +49,22 @@ SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, Residua
   o.residuals = &residuals;
   // Buckets in flight plus a few committed ones' predecessors.
   o.max_slabs = 2 * BlockExchange::kMaxInFlight + 2;
-  auto device_stage = [o](const LocalJob& job, std::unique_ptr<ResidentLocalStage>* out) -> Status {
+  // On the device communicator's device once device buckets are considered
+  // (a rank whose first tensor is on another device must not make its
+  // stage there), else the first CUDA tensor's.
+  auto device_stage = [o, this](const LocalJob& job, std::unique_ptr<ResidentLocalStage>* out) -> Status {
     const TensorDesc& first = (*job.members)[0].input;
     if (!first.onCuda()) return Status::OK();
-    return device::createLocalStage(o, first.device, out);
+    return device::createLocalStage(o, device_hint_ >= 0 ? device_hint_ : first.device, out);
   };
+  local_options_ = o;
   local_ = std::make_unique<RoutedLocalStage>(o, std::make_unique<CpuLocalStage>(o), device_stage);
+}
+
+void SparsePipeline::setResidentFactory(ResidentFactory factory) {
+  local_.reset();  // gives the residual store's External slot back first
+  local_ = std::make_unique<RoutedLocalStage>(local_options_, std::make_unique<CpuLocalStage>(local_options_),
+                                              std::move(factory));
 }
 
 Status SparsePipeline::create(Communicator& comm, const Config& config, ResidualStore& residuals, Complete complete,
@@ -162,6 +172,11 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
     job.step = schedule_.step();
     job.name = name.c_str();
   }
+  if (!dense && !agreed && deviceBucket(members, job)) {
+    exchange_.giveBuffer(std::move(block));  // the block lives on the device
+    startDevice(members, n, cap, compress::kForDensity(n, density), job);
+    return;
+  }
   LocalOutcome out;
   local_->run(job, &out);
   if (timeline_) {
@@ -201,7 +216,8 @@ void SparsePipeline::publishStats() {
 
 void SparsePipeline::poll() {
   while (!inflight_.empty()) {
-    if (!exchange_.ready(inflight_.front().ex)) return;
+    InFlight& f = inflight_.front();
+    if (!(f.device ? deviceReady(f) : exchange_.ready(f.ex))) return;
     finishOldest();
   }
 }
@@ -216,6 +232,9 @@ void SparsePipeline::failHeld(const Status& st) {
   for (auto& f : inflight_) {
     for (auto& m : f.members) complete_(m, st);
     BlockExchange::abandon(f.ex);
+    // A device bucket's work may still be running on the GPU: its buffers
+    // (slab, blocks) are leaked, never given back to the pool.
+    if (f.dev) (void)f.dev.release();
   }
   inflight_.clear();
   schedule_.failHeld(st, complete_);

@@ -34,6 +34,7 @@
 #include "compress/selector.h"
 #include "core/block_exchange.h"
 #include "core/bucket_schedule.h"
+#include "core/device.h"
 #include "core/local_stage.h"
 #include "core/routed_local_stage.h"
 #include "core/online_cost.h"
@@ -75,6 +76,18 @@ class SparsePipeline {
   SparseStats stats() const { return stats_; }
   // Nothing held in a bucket and no exchange in flight.
   bool idle() const { return inflight_.empty() && !schedule_.holding(); }
+  // Where CUDA tensors' collectives go: the device communicator (NCCL) or
+  // null (MPI with host staging); under MGS_BACKEND=auto the first call
+  // creates it (a collective: called at the same bucket on every rank). With
+  // one, a sparse allgather bucket whose members are all CUDA tensors runs as
+  // a device bucket (routed_local_stage.h): every part enqueued, no host
+  // synchronisation, finished by poll() when its event has passed.
+  void setDeviceComm(std::function<device::DeviceComm*()> get) { device_comm_ = std::move(get); }
+  // The resident stage's factory (routed_local_stage.h), replacing
+  // device::createLocalStage: tests give a stand-in. Before the first bucket.
+  void setResidentFactory(ResidentFactory factory);
+  // The routed local stage (tests, statistics).
+  const RoutedLocalStage& localStage() const { return *local_; }
   // Called with the statistics before a bucket's handles complete, so a
   // caller woken by them reads statistics that include that bucket.
   void setStatsSink(std::function<void(const SparseStats&)> publish) { publish_ = std::move(publish); }
@@ -96,8 +109,26 @@ class SparsePipeline {
     bool skipped = false;            // a non-finite step under MGS_NONFINITE=propagate
     bool delivered = false;          // every rank scattered every rank's selection
     std::unique_ptr<LocalSlab> acc;  // this step's residual, committed on success
-    BlockExchange::Allgather ex;
+    BlockExchange::Allgather ex;     // the MPI exchange (unused by a device bucket but for cap, started)
+    // A device bucket (startDevice): its enqueued work, or the error of
+    // enqueuing or polling it (then dev_done).
+    bool device = false;
+    std::unique_ptr<PendingDeviceBucket> dev;
+    bool dev_done = false;
+    Status dev_status;
   };
+  // Device buckets in flight at most before the oldest is waited for (a host
+  // sync): high enough that a step's buckets never wait in steady state;
+  // each holds its acc slab in device memory until it finishes.
+  static constexpr size_t kMaxDeviceInFlight = 64;
+  // Whether this bucket runs as a device bucket: the same answer on every
+  // rank (negotiated on_cuda, the backend; the first time, every rank says
+  // whether its resident stage runs device buckets, in one 4-byte allreduce).
+  bool deviceBucket(const std::vector<Request>& members, const LocalJob& job);
+  void startDevice(std::vector<Request>& members, size_t n, size_t cap, size_t k, LocalJob& job);
+  bool deviceReady(InFlight& f);
+  void finishDevice(InFlight& f);
+  Status deviceVerdict(InFlight& f, const DeviceBucketResult& r);
   void startSparse(std::vector<Request>& members, size_t n, size_t cap, size_t k, LocalOutcome& local,
                    std::vector<char>&& block);
   void finishOldest();
@@ -151,6 +182,7 @@ class SparsePipeline {
   OnlineCost online_;
   std::map<double, std::unique_ptr<compress::Selector>> selectors_;
   BucketSchedule schedule_;
+  LocalStageOptions local_options_;
   std::unique_ptr<RoutedLocalStage> local_;
   BlockExchange exchange_;
   ScatterStage scatter_;
@@ -164,6 +196,9 @@ class SparsePipeline {
   int nodes_ = 0, ranks_per_node_ = 1;
   std::vector<float> hier_acc_;  // the bucket's acc, then the node's sum (+ kHierFlags slots)
   std::function<void(const SparseStats&)> publish_;
+  std::function<device::DeviceComm*()> device_comm_;
+  int device_buckets_ = -1;  // -1: not agreed yet; 0: never; 1: device buckets run
+  int device_hint_ = -1;     // the device communicator's device: where the resident stage is made
 };
 
 }  // namespace mgs

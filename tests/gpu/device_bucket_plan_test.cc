@@ -155,6 +155,28 @@ TEST_CASE("device bucket: verdict decoding", "[gpu_cpu][bucket]") {
   CHECK(st.message().find("rank 2 sent a malformed block") != std::string::npos);
 }
 
+TEST_CASE("device bucket: staging codes are failures, never NaN outputs", "[gpu_cpu][bucket]") {
+  const size_t cap = 100, M = 3;
+  // Rank 1 could not serve member 2 (cause 2: another device): bit 63 | m << 8 | cause.
+  const uint64_t staging = kStagingFailureBit | (uint64_t{2} << 8) | 2;
+  CHECK(isStagingCode(staging, M));
+  CHECK(!isStagingCode(staging, 2));                                       // no member 2
+  CHECK(!isStagingCode(kStagingFailureBit | (uint64_t{2} << 8), M));       // cause 0
+  CHECK(!isStagingCode(kStagingFailureBit | (kMaxStagingCause + 1), M));   // unknown cause
+  CHECK(!isStagingCode(kStagingFailureBit | (uint64_t{1} << 40) | 1, M));  // bits 40..62
+  CHECK(!isStagingCode(bucketFailureCode(0), M));
+  CHECK(!isStagingCode(UINT64_MAX, M));
+  BucketVerdict v;
+  // Under propagate too: a staging code is not a non-finite value.
+  auto w = words(VerdictKind::kFailed, UINT64_MAX, {4, staging, bucketFailureCode(1)});
+  REQUIRE(decodeVerdict(w.data(), 3, cap, M, true, &v).ok());
+  CHECK(v.kind == VerdictKind::kFailed);
+  CHECK(v.failure == std::vector<int>{-1, -2, 1});
+  // A kind the headers do not imply is an internal error (the device would have said kFailed).
+  w[0] = static_cast<uint64_t>(VerdictKind::kNaNWritten);
+  CHECK(decodeVerdict(w.data(), 3, cap, M, true, &v).code() == Code::kInternal);
+}
+
 TEST_CASE("device bucket: verdict words that contradict the headers are an internal error", "[gpu_cpu][bucket]") {
   BucketVerdict v;
   // Kind ok, but rank 0 sent a failure code.

@@ -77,4 +77,45 @@ TEST_CASE("nccl wait: a dead peer ends in a timeout, not a hang", "[gpu_cpu][ncc
   REQUIRE(took < 5.0);
 }
 
+TEST_CASE("nccl wait: one poll of a started collective, with its deadline from the start", "[gpu_cpu][nccl]") {
+  using Clock = std::chrono::steady_clock;
+  bool done = true;
+  {  // not yet, young: no error, no abort
+    Fake f;
+    REQUIRE(pollOnce(f.hooks(), "allgather", 10.0, Clock::now(), &done).ok());
+    CHECK(!done);
+    CHECK(f.aborts == 0);
+  }
+  {  // complete
+    Fake f;
+    f.readyAt = 1;
+    REQUIRE(pollOnce(f.hooks(), "allgather", 10.0, Clock::now(), &done).ok());
+    CHECK(done);
+  }
+  {  // older than the deadline: kTimeout, aborted once, named
+    Fake f;
+    const Status st =
+        pollOnce(f.hooks(), "NCCL allgather on rank 1", 0.5, Clock::now() - std::chrono::seconds(2), &done);
+    CHECK(st.code() == Code::kTimeout);
+    CHECK(st.message().find("NCCL allgather on rank 1") != std::string::npos);
+    CHECK(f.aborts == 1);
+    CHECK(!done);
+  }
+  {  // no deadline: never a timeout
+    Fake f;
+    CHECK(pollOnce(f.hooks(), "allgather", 0, Clock::now() - std::chrono::hours(1), &done).ok());
+    CHECK(f.aborts == 0);
+  }
+  {  // an asynchronous error, a failed query
+    Fake f;
+    f.errorAt = 1;
+    CHECK(pollOnce(f.hooks(), "allgather", 10.0, Clock::now(), &done).code() == Code::kCommunication);
+    CHECK(f.aborts == 1);
+    Fake g;
+    g.failAt = 1;
+    CHECK(pollOnce(g.hooks(), "allgather", 10.0, Clock::now(), &done).code() == Code::kCommunication);
+    CHECK(g.aborts == 1);
+  }
+}
+
 }  // namespace mgs::nccl

@@ -79,9 +79,12 @@ struct IdMessage {
 
 class NcclPending final : public PendingCollective {
  public:
-  NcclPending(NcclCommunicator* comm, cudaEvent_t ev) : comm_(comm), ev_(ev) {}
+  NcclPending(NcclCommunicator* comm, cudaEvent_t ev)
+      : comm_(comm), ev_(ev), started_(std::chrono::steady_clock::now()) {}
   ~NcclPending() override { cudaEventDestroy(ev_); }
-  Status test(bool* done) override { return comm_->pollEvent(ev_, "allgather (started)", false, done); }
+  // Polled (device buckets): the deadline counts from the start, so a dead
+  // peer ends a collective nobody waits for too.
+  Status test(bool* done) override { return comm_->pollEvent(ev_, "allgather (started)", false, done, &started_); }
   Status wait() override {
     bool done = false;
     return comm_->pollEvent(ev_, "allgather (started)", true, &done);
@@ -90,6 +93,7 @@ class NcclPending final : public PendingCollective {
  private:
   NcclCommunicator* comm_;
   cudaEvent_t ev_;
+  std::chrono::steady_clock::time_point started_;
 };
 
 }  // namespace
@@ -237,7 +241,8 @@ Status NcclCommunicator::enqueued(int result, const char* what) {
   return Status::OK();
 }
 
-Status NcclCommunicator::pollEvent(void* event, const char* what, bool block, bool* done) {
+Status NcclCommunicator::pollEvent(void* event, const char* what, bool block, bool* done,
+                                   const std::chrono::steady_clock::time_point* started) {
   MGS_RETURN_IF_ERROR(usable(what));
   const auto ev = static_cast<cudaEvent_t>(event);
   nccl::WaitHooks h;
@@ -251,6 +256,11 @@ Status NcclCommunicator::pollEvent(void* event, const char* what, bool block, bo
   h.asyncError = [this] { return asyncError(); };
   h.abort = [this, what] { abort(std::string(what) + " failed"); };
   const std::string label = std::string("NCCL ") + what + " on rank " + std::to_string(rank_);
+  if (!block && started) {
+    const Status st = nccl::pollOnce(h, label, options_.timeoutSeconds, *started, done);
+    if (!st.ok()) abortReason_ = st.message();
+    return st;
+  }
   if (!block) {
     std::string why;
     const int r = h.ready(&why);

@@ -26,6 +26,7 @@
 // every Communicator; `bootstrap` must outlive this object.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -63,8 +64,10 @@ class NcclCommunicator final : public Communicator {
   Status barrier() override;
 
   // Used by the pending operations: waits for `event` (a cudaEvent_t) the
-  // NCCL way (async errors, deadline, abort); test() when !block.
-  Status pollEvent(void* event, const char* what, bool block, bool* done);
+  // NCCL way (async errors, deadline, abort); test() when !block, with the
+  // deadline counted from `started` when given (nccl::pollOnce).
+  Status pollEvent(void* event, const char* what, bool block, bool* done,
+                   const std::chrono::steady_clock::time_point* started = nullptr);
 
  private:
   NcclCommunicator() = default;

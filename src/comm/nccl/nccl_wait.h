@@ -57,4 +57,37 @@ inline Status waitOrAbort(const WaitHooks& h, const std::string& what, double ti
   }
 }
 
+// One poll of a collective started at `started`, without waiting (the
+// coordinator polls device buckets between its other work): OK with *done
+// set when complete; otherwise the errors of waitOrAbort, the deadline
+// measured from `started`, so a dead peer ends a polled collective too.
+inline Status pollOnce(const WaitHooks& h, const std::string& what, double timeoutSeconds,
+                       std::chrono::steady_clock::time_point started, bool* done) {
+  *done = false;
+  std::string why;
+  const int r = h.ready(&why);
+  if (r > 0) {
+    *done = true;
+    return Status::OK();
+  }
+  if (r < 0) {
+    h.abort();
+    return Status(Code::kCommunication, what + ": " + why + " (communicator aborted)");
+  }
+  const std::string err = h.asyncError();
+  if (!err.empty()) {
+    h.abort();
+    return Status(Code::kCommunication, what + ": NCCL asynchronous error: " + err + " (communicator aborted)");
+  }
+  if (timeoutSeconds > 0) {
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (waited > timeoutSeconds) {
+      h.abort();
+      return Status(Code::kTimeout, what + ": not complete after " + std::to_string(waited) +
+                                        " s (a peer died or stopped calling; communicator aborted)");
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace mgs::nccl

@@ -1,0 +1,601 @@
+// Device buckets (core/routed_local_stage.h, core/sparse_device.cc) on the
+// CPU: P ranks as threads, each with its own SparsePipeline, residual store
+// and a stand-in resident stage that runs the whole bucket "on the device"
+// (its residuals in a private store standing for device memory; its
+// exchange on a second ThreadCommunicator standing for NCCL; its first poll
+// always "not done yet", so the pipeline must come back for it). What is
+// tested is what the CUDA stage relies on and the pipeline decides:
+//  - the pipeline never blocks on a device bucket in steady state (no
+//    wait(): the CPU view of hostSyncs == 0), finishing it by polling;
+//  - outputs and committed residuals bitwise equal to the host path's, and
+//    sent + kept == gradient + old residual bit for bit (P = 1);
+//  - a rank whose tensor is on the wrong device sends a staging code: every
+//    rank fails the bucket with an error naming that rank, the tensor and
+//    the cause, nothing is written, no residual moves, nobody hangs;
+//  - a NaN on one rank: MGS_NONFINITE=propagate gives NaN outputs on every
+//    rank, error fails every rank; no residual commits;
+//  - one rank without a device stage: every rank takes the MPI path.
+// The CUDA stage itself (cuda/cuda_local_stage.cc) has NEVER RUN ON A GPU;
+// tests/gpu/device_bucket_gpu_test.cc is written for the first one.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "../compress/test_util.h"
+#include "comm/fake/thread_communicator.h"
+#include "common/check.h"
+#include "core/cpu_local_stage.h"
+#include "core/routed_local_stage.h"
+#include "core/sparse_block.h"
+#include "core/sparse_pipeline.h"
+
+using namespace mgs;
+using compress::test::bits;
+
+namespace {
+
+Request hostCopy(const Request& m) {
+  Request h = m;
+  h.input.device = MGS_DEVICE_CPU;
+  h.output.device = MGS_DEVICE_CPU;
+  return h;
+}
+
+// A device bucket run on the host: the local part at start, the exchange
+// started on the "device communicator", the verdict and the scatter once the
+// exchange is done (as the device does: any failure code, no output written;
+// only non-finite codes under propagate, NaN everywhere; else the sum in rank
+// order from +0, each touched entry times float(factor)).
+class StandInPending final : public PendingDeviceBucket {
+ public:
+  int* waits = nullptr;
+  int polls = 0;
+  std::unique_ptr<PendingCollective> op;
+  std::vector<char> send, recv;
+  size_t cap = 0, n = 0;
+  int P = 1;
+  std::vector<Request> members;  // host views
+  std::vector<double> factors;
+  bool propagate = false;
+  DeviceBucketResult res;  // local part filled at start
+  std::unique_ptr<LocalSlab> slab;
+  bool finished = false;
+
+  Status test(bool* done) override {
+    *done = false;
+    if (polls++ == 0) return Status::OK();  // "the device is still working"
+    bool d = false;
+    MGS_RETURN_IF_ERROR(op->test(&d));
+    if (!d) return Status::OK();
+    finish();
+    *done = true;
+    return Status::OK();
+  }
+  Status wait() override {
+    ++*waits;
+    MGS_RETURN_IF_ERROR(op->wait());
+    finish();
+    return Status::OK();
+  }
+  Status result(DeviceBucketResult* out) override {
+    // (No Catch assertion here: rank threads; Catch is not thread-safe.)
+    if (!finished) return Status(Code::kInternal, "stand-in: result() before done");
+    *out = res;
+    return Status::OK();
+  }
+  std::unique_ptr<LocalSlab> takeSlab() override { return std::move(slab); }
+
+ private:
+  void finish() {
+    if (finished) return;
+    finished = true;
+    const size_t bb = block::allgatherBytes(cap);
+    bool failed = false, other = false;
+    for (int r = 0; r < P; ++r) {
+      const block::ConstAllgatherBlock b(recv.data() + r * bb, cap);
+      res.headers.push_back(b.header());
+      const block::Header h = block::decodeHeader(b.header(), cap, members.size());
+      if ((!b.sealed() || h.kind == block::Header::kInvalid) && res.malformed_rank < 0) res.malformed_rank = r;
+      if (h.kind != block::Header::kFailure) continue;
+      failed = true;
+      other |= !(h.bad_member >= 0 && h.cause == block::StagingCause::kNone);
+    }
+    if (res.malformed_rank >= 0) return;
+    if (failed) {
+      if (other || !propagate) return;
+      for (auto& m : members) {
+        float* o = static_cast<float*>(m.output.data);
+        for (size_t i = 0; i < m.output.numel(); ++i) o[i] = std::nanf("");
+      }
+      res.nan_written = true;
+      return;
+    }
+    std::vector<float> sum(n, 0.0f);
+    std::vector<char> touched(n, 0);
+    for (int r = 0; r < P; ++r) {
+      const block::ConstAllgatherBlock b(recv.data() + r * bb, cap);
+      for (size_t j = 0; j < b.header(); ++j) {
+        sum[b.indices()[j]] += b.values()[j];
+        touched[b.indices()[j]] = 1;
+      }
+    }
+    size_t off = 0;
+    for (size_t m = 0; m < members.size(); ++m) {
+      float* o = static_cast<float*>(members[m].output.data);
+      const float f = static_cast<float>(factors[m]);
+      for (size_t i = 0; i < members[m].output.numel(); ++i, ++off)
+        o[i] = touched[off] && f != 1.0f ? sum[off] * f : sum[off];
+    }
+    res.written = true;
+  }
+};
+
+class DeviceStandIn final : public ResidentLocalStage {
+ public:
+  explicit DeviceStandIn(const LocalStageOptions& shared) : shared_(shared) {
+    LocalStageOptions o = shared;
+    o.residuals = &mine_;
+    inner_ = std::make_unique<CpuLocalStage>(o);
+  }
+  int starts = 0, waits = 0;
+
+  bool accepts(const LocalJob&) const override { return false; }  // device buckets only
+  void run(const LocalJob& job, LocalOutcome* out) override { inner_->run(job, out); }
+  void extract(LocalSlab& s, const uint32_t* idx, size_t count, float* vals) override {
+    inner_->extract(s, idx, count, vals);
+  }
+  void settle(const std::vector<Request>& members, std::unique_ptr<LocalSlab> s, bool commit) override {
+    inner_->settle(members, std::move(s), commit);
+  }
+  void zeroResidual(const std::vector<Request>& members) override { inner_->zeroResidual(members); }
+  Status readSlab(const LocalSlab& s, float* dst) override { return inner_->readSlab(s, dst); }
+  Status evict(const std::vector<Request>& members) override {
+    std::vector<std::string> names;
+    for (const auto& m : members) names.push_back(m.name);
+    return evictNames(names);
+  }
+  Status evictAll() override {
+    std::vector<std::string> names;
+    for (const auto& kv : held_) names.push_back(kv.first);
+    return evictNames(names);
+  }
+  bool acceptsScatter(const std::vector<Request>&) const override { return false; }
+  Status scatterBlocks(const std::vector<Request>&, const char*, int, size_t, const std::vector<double>&) override {
+    return Status(Code::kUnsupported, "stand-in: no scatter");
+  }
+  bool holds(const std::string& name, size_t* n) const override {
+    auto it = held_.find(name);
+    if (it == held_.end()) return false;
+    *n = it->second;
+    return true;
+  }
+  Status read(const std::string& name, float* dst, size_t n) const override { return mine_.copyOut(name, dst, n); }
+  Status write(const std::string& name, const float* src, size_t n) override { return mine_.copyIn(name, src, n); }
+  void drop(const std::string& name) override { held_.erase(name); }
+
+  bool runsDeviceBuckets() const override { return true; }
+  Status startBucket(const DeviceBucketJob& dj, std::unique_ptr<PendingDeviceBucket>* out) override {
+    ++starts;
+    if (dj.job->block != nullptr) return Status(Code::kInternal, "stand-in: a host block for a device bucket");
+    const std::vector<Request>& members = *dj.job->members;
+    auto p = std::make_unique<StandInPending>();
+    p->waits = &waits;
+    p->cap = dj.job->cap;
+    p->n = dj.job->n;
+    p->P = dj.comm->size();
+    p->factors = dj.factors;
+    p->propagate = dj.propagate;
+    for (const auto& m : members) p->members.push_back(hostCopy(m));
+    p->send.assign(block::allgatherBytes(p->cap), 0);
+    p->recv.assign(p->send.size() * p->P, 0);
+    int bad = -1;
+    const block::StagingCause cause = deviceBucketProblem(members, dj.comm_device, &bad);
+    if (cause != block::StagingCause::kNone) {
+      block::AllgatherBlock(p->send.data(), p->cap).finish(block::stagingCode(bad, cause));
+      p->res.local = Status(Code::kInvalidArgument, "stand-in: " + std::string(block::stagingCauseText(cause)));
+    } else {
+      {
+        auto lk = shared_.residuals->lock();
+        for (const auto& m : members) {
+          if (held_.count(m.name)) continue;
+          std::vector<float> v(m.input.numel());
+          shared_.residuals->takeLocked(m.name, v.data(), v.size());
+          MGS_RETURN_IF_ERROR(mine_.copyIn(m.name, v.data(), v.size()));
+          held_[m.name] = v.size();
+        }
+      }
+      LocalJob j = *dj.job;
+      j.members = &p->members;
+      j.block = p->send.data();
+      LocalOutcome lo;
+      inner_->run(j, &lo);
+      p->res.local = lo.status;
+      p->res.count = lo.count;
+      p->res.k = lo.k;
+      p->res.bad_member = lo.bad_member;
+      p->res.non_finite = lo.non_finite;
+      p->slab = std::move(lo.slab);
+    }
+    MGS_RETURN_IF_ERROR(dj.comm->startAllgather(p->send.data(), p->send.size(), p->recv.data(), &p->op));
+    *out = std::move(p);
+    return Status::OK();
+  }
+
+ private:
+  Status evictNames(const std::vector<std::string>& names) {
+    auto lk = shared_.residuals->lock();
+    for (const auto& name : names) {
+      auto it = held_.find(name);
+      if (it == held_.end()) continue;
+      std::vector<float> v(it->second);
+      mine_.read(name, v.data(), v.size());
+      shared_.residuals->putLocked(name, v.data(), v.size());
+      held_.erase(it);
+    }
+    return Status::OK();
+  }
+  LocalStageOptions shared_;
+  ResidualStore mine_;  // "device memory"
+  std::unique_ptr<CpuLocalStage> inner_;
+  std::map<std::string, size_t> held_;
+};
+
+struct WorldOptions {
+  int P = 1;
+  int steps = 4;
+  bool device = true;          // CUDA tensors with a device communicator; else host tensors
+  bool propagate = true;       // MGS_NONFINITE
+  int wrong_device_rank = -1;  // this rank's "w.b" input is on CUDA device 1 at step wrong_step
+  int wrong_step = -1;
+  int nan_rank = -1;  // this rank's "w.a" gets a NaN at step nan_step
+  int nan_step = -1;
+  int no_stage_rank = -1;  // this rank cannot make a device stage
+  bool drain = false;      // finish each step with drain() (waits) instead of polling
+};
+
+const std::vector<std::pair<std::string, size_t>> kTensors = {{"w.a", 300}, {"w.b", 200}};
+
+std::vector<float> gradient(int rank, int step, size_t t, size_t n) {
+  std::mt19937 rng(1000 * rank + 10 * step + static_cast<uint32_t>(t));
+  std::normal_distribution<float> g;
+  std::vector<float> v(n);
+  for (auto& x : v) x = g(rng);
+  return v;
+}
+
+struct RankLog {
+  std::vector<std::vector<float>> outputs;    // [step * tensors + t]
+  std::vector<Status> statuses;               // idem
+  std::vector<std::vector<float>> residuals;  // after each step, [step * tensors + t]
+  std::vector<std::vector<float>> residuals_before;
+  uint64_t device_buckets = 0, host_buckets = 0;
+  int waits = 0, starts = 0;
+  std::string error;  // a REQUIRE-free report of set-up failures
+};
+
+void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> world, std::shared_ptr<ThreadWorld> dworld,
+             RankLog* log) {
+  ThreadCommunicator comm(world, rank);
+  Config config;
+  config.compressor = "topk";
+  config.density = 0.05;
+  config.min_sparse_elements = 1;
+  config.calibration = "off";
+  config.exchange = "allgather";
+  config.dense_fallback = false;
+  config.profile_steps = 1000;  // layer-wise buckets throughout
+  config.replan_tolerance = 0;
+  config.nonfinite = wo.propagate ? "propagate" : "error";
+  ResidualStore store;
+  std::map<std::string, Status> done;
+  std::unique_ptr<SparsePipeline> pipe;
+  Status st = SparsePipeline::create(
+      comm, config, store, [&done](Request& r, Status s) { done[r.name] = std::move(s); }, &pipe);
+  if (!st.ok()) {
+    log->error = st.toString();
+    return;
+  }
+  DeviceStandIn* standin = nullptr;
+  device::DeviceComm dc;
+  if (wo.device) {
+    LocalStageOptions o;
+    o.rank = rank;
+    o.residuals = &store;
+    o.max_slabs = 10;
+    pipe->setResidentFactory([&, o](const LocalJob&, std::unique_ptr<ResidentLocalStage>* out) -> Status {
+      if (rank == wo.no_stage_rank) return Status(Code::kCuda, "stand-in: no device here");
+      auto s = std::make_unique<DeviceStandIn>(o);
+      standin = s.get();
+      *out = std::move(s);
+      return Status::OK();
+    });
+    dc.comm = std::make_unique<ThreadCommunicator>(dworld, rank);
+    dc.stream = &dc;  // any non-null stream
+    dc.device = 0;
+    pipe->setDeviceComm([&dc]() { return &dc; });
+  }
+  const size_t T = kTensors.size();
+  std::vector<std::vector<float>> grads(T), outs(T);
+  for (int step = 0; step < wo.steps; ++step) {
+    std::vector<Request> reqs;
+    for (size_t t = 0; t < T; ++t) {
+      const size_t n = kTensors[t].second;
+      grads[t] = gradient(rank, step, t, n);
+      if (rank == wo.nan_rank && step == wo.nan_step && t == 0) grads[t][17] = std::nanf("");
+      outs[t].assign(n, -7.0f);  // "not written"
+      std::vector<float> before(n);
+      store.read(kTensors[t].first, before.data(), n);
+      log->residuals_before.push_back(before);
+      Request r;
+      r.name = kTensors[t].first;
+      r.sig.dtype = MGS_FLOAT32;
+      r.sig.shape = {static_cast<int64_t>(n)};
+      r.sig.flags = MGS_FLAG_SPARSE_OK;
+      r.sig.on_cuda = wo.device;
+      r.sig.reduce_op = MGS_REDUCE_AVERAGE;
+      r.input.data = grads[t].data();
+      r.input.dtype = MGS_FLOAT32;
+      r.input.shape = r.sig.shape;
+      r.output = r.input;
+      r.output.data = outs[t].data();
+      if (wo.device) {
+        r.input.device = r.output.device = 0;
+        if (rank == wo.wrong_device_rank && step == wo.wrong_step && t == 1) r.input.device = 1;
+      }
+      reqs.push_back(std::move(r));
+    }
+    done.clear();
+    pipe->submit(std::move(reqs));
+    pipe->endCycle(false);
+    if (wo.drain) pipe->drain();  // shutdown's way: waits for what polling has not seen done
+    // Poll as the coordinator does, until both handles completed.
+    for (int spin = 0; done.size() < T && spin < 1000000; ++spin) {
+      pipe->poll();
+      if (done.size() < T) std::this_thread::yield();
+    }
+    if (done.size() < T) {
+      log->error = "step " + std::to_string(step) + ": the handles never completed";
+      return;
+    }
+    for (size_t t = 0; t < T; ++t) {
+      log->outputs.push_back(outs[t]);
+      log->statuses.push_back(done[kTensors[t].first]);
+      std::vector<float> r(kTensors[t].second);
+      store.read(kTensors[t].first, r.data(), r.size());  // through External wherever it lives
+      log->residuals.push_back(r);
+    }
+  }
+  pipe->drain();
+  log->device_buckets = pipe->localStage().deviceBuckets();
+  log->host_buckets = pipe->localStage().hostBuckets();
+  if (standin) {
+    log->waits = standin->waits;
+    log->starts = standin->starts;
+  }
+}
+
+std::vector<RankLog> runWorld(const WorldOptions& wo) {
+  auto world = std::make_shared<ThreadWorld>(wo.P), dworld = std::make_shared<ThreadWorld>(wo.P);
+  std::vector<RankLog> logs(wo.P);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < wo.P; ++r) threads.emplace_back([&, r] { runRank(wo, r, world, dworld, &logs[r]); });
+  for (auto& t : threads) t.join();
+  for (const auto& l : logs) REQUIRE(l.error.empty());
+  return logs;
+}
+
+bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("device buckets: no wait in steady state, outputs and residuals bitwise the host path's",
+          "[core][device_bucket]") {
+  for (int P : {1, 3}) {
+    WorldOptions dev, host;
+    dev.P = host.P = P;
+    host.device = false;
+    const std::vector<RankLog> d = runWorld(dev), h = runWorld(host);
+    for (int r = 0; r < P; ++r) {
+      INFO("P = " << P << ", rank " << r);
+      REQUIRE(d[r].device_buckets == dev.steps * kTensors.size());
+      REQUIRE(d[r].host_buckets == 0);
+      REQUIRE(d[r].starts == static_cast<int>(dev.steps * kTensors.size()));
+      REQUIRE(d[r].waits == 0);  // finished by polling only: the pipeline never blocked
+      REQUIRE(h[r].device_buckets == 0);
+      for (size_t i = 0; i < d[r].outputs.size(); ++i) {
+        INFO("entry " << i);
+        REQUIRE(d[r].statuses[i].ok());
+        REQUIRE(h[r].statuses[i].ok());
+        REQUIRE(sameBits(d[r].outputs[i], h[r].outputs[i]));
+        REQUIRE(sameBits(d[r].residuals[i], h[r].residuals[i]));
+      }
+    }
+    if (P == 1) {
+      // sent + kept == gradient + old residual, bit for bit: at every entry
+      // either the output holds acc and the residual +0, or the reverse
+      // (P = 1, average over one rank: factor 1).
+      size_t bad = 0, sent = 0;
+      for (int step = 0; step < dev.steps; ++step)
+        for (size_t t = 0; t < kTensors.size(); ++t) {
+          const size_t i = step * kTensors.size() + t;
+          const std::vector<float> g = gradient(0, step, t, kTensors[t].second);
+          for (size_t e = 0; e < g.size(); ++e) {
+            const float acc = g[e] + d[0].residuals_before[i][e];
+            const float out = d[0].outputs[i][e], kept = d[0].residuals[i][e];
+            const bool is_sent = bits(kept) == 0;
+            sent += is_sent;
+            bad += is_sent ? bits(out) != bits(acc) : (bits(kept) != bits(acc) || bits(out) != 0);
+          }
+        }
+      REQUIRE(bad == 0);
+      REQUIRE(sent > 0);
+    }
+  }
+}
+
+TEST_CASE("device buckets: drain waits for buckets not yet seen done, with the same results", "[core][device_bucket]") {
+  WorldOptions dev, host;
+  dev.P = host.P = 2;
+  dev.drain = true;
+  host.device = false;
+  const std::vector<RankLog> d = runWorld(dev), h = runWorld(host);
+  for (int r = 0; r < dev.P; ++r) {
+    INFO("rank " << r);
+    // The stand-in's first poll of a bucket is "not yet". startDevice polls
+    // the queue once: the step's first bucket is done at the second bucket's
+    // start, the second is seen only once (not done); drain() waits for it.
+    REQUIRE(d[r].waits == dev.steps);
+    for (size_t i = 0; i < d[r].outputs.size(); ++i) {
+      REQUIRE(d[r].statuses[i].ok());
+      REQUIRE(sameBits(d[r].outputs[i], h[r].outputs[i]));
+      REQUIRE(sameBits(d[r].residuals[i], h[r].residuals[i]));
+    }
+  }
+}
+
+TEST_CASE("device buckets: a tensor on the wrong device fails the bucket on every rank, naming it",
+          "[core][device_bucket]") {
+  WorldOptions wo;
+  wo.P = 3;
+  wo.wrong_device_rank = 1;
+  wo.wrong_step = 2;
+  const std::vector<RankLog> logs = runWorld(wo);
+  const size_t T = kTensors.size();
+  for (int r = 0; r < wo.P; ++r) {
+    INFO("rank " << r);
+    for (int step = 0; step < wo.steps; ++step) {
+      const size_t ia = step * T, ib = step * T + 1;
+      REQUIRE(logs[r].statuses[ia].ok());  // w.a's bucket is not affected
+      if (step != wo.wrong_step) {
+        REQUIRE(logs[r].statuses[ib].ok());
+        continue;
+      }
+      const Status& st = logs[r].statuses[ib];
+      REQUIRE(!st.ok());
+      const std::string msg = st.message();
+      INFO(msg);
+      REQUIRE(msg.find("rank 1: tensor 'w.b': the input is on another CUDA device than the exchange's") !=
+              std::string::npos);
+      REQUIRE(msg.find("rank 0:") == std::string::npos);
+      REQUIRE(msg.find("rank 2:") == std::string::npos);
+      // Nothing written, no residual moved, on every rank.
+      for (float v : logs[r].outputs[ib]) REQUIRE(v == -7.0f);
+      REQUIRE(sameBits(logs[r].residuals[ib], logs[r].residuals_before[ib]));
+    }
+    REQUIRE(logs[r].waits == 0);
+  }
+  // The failing rank says what it found itself as well.
+  REQUIRE(logs[1].statuses[wo.wrong_step * T + 1].code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("device buckets: a non-finite value on one rank, under propagate and error", "[core][device_bucket]") {
+  for (bool propagate : {true, false}) {
+    WorldOptions wo;
+    wo.P = 2;
+    wo.propagate = propagate;
+    wo.nan_rank = 1;
+    wo.nan_step = 1;
+    const std::vector<RankLog> logs = runWorld(wo);
+    const size_t i = wo.nan_step * kTensors.size();  // w.a at the NaN step
+    for (int r = 0; r < wo.P; ++r) {
+      INFO("propagate " << propagate << ", rank " << r);
+      REQUIRE(sameBits(logs[r].residuals[i], logs[r].residuals_before[i]));  // nothing committed
+      if (propagate) {
+        REQUIRE(logs[r].statuses[i].ok());  // a skipped step: NaN outputs everywhere, as the host path
+        for (float v : logs[r].outputs[i]) REQUIRE(std::isnan(v));
+      } else {
+        REQUIRE(logs[r].statuses[i].code() == Code::kNumeric);
+        REQUIRE(logs[r].statuses[i].message().find("rank 1: non-finite gradient in tensor 'w.a'") != std::string::npos);
+        for (float v : logs[r].outputs[i]) REQUIRE(v == -7.0f);
+      }
+      REQUIRE(logs[r].statuses[i + 1].ok());  // w.b
+    }
+  }
+}
+
+TEST_CASE("device buckets: one rank without a device stage sends every rank through MPI", "[core][device_bucket]") {
+  // Rank 1's factory fails: the agreement sends both ranks down the MPI path
+  // (none starts a device bucket, so none waits in an exchange the other
+  // never joins). In this CPU build that path cannot stage the "CUDA"
+  // inputs (device_none), so every bucket fails on both ranks, naming both.
+  WorldOptions wo;
+  wo.P = 2;
+  wo.steps = 2;
+  wo.no_stage_rank = 1;
+  const std::vector<RankLog> logs = runWorld(wo);
+  for (int r = 0; r < wo.P; ++r) {
+    INFO("rank " << r);
+    REQUIRE(logs[r].device_buckets == 0);
+    REQUIRE(logs[r].starts == 0);
+    REQUIRE(logs[r].host_buckets == wo.steps * kTensors.size());
+    for (const Status& st : logs[r].statuses) {
+      INFO(st.toString());
+      REQUIRE(!st.ok());
+      REQUIRE(st.message().find("rank 0: local error") != std::string::npos);
+      REQUIRE(st.message().find("rank 1: local error") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("device buckets: staging codes and deviceBucketProblem", "[core][device_bucket]") {
+  const size_t cap = 10, M = 3;
+  for (uint8_t c = 1; c <= block::kMaxStagingCause; ++c) {
+    const uint64_t code = block::stagingCode(2, static_cast<block::StagingCause>(c));
+    const block::Header h = block::decodeHeader(code, cap, M);
+    REQUIRE(h.kind == block::Header::kFailure);
+    REQUIRE(h.bad_member == 2);
+    REQUIRE(static_cast<uint8_t>(h.cause) == c);
+    REQUIRE(block::decodeHeader(block::stagingCode(3, static_cast<block::StagingCause>(c)), cap, M).kind ==
+            block::Header::kInvalid);  // no member 3
+  }
+  REQUIRE(block::decodeHeader(block::kStagingBit, cap, M).kind == block::Header::kInvalid);  // cause 0
+  REQUIRE(block::decodeHeader(block::kStagingBit | (uint64_t{1} << 40) | 1, cap, M).kind == block::Header::kInvalid);
+  REQUIRE(block::decodeHeader(block::kStagingBit | (block::kMaxStagingCause + 1), cap, M).kind ==
+          block::Header::kInvalid);
+  // The non-finite codes and counts are what they were.
+  REQUIRE(block::decodeHeader(block::failureCode(1), cap, M).cause == block::StagingCause::kNone);
+  REQUIRE(block::decodeHeader(block::failureCode(1), cap, M).bad_member == 1);
+  REQUIRE(block::decodeHeader(7, cap, M).kind == block::Header::kCount);
+
+  std::vector<float> x(4), y(4);
+  auto member = [&](const std::string& name) {
+    Request r;
+    r.name = name;
+    r.input.data = x.data();
+    r.input.dtype = MGS_FLOAT32;
+    r.input.shape = {4};
+    r.input.device = 0;
+    r.output = r.input;
+    r.output.data = y.data();
+    return r;
+  };
+  std::vector<Request> ms = {member("a"), member("b")};
+  int bad = -2;
+  REQUIRE(deviceBucketProblem(ms, 0, &bad) == block::StagingCause::kNone);
+  REQUIRE(bad == -1);
+  REQUIRE(deviceBucketProblem(ms, 1, &bad) == block::StagingCause::kWrongDevice);
+  REQUIRE(bad == 0);
+  ms[1].input.device = MGS_DEVICE_CPU;
+  REQUIRE(deviceBucketProblem(ms, 0, &bad) == block::StagingCause::kNotCuda);
+  REQUIRE(bad == 1);
+  ms[1] = member("b");
+  ms[1].input.dtype = MGS_INT32;
+  REQUIRE(deviceBucketProblem(ms, 0, &bad) == block::StagingCause::kDtype);
+  ms[1] = member("b");
+  ms[1].output.shape = {3};
+  REQUIRE(deviceBucketProblem(ms, 0, &bad) == block::StagingCause::kOutput);
+  ms[1] = member("b");
+  ms[1].output.device = 1;
+  REQUIRE(deviceBucketProblem(ms, 0, &bad) == block::StagingCause::kOutput);
+  ms[1] = member("b");
+  ms[1].input.data = nullptr;
+  REQUIRE(deviceBucketProblem(ms, 0, &bad) == block::StagingCause::kNoData);
+  REQUIRE(bad == 1);
+}
