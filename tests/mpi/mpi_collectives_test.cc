@@ -16,6 +16,8 @@
 
 using mpitest::cpuTensor;
 using mpitest::g_rank;
+using mpitest::gradValue;
+using mpitest::stepGrad;
 using mpitest::gatherAll;
 using mpitest::residualOf;
 
@@ -447,14 +449,6 @@ void scenarioShutdown() {
   EXPECT(mgs_is_initialized(), "restart");
 }
 
-// Deterministic Laplace-like gradient values.
-float gradValue(uint64_t seed) {
-  seed = (seed + 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
-  seed ^= seed >> 31;
-  const double u = ((seed >> 11) * (1.0 / 9007199254740992.0)) - 0.5;
-  return static_cast<float>((u < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(u) + 1e-12) * 1e-2);
-}
-
 // The sparse pipeline (MGS_COMPRESSOR set by the test): each step, the result
 // on every rank equals the average built from exactly the pairs each rank
 // selected (sent = input + residual_before - residual_after), is identical on
@@ -473,7 +467,7 @@ void scenarioSparse() {
       x[t].resize(sizes[t]);
       const bool zero = g_rank == 1 && t == 2;
       for (int64_t i = 0; i < sizes[t]; ++i)
-        x[t][i] = zero ? 0.0f : gradValue((uint64_t(step) << 40) ^ (uint64_t(g_rank) << 32) ^ (t << 24) ^ i);
+        x[t][i] = zero ? 0.0f : stepGrad(step, t, i);
       out[t].assign(sizes[t], -1.0f);
       shapes[t] = {sizes[t]};
       bool has;

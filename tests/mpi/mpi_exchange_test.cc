@@ -34,19 +34,14 @@
 
 using mpitest::cpuTensor;
 using mpitest::g_rank;
+using mpitest::StepTensors;
+using mpitest::stepGrad;
 using mpitest::gatherAll;
 using mpitest::residualOf;
 
 namespace {
 
 int g_size = 0;
-
-float gradValue(uint64_t seed) {
-  seed = (seed + 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
-  seed ^= seed >> 31;
-  const double u = ((seed >> 11) * (1.0 / 9007199254740992.0)) - 0.5;
-  return static_cast<float>((u < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(u) + 1e-12) * 1e-2);
-}
 
 // Ten steps of six tensors (two below MGS_MIN_SPARSE_ELEMENTS, dense).
 // `agreed`: check the agreed exchange's invariants as well.
@@ -55,15 +50,11 @@ void runSteps(bool agreed) {
   const int kSteps = 10;
   for (int step = 0; step < kSteps; ++step) {
     const size_t L = sizes.size();
-    std::vector<std::vector<float>> x(L), out(L), before(L);
-    std::vector<std::vector<int64_t>> shapes(L);
-    std::vector<mgs_handle_t> h(L);
+    StepTensors st(sizes, step);
+    auto &x = st.x, &out = st.out, &before = st.before;
+    auto& shapes = st.shapes;
+    auto& h = st.h;
     for (size_t t = 0; t < L; ++t) {
-      x[t].resize(sizes[t]);
-      for (int64_t i = 0; i < sizes[t]; ++i)
-        x[t][i] = gradValue((uint64_t(step) << 40) ^ (uint64_t(g_rank) << 32) ^ (t << 24) ^ i);
-      out[t].assign(sizes[t], -1.0f);
-      shapes[t] = {sizes[t]};
       before[t] = residualOf("x" + std::to_string(t), sizes[t]);
     }
     for (size_t j = 0; j < L; ++j) {
@@ -180,16 +171,12 @@ void scenarioHierarchical() {
   int checked = 0;
   for (int step = 0; step < kSteps; ++step) {
     const size_t L = sizes.size();
-    std::vector<std::vector<float>> x(L), out(L), before(L);
-    std::vector<std::vector<int64_t>> shapes(L);
-    std::vector<mgs_handle_t> h(L);
+    StepTensors st(sizes, step);
+    auto &x = st.x, &out = st.out, &before = st.before;
+    auto& shapes = st.shapes;
+    auto& h = st.h;
     for (size_t t = 0; t < L; ++t) {
-      x[t].resize(sizes[t]);
-      for (int64_t i = 0; i < sizes[t]; ++i)
-        x[t][i] = gradValue((uint64_t(step) << 40) ^ (uint64_t(g_rank) << 32) ^ (t << 24) ^ i);
       if (const Bad* b = badAt(step, t); b && b->rank == g_rank) x[t][7] = std::nanf("");
-      out[t].assign(sizes[t], -1.0f);
-      shapes[t] = {sizes[t]};
       before[t] = residualOf("h" + std::to_string(t), sizes[t]);
     }
     for (size_t t = 0; t < L; ++t) {

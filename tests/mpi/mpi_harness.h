@@ -4,6 +4,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -66,6 +68,36 @@ std::vector<T> gatherAll(const std::string& name, const std::vector<T>& v, mgs_d
   mgs_release(h);
   return all;
 }
+
+// Deterministic Laplace-like gradient values.
+inline float gradValue(uint64_t seed) {
+  seed = (seed + 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
+  seed ^= seed >> 31;
+  const double u = ((seed >> 11) * (1.0 / 9007199254740992.0)) - 0.5;
+  return static_cast<float>((u < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(u) + 1e-12) * 1e-2);
+}
+// This rank's gradient value i of tensor t at `step`.
+inline float stepGrad(int step, size_t t, int64_t i) {
+  return gradValue((uint64_t(step) << 40) ^ (uint64_t(g_rank) << 32) ^ (uint64_t(t) << 24) ^ uint64_t(i));
+}
+
+// One step's tensors: x[t] this rank's gradients (stepGrad), out[t] filled
+// with -1 (an output never written shows), before[t] for a residual
+// snapshot, shapes[t] and h[t] for the enqueue.
+struct StepTensors {
+  std::vector<std::vector<float>> x, out, before;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<mgs_handle_t> h;
+  StepTensors(const std::vector<int64_t>& sizes, int step)
+      : x(sizes.size()), out(sizes.size()), before(sizes.size()), shapes(sizes.size()), h(sizes.size()) {
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      x[t].resize(sizes[t]);
+      for (int64_t i = 0; i < sizes[t]; ++i) x[t][i] = stepGrad(step, t, i);
+      out[t].assign(sizes[t], -1.0f);
+      shapes[t] = {sizes[t]};
+    }
+  }
+};
 
 // Sum of failures over all ranks (through mgs itself); 0 means success.
 inline int finish() {

@@ -25,6 +25,8 @@
 
 using mpitest::cpuTensor;
 using mpitest::g_rank;
+using mpitest::gradValue;
+using mpitest::stepGrad;
 using mpitest::residualOf;
 
 namespace {
@@ -32,13 +34,6 @@ namespace {
 int g_size = 0;
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 const float kInf = std::numeric_limits<float>::infinity();
-
-float gradValue(uint64_t seed) {  // deterministic, Laplace-like
-  seed = (seed + 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
-  seed ^= seed >> 31;
-  const double u = ((seed >> 11) * (1.0 / 9007199254740992.0)) - 0.5;
-  return static_cast<float>((u < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(u) + 1e-12) * 1e-2);
-}
 
 bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -70,7 +65,7 @@ StepResult runStep(const std::string& prefix, const std::vector<int64_t>& sizes,
   for (size_t t = 0; t < L; ++t) {
     x[t].resize(sizes[t]);
     for (int64_t i = 0; i < sizes[t]; ++i)
-      x[t][i] = gradValue((uint64_t(step) << 40) ^ (uint64_t(g_rank) << 32) ^ (t << 24) ^ i);
+      x[t][i] = stepGrad(step, t, i);
     poison(t, x[t]);
     res.out[t].assign(sizes[t], -1.0f);
     shapes[t] = {sizes[t]};

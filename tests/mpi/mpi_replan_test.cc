@@ -24,6 +24,8 @@
 
 using mpitest::cpuTensor;
 using mpitest::g_rank;
+using mpitest::StepTensors;
+using mpitest::stepGrad;
 using mpitest::residualOf;
 using mpitest::gatherAll;
 
@@ -33,27 +35,16 @@ int g_size = 0;
 constexpr int kChange = 25, kSteps = 100, kFastMs = 1, kSlowMs = 6;
 constexpr int kCooldown = 10;  // OnlineCost::Options::cooldown
 
-float gradValue(uint64_t seed) {
-  seed = (seed + 0x9e3779b97f4a7c15ull) * 0xbf58476d1ce4e5b9ull;
-  seed ^= seed >> 31;
-  const double u = ((seed >> 11) * (1.0 / 9007199254740992.0)) - 0.5;
-  return static_cast<float>((u < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(u) + 1e-12) * 1e-2);
-}
-
 void run(double tolerance) {
   const std::vector<int64_t> sizes = {50000, 20000, 80000, 30000, 60000, 10000};
   const size_t L = sizes.size();
   std::vector<float> plans_after(kSteps);  // as floats, for gatherAll
   for (int step = 0; step < kSteps; ++step) {
-    std::vector<std::vector<float>> x(L), out(L), before(L);
-    std::vector<std::vector<int64_t>> shapes(L);
-    std::vector<mgs_handle_t> h(L);
+    StepTensors tensors(sizes, step);
+    auto &x = tensors.x, &out = tensors.out, &before = tensors.before;
+    auto& shapes = tensors.shapes;
+    auto& h = tensors.h;
     for (size_t t = 0; t < L; ++t) {
-      x[t].resize(sizes[t]);
-      for (int64_t i = 0; i < sizes[t]; ++i)
-        x[t][i] = gradValue((uint64_t(step) << 40) ^ (uint64_t(g_rank) << 32) ^ (t << 24) ^ i);
-      out[t].assign(sizes[t], -1.0f);
-      shapes[t] = {sizes[t]};
       before[t] = residualOf("g" + std::to_string(t), sizes[t]);
     }
     const auto gap = std::chrono::milliseconds(step < kChange ? kFastMs : kSlowMs);

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "common/check.h"
 #include "common/status.h"
 
 namespace mgs::nccl {
@@ -24,38 +25,6 @@ struct WaitHooks {
   // Aborts the communicator; called at most once.
   std::function<void()> abort;
 };
-
-// timeoutSeconds <= 0: no deadline (only asynchronous errors end the wait).
-// Returns OK, or kCommunication (async error, failed query), or kTimeout;
-// on every error the communicator has been aborted.
-inline Status waitOrAbort(const WaitHooks& h, const std::string& what, double timeoutSeconds,
-                          std::chrono::microseconds pollEvery = std::chrono::microseconds(50)) {
-  const auto start = std::chrono::steady_clock::now();
-  for (int spins = 0;; ++spins) {
-    std::string why;
-    const int r = h.ready(&why);
-    if (r > 0) return Status::OK();
-    if (r < 0) {
-      h.abort();
-      return Status(Code::kCommunication, what + ": " + why + " (communicator aborted)");
-    }
-    const std::string err = h.asyncError();
-    if (!err.empty()) {
-      h.abort();
-      return Status(Code::kCommunication, what + ": NCCL asynchronous error: " + err + " (communicator aborted)");
-    }
-    if (timeoutSeconds > 0) {
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (waited > timeoutSeconds) {
-        h.abort();
-        return Status(Code::kTimeout, what + ": not complete after " + std::to_string(waited) +
-                                          " s (a peer died or stopped calling; communicator aborted)");
-      }
-    }
-    // Spin briefly (collectives of small buckets finish in microseconds), then sleep.
-    if (spins > 64) std::this_thread::sleep_for(pollEvery);
-  }
-}
 
 // One poll of a collective started at `started`, without waiting (the
 // coordinator polls device buckets between its other work): OK with *done
@@ -88,6 +57,21 @@ inline Status pollOnce(const WaitHooks& h, const std::string& what, double timeo
     }
   }
   return Status::OK();
+}
+
+// timeoutSeconds <= 0: no deadline (only asynchronous errors end the wait).
+// Returns OK, or kCommunication (async error, failed query), or kTimeout;
+// on every error the communicator has been aborted.
+inline Status waitOrAbort(const WaitHooks& h, const std::string& what, double timeoutSeconds,
+                          std::chrono::microseconds pollEvery = std::chrono::microseconds(50)) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int spins = 0;; ++spins) {
+    bool done = false;
+    MGS_RETURN_IF_ERROR(pollOnce(h, what, timeoutSeconds, start, &done));
+    if (done) return Status::OK();
+    // Spin briefly (collectives of small buckets finish in microseconds), then sleep.
+    if (spins > 64) std::this_thread::sleep_for(pollEvery);
+  }
 }
 
 }  // namespace mgs::nccl

@@ -33,6 +33,7 @@
 #include "core/routed_local_stage.h"
 #include "core/sparse_block.h"
 #include "core/sparse_pipeline.h"
+#include "stand_in_stage.h"
 
 using namespace mgs;
 using compress::test::bits;
@@ -135,49 +136,13 @@ class StandInPending final : public PendingDeviceBucket {
   }
 };
 
-class DeviceStandIn final : public ResidentLocalStage {
+class DeviceStandIn final : public test::StandInStage {
  public:
-  explicit DeviceStandIn(const LocalStageOptions& shared) : shared_(shared) {
-    LocalStageOptions o = shared;
-    o.residuals = &mine_;
-    inner_ = std::make_unique<CpuLocalStage>(o);
-  }
+  explicit DeviceStandIn(const LocalStageOptions& shared) : StandInStage(shared) {}
   int starts = 0, waits = 0;
 
   bool accepts(const LocalJob&) const override { return false; }  // device buckets only
   void run(const LocalJob& job, LocalOutcome* out) override { inner_->run(job, out); }
-  void extract(LocalSlab& s, const uint32_t* idx, size_t count, float* vals) override {
-    inner_->extract(s, idx, count, vals);
-  }
-  void settle(const std::vector<Request>& members, std::unique_ptr<LocalSlab> s, bool commit) override {
-    inner_->settle(members, std::move(s), commit);
-  }
-  void zeroResidual(const std::vector<Request>& members) override { inner_->zeroResidual(members); }
-  Status readSlab(const LocalSlab& s, float* dst) override { return inner_->readSlab(s, dst); }
-  Status evict(const std::vector<Request>& members) override {
-    std::vector<std::string> names;
-    for (const auto& m : members) names.push_back(m.name);
-    return evictNames(names);
-  }
-  Status evictAll() override {
-    std::vector<std::string> names;
-    for (const auto& kv : held_) names.push_back(kv.first);
-    return evictNames(names);
-  }
-  bool acceptsScatter(const std::vector<Request>&) const override { return false; }
-  Status scatterBlocks(const std::vector<Request>&, const char*, int, size_t, const std::vector<double>&) override {
-    return Status(Code::kUnsupported, "stand-in: no scatter");
-  }
-  bool holds(const std::string& name, size_t* n) const override {
-    auto it = held_.find(name);
-    if (it == held_.end()) return false;
-    *n = it->second;
-    return true;
-  }
-  Status read(const std::string& name, float* dst, size_t n) const override { return mine_.copyOut(name, dst, n); }
-  Status write(const std::string& name, const float* src, size_t n) override { return mine_.copyIn(name, src, n); }
-  void drop(const std::string& name) override { held_.erase(name); }
-
   bool runsDeviceBuckets() const override { return true; }
   Status startBucket(const DeviceBucketJob& dj, std::unique_ptr<PendingDeviceBucket>* out) override {
     ++starts;
@@ -199,16 +164,7 @@ class DeviceStandIn final : public ResidentLocalStage {
       block::AllgatherBlock(p->send.data(), p->cap).finish(block::stagingCode(bad, cause));
       p->res.local = Status(Code::kInvalidArgument, "stand-in: " + std::string(block::stagingCauseText(cause)));
     } else {
-      {
-        auto lk = shared_.residuals->lock();
-        for (const auto& m : members) {
-          if (held_.count(m.name)) continue;
-          std::vector<float> v(m.input.numel());
-          shared_.residuals->takeLocked(m.name, v.data(), v.size());
-          MGS_RETURN_IF_ERROR(mine_.copyIn(m.name, v.data(), v.size()));
-          held_[m.name] = v.size();
-        }
-      }
+      MGS_RETURN_IF_ERROR(adopt(members));
       LocalJob j = *dj.job;
       j.members = &p->members;
       j.block = p->send.data();
@@ -225,24 +181,6 @@ class DeviceStandIn final : public ResidentLocalStage {
     *out = std::move(p);
     return Status::OK();
   }
-
- private:
-  Status evictNames(const std::vector<std::string>& names) {
-    auto lk = shared_.residuals->lock();
-    for (const auto& name : names) {
-      auto it = held_.find(name);
-      if (it == held_.end()) continue;
-      std::vector<float> v(it->second);
-      mine_.read(name, v.data(), v.size());
-      shared_.residuals->putLocked(name, v.data(), v.size());
-      held_.erase(it);
-    }
-    return Status::OK();
-  }
-  LocalStageOptions shared_;
-  ResidualStore mine_;  // "device memory"
-  std::unique_ptr<CpuLocalStage> inner_;
-  std::map<std::string, size_t> held_;
 };
 
 struct WorldOptions {

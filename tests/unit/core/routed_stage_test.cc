@@ -17,6 +17,7 @@
 #include "core/routed_local_stage.h"
 #include "../compress/test_util.h"
 #include "core/sparse_block.h"
+#include "stand_in_stage.h"
 
 using namespace mgs;
 using compress::test::bits;  // the selector tests' bit view of a float
@@ -25,14 +26,9 @@ namespace {
 
 bool isDev(const Request& m) { return m.name.rfind("dev.", 0) == 0; }
 
-class StandIn final : public ResidentLocalStage {
+class StandIn final : public test::StandInStage {
  public:
-  StandIn(const LocalStageOptions& shared) : shared_(shared) {
-    LocalStageOptions o = shared;
-    o.residuals = &mine_;
-    inner_ = std::make_unique<CpuLocalStage>(o);
-  }
-  bool fail_evict = false;
+  explicit StandIn(const LocalStageOptions& shared) : StandInStage(shared) {}
   int runs = 0;
 
   bool accepts(const LocalJob& job) const override {
@@ -43,68 +39,9 @@ class StandIn final : public ResidentLocalStage {
   }
   void run(const LocalJob& job, LocalOutcome* out) override {
     ++runs;
-    {
-      auto lk = shared_.residuals->lock();
-      for (const auto& m : *job.members) {
-        if (held_.count(m.name)) continue;
-        std::vector<float> v(m.input.numel());
-        shared_.residuals->takeLocked(m.name, v.data(), v.size());
-        REQUIRE(mine_.copyIn(m.name, v.data(), v.size()).ok());
-        held_[m.name] = v.size();
-      }
-    }
+    REQUIRE(adopt(*job.members).ok());
     inner_->run(job, out);
   }
-  void extract(LocalSlab& s, const uint32_t* idx, size_t count, float* vals) override {
-    inner_->extract(s, idx, count, vals);
-  }
-  void settle(const std::vector<Request>& members, std::unique_ptr<LocalSlab> s, bool commit) override {
-    inner_->settle(members, std::move(s), commit);
-  }
-  void zeroResidual(const std::vector<Request>& members) override { inner_->zeroResidual(members); }
-  Status readSlab(const LocalSlab& s, float* dst) override { return inner_->readSlab(s, dst); }
-  Status evict(const std::vector<Request>& members) override {
-    std::vector<std::string> names;
-    for (const auto& m : members) names.push_back(m.name);
-    return evictNames(names);
-  }
-  Status evictAll() override {
-    std::vector<std::string> names;
-    for (const auto& kv : held_) names.push_back(kv.first);
-    return evictNames(names);
-  }
-  bool acceptsScatter(const std::vector<Request>&) const override { return false; }
-  Status scatterBlocks(const std::vector<Request>&, const char*, int, size_t, const std::vector<double>&) override {
-    return Status(Code::kUnsupported, "stand-in: no scatter");
-  }
-  bool holds(const std::string& name, size_t* n) const override {
-    auto it = held_.find(name);
-    if (it == held_.end()) return false;
-    *n = it->second;
-    return true;
-  }
-  Status read(const std::string& name, float* dst, size_t n) const override { return mine_.copyOut(name, dst, n); }
-  Status write(const std::string& name, const float* src, size_t n) override { return mine_.copyIn(name, src, n); }
-  void drop(const std::string& name) override { held_.erase(name); }
-
- private:
-  Status evictNames(const std::vector<std::string>& names) {
-    auto lk = shared_.residuals->lock();
-    for (const auto& name : names) {
-      auto it = held_.find(name);
-      if (it == held_.end()) continue;
-      if (fail_evict) return Status(Code::kCuda, "stand-in: copy failed");
-      std::vector<float> v(it->second);
-      mine_.read(name, v.data(), v.size());
-      shared_.residuals->putLocked(name, v.data(), v.size());
-      held_.erase(it);
-    }
-    return Status::OK();
-  }
-  LocalStageOptions shared_;
-  ResidualStore mine_;  // "device memory"
-  std::unique_ptr<CpuLocalStage> inner_;
-  std::map<std::string, size_t> held_;
 };
 
 struct Tensor {
