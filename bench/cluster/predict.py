@@ -12,6 +12,12 @@ at run time, and today's, each as pred/meas.
 usage: bench/cluster/predict.py -b BUILD --log results/X.log --jsonl results/X.jsonl
            [--min-sparse 40] [--trace tools/traces/resnet50.json]
            [--ranks-per-node R] [--exchanges allgather,agreed,...] [--no-dense]
+           [--timeline-model] [--cycle-ms 1] [--in-flight 4]
+
+By default the prediction uses the coordinator model (docs/planner.md §8):
+rounds back to back on a grid, the small dense tensors allreduced on the
+coordinator, up to --in-flight allgathers at once, completions seen after a
+round. --timeline-model predicts as before it (no coordinator terms).
 """
 import argparse, json, os, statistics, subprocess, sys, tempfile
 
@@ -24,6 +30,9 @@ ap.add_argument("--min-sparse", type=int, default=None, help="default 4096 x sca
 ap.add_argument("--exchanges", default=None, help="default: the run's exchange and dense (MGS_DENSE_FALLBACK=1)")
 ap.add_argument("--ranks-per-node", type=int, default=None)
 ap.add_argument("--no-dense", action="store_true", help="the runs had MGS_DENSE_FALLBACK=0 (run_hier.sh)")
+ap.add_argument("--timeline-model", action="store_true", help="the model before the coordinator terms")
+ap.add_argument("--cycle-ms", type=float, default=1.0, help="MGS_CYCLE_TIME_MS of the runs (runtime default 1)")
+ap.add_argument("--in-flight", type=int, default=4, help="allgathers in flight (BlockExchange::kMaxInFlight)")
 a = ap.parse_args()
 
 # run_planner.sh logs "# calibration: {...}", run_scaling.sh one
@@ -40,17 +49,21 @@ rows = [json.loads(l) for l in open(a.jsonl) if l.strip()]
 tool = os.path.join(a.build, "tools", "mgs-plan")
 
 def layers_for(r):
+    """The sparse layers (as mgs-replay plans them) and the dense tensors,
+    each with the time backward produces it."""
     se, st = r["scale_elements"], r["scale_time"]
     ms = a.min_sparse if a.min_sparse is not None else int(4096 * se)
-    out, carry = [], 0.0
+    out, dense, carry, clock = [], [], 0.0, 0.0
     for l in trace["layers"]:
         e = max(1, round(l["elements"] * se))
         carry += l["backward_s"] * st
+        clock += l["backward_s"] * st
         if e < ms:
+            dense.append({"name": l["name"], "elements": e, "ready_s": clock})
             continue
         out.append({"name": l["name"], "elements": e, "backward_s": carry})
         carry = 0.0
-    return out
+    return out, dense
 
 def predict(r):
     c = dict(cals.get(r["ranks"], cals.get(None)) or {})
@@ -64,9 +77,14 @@ def predict(r):
         # allreduce model at a negotiation message's 512 bytes.
         seg = [x for x in c["allreduce"]["segments"] if x[0] <= 512][-1]
         c["negotiation_s"] = max(0.0, seg[1] + seg[2] * 512)
-    inst = dict(c, layers=layers_for(r), density=r["density"], selection="separate",
+    layers, dense = layers_for(r)
+    if not a.timeline_model:
+        c.update(coordinator_loop=True, cycle_s=a.cycle_ms / 1000.0, max_in_flight=a.in_flight)
+    inst = dict(c, layers=layers, density=r["density"], selection="separate",
                 exchanges=a.exchanges or r.get("exchange", "allgather") + ("" if a.no_dense else ",dense"),
                 fusion_threshold_bytes=r.get("fusion_threshold_bytes", 64 << 20))
+    if not a.timeline_model:
+        inst["dense_tensors"] = dense
     planner = r["planner"] if r["strategy"] != "single" else "single"
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(inst, f)
