@@ -12,7 +12,7 @@ at run time, and today's, each as pred/meas.
 usage: bench/cluster/predict.py -b BUILD --log results/X.log --jsonl results/X.jsonl
            [--min-sparse 40] [--trace tools/traces/resnet50.json]
            [--ranks-per-node R] [--exchanges allgather,agreed,...] [--no-dense]
-           [--timeline-model] [--cycle-ms 1] [--in-flight 4]
+           [--timeline-model] [--cycle-ms 1] [--in-flight 4] [--overlap X]
 
 By default the prediction uses the coordinator model (docs/planner.md §8):
 rounds back to back on a grid, the small dense tensors allreduced on the
@@ -33,6 +33,8 @@ ap.add_argument("--no-dense", action="store_true", help="the runs had MGS_DENSE_
 ap.add_argument("--timeline-model", action="store_true", help="the model before the coordinator terms")
 ap.add_argument("--cycle-ms", type=float, default=1.0, help="MGS_CYCLE_TIME_MS of the runs (runtime default 1)")
 ap.add_argument("--in-flight", type=int, default=4, help="allgathers in flight (BlockExchange::kMaxInFlight)")
+ap.add_argument("--overlap", type=float, default=None,
+                help="allgather_overlap, in [0, 1] (default: the calibration's, else the model's 1)")
 a = ap.parse_args()
 
 # run_planner.sh logs "# calibration: {...}", run_scaling.sh one
@@ -80,6 +82,7 @@ def predict(r):
     layers, dense = layers_for(r)
     if not a.timeline_model:
         c.update(coordinator_loop=True, cycle_s=a.cycle_ms / 1000.0, max_in_flight=a.in_flight)
+        if a.overlap is not None: c["allgather_overlap"] = a.overlap
     inst = dict(c, layers=layers, density=r["density"], selection="separate",
                 exchanges=a.exchanges or r.get("exchange", "allgather") + ("" if a.no_dense else ",dense"),
                 fusion_threshold_bytes=r.get("fusion_threshold_bytes", 64 << 20))

@@ -11,7 +11,7 @@ struct GroupWork {
   double ready = 0;     // last tensor enqueued
   double select = 0;    // selection on the coordinator (kSeparate)
   double wire = 0;      // the exchange without a round
-  double overlap = 0;   // the part of `wire` that overlaps another allgather (its start-up)
+  double overlap = 0;   // the part of `wire` that may overlap the allgather before it
   bool blocking = false;  // agreed, hierarchical, dense: run to the end on the coordinator
 };
 
@@ -47,7 +47,7 @@ double coordinatorStep(const std::vector<LayerInfo>& layers, const Groups& group
     }
     w.wire = cost.wireSeconds(e, gt.elements);
     w.blocking = e != Exchange::kAllgather;
-    w.overlap = w.blocking ? 0.0 : std::min(w.wire, cost.allgather.startup());
+    w.overlap = w.blocking ? 0.0 : cost.allgather_overlap * std::min(w.wire, cost.allgather.startup());
   }
   std::vector<DenseTensor> dense = dense_in;
   std::stable_sort(dense.begin(), dense.end(),
@@ -93,15 +93,17 @@ double coordinatorStep(const std::vector<LayerInfo>& layers, const Groups& group
         notice(g, now);
         continue;
       }
-      while (inflight.size() >= static_cast<size_t>(limit)) {  // waits for the oldest
-        now = std::max(now, inflight.front().second);
-        notice(inflight.front().first, now);
-        inflight.pop_front();
-      }
+      // startSparse: start, then wait for the oldest while more than the
+      // limit are in flight, then poll.
       t[g].comm_start_s = now;
       const double wire_end = std::max(now + w.wire, last_ag_end + w.wire - w.overlap);
       last_ag_end = wire_end;
       inflight.emplace_back(g, wire_end);
+      while (inflight.size() > static_cast<size_t>(limit)) {
+        now = std::max(now, inflight.front().second);
+        notice(inflight.front().first, now);
+        inflight.pop_front();
+      }
       poll(now);
     }
     poll(now);

@@ -16,15 +16,20 @@
 //  - Blocking exchanges. The agreed, hierarchical and dense exchanges of a
 //    sparse bucket run to their end on the coordinator (runBucket).
 //  - Allgathers in flight. Up to `max_in_flight` (BlockExchange::kMaxInFlight,
-//    4) run at once; one more waits for the oldest. Their start-ups overlap,
-//    their transfers share the link: an allgather ends no earlier than its
-//    start + T_ag, nor than the previous one's end + T_ag - start-up.
+//    4) stay in flight: starting one more makes the coordinator wait for the
+//    oldest (startSparse). Their transfers share the link and a fraction
+//    `allgather_overlap` of their start-ups overlaps: an allgather ends no
+//    earlier than its start + T_ag, nor than the previous one's end + T_ag -
+//    allgather_overlap x start-up (1: start-ups overlap fully, 0: one after
+//    another).
 //  - Completion seen late. An allgather's end is noticed by the poll after a
 //    round's work (or inside a bucket start), oldest first.
 //
 // Every term is a calibrated cost (negotiation_s, the allreduce, allgather
-// and selection models) or a runtime setting (cycle_s, max_in_flight); none
-// is fitted to measured steps. Pure functions, like the rest of plan/.
+// and selection models), a runtime setting (cycle_s, max_in_flight) or a
+// property of the network that calibration would have to measure
+// (allgather_overlap: not measured yet, default 1); none is fitted to
+// measured steps. Pure functions, like the rest of plan/.
 #pragma once
 
 #include <cstdint>

@@ -125,6 +125,13 @@ struct CostModel {
   bool coordinator_loop = false;
   double cycle_s = 0.001;
   int max_in_flight = 4;
+  // How much of an allgather's start-up overlaps the allgather in flight
+  // before it, in [0, 1] (coordinator model only). A property of the
+  // network and MPI's progress, which calibration does not measure yet (two
+  // concurrent small allgathers against one would): 1, the runtime's ideal
+  // (start-ups overlap fully, transfers share the link), unless a file says
+  // otherwise; 0 bounds it from above (one after another).
+  double allgather_overlap = 1.0;
   // Which exchanges a sparse group may use (kExchange* bits); the planners
   // and the runtime take, per group, the one chooseExchange() names. The
   // default is the allgather alone (the papers' model); the runtime sets it

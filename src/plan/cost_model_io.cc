@@ -168,6 +168,11 @@ Status readFields(const json& j, CostModel* inout) {
     m.coordinator_loop = j.at("coordinator_loop").get<bool>();
   }
   if (j.contains("cycle_s")) MGS_RETURN_IF_ERROR(nonNegative(j.at("cycle_s"), "cycle_s", &m.cycle_s));
+  if (j.contains("allgather_overlap")) {
+    MGS_RETURN_IF_ERROR(nonNegative(j.at("allgather_overlap"), "allgather_overlap", &m.allgather_overlap));
+    if (m.allgather_overlap > 1)
+      return invalid("allgather_overlap", "expected a number in [0, 1], got " + j.at("allgather_overlap").dump());
+  }
   if (j.contains("max_in_flight")) {
     MGS_RETURN_IF_ERROR(integer(j.at("max_in_flight"), "max_in_flight", 1, 1 << 20, &i));
     m.max_in_flight = static_cast<int>(i);
@@ -221,7 +226,7 @@ Status parseCostModel(const std::string& text, CostModel* out) {
       onlyKeys(j, "cost model",
                {"format", "version", "workers", "bytes_per_element", "allreduce", "allgather", "broadcast", "sparsify",
                 "negotiation_s", "ranks_per_node", "node", "leader_allgather", "coordinator_loop", "cycle_s",
-                "max_in_flight", "comment"}));
+                "max_in_flight", "allgather_overlap", "comment"}));
   for (const char* k : {"workers", "allreduce", "allgather", "sparsify"})
     if (!j.contains(k)) return invalid("cost model", std::string("missing \"") + k + "\"");
   CostModel m = *out;
@@ -260,6 +265,7 @@ std::string costModelToJson(const CostModel& m, bool pretty) {
     out += std::string(in) + "\"coordinator_loop\":" + sp + "true," + nl;
     out += std::string(in) + "\"cycle_s\":" + sp + json(m.cycle_s).dump() + "," + nl;
     out += std::string(in) + "\"max_in_flight\":" + sp + std::to_string(m.max_in_flight) + "," + nl;
+    out += std::string(in) + "\"allgather_overlap\":" + sp + json(m.allgather_overlap).dump() + "," + nl;
   }
   if (m.ranks_per_node > 1)
     out += std::string(in) + "\"ranks_per_node\":" + sp + std::to_string(m.ranks_per_node) + "," + nl;

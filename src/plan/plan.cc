@@ -118,6 +118,8 @@ Status validatePlanInput(const PlanInput& in) {
              "exchanges must be a non-empty set of kExchange* bits, got " << c.exchanges);
   MGS_ENSURE(std::isfinite(c.cycle_s) && c.cycle_s >= 0, kInvalidArgument,
              "cycle_s must be finite and >= 0, got " << c.cycle_s);
+  MGS_ENSURE(c.allgather_overlap >= 0 && c.allgather_overlap <= 1, kInvalidArgument,
+             "allgather_overlap must be in [0, 1], got " << c.allgather_overlap);
   MGS_ENSURE(c.max_in_flight >= 1, kInvalidArgument, "max_in_flight must be >= 1, got " << c.max_in_flight);
   for (size_t i = 0; i < in.dense_tensors.size(); ++i) {
     const DenseTensor& d = in.dense_tensors[i];
