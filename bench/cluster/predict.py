@@ -35,7 +35,9 @@ ap.add_argument("--cycle-ms", type=float, default=1.0, help="MGS_CYCLE_TIME_MS o
 ap.add_argument("--in-flight", type=int, default=4, help="allgathers in flight (BlockExchange::kMaxInFlight)")
 ap.add_argument("--overlap", type=float, default=None,
                 help="allgather_overlap, in [0, 1] (default: the calibration's, else the model's 1)")
+ap.add_argument("--dump", default=None, help="also write each strategy's instance to DUMP-<n>.json (for mgs-plan)")
 a = ap.parse_args()
+dumped = [0]
 
 # run_planner.sh logs "# calibration: {...}", run_scaling.sh one
 # "# calibration P=N: {...}" per P.
@@ -89,6 +91,10 @@ def predict(r):
     if not a.timeline_model:
         inst["dense_tensors"] = dense
     planner = r["planner"] if r["strategy"] != "single" else "single"
+    if a.dump:
+        with open("%s-%d.json" % (a.dump, dumped[0]), "w") as f:
+            json.dump(inst, f)
+        dumped[0] += 1
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(inst, f)
     try:
