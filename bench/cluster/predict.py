@@ -91,6 +91,22 @@ def predict(r):
     if not a.timeline_model:
         inst["dense_tensors"] = dense
     planner = r["planner"] if r["strategy"] != "single" else "single"
+    def plan(inst, extra):
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(inst, f)
+        try:
+            out = subprocess.run([tool, "--input", f.name] + extra, capture_output=True, text=True, check=True)
+        finally:
+            os.unlink(f.name)
+        return json.loads(out.stdout)
+    if not a.timeline_model:
+        # The runtime plans on the timeline model (its calibration has no
+        # coordinator terms): its groups, evaluated on the coordinator model.
+        old = {k: v for k, v in inst.items() if k not in ("coordinator_loop", "dense_tensors")}
+        groups = plan(old, ["--planner", planner])["groups"]
+        p = plan(inst, ["--lengths", ",".join(str(len(g)) for g in groups)])
+        chosen = plan(inst, ["--planner", planner])
+        return r["forward_s"] + p["predicted_s"], len(p["groups"]), r["forward_s"] + chosen["predicted_s"], len(chosen["groups"])
     if a.dump:
         with open("%s-%d.json" % (a.dump, dumped[0]), "w") as f:
             json.dump(inst, f)
@@ -102,19 +118,21 @@ def predict(r):
     finally:
         os.unlink(f.name)
     p = json.loads(out.stdout)
-    return r["forward_s"] + p["predicted_s"], len(p["groups"])
+    return r["forward_s"] + p["predicted_s"], len(p["groups"]), None, None
 
 groups = {}
 for r in rows:
     key = r["label"].split("-rep")[0] + "|" + r["strategy"] + "|" + str(r.get("fusion_threshold_bytes")) + "|" + str(r["ranks"]) + "|" + r.get("exchange", "")
     groups.setdefault(key, []).append(r)
-print("| P | exchange | strategy | fusion bytes | measured ms | buckets | recorded pred/meas | today's pred ms | groups | pred/meas |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| P | exchange | strategy | fusion bytes | measured ms | buckets | recorded pred/meas | today's pred ms | groups | pred/meas |"
+      " planned under the coordinator model: groups, ms |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for key, rs in groups.items():
     r = rs[0]
     meas = statistics.median(x["median_s"] for x in rs)
     rec = statistics.median(x["predicted_calibrated_s"] for x in rs)
-    pred, ng = predict(r)
+    pred, ng, alt, alt_ng = predict(r)
     name = r["strategy"] if r["strategy"] != "fusion" else "fixed"
     print(f"| {r['ranks']} | {r.get('exchange','')} | {name} | {r.get('fusion_threshold_bytes')} | {meas*1e3:.1f} | "
-          f"{r['plan_buckets']} | {rec/meas:.2f} | {pred*1e3:.1f} | {ng} | {pred/meas:.2f} |")
+          f"{r['plan_buckets']} | {rec/meas:.2f} | {pred*1e3:.1f} | {ng} | {pred/meas:.2f} | "
+          + (f"{alt_ng}, {alt*1e3:.1f} |" if alt is not None else "- |"))
