@@ -19,7 +19,7 @@ rounds back to back on a grid, the small dense tensors allreduced on the
 coordinator, up to --in-flight allgathers at once, completions seen after a
 round. --timeline-model predicts as before it (no coordinator terms).
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile
+import argparse, json, os, re, statistics, subprocess, sys, tempfile
 
 ap = argparse.ArgumentParser()
 ap.add_argument("-b", "--build", default="build")
@@ -122,7 +122,7 @@ def predict(r):
 
 groups = {}
 for r in rows:
-    key = r["label"].split("-rep")[0] + "|" + r["strategy"] + "|" + str(r.get("fusion_threshold_bytes")) + "|" + str(r["ranks"]) + "|" + r.get("exchange", "")
+    key = re.sub(r"-rep\d+", "", r["label"]) + "|" + r["strategy"] + "|" + str(r.get("fusion_threshold_bytes")) + "|" + str(r["ranks"]) + "|" + r.get("exchange", "")
     groups.setdefault(key, []).append(r)
 print("| P | exchange | strategy | fusion bytes | measured ms | buckets | recorded pred/meas | today's pred ms | groups | pred/meas |"
       " planned under the coordinator model: groups, ms |")
