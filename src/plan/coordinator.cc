@@ -82,7 +82,9 @@ double coordinatorStep(const std::vector<LayerInfo>& layers, const Groups& group
       t[g].negotiated_s = now;
       t[g].shared_round = declared.size() > 1 && g != declared.front();
     }
-    if (dense_elements > 0) dense_done = now = now + cost.allreduceSeconds(dense_elements);
+    // The allreduce without a round (allreduceSeconds would add one).
+    if (dense_elements > 0)
+      dense_done = now = now + cost.allreduce.seconds(static_cast<double>(dense_elements) * cost.bytes_per_element);
     for (size_t g : declared) {
       const GroupWork& w = work[g];
       t[g].select_start_s = now;

@@ -67,6 +67,12 @@ TEST_CASE("coordinator: small dense tensors are allreduced on the coordinator fi
   CHECK(coordinatorTime(layers, planSingle(1), c, Selection::kSeparate, {}) == 3.0);
   CHECK(sparseTime(layers, planSingle(1), [](int64_t) { return 2.0; }, [](int64_t) { return 0.0; },
                    Selection::kSeparate, 0.0) == 3.0);
+  // With rounds (1, back to back) the allreduce does not pay another round:
+  // the round declaring both ends at phase + 1 or + 2, then 3 + 2, seen at
+  // the next round's end: phase + 6 or + 7, mean 7.0 (tools/examples/coordinator.json).
+  const std::vector<LayerInfo> half = {{"w", 100, 0.5}};
+  CHECK(coordinatorTime(half, planSingle(1), coordinatorCost(2.0, 1.0), Selection::kSeparate, {{"b", 10, 0.5}}) ==
+        Approx(7.0).margin(1e-12));
   // A dense tensor ready after the last group still ends the step: 5 + 3.
   const std::vector<DenseTensor> late = {{"b", 10, 5.0}};
   CHECK(coordinatorTime(layers, planSingle(1), c, Selection::kSeparate, late) == 8.0);
