@@ -96,6 +96,8 @@ Status parseInstance(const json& j, plan::PlanInput* out, const plan::CostModel*
         in.dense_tensors.push_back(std::move(t));
       }
     }
+    if (j.contains("round_phase_s"))
+      MGS_RETURN_IF_ERROR(plan::jsonNumber(j.at("round_phase_s"), "round_phase_s", &in.round_phase_s));
     if (j.contains("front_cap")) {
       int64_t cap = 0;
       MGS_RETURN_IF_ERROR(plan::jsonInteger(j.at("front_cap"), "front_cap", 1, INT32_MAX, &cap));

@@ -12,7 +12,7 @@ at run time, and today's, each as pred/meas.
 usage: bench/cluster/predict.py -b BUILD --log results/X.log --jsonl results/X.jsonl
            [--min-sparse 40] [--trace tools/traces/resnet50.json]
            [--ranks-per-node R] [--exchanges allgather,agreed,...] [--no-dense]
-           [--timeline-model] [--cycle-ms 1] [--in-flight 4] [--overlap X]
+           [--timeline-model] [--cycle-ms 1] [--in-flight 4] [--overlap X] [--phase barrier|mean]
 
 By default the prediction uses the coordinator model (docs/planner.md §8):
 rounds back to back on a grid, the small dense tensors allreduced on the
@@ -36,6 +36,9 @@ ap.add_argument("--in-flight", type=int, default=4, help="allgathers in flight (
 ap.add_argument("--overlap", type=float, default=None,
                 help="allgather_overlap, in [0, 1] (default: the calibration's, else the model's 1)")
 ap.add_argument("--dump", default=None, help="also write each strategy's instance to DUMP-<n>.json (for mgs-plan)")
+ap.add_argument("--phase", choices=["barrier", "mean"], default="barrier",
+                help="barrier: mgs-replay starts each step when its barrier's round ends, so a round starts "
+                     "forward_s before backward; mean: the mean over the round grid's phases")
 a = ap.parse_args()
 dumped = [0]
 
@@ -85,12 +88,19 @@ def predict(r):
     if not a.timeline_model:
         c.update(coordinator_loop=True, cycle_s=a.cycle_ms / 1000.0, max_in_flight=a.in_flight)
         if a.overlap is not None: c["allgather_overlap"] = a.overlap
+        period = max(c["negotiation_s"], c["cycle_s"])
+        if a.phase == "barrier" and period > 0:
+            c["round_phase_s"] = (-r["forward_s"]) % period
     inst = dict(c, layers=layers, density=r["density"], selection="separate",
                 exchanges=a.exchanges or r.get("exchange", "allgather") + ("" if a.no_dense else ",dense"),
                 fusion_threshold_bytes=r.get("fusion_threshold_bytes", 64 << 20))
     if not a.timeline_model:
         inst["dense_tensors"] = dense
     planner = r["planner"] if r["strategy"] != "single" else "single"
+    if a.dump:
+        with open("%s-%d.json" % (a.dump, dumped[0]), "w") as f:
+            json.dump(inst, f)
+        dumped[0] += 1
     def plan(inst, extra):
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(inst, f)
@@ -102,15 +112,11 @@ def predict(r):
     if not a.timeline_model:
         # The runtime plans on the timeline model (its calibration has no
         # coordinator terms): its groups, evaluated on the coordinator model.
-        old = {k: v for k, v in inst.items() if k not in ("coordinator_loop", "dense_tensors")}
+        old = {k: v for k, v in inst.items() if k not in ("coordinator_loop", "dense_tensors", "round_phase_s")}
         groups = plan(old, ["--planner", planner])["groups"]
         p = plan(inst, ["--lengths", ",".join(str(len(g)) for g in groups)])
         chosen = plan(inst, ["--planner", planner])
         return r["forward_s"] + p["predicted_s"], len(p["groups"]), r["forward_s"] + chosen["predicted_s"], len(chosen["groups"])
-    if a.dump:
-        with open("%s-%d.json" % (a.dump, dumped[0]), "w") as f:
-            json.dump(inst, f)
-        dumped[0] += 1
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(inst, f)
     try:

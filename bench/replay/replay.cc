@@ -163,6 +163,10 @@ Prediction predict(const Strategy& s, const std::vector<mgs::plan::LayerInfo>& l
     in.cost.cycle_s = (cycle ? std::atof(cycle) : 1.0) / 1000.0;
     in.cost.max_in_flight = 4;  // BlockExchange::kMaxInFlight
     in.dense_tensors = denseTensors(layers, min_sparse);
+    // Each step starts when its mgs_barrier's round ends, and the next round
+    // starts then: a round starts forward_s before backward.
+    const double period = std::max(in.cost.negotiation_s, in.cost.cycle_s);
+    if (period > 0) in.round_phase_s = std::fmod(std::fmod(-forward_s, period) + period, period);
     st = mgs::plan::evaluatePlan(in, plan.groups, true, &plan.predicted_s);
   }
   if (!st.ok()) {

@@ -27,6 +27,15 @@ Costs costsOf(const CostModel& cost) {
           [&cost](int64_t n) { return cost.selectionSeconds(cost.chooseExchange(n), n); }};
 }
 
+// The coordinator model's step: at the input's round phase when it is
+// known, else the mean over the grid's phases.
+double coordinatorPrediction(const PlanInput& in, const Groups& g) {
+  const double p = std::max(in.cost.negotiation_s, in.cost.cycle_s);
+  if (in.round_phase_s >= 0 && p > 0)
+    return coordinatorStep(in.layers, g, in.cost, in.selection, in.dense_tensors, std::fmod(in.round_phase_s, p));
+  return coordinatorTime(in.layers, g, in.cost, in.selection, in.dense_tensors);
+}
+
 // Under the coordinator model (plan/coordinator.h) the step depends on the
 // round grid, the dense tensors and allgathers in flight together: state the
 // DP does not keep. The `mgs` planner then starts from the plans it can
@@ -38,7 +47,7 @@ Costs costsOf(const CostModel& cost) {
 Groups searchCoordinator(const PlanInput& in, const Costs& f, const Groups& dp_groups, double* best_s) {
   const int n = static_cast<int>(in.layers.size());
   auto eval = [&](const Groups& g) {
-    return coordinatorTime(in.layers, g, in.cost, in.selection, in.dense_tensors);
+    return coordinatorPrediction(in, g);
   };
   std::vector<Groups> candidates = {dp_groups, planSingle(n), planLayerwise(n)};
   candidates.push_back(
@@ -121,6 +130,7 @@ Status validatePlanInput(const PlanInput& in) {
   MGS_ENSURE(c.allgather_overlap >= 0 && c.allgather_overlap <= 1, kInvalidArgument,
              "allgather_overlap must be in [0, 1], got " << c.allgather_overlap);
   MGS_ENSURE(c.max_in_flight >= 1, kInvalidArgument, "max_in_flight must be >= 1, got " << c.max_in_flight);
+  MGS_ENSURE(std::isfinite(in.round_phase_s), kInvalidArgument, "round_phase_s must be finite");
   for (size_t i = 0; i < in.dense_tensors.size(); ++i) {
     const DenseTensor& d = in.dense_tensors[i];
     MGS_ENSURE(d.elements >= 0 && std::isfinite(d.ready_s) && d.ready_s >= 0, kInvalidArgument,
@@ -179,7 +189,8 @@ Status planTimeline(const PlanInput& in, const Groups& groups, bool sparse, std:
   const Costs f = costsOf(in.cost);
   if (sparse && in.cost.coordinator_loop) {  // one phase of the round grid: the middle one
     const double p = std::max(in.cost.negotiation_s, in.cost.cycle_s);
-    coordinatorStep(in.layers, groups, in.cost, in.selection, in.dense_tensors, 0.5 * p, timeline);
+    coordinatorStep(in.layers, groups, in.cost, in.selection, in.dense_tensors,
+                    in.round_phase_s >= 0 && p > 0 ? std::fmod(in.round_phase_s, p) : 0.5 * p, timeline);
     return Status::OK();
   }
   *timeline = sparse ? sparseTimeline(in.layers, groups, f.allgather, f.sparsify, in.selection, in.cost.negotiation_s)
@@ -190,7 +201,7 @@ Status planTimeline(const PlanInput& in, const Groups& groups, bool sparse, std:
 Status evaluatePlan(const PlanInput& in, const Groups& groups, bool sparse, double* seconds) {
   if (sparse && in.cost.coordinator_loop) {
     MGS_RETURN_IF_ERROR(validateGroups(groups, static_cast<int>(in.layers.size())));
-    *seconds = coordinatorTime(in.layers, groups, in.cost, in.selection, in.dense_tensors);
+    *seconds = coordinatorPrediction(in, groups);
     return Status::OK();
   }
   std::vector<GroupTiming> t;

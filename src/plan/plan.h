@@ -49,6 +49,11 @@ struct PlanInput {
   // the coordinator when cost.coordinator_loop is set (plan/coordinator.h);
   // ignored otherwise.
   std::vector<DenseTensor> dense_tensors;
+  // Where the coordinator's round grid sits, when it is known (coordinator
+  // model only): a round starts at this time on the backward clock, modulo
+  // the grid's period (coordinatorStep's phase). Negative (default):
+  // unknown, the mean over kCoordinatorPhases phases.
+  double round_phase_s = -1;
 };
 
 struct Plan {

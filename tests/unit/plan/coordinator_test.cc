@@ -51,6 +51,11 @@ TEST_CASE("coordinator: a group waits for the running round, and its end is seen
   double s = 0;
   REQUIRE(evaluatePlan(in, planSingle(1), true, &s).ok());
   CHECK(s == Approx(4.0).margin(1e-12));
+  // A known phase (PlanInput::round_phase_s, modulo the period) gives that
+  // phase's step: 2.25 is phase 0.25.
+  in.round_phase_s = 2.25;
+  REQUIRE(evaluatePlan(in, planSingle(1), true, &s).ok());
+  CHECK(s == Approx(4.25).margin(1e-12));
   in.cost.coordinator_loop = false;
   REQUIRE(evaluatePlan(in, planSingle(1), true, &s).ok());
   CHECK(s == 3.5);
