@@ -40,7 +40,9 @@ double coordinatorPrediction(const PlanInput& in, const Groups& g) {
 // round grid, the dense tensors and allgathers in flight together: state the
 // DP does not keep. The `mgs` planner then starts from the plans it can
 // compute exactly on the timeline model (its DP, mgs-greedy, single,
-// layer-wise, fixed thresholds from 1 MiB to 128 MiB), keeps the best under
+// layer-wise, fixed thresholds of 1/1 .. 1/64 of the model's size, then
+// halving to 1/1024),
+// keeps the best under
 // the coordinator model, and improves it by merging or splitting
 // neighbouring groups while that lowers the prediction (local search: not
 // exact).
@@ -52,8 +54,11 @@ Groups searchCoordinator(const PlanInput& in, const Costs& f, const Groups& dp_g
   std::vector<Groups> candidates = {dp_groups, planSingle(n), planLayerwise(n)};
   candidates.push_back(
       planMgsGreedy(in.layers, f.allgather, f.sparsify, false, in.selection, in.cost.negotiation_s).groups);
-  for (int64_t mib = 1; mib <= 128; mib *= 2)
-    candidates.push_back(planFusion(in.layers, mib << 20, in.cost.bytes_per_element));
+  // Fixed thresholds of 1/1 .. 1/64 of the model, then down to 1/1024.
+  int64_t total = 0;
+  for (const LayerInfo& l : in.layers) total += l.elements * in.cost.bytes_per_element;
+  for (int64_t d = 1; d <= 1024; d = d < 64 ? d + 1 : 2 * d)
+    candidates.push_back(planFusion(in.layers, std::max<int64_t>(1, total / d), in.cost.bytes_per_element));
   Groups best = candidates.front();
   double best_t = eval(best);
   for (size_t c = 1; c < candidates.size(); ++c) {
