@@ -8,10 +8,10 @@ namespace mgs::plan {
 namespace {
 
 struct GroupWork {
-  double ready = 0;     // last tensor enqueued
-  double select = 0;    // selection on the coordinator (kSeparate)
-  double wire = 0;      // the exchange without a round
-  double overlap = 0;   // the part of `wire` that may overlap the allgather before it
+  double ready = 0;       // last tensor enqueued
+  double select = 0;      // selection on the coordinator (kSeparate)
+  double wire = 0;        // the exchange without a round
+  double overlap = 0;     // the part of `wire` that may overlap the allgather before it
   bool blocking = false;  // agreed, hierarchical, dense: run to the end on the coordinator
 };
 
@@ -111,8 +111,8 @@ double coordinatorStep(const std::vector<LayerInfo>& layers, const Groups& group
     poll(now);
     const bool more = next_g < G || next_d < dense.size();
     if (!more && inflight.empty()) break;
-    const double arrival = std::min(next_g < G ? work[next_g].ready : inf,
-                                    next_d < dense.size() ? dense[next_d].ready_s : inf);
+    const double arrival =
+        std::min(next_g < G ? work[next_g].ready : inf, next_d < dense.size() ? dense[next_d].ready_s : inf);
     double next = now;
     if (now < h + cost.cycle_s) next = arrival <= now ? now : std::min(h + cost.cycle_s, arrival);
     if (next <= h) {  // a zero-length iteration (no round cost, no cycle): go to the next event

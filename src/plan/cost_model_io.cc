@@ -222,11 +222,10 @@ Status parseCostModel(const std::string& text, CostModel* out) {
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status(Code::kInvalidArgument, "not valid JSON");
   if (!j.is_object()) return invalid("cost model", "expected a JSON object, got " + typeOf(j));
-  MGS_RETURN_IF_ERROR(
-      onlyKeys(j, "cost model",
-               {"format", "version", "workers", "bytes_per_element", "allreduce", "allgather", "broadcast", "sparsify",
-                "negotiation_s", "ranks_per_node", "node", "leader_allgather", "coordinator_loop", "cycle_s",
-                "max_in_flight", "allgather_overlap", "comment"}));
+  MGS_RETURN_IF_ERROR(onlyKeys(j, "cost model",
+                               {"format", "version", "workers", "bytes_per_element", "allreduce", "allgather",
+                                "broadcast", "sparsify", "negotiation_s", "ranks_per_node", "node", "leader_allgather",
+                                "coordinator_loop", "cycle_s", "max_in_flight", "allgather_overlap", "comment"}));
   for (const char* k : {"workers", "allreduce", "allgather", "sparsify"})
     if (!j.contains(k)) return invalid("cost model", std::string("missing \"") + k + "\"");
   CostModel m = *out;

@@ -48,9 +48,7 @@ double coordinatorPrediction(const PlanInput& in, const Groups& g) {
 // exact).
 Groups searchCoordinator(const PlanInput& in, const Costs& f, const Groups& dp_groups, double* best_s) {
   const int n = static_cast<int>(in.layers.size());
-  auto eval = [&](const Groups& g) {
-    return coordinatorPrediction(in, g);
-  };
+  auto eval = [&](const Groups& g) { return coordinatorPrediction(in, g); };
   std::vector<Groups> candidates = {dp_groups, planSingle(n), planLayerwise(n)};
   candidates.push_back(
       planMgsGreedy(in.layers, f.allgather, f.sparsify, false, in.selection, in.cost.negotiation_s).groups);
@@ -139,8 +137,8 @@ Status validatePlanInput(const PlanInput& in) {
   for (size_t i = 0; i < in.dense_tensors.size(); ++i) {
     const DenseTensor& d = in.dense_tensors[i];
     MGS_ENSURE(d.elements >= 0 && std::isfinite(d.ready_s) && d.ready_s >= 0, kInvalidArgument,
-               "dense tensor " << i << " ('" << d.name << "') has " << d.elements << " elements, ready at "
-                               << d.ready_s << " s");
+               "dense tensor " << i << " ('" << d.name << "') has " << d.elements << " elements, ready at " << d.ready_s
+                               << " s");
   }
   MGS_ENSURE(in.front_cap >= 1, kInvalidArgument, "front cap must be >= 1, got " << in.front_cap);
   MGS_ENSURE(in.selection == Selection::kCompute || in.selection == Selection::kSeparate, kInvalidArgument,

@@ -70,8 +70,9 @@ TEST_CASE("coordinator: small dense tensors are allreduced on the coordinator fi
   const std::vector<DenseTensor> dense = {{"b", 10, 1.0}};
   CHECK(coordinatorTime(layers, planSingle(1), c, Selection::kSeparate, dense) == 6.0);
   CHECK(coordinatorTime(layers, planSingle(1), c, Selection::kSeparate, {}) == 3.0);
-  CHECK(sparseTime(layers, planSingle(1), [](int64_t) { return 2.0; }, [](int64_t) { return 0.0; },
-                   Selection::kSeparate, 0.0) == 3.0);
+  CHECK(sparseTime(
+            layers, planSingle(1), [](int64_t) { return 2.0; }, [](int64_t) { return 0.0; }, Selection::kSeparate,
+            0.0) == 3.0);
   // With rounds (1, back to back) the allreduce does not pay another round:
   // the round declaring both ends at phase + 1 or + 2, then 3 + 2, seen at
   // the next round's end: phase + 6 or + 7, mean 7.0 (tools/examples/coordinator.json).
@@ -95,8 +96,9 @@ TEST_CASE("coordinator: allgathers in flight overlap their start-ups up to the l
   // No overlap: one after another, 4, as the timeline model says.
   c.allgather_overlap = 0;
   CHECK(coordinatorTime(layers, planLayerwise(4), c, Selection::kSeparate, {}) == 4.0);
-  CHECK(sparseTime(layers, planLayerwise(4), [](int64_t) { return 1.0; }, [](int64_t) { return 0.0; },
-                   Selection::kSeparate, 0.0) == 4.0);
+  CHECK(sparseTime(
+            layers, planLayerwise(4), [](int64_t) { return 1.0; }, [](int64_t) { return 0.0; }, Selection::kSeparate,
+            0.0) == 4.0);
   // Limit 2: a, b, c start at 0 (c is started, then the coordinator waits
   // for a until 1), d starts at 1 and ends at 2.
   c.allgather_overlap = 1;
