@@ -1,6 +1,7 @@
 #include "plan/coordinator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <limits>
 
@@ -70,8 +71,8 @@ double coordinatorStep(const std::vector<LayerInfo>& layers, const Groups& group
       inflight.pop_front();
     }
   };
-  // Each iteration moves h forward by at least min(negotiation_s, cycle_s) or
-  // to the next event, so the loop ends; the bound is a guard only.
+  // Idle stretches are skipped to the next event, so the iterations are a
+  // few per event; the bound is a guard only.
   for (long iter = 0; iter < 100000000; ++iter) {
     std::vector<size_t> declared;
     while (next_g < G && work[next_g].ready <= h) declared.push_back(next_g++);
@@ -115,9 +116,17 @@ double coordinatorStep(const std::vector<LayerInfo>& layers, const Groups& group
         std::min(next_g < G ? work[next_g].ready : inf, next_d < dense.size() ? dense[next_d].ready_s : inf);
     double next = now;
     if (now < h + cost.cycle_s) next = arrival <= now ? now : std::min(h + cost.cycle_s, arrival);
-    if (next <= h) {  // a zero-length iteration (no round cost, no cycle): go to the next event
-      const double event = std::min(arrival, inflight.empty() ? inf : inflight.front().second);
-      next = std::max(h, event);
+    const double done = inflight.empty() ? inf : inflight.front().second;
+    if (next <= h) {
+      next = std::max(h, std::min(arrival, done));  // a zero-length iteration (no round, no cycle): to the next event
+    } else if (p > 0 && std::min(arrival, done) < inf) {
+      // Skip idle iterations: one from s lasts p and does nothing when
+      // s + p <= arrival (no enqueue before it or during it) and
+      // s + negotiation_s < done (its poll finds nothing finished).
+      const double by_arrival = std::floor((arrival - next) / p);
+      const double by_done = std::ceil((done - next - cost.negotiation_s) / p);
+      const double skip = std::min(by_arrival, by_done);
+      if (skip >= 1) next += skip * p;
     }
     h = next;
   }
