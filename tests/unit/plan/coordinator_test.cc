@@ -140,6 +140,17 @@ TEST_CASE("coordinator: the cycle paces idle rounds, an enqueue cuts it short", 
   CHECK(coordinatorStep(layers, planSingle(1), c, Selection::kSeparate, {}, 0.75) == 2.75);
 }
 
+TEST_CASE("coordinator: a tiny round over a long step ends, with the step it should have", "[plan][coordinator]") {
+  // Rounds of 1 ns back to back for 3 s: the idle ones are skipped, not run.
+  // The group (ready at 1) is declared by the round running at 1 or the next
+  // one, its allgather (2) ends within 2 ns after 3 and is seen by the round
+  // running then: 3 s plus a few ns.
+  const std::vector<LayerInfo> layers = {{"a", 100, 1.0}};
+  const double step = coordinatorTime(layers, planSingle(1), coordinatorCost(2.0, 1e-9), Selection::kSeparate, {});
+  CHECK(step >= 3.0);
+  CHECK(step <= 3.0 + 5e-9);
+}
+
 TEST_CASE("coordinator: the mgs planner searches under it and beats the fixed plans", "[plan][coordinator]") {
   PlanInput in;
   std::mt19937_64 rng(7);
