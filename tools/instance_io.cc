@@ -81,6 +81,23 @@ Status parseInstance(const json& j, plan::PlanInput* out, const plan::CostModel*
     if (j.contains("fusion_threshold_bytes"))
       MGS_RETURN_IF_ERROR(plan::jsonInteger(j.at("fusion_threshold_bytes"), "fusion_threshold_bytes", 0, INT64_MAX,
                                             &in.fusion_threshold_bytes));
+    // Optional: the tensors the runtime keeps dense (PlanInput::dense_tensors).
+    if (j.contains("dense_tensors")) {
+      const json& d = j.at("dense_tensors");
+      if (!d.is_array()) return invalid("'dense_tensors' must be an array");
+      for (size_t i = 0; i < d.size(); ++i) {
+        const std::string at = "dense_tensors[" + std::to_string(i) + "]";
+        if (!d[i].is_object() || !d[i].contains("elements") || !d[i].contains("ready_s"))
+          return invalid(at + " needs elements and ready_s");
+        plan::DenseTensor t;
+        t.name = d[i].value("name", "dense" + std::to_string(i));
+        MGS_RETURN_IF_ERROR(plan::jsonInteger(d[i].at("elements"), at + ".elements", 0, INT64_C(1) << 50, &t.elements));
+        MGS_RETURN_IF_ERROR(plan::jsonNumber(d[i].at("ready_s"), at + ".ready_s", &t.ready_s));
+        in.dense_tensors.push_back(std::move(t));
+      }
+    }
+    if (j.contains("round_phase_s"))
+      MGS_RETURN_IF_ERROR(plan::jsonNumber(j.at("round_phase_s"), "round_phase_s", &in.round_phase_s));
     if (j.contains("front_cap")) {
       int64_t cap = 0;
       MGS_RETURN_IF_ERROR(plan::jsonInteger(j.at("front_cap"), "front_cap", 1, INT32_MAX, &cap));

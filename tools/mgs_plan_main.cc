@@ -89,6 +89,11 @@ int main(int argc, char** argv) {
                  "ranks per node for the hierarchical exchange; overrides the instance's or cost model's "
                  "\"ranks_per_node\"")
       ->check(CLI::Range(1, 1 << 20));
+  std::vector<int> lengths;
+  app.add_option("--lengths", lengths,
+                 "evaluate this plan (group lengths in backward order, e.g. 6,48) instead of planning; the "
+                 "output names it planner \"given\"")
+      ->delimiter(',');
   app.add_flag("--explain", show, "print the plan's timeline to stderr");
   CLI11_PARSE(app, argc, argv);
 
@@ -119,6 +124,22 @@ int main(int argc, char** argv) {
   std::vector<std::string> run = {planner};
   if (planner == "all") run = mgs::plan::plannerNames();
 
+  if (!lengths.empty()) {
+    Plan plan;
+    plan.planner = "given";
+    plan.groups = mgs::plan::groupsFromLengths(lengths);
+    plan.sparse = in.sparse;
+    plan.selection = in.selection;
+    for (int n : lengths) st = n >= 1 ? st : mgs::Status(mgs::Code::kInvalidArgument, "a group length below 1");
+    if (st.ok()) st = mgs::plan::evaluatePlan(in, plan.groups, plan.sparse, &plan.predicted_s);
+    if (!st.ok()) {
+      std::cerr << "mgs-plan: --lengths: " << st.message() << "\n";
+      return 2;
+    }
+    std::cout << mgs::tools::planToJson(plan).dump() << "\n";
+    if (show) explain(in, plan);
+    return 0;
+  }
   nlohmann::json out = nlohmann::json::array();
   for (const auto& name : run) {
     Plan plan;

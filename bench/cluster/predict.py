@@ -12,8 +12,14 @@ at run time, and today's, each as pred/meas.
 usage: bench/cluster/predict.py -b BUILD --log results/X.log --jsonl results/X.jsonl
            [--min-sparse 40] [--trace tools/traces/resnet50.json]
            [--ranks-per-node R] [--exchanges allgather,agreed,...] [--no-dense]
+           [--timeline-model] [--cycle-ms 1] [--in-flight 4] [--overlap X] [--phase barrier|mean]
+
+By default the prediction uses the coordinator model (docs/planner.md §8):
+rounds back to back on a grid, the small dense tensors allreduced on the
+coordinator, up to --in-flight allgathers at once, completions seen after a
+round. --timeline-model predicts as before it (no coordinator terms).
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile
+import argparse, json, os, re, statistics, subprocess, sys, tempfile
 
 ap = argparse.ArgumentParser()
 ap.add_argument("-b", "--build", default="build")
@@ -24,7 +30,17 @@ ap.add_argument("--min-sparse", type=int, default=None, help="default 4096 x sca
 ap.add_argument("--exchanges", default=None, help="default: the run's exchange and dense (MGS_DENSE_FALLBACK=1)")
 ap.add_argument("--ranks-per-node", type=int, default=None)
 ap.add_argument("--no-dense", action="store_true", help="the runs had MGS_DENSE_FALLBACK=0 (run_hier.sh)")
+ap.add_argument("--timeline-model", action="store_true", help="the model before the coordinator terms")
+ap.add_argument("--cycle-ms", type=float, default=1.0, help="MGS_CYCLE_TIME_MS of the runs (runtime default 1)")
+ap.add_argument("--in-flight", type=int, default=4, help="allgathers in flight (BlockExchange::kMaxInFlight)")
+ap.add_argument("--overlap", type=float, default=None,
+                help="allgather_overlap, in [0, 1] (default: the calibration's, else the model's 1)")
+ap.add_argument("--dump", default=None, help="also write each strategy's instance to DUMP-<n>.json (for mgs-plan)")
+ap.add_argument("--phase", choices=["barrier", "mean"], default="barrier",
+                help="barrier: mgs-replay starts each step when its barrier's round ends, so a round starts "
+                     "forward_s before backward; mean: the mean over the round grid's phases")
 a = ap.parse_args()
+dumped = [0]
 
 # run_planner.sh logs "# calibration: {...}", run_scaling.sh one
 # "# calibration P=N: {...}" per P.
@@ -40,17 +56,21 @@ rows = [json.loads(l) for l in open(a.jsonl) if l.strip()]
 tool = os.path.join(a.build, "tools", "mgs-plan")
 
 def layers_for(r):
+    """The sparse layers (as mgs-replay plans them) and the dense tensors,
+    each with the time backward produces it."""
     se, st = r["scale_elements"], r["scale_time"]
     ms = a.min_sparse if a.min_sparse is not None else int(4096 * se)
-    out, carry = [], 0.0
+    out, dense, carry, clock = [], [], 0.0, 0.0
     for l in trace["layers"]:
         e = max(1, round(l["elements"] * se))
         carry += l["backward_s"] * st
+        clock += l["backward_s"] * st
         if e < ms:
+            dense.append({"name": l["name"], "elements": e, "ready_s": clock})
             continue
         out.append({"name": l["name"], "elements": e, "backward_s": carry})
         carry = 0.0
-    return out
+    return out, dense
 
 def predict(r):
     c = dict(cals.get(r["ranks"], cals.get(None)) or {})
@@ -64,10 +84,39 @@ def predict(r):
         # allreduce model at a negotiation message's 512 bytes.
         seg = [x for x in c["allreduce"]["segments"] if x[0] <= 512][-1]
         c["negotiation_s"] = max(0.0, seg[1] + seg[2] * 512)
-    inst = dict(c, layers=layers_for(r), density=r["density"], selection="separate",
+    layers, dense = layers_for(r)
+    if not a.timeline_model:
+        c.update(coordinator_loop=True, cycle_s=a.cycle_ms / 1000.0, max_in_flight=a.in_flight)
+        if a.overlap is not None: c["allgather_overlap"] = a.overlap
+        period = max(c["negotiation_s"], c["cycle_s"])
+        if a.phase == "barrier" and period > 0:
+            c["round_phase_s"] = (-r["forward_s"]) % period
+    inst = dict(c, layers=layers, density=r["density"], selection="separate",
                 exchanges=a.exchanges or r.get("exchange", "allgather") + ("" if a.no_dense else ",dense"),
                 fusion_threshold_bytes=r.get("fusion_threshold_bytes", 64 << 20))
+    if not a.timeline_model:
+        inst["dense_tensors"] = dense
     planner = r["planner"] if r["strategy"] != "single" else "single"
+    if a.dump:
+        with open("%s-%d.json" % (a.dump, dumped[0]), "w") as f:
+            json.dump(inst, f)
+        dumped[0] += 1
+    def plan(inst, extra):
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(inst, f)
+        try:
+            out = subprocess.run([tool, "--input", f.name] + extra, capture_output=True, text=True, check=True)
+        finally:
+            os.unlink(f.name)
+        return json.loads(out.stdout)
+    if not a.timeline_model:
+        # The runtime plans on the timeline model (its calibration has no
+        # coordinator terms): its groups, evaluated on the coordinator model.
+        old = {k: v for k, v in inst.items() if k not in ("coordinator_loop", "dense_tensors", "round_phase_s")}
+        groups = plan(old, ["--planner", planner])["groups"]
+        p = plan(inst, ["--lengths", ",".join(str(len(g)) for g in groups)])
+        chosen = plan(inst, ["--planner", planner])
+        return r["forward_s"] + p["predicted_s"], len(p["groups"]), r["forward_s"] + chosen["predicted_s"], len(chosen["groups"])
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(inst, f)
     try:
@@ -75,19 +124,21 @@ def predict(r):
     finally:
         os.unlink(f.name)
     p = json.loads(out.stdout)
-    return r["forward_s"] + p["predicted_s"], len(p["groups"])
+    return r["forward_s"] + p["predicted_s"], len(p["groups"]), None, None
 
 groups = {}
 for r in rows:
-    key = r["label"].split("-rep")[0] + "|" + r["strategy"] + "|" + str(r.get("fusion_threshold_bytes")) + "|" + str(r["ranks"]) + "|" + r.get("exchange", "")
+    key = re.sub(r"-rep\d+", "", r["label"]) + "|" + r["strategy"] + "|" + str(r.get("fusion_threshold_bytes")) + "|" + str(r["ranks"]) + "|" + r.get("exchange", "")
     groups.setdefault(key, []).append(r)
-print("| P | exchange | strategy | fusion bytes | measured ms | buckets | recorded pred/meas | today's pred ms | groups | pred/meas |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| P | exchange | strategy | fusion bytes | measured ms | buckets | recorded pred/meas | today's pred ms | groups | pred/meas |"
+      " planned under the coordinator model: groups, ms |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for key, rs in groups.items():
     r = rs[0]
     meas = statistics.median(x["median_s"] for x in rs)
     rec = statistics.median(x["predicted_calibrated_s"] for x in rs)
-    pred, ng = predict(r)
+    pred, ng, alt, alt_ng = predict(r)
     name = r["strategy"] if r["strategy"] != "fusion" else "fixed"
     print(f"| {r['ranks']} | {r.get('exchange','')} | {name} | {r.get('fusion_threshold_bytes')} | {meas*1e3:.1f} | "
-          f"{r['plan_buckets']} | {rec/meas:.2f} | {pred*1e3:.1f} | {ng} | {pred/meas:.2f} |")
+          f"{r['plan_buckets']} | {rec/meas:.2f} | {pred*1e3:.1f} | {ng} | {pred/meas:.2f} | "
+          + (f"{alt_ng}, {alt*1e3:.1f} |" if alt is not None else "- |"))

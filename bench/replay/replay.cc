@@ -14,7 +14,9 @@
 // model the runtime calibrated (MGS_CALIBRATION=<file>) and with mgs-sim's
 // alpha-beta network model, both on the trace's (scaled) layer times and on
 // the runtime's timeline (selection beside backward, --selection separate);
-// mgs-sim also on the MGS paper's (selection on the compute stream).
+// mgs-sim also on the MGS paper's (selection on the compute stream). The
+// calibrated prediction evaluates the plan on the coordinator model
+// (docs/planner.md §8); predicted_calibrated_timeline_s is the model before it.
 #include <mgs/mgs.h>
 
 #include <CLI/CLI.hpp>
@@ -123,11 +125,29 @@ std::vector<mgs::plan::LayerInfo> sparseLayers(const std::vector<mgs::plan::Laye
   return out;
 }
 
+// The tensors the runtime keeps dense (below MGS_MIN_SPARSE_ELEMENTS), with
+// the time backward produces each: the coordinator model allreduces them on
+// the coordinator (plan/coordinator.h).
+std::vector<mgs::plan::DenseTensor> denseTensors(const std::vector<mgs::plan::LayerInfo>& all, int64_t min_sparse) {
+  std::vector<mgs::plan::DenseTensor> out;
+  double clock = 0;
+  for (const auto& l : all) {
+    clock += l.backward_s;
+    if (l.elements < min_sparse) out.push_back({l.name, l.elements, clock});
+  }
+  return out;
+}
+
+// `coordinator`: the runtime plans on the timeline model (its calibration
+// has no coordinator terms), so the plan is made on that model and then
+// evaluated on the coordinator model, with the dense tensors, cycle
+// MGS_CYCLE_TIME_MS and the runtime's 4 allgathers in flight.
 Prediction predict(const Strategy& s, const std::vector<mgs::plan::LayerInfo>& layers, double forward_s,
                    int64_t min_sparse, int64_t fusion_bytes, const mgs::plan::CostModel& cost,
-                   mgs::plan::Selection selection) {
+                   mgs::plan::Selection selection, bool coordinator = false) {
   mgs::plan::PlanInput in;
   in.cost = cost;
+  in.cost.coordinator_loop = false;
   in.sparse = s.sparse;
   in.selection = selection;
   in.fusion_threshold_bytes = fusion_bytes;
@@ -137,6 +157,18 @@ Prediction predict(const Strategy& s, const std::vector<mgs::plan::LayerInfo>& l
   // threshold; the `fusion` planner on the dense model is the closest plan.
   const std::string planner = s.sparse ? s.planner : "fusion";
   mgs::Status st = mgs::plan::computePlan(planner, in, &plan);
+  if (st.ok() && coordinator && s.sparse) {
+    in.cost.coordinator_loop = true;
+    const char* cycle = std::getenv("MGS_CYCLE_TIME_MS");
+    in.cost.cycle_s = (cycle ? std::atof(cycle) : 1.0) / 1000.0;
+    in.cost.max_in_flight = 4;  // BlockExchange::kMaxInFlight
+    in.dense_tensors = denseTensors(layers, min_sparse);
+    // Each step starts when its mgs_barrier's round ends, and the next round
+    // starts then: a round starts forward_s before backward.
+    const double period = std::max(in.cost.negotiation_s, in.cost.cycle_s);
+    if (period > 0) in.round_phase_s = std::fmod(std::fmod(-forward_s, period) + period, period);
+    st = mgs::plan::evaluatePlan(in, plan.groups, true, &plan.predicted_s);
+  }
   if (!st.ok()) {
     std::fprintf(stderr, "mgs-replay: prediction (%s): %s\n", planner.c_str(), st.toString().c_str());
     return {};
@@ -314,8 +346,11 @@ int main(int argc, char** argv) {
     // The runtime's model (selection on the coordinator, beside backward) and,
     // for mgs-sim, also the MGS paper's (selection on the compute stream).
     const auto kSep = mgs::plan::Selection::kSeparate, kComp = mgs::plan::Selection::kCompute;
-    Prediction p_cal, p_sim, p_sim_compute;
-    if (have_cal) p_cal = predict(strat, trace.layers, forward_s, min_sparse, fusion_bytes, cal, kSep);
+    Prediction p_cal, p_cal_timeline, p_sim, p_sim_compute;
+    if (have_cal) {
+      p_cal = predict(strat, trace.layers, forward_s, min_sparse, fusion_bytes, cal, kSep, /*coordinator=*/true);
+      p_cal_timeline = predict(strat, trace.layers, forward_s, min_sparse, fusion_bytes, cal, kSep);
+    }
     mgs::tools::SimOptions so;
     if (mgs::tools::networkByName(sim_network, &so.network).ok()) {
       so.density = density;
@@ -353,6 +388,7 @@ int main(int argc, char** argv) {
                                                                   double(s1.sparse_dense_bytes - s0.sparse_dense_bytes)
                                                             : 1)
        << ",\"predicted_calibrated_s\":" << fmt(p_cal.seconds) << ",\"predicted_calibrated_groups\":" << p_cal.groups
+       << ",\"predicted_calibrated_timeline_s\":" << fmt(p_cal_timeline.seconds)
        << ",\"predicted_sim_s\":" << fmt(p_sim.seconds) << ",\"predicted_sim_groups\":" << p_sim.groups
        << ",\"predicted_sim_compute_s\":" << fmt(p_sim_compute.seconds) << ",\"sim_network\":\"" << sim_network
        << "\"}";

@@ -114,6 +114,24 @@ struct CostModel {
   // timelines and planners charge it per round, not per group: groups that
   // become ready in the same coordinator cycle share one round (timeline.h).
   double negotiation_s = 0;
+  // The coordinator loop (plan/coordinator.h): when set, the sparse model is
+  // evaluated as the runtime's coordinator runs it (rounds back to back on a
+  // grid, small dense tensors allreduced on it, blocking exchanges, up to
+  // `max_in_flight` allgathers at once, completions seen after a round).
+  // Off by default, and in every file without it: the model above, bit for
+  // bit. `cycle_s` is MGS_CYCLE_TIME_MS (runtime default 1 ms) and
+  // `max_in_flight` BlockExchange::kMaxInFlight (4): runtime settings, not
+  // measurements.
+  bool coordinator_loop = false;
+  double cycle_s = 0.001;
+  int max_in_flight = 4;
+  // How much of an allgather's start-up overlaps the allgather in flight
+  // before it, in [0, 1] (coordinator model only). A property of the
+  // network and MPI's progress, which calibration does not measure yet (two
+  // concurrent small allgathers against one would): 1, the runtime's ideal
+  // (start-ups overlap fully, transfers share the link), unless a file says
+  // otherwise; 0 bounds it from above (one after another).
+  double allgather_overlap = 1.0;
   // Which exchanges a sparse group may use (kExchange* bits); the planners
   // and the runtime take, per group, the one chooseExchange() names. The
   // default is the allgather alone (the papers' model); the runtime sets it

@@ -161,6 +161,22 @@ Status readFields(const json& j, CostModel* inout) {
   // Optional: files from before it have none (0: no negotiation start-up).
   if (j.contains("negotiation_s"))
     MGS_RETURN_IF_ERROR(nonNegative(j.at("negotiation_s"), "negotiation_s", &m.negotiation_s));
+  // Optional: the coordinator loop (off when absent, CostModel says so).
+  if (j.contains("coordinator_loop")) {
+    if (!j.at("coordinator_loop").is_boolean())
+      return invalid("coordinator_loop", "expected true or false, got " + j.at("coordinator_loop").dump());
+    m.coordinator_loop = j.at("coordinator_loop").get<bool>();
+  }
+  if (j.contains("cycle_s")) MGS_RETURN_IF_ERROR(nonNegative(j.at("cycle_s"), "cycle_s", &m.cycle_s));
+  if (j.contains("allgather_overlap")) {
+    MGS_RETURN_IF_ERROR(nonNegative(j.at("allgather_overlap"), "allgather_overlap", &m.allgather_overlap));
+    if (m.allgather_overlap > 1)
+      return invalid("allgather_overlap", "expected a number in [0, 1], got " + j.at("allgather_overlap").dump());
+  }
+  if (j.contains("max_in_flight")) {
+    MGS_RETURN_IF_ERROR(integer(j.at("max_in_flight"), "max_in_flight", 1, 1 << 20, &i));
+    m.max_in_flight = static_cast<int>(i);
+  }
   // Optional: the hierarchical exchange's terms (CostModel says how they
   // are estimated when absent).
   if (j.contains("ranks_per_node")) {
@@ -206,10 +222,10 @@ Status parseCostModel(const std::string& text, CostModel* out) {
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status(Code::kInvalidArgument, "not valid JSON");
   if (!j.is_object()) return invalid("cost model", "expected a JSON object, got " + typeOf(j));
-  MGS_RETURN_IF_ERROR(
-      onlyKeys(j, "cost model",
-               {"format", "version", "workers", "bytes_per_element", "allreduce", "allgather", "broadcast", "sparsify",
-                "negotiation_s", "ranks_per_node", "node", "leader_allgather", "comment"}));
+  MGS_RETURN_IF_ERROR(onlyKeys(j, "cost model",
+                               {"format", "version", "workers", "bytes_per_element", "allreduce", "allgather",
+                                "broadcast", "sparsify", "negotiation_s", "ranks_per_node", "node", "leader_allgather",
+                                "coordinator_loop", "cycle_s", "max_in_flight", "allgather_overlap", "comment"}));
   for (const char* k : {"workers", "allreduce", "allgather", "sparsify"})
     if (!j.contains(k)) return invalid("cost model", std::string("missing \"") + k + "\"");
   CostModel m = *out;
@@ -244,6 +260,12 @@ std::string costModelToJson(const CostModel& m, bool pretty) {
   out += std::string(in) + "\"allgather\":" + sp + comm(m.allgather) + "," + nl;
   if (!m.broadcast.segments().empty()) out += std::string(in) + "\"broadcast\":" + sp + comm(m.broadcast) + "," + nl;
   if (m.negotiation_s > 0) out += std::string(in) + "\"negotiation_s\":" + sp + json(m.negotiation_s).dump() + "," + nl;
+  if (m.coordinator_loop) {
+    out += std::string(in) + "\"coordinator_loop\":" + sp + "true," + nl;
+    out += std::string(in) + "\"cycle_s\":" + sp + json(m.cycle_s).dump() + "," + nl;
+    out += std::string(in) + "\"max_in_flight\":" + sp + std::to_string(m.max_in_flight) + "," + nl;
+    out += std::string(in) + "\"allgather_overlap\":" + sp + json(m.allgather_overlap).dump() + "," + nl;
+  }
   if (m.ranks_per_node > 1)
     out += std::string(in) + "\"ranks_per_node\":" + sp + std::to_string(m.ranks_per_node) + "," + nl;
   if (!m.node.segments().empty()) out += std::string(in) + "\"node\":" + sp + comm(m.node) + "," + nl;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "plan/coordinator.h"
 #include "plan/cost_model.h"
 #include "plan/planners.h"
 #include "plan/timeline.h"
@@ -44,6 +45,15 @@ struct PlanInput {
   Selection selection = Selection::kCompute;
   int64_t fusion_threshold_bytes = 64ll << 20;  // for "fusion"
   int front_cap = kDefaultFrontCap;             // for "mgs"
+  // The tensors the runtime keeps dense (too small to sparsify), charged on
+  // the coordinator when cost.coordinator_loop is set (plan/coordinator.h);
+  // ignored otherwise.
+  std::vector<DenseTensor> dense_tensors;
+  // Where the coordinator's round grid sits, when it is known (coordinator
+  // model only): a round starts at this time on the backward clock, modulo
+  // the grid's period (coordinatorStep's phase). Negative (default):
+  // unknown, the mean over kCoordinatorPhases phases.
+  double round_phase_s = -1;
 };
 
 struct Plan {
@@ -73,9 +83,13 @@ Status validatePlanInput(const PlanInput& input);
 Status computePlan(const std::string& planner, const PlanInput& input, Plan* plan);
 
 // The objective (§3) of any plan under the input's cost model (and, when
-// `sparse`, the input's selection placement).
+// `sparse`, the input's selection placement). Sparse with
+// cost.coordinator_loop: coordinatorTime (the mean over the round grid's
+// phases).
 Status evaluatePlan(const PlanInput& input, const Groups& groups, bool sparse, double* seconds);
-// Per-group timeline of a plan, for explaining it.
+// Per-group timeline of a plan, for explaining it. Sparse with
+// cost.coordinator_loop: the grid's middle phase, comm_end_s when the
+// runtime notices the exchange is done.
 Status planTimeline(const PlanInput& input, const Groups& groups, bool sparse, std::vector<GroupTiming>* timeline);
 
 }  // namespace mgs::plan
