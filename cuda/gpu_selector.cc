@@ -56,6 +56,8 @@ Status GpuSelector::workspaceBytes(size_t n, size_t* bytes) const {
 Status GpuSelector::enqueue(const compress::SelectArgs& a, const DeviceSelectOutputs& out, void* stream) const {
   compress::SelectResult unused;
   MGS_RETURN_IF_ERROR(compress::checkSelectArgs(a, &unused));
+  MGS_ENSURE(a.parts.count == 0, kInvalidArgument,
+             "select '" << a.name << "': gradient parts are read by the CPU selector only (fuse them first)");
   MGS_ENSURE(out.d_count != nullptr, kInvalidArgument, "select '" << a.name << "': no device word for the count");
   if (a.n == 0) {
     // Nothing to select; the device words still say so (no host sync).
@@ -97,6 +99,8 @@ Status GpuSelector::enqueue(const compress::SelectArgs& a, const DeviceSelectOut
 
 Status GpuSelector::select(const compress::SelectArgs& a, compress::SelectResult* result, void* stream) const {
   MGS_RETURN_IF_ERROR(compress::checkSelectArgs(a, result));
+  MGS_ENSURE(a.parts.count == 0, kInvalidArgument,
+             "select '" << a.name << "': gradient parts are read by the CPU selector only (fuse them first)");
   SelectPlan p;
   SelectLayout l;
   MGS_RETURN_IF_ERROR(layout(a.n, a.step, &p, &l));
