@@ -1,0 +1,254 @@
+// Device buckets of the CUDA local stage (cuda/cuda_local_stage.h):
+// startBucket and its pending object.
+// NEVER RUN ON A GPU (cuda/cuda_local_stage.h).
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "core/sparse_block.h"
+#include "common/cuda_check.h"
+#include "cuda_local_stage.h"
+#include "cuda_local_stage_parts.h"
+#include "host_sync.h"
+#include "runtime_kernels.h"
+
+namespace mgs::cuda {
+
+// ---- Device buckets -------------------------------------------------------------
+// NEVER RUN ON A GPU. The order of one bucket, all enqueued:
+//   engine stream: [ready events] fuse, select into d_send, seal | local words -> pinned
+//                  (or, for a rank that cannot serve the bucket: its failure header and seal -> d_send)
+//                  record localDone_
+//   NCCL stream:   wait localDone_, allgather d_send -> d_recv (P blocks), record ncclDone_
+//   engine stream: wait ncclDone_, scatter (verdict on the device, outputs or nothing)
+//                  verdict words -> pinned (PendingVerdict), record the slot's event
+// d_send, d_recv and the selector's workspace go back to the pool at once:
+// every later use is enqueued on the engine stream after the scatter, which
+// is after the allgather (stream order through ncclDone_).
+
+class CudaLocalStage::Pending final : public PendingDeviceBucket {
+ public:
+  explicit Pending(CudaLocalStage* stage) : stage_(stage) {}
+  ~Pending() override {
+    if (slot_.host) stage_->giveSlot(slot_);
+  }
+
+  Status test(bool* done) override {
+    *done = false;
+    if (nccl_) {
+      // The communicator's own poll: async errors, its deadline, abort.
+      bool exchanged = false;
+      MGS_RETURN_IF_ERROR(nccl_->test(&exchanged));
+      if (!exchanged) return Status::OK();
+    }
+    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(slot_.event));
+    if (e == cudaErrorNotReady) return Status::OK();
+    MGS_CUDA_CHECK(e);
+    *done = true;
+    return Status::OK();
+  }
+
+  Status wait() override {
+    if (nccl_) MGS_RETURN_IF_ERROR(nccl_->wait());
+    return syncEvent(slot_.event);
+  }
+
+  Status result(DeviceBucketResult* out) override {
+    DeviceBucketResult r;
+    r.k = k_;
+    const char* host = static_cast<const char*>(slot_.host);
+    const uint64_t* headers = reinterpret_cast<const uint64_t*>(host + 16);
+    if (scattered_) {
+      BucketVerdict v;
+      MGS_RETURN_IF_ERROR(verdict_.verdict(&v));
+      headers = verdict_.words() + 2;
+      r.malformed_rank = v.malformedRank;
+      r.written = v.kind == VerdictKind::kOk;
+      r.nan_written = v.kind == VerdictKind::kNaNWritten;
+    }
+    r.headers.assign(headers, headers + P_);
+    if (!local_.ok()) {  // this rank sent a failure code (found while enqueuing)
+      r.local = local_;
+      *out = std::move(r);
+      return Status::OK();
+    }
+    const size_t M = members_.size();
+    const block::Header h = block::decodeHeader(r.headers[static_cast<size_t>(rank_)], cap_, M);
+    const char* words = host + 16 + 8 * static_cast<size_t>(P_);
+    if (h.kind == block::Header::kCount) {
+      r.count = h.count;
+    } else if (h.kind == block::Header::kFailure && h.bad_member >= 0 && h.cause == block::StagingCause::kNone) {
+      std::vector<uint32_t> nonfinite(M);
+      std::memcpy(nonfinite.data(), words, M * sizeof(uint32_t));
+      for (uint32_t c : nonfinite) r.non_finite += c;
+      r.bad_member = h.bad_member;
+      r.local = nonFiniteStatus(stage_->opt_.rank, members_, h.bad_member, r.non_finite, n_);
+    } else {
+      int32_t failure = 0;
+      std::memcpy(&failure, words + M * sizeof(uint32_t), sizeof failure);
+      r.local = Status(Code::kInternal, "rank " + std::to_string(stage_->opt_.rank) + ": GPU selection of " +
+                                            bucketName(members_) + " failed (device failure word " +
+                                            std::to_string(failure) + ")");
+    }
+    *out = std::move(r);
+    return Status::OK();
+  }
+
+  std::unique_ptr<LocalSlab> takeSlab() override { return std::move(slab_); }
+
+  CudaLocalStage* stage_;
+  HostSlot slot_;  // [failure header, seal | P headers | M + 1 local words]
+  std::unique_ptr<PendingCollective> nccl_;
+  PendingVerdict verdict_;
+  bool scattered_ = false;  // the device scatter ran (else the P headers were copied into the slot)
+  Status local_;            // a failure found while enqueuing (a staging cause, a CUDA error)
+  std::vector<Request> members_;
+  int rank_ = 0, P_ = 1;
+  size_t n_ = 0, cap_ = 0, k_ = 0;
+  std::unique_ptr<LocalSlab> slab_;
+};
+
+Status CudaLocalStage::takeSlot(size_t bytes, HostSlot* out) {
+  // A free slot whose last use has passed on the device (its event).
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (slots_[i].bytes < bytes) continue;
+    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(slots_[i].event));
+    if (e == cudaErrorNotReady) continue;
+    MGS_CUDA_CHECK(e);
+    *out = slots_[i];
+    slots_.erase(slots_.begin() + static_cast<std::ptrdiff_t>(i));
+    return Status::OK();
+  }
+  // Warm-up (or a bigger bucket, more ranks): a new one.
+  HostSlot s;
+  cudaEvent_t ev = nullptr;
+  MGS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  s.event = ev;
+  const size_t nb = (bytes + 255) / 256 * 256;
+  const cudaError_t e = cudaHostAlloc(&s.host, nb, cudaHostAllocDefault);
+  if (e != cudaSuccess) (void)cudaEventDestroy(ev);
+  MGS_CUDA_CHECK(e);
+  s.bytes = nb;
+  *out = s;
+  return Status::OK();
+}
+
+Status CudaLocalStage::startBucket(const DeviceBucketJob& dj, std::unique_ptr<PendingDeviceBucket>* out) {
+  MGS_ENSURE(dj.job != nullptr && dj.job->members != nullptr && !dj.job->members->empty() && dj.comm != nullptr &&
+                 dj.comm_stream != nullptr && dj.job->selector != nullptr,
+             kInvalidArgument, "device bucket: incomplete job");
+  const LocalJob& job = *dj.job;
+  const std::vector<Request>& members = *job.members;
+  const size_t M = members.size(), cap = job.cap, bb = bucketBlockBytes(cap);
+  const int P = dj.comm->size(), rank = dj.comm->rank();
+  MGS_ENSURE(dj.factors.size() == M, kInvalidArgument, "device bucket: one output factor per member");
+  MGS_ENSURE(cap >= 1 && job.n > 0 && job.n < (size_t{1} << 32), kInvalidArgument,
+             "device bucket " << bucketName(members) << ": n = " << job.n << ", cap = " << cap);
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  cudaStream_t stream = asStream(engine_->stream());
+  if (!localDone_) {
+    cudaEvent_t a = nullptr, b = nullptr;
+    MGS_CUDA_CHECK(cudaEventCreateWithFlags(&a, cudaEventDisableTiming));
+    localDone_ = a;
+    MGS_CUDA_CHECK(cudaEventCreateWithFlags(&b, cudaEventDisableTiming));
+    ncclDone_ = b;
+  }
+  auto p = std::make_unique<Pending>(this);
+  p->members_ = members;
+  p->rank_ = rank;
+  p->P_ = P;
+  p->n_ = job.n;
+  p->cap_ = cap;
+  p->k_ = compress::kForDensity(job.n, job.selector->options().density);
+  MGS_RETURN_IF_ERROR(takeSlot(16 + 8 * static_cast<size_t>(P) + 4 * (M + 1), &p->slot_));
+  char* host = static_cast<char*>(p->slot_.host);
+  auto* fail = reinterpret_cast<uint64_t*>(host);
+  char* words = host + 16 + 8 * static_cast<size_t>(P);
+  std::memset(words, 0, 4 * (M + 1));
+  Scratch scratch{engine_->pool(), {}};
+  void *d_send = nullptr, *d_recv = nullptr;
+  MGS_RETURN_IF_ERROR(scratch.take(bb, &d_send));
+  MGS_RETURN_IF_ERROR(scratch.take(static_cast<size_t>(P) * bb, &d_recv));
+
+  // Can this rank serve the bucket? If not, it still takes part in the
+  // exchange, with a code that names the member and the cause on every rank.
+  int bad = -1;
+  block::StagingCause cause = deviceBucketProblem(members, dj.comm_device, &bad);
+  if (cause == block::StagingCause::kNone && dj.comm_device != device_) {
+    cause = block::StagingCause::kWrongDevice;  // this stage lives on another device than the exchange
+    bad = 0;
+  }
+  uint64_t failure = 0;
+  if (cause != block::StagingCause::kNone) {
+    const TensorDesc& in = members[static_cast<size_t>(bad)].input;
+    failure = block::stagingCode(static_cast<uint32_t>(bad), cause);
+    p->local_ = Status(Code::kInvalidArgument,
+                       "rank " + std::to_string(opt_.rank) + ", tensor '" + members[static_cast<size_t>(bad)].name +
+                           "' of " + bucketName(members) + ": " + block::stagingCauseText(cause) + " (input on " +
+                           (in.onCuda() ? "CUDA device " + std::to_string(in.device) : std::string("the CPU")) +
+                           ", the NCCL exchange on CUDA device " + std::to_string(dj.comm_device) +
+                           "); every rank fails this bucket");
+  } else {
+    auto lk = opt_.residuals->lock();
+    BufPtr acc;
+    const Status st = enqueueLocalPart(job, d_send, words, &acc, &scratch.bufs);
+    if (!st.ok()) {
+      failure = block::failureCode(-1);
+      p->local_ = Status(st.code(), "rank " + std::to_string(opt_.rank) + ": device local stage of " +
+                                        bucketName(members) + ": " + st.message());
+    } else {
+      auto slab = std::make_unique<Slab>();
+      slab->buf = std::move(acc);
+      slab->n = job.n;
+      p->slab_ = std::move(slab);
+    }
+  }
+  if (!p->local_.ok()) {
+    // The failure code and its seal, written last into this rank's block.
+    fail[0] = failure;
+    fail[1] = failure ^ kBlockSeal;
+    MGS_CUDA_CHECK(cudaMemcpyAsync(d_send, &fail[0], 8, cudaMemcpyHostToDevice, stream));
+    MGS_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(d_send) + bucketBlockSealOffset(cap), &fail[1], 8,
+                                   cudaMemcpyHostToDevice, stream));
+  }
+
+  // The allgather of the fixed-capacity blocks, after the local part.
+  cudaStream_t ncclStream = asStream(dj.comm_stream);
+  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(localDone_), stream));
+  MGS_CUDA_CHECK(cudaStreamWaitEvent(ncclStream, static_cast<cudaEvent_t>(localDone_), 0));
+  MGS_RETURN_IF_ERROR(dj.comm->startAllgather(d_send, bb, d_recv, &p->nccl_));
+  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(ncclDone_), ncclStream));
+  MGS_RETURN_IF_ERROR(engine_->waitEvent(ncclDone_));
+
+  if (p->local_.ok()) {
+    // The verdict over every rank's header and the scatter, on the device.
+    std::vector<BucketMember> bm(M);
+    for (size_t i = 0; i < M; ++i) {
+      const Request& m = members[i];
+      bm[i].name = m.name;
+      bm[i].d_out = m.output.data;
+      bm[i].dtype = m.output.dtype;
+      bm[i].count = m.output.numel();
+      bm[i].outFactor = dj.factors[i];
+    }
+    ScatterArgs a;
+    a.members = &bm;
+    a.d_recv = d_recv;
+    a.P = P;
+    a.cap = cap;
+    a.propagate = dj.propagate;
+    MGS_RETURN_IF_ERROR(engine_->enqueueScatter(a, &p->verdict_));
+    p->scattered_ = true;
+  } else {
+    // This rank's outputs may be unusable and its code fails the bucket on
+    // every rank anyway: no scatter, the P headers alone come to the host.
+    MGS_CUDA_CHECK(
+        cudaMemcpy2DAsync(host + 16, 8, d_recv, bb, 8, static_cast<size_t>(P), cudaMemcpyDeviceToHost, stream));
+  }
+  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(p->slot_.event), stream));
+  *out = std::move(p);
+  return Status::OK();
+}
+
+}  // namespace mgs::cuda
