@@ -19,6 +19,21 @@ struct State {
   int prev, from;
 };
 
+// The group lengths of the plan that ends in state fronts[n][at], first
+// group first, following each state's (prev, from) back to layer 0.
+template <typename S>
+std::vector<int> backtrack(const std::vector<std::vector<S>>& fronts, int n, int at) {
+  std::vector<int> lengths;
+  for (int e = n; e > 0;) {
+    const S& st = fronts[e][at];
+    lengths.push_back(e - st.prev);
+    e = st.prev;
+    at = st.from;
+  }
+  std::reverse(lengths.begin(), lengths.end());
+  return lengths;
+}
+
 // The one place the two selection models differ: the first stage's end
 // after appending group [s, e) to a prefix whose first stage ends at
 // `stage`. `backward` is the backward time of layers s..e-1, `ready` the
@@ -175,17 +190,9 @@ PlannerResult paretoDp(const std::vector<LayerInfo>& layers, const GroupCosts& c
   }
   if (fronts[n].empty()) return r;
   // The least comm end is the last state of the final front.
-  std::vector<int> lengths;
-  int e = n, at = static_cast<int>(fronts[n].size()) - 1;
+  const int at = static_cast<int>(fronts[n].size()) - 1;
   r.predicted_s = fronts[n][at].comm;
-  while (e > 0) {
-    const State& st = fronts[e][at];
-    lengths.push_back(e - st.prev);
-    e = st.prev;
-    at = st.from;
-  }
-  std::reverse(lengths.begin(), lengths.end());
-  r.groups = groupsFromLengths(lengths);
+  r.groups = groupsFromLengths(backtrack(fronts, n, at));
   return r;
 }
 
@@ -265,17 +272,8 @@ PlannerResult roundsDp(const std::vector<LayerInfo>& layers, const GroupCosts& c
   int at = 0;
   for (int i = 1; i < static_cast<int>(fronts[n].size()); ++i)
     if (fronts[n][i].comm < fronts[n][at].comm) at = i;
-  std::vector<int> lengths;
-  int e = n;
   r.predicted_s = fronts[n][at].comm;
-  while (e > 0) {
-    const RoundState& st = fronts[e][at];
-    lengths.push_back(e - st.prev);
-    e = st.prev;
-    at = st.from;
-  }
-  std::reverse(lengths.begin(), lengths.end());
-  r.groups = groupsFromLengths(lengths);
+  r.groups = groupsFromLengths(backtrack(fronts, n, at));
   return r;
 }
 
