@@ -36,6 +36,7 @@
 #include "cuda_local_stage.h"
 #include "device_bucket.h"
 #include "host_sync.h"
+#include "local_run.h"
 
 namespace mgs::cuda {
 namespace {
@@ -131,32 +132,22 @@ struct HostRef {
 HostRef hostStep(CpuLocalStage& host, std::vector<Request>& members, const compress::Selector& sel, bool commit) {
   HostRef h;
   const size_t cap = sel.maxCount(kN);
-  h.block.assign(block::allgatherBytes(cap), 0);
-  LocalJob job;
-  job.members = &members;
-  job.n = kN;
-  job.select = true;
-  job.selector = &sel;
-  job.cap = cap;
-  job.block = h.block.data();
-  job.name = "bucket";
-  LocalOutcome out;
-  host.run(job, &out);
-  h.status = out.status;
-  h.kept.resize(kN);
-  if (out.slab) REQUIRE(host.readSlab(*out.slab, h.kept.data()).ok());
+  test::LocalRun l = test::runLocal(host, members, kN, sel);
+  h.status = l.status;
+  h.block = std::move(l.block);
+  h.kept = std::move(l.kept);
   // The scatter of the one block (P = 1): from +0, touched entries times the factor.
   h.out.assign(kN, 0.0f);
   std::vector<char> touched(kN, 0);
   const block::ConstAllgatherBlock b(h.block.data(), cap);
-  if (out.status.ok())
+  if (l.status.ok())
     for (size_t j = 0; j < b.header(); ++j) {
       h.out[b.indices()[j]] = 0.0f + b.values()[j];
       touched[b.indices()[j]] = 1;
     }
   for (size_t i = kNa; i < kN; ++i)
     if (touched[i]) h.out[i] = h.out[i] * static_cast<float>(kFactors[1]);
-  host.settle(members, std::move(out.slab), commit && out.status.ok());
+  host.settle(members, std::move(l.slab), commit && l.status.ok());
   return h;
 }
 

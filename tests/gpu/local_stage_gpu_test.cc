@@ -28,6 +28,7 @@
 #include "core/sparse_block.h"
 #include "cuda_local_stage.h"
 #include "device_bucket.h"
+#include "local_run.h"
 
 namespace mgs::cuda {
 namespace {
@@ -81,34 +82,11 @@ Bucket makeBucket(size_t na, size_t nb, uint64_t seed) {
   return k;
 }
 
-struct Run {
-  Status status;
-  std::vector<char> block;
-  std::vector<float> kept;
-  size_t count = 0;
-  int bad_member = -1;
-};
+using Run = test::LocalRun;
 
 Run runOnce(LocalStage& stage, std::vector<Request>& members, size_t n, const compress::Selector& sel, bool commit) {
-  Run r;
-  const size_t cap = sel.maxCount(n);
-  r.block.assign(block::allgatherBytes(cap), 0);
-  LocalJob job;
-  job.members = &members;
-  job.n = n;
-  job.select = true;
-  job.selector = &sel;
-  job.cap = cap;
-  job.block = r.block.data();
-  job.name = "bucket";
-  LocalOutcome out;
-  stage.run(job, &out);
-  r.status = out.status;
-  r.count = out.count;
-  r.bad_member = out.bad_member;
-  r.kept.resize(n);
-  if (out.slab) REQUIRE(stage.readSlab(*out.slab, r.kept.data()).ok());
-  stage.settle(members, std::move(out.slab), commit && out.status.ok());
+  Run r = test::runLocal(stage, members, n, sel);
+  stage.settle(members, std::move(r.slab), commit && r.status.ok());
   return r;
 }
 
