@@ -24,14 +24,31 @@ say() { echo "[gpu_check $(( $(date +%s) - T0 ))s] $*"; }
 
 say "machine: $(hostname); $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
 say "nvcc: $(nvcc --version 2>/dev/null | tail -1); cmake: $(cmake --version | head -1)"
+# What this machine has of the full build's dependencies (the GPU-only build
+# needs none of them).
+{ for h in mpi.h spdlog/spdlog.h CLI/CLI.hpp catch2/catch.hpp nlohmann/json.hpp; do
+    if [ -e /usr/include/$h ] || [ -e /usr/include/x86_64-linux-gnu/openmpi/include/$h ] ||
+       [ -e /usr/lib/x86_64-linux-gnu/openmpi/include/$h ]; then echo "  have $h"; else echo "  lack $h"; fi
+  done; echo "  mpirun: $(command -v mpirun || echo none)"
+  echo "  torch: $($PY -c 'import torch; print(torch.__version__, torch.cuda.is_available())' 2>&1 | tail -1)"; } \
+  | tee "$OUTDIR/probe.txt"
 
 # NCCL: the toolkit's if it has one, else the PyTorch wheel's (nvidia-nccl-cu*).
 NCCL_ROOT=""
 if [ ! -e /usr/local/cuda/include/nccl.h ]; then
   NCCL_ROOT=$($PY - <<'PYEOF' 2>/dev/null
 import importlib.util
+import glob, os
 s = importlib.util.find_spec("nvidia.nccl")
-print(list(s.submodule_search_locations)[0] if s else "")
+if s:
+    print(list(s.submodule_search_locations)[0])
+else:  # other wheel layouts: the folder above an include/nccl.h
+    n = importlib.util.find_spec("nvidia")
+    for root in (n.submodule_search_locations if n else []):
+        hits = glob.glob(os.path.join(root, "**", "include", "nccl.h"), recursive=True)
+        if hits:
+            print(os.path.dirname(os.path.dirname(hits[0])))
+            break
 PYEOF
 )
 fi
@@ -49,22 +66,31 @@ if ! cmake --build "$BUILD" -j"$JOBS" > "$OUTDIR/build.log" 2>&1; then
   grep -E "error|Error" "$OUTDIR/build.log" | head -40; say "FAILED: build"; exit 1
 fi
 
-say "tests"
-ctest --test-dir "$BUILD" --output-on-failure --timeout 600 2>&1 | tee "$OUTDIR/ctest.log" | tail -40
-# The tests that need the GPU, one line each (gpu/compress: selectors and
+say "tests without a GPU"
+ctest --test-dir "$BUILD" --output-on-failure --timeout 120 -LE gpu 2>&1 | tee "$OUTDIR/ctest_cpu.log" | tail -5
+# The tests that need the GPU, each under its own limit so that one that hangs
+# cannot take the machine's whole lease (gpu/compress: selectors and
 # decompression; gpu/bucket: the device-resident bucket's fuse, selection into
 # the block, scatter and hostSyncs == 0; gpu/local_stage: the CUDA local stage
-# against the host stage; gpu/device_bucket: device buckets over NCCL at np 1,
-# hostSyncs == 0 once warm and bitwise the host path; gpu/nccl: the NCCL
-# communicator).
-say "GPU tests:"; grep -E "Test +#[0-9]+: gpu/" "$OUTDIR/ctest.log" || say "no gpu/* test ran"
-# Every GPU test must have run (a missing one means the build lacked CUDA or NCCL).
-MISSING=0
-for t in gpu/compress gpu/bucket gpu/local_stage gpu/device_bucket gpu/nccl; do
-  grep -qE "Test +#[0-9]+: $t " "$OUTDIR/ctest.log" || { say "MISSING: $t did not run"; MISSING=1; }
+# against the host stage; gpu/multirank: P = 2..4 ranks as threads on the GPU;
+# gpu/device_bucket: device buckets over NCCL at np 1, hostSyncs == 0 once
+# warm and bitwise the host path; gpu/nccl: the NCCL communicator).
+say "GPU tests (limit ${MGS_GPU_TEST_LIMIT:-150} s each)"
+GPU_TESTS="gpu/compress gpu/bucket gpu/local_stage gpu/multirank gpu/device_bucket gpu/nccl"
+FAILED=0
+: > "$OUTDIR/ctest.log"
+for t in $GPU_TESTS; do
+  timeout -k 5 "${MGS_GPU_TEST_LIMIT:-150}" ctest --test-dir "$BUILD" --output-on-failure -R "^$t\$" \
+    > "$OUTDIR/test_${t#gpu/}.log" 2>&1
+  rc=$?
+  cat "$OUTDIR/test_${t#gpu/}.log" >> "$OUTDIR/ctest.log"
+  if [ $rc = 124 ] || [ $rc = 137 ]; then say "$t: TIMED OUT"; FAILED=1
+  elif ! grep -qE "Test +#[0-9]+: $t .*Passed" "$OUTDIR/test_${t#gpu/}.log"; then
+    say "$t: FAILED or did not run"; grep -E "FAILED|with:|unexpected|error|Error" "$OUTDIR/test_${t#gpu/}.log" | head -25; FAILED=1
+  else say "$t: passed ($(grep -oE "[0-9.]+ sec" "$OUTDIR/test_${t#gpu/}.log" | tail -1))"; fi
 done
 TESTS_OK=0
-grep -q "100% tests passed" "$OUTDIR/ctest.log" && ! grep -q "Not Run\|Skipped" "$OUTDIR/ctest.log" && [ $MISSING = 0 ] && TESTS_OK=1
+grep -q "100% tests passed" "$OUTDIR/ctest_cpu.log" && [ $FAILED = 0 ] && TESTS_OK=1
 
 if [ "${MGS_GPU_SKIP_BENCH:-0}" != 1 ]; then
   say "benchmark: mgs selectors, n = 25.6M f32, rho = 0.001 and 0.01, with residual and in place"
@@ -76,6 +102,20 @@ if [ "${MGS_GPU_SKIP_BENCH:-0}" != 1 ]; then
   timeout 180 "$PY" bench/compress/torch_topk.py --n 25600000 --density 0.001 0.01 --dist t3 --reps 20 \
     > "$OUTDIR/bench_torch.jsonl" 2> "$OUTDIR/bench_torch.err" || say "torch.topk baseline failed (see bench_torch.err)"
   "$PY" bench/compress/gpu_summary.py "$OUTDIR/bench_mgs.jsonl" "$OUTDIR/bench_torch.jsonl" | tee "$OUTDIR/summary.txt"
+fi
+
+# compute-sanitizer memcheck over the smaller GPU tests (MGS_GPU_SANITIZE=1):
+# out-of-bounds or misaligned accesses in kernels that pass their checks.
+if [ "${MGS_GPU_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer > /dev/null; then
+  for b in mgs_gpu_bucket_test mgs_gpu_multirank_test mgs_gpu_local_stage_test; do
+    exe=$(find "$BUILD" -name $b -type f | head -1)
+    [ -n "$exe" ] || continue
+    timeout -k 5 "${MGS_GPU_SANITIZE_LIMIT:-60}" compute-sanitizer --tool memcheck --error-exitcode 3 "$exe" \
+      > "$OUTDIR/memcheck_$b.log" 2>&1
+    rc=$?
+    say "memcheck $b: exit $rc; $(grep -cE "^========= (Invalid|Program hit|Error)" "$OUTDIR/memcheck_$b.log") reports; $(tail -1 "$OUTDIR/memcheck_$b.log")"
+    [ $rc = 0 ] || [ $rc = 124 ] || TESTS_OK=0
+  done
 fi
 
 say "summary: tests $([ $TESTS_OK = 1 ] && echo PASSED || echo 'FAILED or SKIPPED'); logs in $OUTDIR; $(( $(date +%s) - T0 )) s in all"

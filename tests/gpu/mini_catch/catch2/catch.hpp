@@ -6,6 +6,7 @@
 // Argument: an optional substring of test names to run.
 #pragma once
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -98,6 +99,11 @@ struct Session {
       if (!filter.empty() && std::string(t.name).find(filter) == std::string::npos) continue;
       ++ran;
       const long before = counts().failed;
+      // One line per case before it runs, flushed, so a case that hangs or
+      // crashes on the GPU machine is named in the log.
+      std::printf("case: %s\n", t.name);
+      std::fflush(stdout);
+      const auto t0 = std::chrono::steady_clock::now();
       try {
         t.fn();
       } catch (const Failure&) {
@@ -106,6 +112,7 @@ struct Session {
         std::printf("%s: unexpected exception: %s\n", t.name, e.what());
       }
       context().clear();
+      std::printf("  %.1f ms\n", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       if (counts().failed != before) {
         ++failedCases;
         std::printf("test case FAILED: %s\n", t.name);

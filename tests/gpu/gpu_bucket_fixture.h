@@ -1,0 +1,69 @@
+// The two-member bucket the CUDA local-stage tests share: an f32 member with
+// prescale 0.5 and an f16 member, each held on the host and on device 0, with
+// the Request lists for both. Needs a CUDA device (GPU tests only).
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "common/dtype.h"
+#include "core/request.h"
+
+namespace mgs::test {
+
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(size_t bytes) { REQUIRE(cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess); }
+  ~Dev() { cudaFree(p); }
+  void put(const void* h, size_t b) { REQUIRE(cudaMemcpy(p, h, b, cudaMemcpyHostToDevice) == cudaSuccess); }
+};
+
+inline std::vector<float> gaussian(size_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g) * 1e-2f;
+  return v;
+}
+
+struct Bucket {
+  std::vector<float> a;  // f32 host gradient
+  std::vector<char> b;   // f16 host gradient
+  std::vector<Request> host, dev;
+  std::unique_ptr<Dev> da, db;
+};
+
+inline Bucket makeBucket(size_t na, size_t nb, uint64_t seed) {
+  Bucket k;
+  k.a = gaussian(na, seed);
+  const std::vector<float> bf = gaussian(nb, seed + 1);
+  k.b.resize(nb * 2);
+  fromFloat(bf.data(), MGS_FLOAT16, nb, k.b.data());
+  k.da = std::make_unique<Dev>(na * 4);
+  k.da->put(k.a.data(), na * 4);
+  k.db = std::make_unique<Dev>(nb * 2);
+  k.db->put(k.b.data(), nb * 2);
+  for (int on_dev = 0; on_dev < 2; ++on_dev) {
+    Request ra, rb;
+    ra.name = "w.a";
+    ra.input.dtype = MGS_FLOAT32;
+    ra.input.shape = {static_cast<int64_t>(na)};
+    ra.sig.prescale = 0.5;
+    rb.name = "w.b";
+    rb.input.dtype = MGS_FLOAT16;
+    rb.input.shape = {static_cast<int64_t>(nb)};
+    ra.input.data = on_dev ? k.da->p : k.a.data();
+    rb.input.data = on_dev ? k.db->p : static_cast<void*>(k.b.data());
+    if (on_dev) ra.input.device = rb.input.device = 0;
+    (on_dev ? k.dev : k.host) = {ra, rb};
+  }
+  return k;
+}
+
+}  // namespace mgs::test
