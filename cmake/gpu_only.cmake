@@ -7,7 +7,12 @@
 # fails at link time otherwise).
 find_package(Threads REQUIRED)
 find_package(OpenMP COMPONENTS CXX)
-find_package(Catch2 QUIET)
+# Catch2 v2 only: a machine may hold Catch2 v3, whose target has no
+# catch2/catch.hpp; then the minimal stand-in is used.
+find_package(Catch2 2 QUIET)
+if(TARGET Catch2::Catch2 AND Catch2_VERSION VERSION_GREATER_EQUAL 3)
+  set(MGS_CATCH2_V3 ON)
+endif()
 if(NOT MGS_CUDA_ENABLED)
   message(FATAL_ERROR "MGS_GPU_ONLY=ON needs CUDA (nvcc was not found)")
 endif()
@@ -41,7 +46,7 @@ add_subdirectory(cuda)
 
 enable_testing()
 add_library(mgs_catch_main OBJECT tests/catch_main.cc)
-if(TARGET Catch2::Catch2)
+if(TARGET Catch2::Catch2 AND NOT MGS_CATCH2_V3)
   include(Catch)
   target_link_libraries(mgs_catch_main PUBLIC Catch2::Catch2)
 else()

@@ -55,7 +55,7 @@ fi
 [ -n "$NCCL_ROOT" ] && export LD_LIBRARY_PATH="$NCCL_ROOT/lib:${LD_LIBRARY_PATH:-}" && say "NCCL from $NCCL_ROOT"
 
 say "configure (MGS_GPU_ONLY, sm_$ARCH)"
-if ! cmake -S . -B "$BUILD" -DMGS_GPU_ONLY=ON -DCMAKE_BUILD_TYPE=Release \
+if ! cmake -S . -B "$BUILD" -DMGS_GPU_ONLY=ON -DCMAKE_BUILD_TYPE=Release -DCMAKE_DISABLE_FIND_PACKAGE_Catch2=ON \
       -DCMAKE_CUDA_ARCHITECTURES="$ARCH" ${NCCL_ROOT:+-DMGS_NCCL_ROOT=$NCCL_ROOT} \
       > "$OUTDIR/configure.log" 2>&1; then
   tail -30 "$OUTDIR/configure.log"; say "FAILED: configure"; exit 1
