@@ -36,21 +36,7 @@ say "nvcc: $(nvcc --version 2>/dev/null | tail -1); cmake: $(cmake --version | h
 # NCCL: the toolkit's if it has one, else the PyTorch wheel's (nvidia-nccl-cu*).
 NCCL_ROOT=""
 if [ ! -e /usr/local/cuda/include/nccl.h ]; then
-  NCCL_ROOT=$($PY - <<'PYEOF' 2>/dev/null
-import importlib.util
-import glob, os
-s = importlib.util.find_spec("nvidia.nccl")
-if s:
-    print(list(s.submodule_search_locations)[0])
-else:  # other wheel layouts: the folder above an include/nccl.h
-    n = importlib.util.find_spec("nvidia")
-    for root in (n.submodule_search_locations if n else []):
-        hits = glob.glob(os.path.join(root, "**", "include", "nccl.h"), recursive=True)
-        if hits:
-            print(os.path.dirname(os.path.dirname(hits[0])))
-            break
-PYEOF
-)
+  NCCL_ROOT=$($PY scripts/find_nccl_root.py 2>/dev/null)
 fi
 [ -n "$NCCL_ROOT" ] && export LD_LIBRARY_PATH="$NCCL_ROOT/lib:${LD_LIBRARY_PATH:-}" && say "NCCL from $NCCL_ROOT"
 
@@ -76,7 +62,7 @@ ctest --test-dir "$BUILD" --output-on-failure --timeout 120 -LE gpu 2>&1 | tee "
 # gpu/device_bucket: device buckets over NCCL at np 1, hostSyncs == 0 once
 # warm and bitwise the host path; gpu/nccl: the NCCL communicator).
 say "GPU tests (limit ${MGS_GPU_TEST_LIMIT:-150} s each)"
-GPU_TESTS="gpu/compress gpu/bucket gpu/local_stage gpu/multirank gpu/device_bucket gpu/nccl"
+GPU_TESTS=${MGS_GPU_TESTS:-"gpu/compress gpu/bucket gpu/local_stage gpu/multirank gpu/device_bucket gpu/nccl"}
 FAILED=0
 : > "$OUTDIR/ctest.log"
 for t in $GPU_TESTS; do
