@@ -52,18 +52,22 @@ using WideSuffix = Suffix<kWide, 3>;  // up to 3072 bins
 
 // The want-th largest of keys[0, s) (keys < 2^31, 1 <= want <= s) by three
 // digit rounds of a radix select, as compress::cpu::kthLargestKey finds it.
+// With firstGiven, counts already holds the first round's 2048 counts (keys
+// counted by their bits 30..20 elsewhere) and that round reads no key.
 __device__ uint32_t blockKthLargest(const uint32_t* keys, uint64_t s, uint64_t want, uint32_t* counts,
-                                    WideSuffix::Storage& sfx) {
+                                    WideSuffix::Storage& sfx, bool firstGiven = false) {
   const int shifts[3] = {20, 9, 0}, widths[3] = {11, 11, 9};
   uint32_t prefix = 0, hiMask = 0;
   for (int round = 0; round < 3; ++round) {
     const int nb = 1 << widths[round];
     const uint32_t dmask = static_cast<uint32_t>(nb - 1);
-    for (int b = threadIdx.x; b < nb; b += kWide) counts[b] = 0;
-    __syncthreads();
-    for (uint64_t j = threadIdx.x; j < s; j += kWide) {
-      const uint32_t k = keys[j];
-      if ((k & hiMask) == prefix) atomicAdd(&counts[(k >> shifts[round]) & dmask], 1u);
+    if (round > 0 || !firstGiven) {
+      for (int b = threadIdx.x; b < nb; b += kWide) counts[b] = 0;
+      __syncthreads();
+      for (uint64_t j = threadIdx.x; j < s; j += kWide) {
+        const uint32_t k = keys[j];
+        if ((k & hiMask) == prefix) atomicAdd(&counts[(k >> shifts[round]) & dmask], 1u);
+      }
     }
     __syncthreads();
     WideSuffix::run(counts, nb, sfx);

@@ -48,6 +48,11 @@ constexpr int kI = kTileItems;
 constexpr uint64_t kSampleMax = compress::cpu::kSampleMax;
 constexpr uint64_t kSampleBlock = compress::cpu::kSampleBlock;
 
+// The floor's first radix digit (block_select.cuh: 11 bits from bit 20).
+constexpr int kFloorBins = 2048;
+constexpr int kFloorShift0 = 20;
+static_assert(kFloorBins <= kBins, "the floor's first round borrows the pass histogram");
+
 using Tiles32 = cub::ScanTileState<uint32_t>;
 using Tiles64 = cub::ScanTileState<unsigned long long>;
 
@@ -94,26 +99,47 @@ __global__ void initKernel(State* st, uint32_t* hist, Tiles32 t32, int n32, Tile
   }
 }
 
+// Keys of acc at the CPU's sample positions, and the first digit round of the
+// floor's radix select (the top 11 bits of every key, non-finite ones as 0)
+// counted here by every block into hist[0, 2048): one block counting 65536
+// keys into a few hot bins took most of the floor's time on an H100.
 template <typename Src, bool kInPlace>
-__global__ void sampleKernel(Src src, const float* r, SelectPlan p, uint32_t* keys, State* st) {
+__global__ void __launch_bounds__(kT) sampleKernel(Src src, const float* r, SelectPlan p, uint32_t* keys, State* st,
+                                                   uint32_t* hist) {
+  __shared__ uint32_t h[kFloorBins];
+  for (int b = threadIdx.x; b < kFloorBins; b += kT) h[b] = 0;
+  __syncthreads();
   const uint64_t s = blockIdx.x * static_cast<uint64_t>(kT) + threadIdx.x;
-  if (s >= p.sampled) return;
-  uint64_t i = s;
-  if (p.n > kSampleMax) i = s / kSampleBlock * (p.n / (kSampleMax / kSampleBlock)) + s % kSampleBlock;
-  const float a = kInPlace ? 0.0f + r[i] : src(i) + r[i];
-  const uint32_t k = magnitudeKey(a);
-  const bool fin = k < kInfKey;
-  keys[s] = fin ? k : 0u;
-  if (!fin) atomicAdd(&st->sampleBad, 1u);
+  if (s < p.sampled) {
+    uint64_t i = s;
+    if (p.n > kSampleMax) i = s / kSampleBlock * (p.n / (kSampleMax / kSampleBlock)) + s % kSampleBlock;
+    const float a = kInPlace ? 0.0f + r[i] : src(i) + r[i];
+    const uint32_t k = magnitudeKey(a);
+    const bool fin = k < kInfKey;
+    const uint32_t key = fin ? k : 0u;
+    keys[s] = key;
+    atomicAdd(&h[(key >> kFloorShift0) & (kFloorBins - 1)], 1u);
+    if (!fin) atomicAdd(&st->sampleBad, 1u);
+  }
+  __syncthreads();
+  for (int b = threadIdx.x; b < kFloorBins; b += kT)
+    if (h[b]) atomicAdd(&hist[b], h[b]);
 }
 
-__global__ void __launch_bounds__(kWide) floorKernel(SelectPlan p, uint32_t* keys, State* st) {
+__global__ void __launch_bounds__(kWide) floorKernel(SelectPlan p, uint32_t* keys, State* st, uint32_t* hist) {
   __shared__ uint32_t counts[2048];
   __shared__ WideSuffix::Storage sfx;
+  // The first digit round's counts (sampleKernel), taken over and cleared:
+  // the histogram passes expect hist to start at zero.
+  for (int b = threadIdx.x; b < kFloorBins; b += kWide) {
+    counts[b] = hist[b];
+    hist[b] = 0;
+  }
+  __syncthreads();
   const uint64_t finite = p.sampled - st->sampleBad;
   const uint64_t want = candidateWant(p, finite);
   if (want > finite) return;  // tc stays 0: no list, the search runs full passes
-  const uint32_t key = blockKthLargest(keys, p.sampled, want, counts, sfx);
+  const uint32_t key = blockKthLargest(keys, p.sampled, want, counts, sfx, true);
   if (threadIdx.x == 0) st->tc = key > 1 ? key : 1;
 }
 
@@ -141,12 +167,24 @@ __global__ void __launch_bounds__(kT) fusedKernel(Src src, float* __restrict__ r
   TileStats s{0, 0, 0, 0.0f, 0};
   float a[kI];
   // Striped loads and stores (coalesced); statistics in double per thread.
+  // All of the tile's loads are issued before its first store: with a store
+  // to r between them the compiler cannot hoist the next gradient load (the
+  // source may alias r), and each item waited out a full memory latency.
+  float x[kI];
 #pragma unroll
   for (int j = 0; j < kI; ++j) {
     const uint64_t i = tile0 + static_cast<uint64_t>(j) * kT + threadIdx.x;
     a[j] = 0.0f;
+    x[j] = 0.0f;
     if (i >= p.n) continue;
-    float v = kInPlace ? r[i] : src(i) + r[i];  // one fp32 add, as on the CPU
+    a[j] = r[i];
+    if (!kInPlace) x[j] = src(i);
+  }
+#pragma unroll
+  for (int j = 0; j < kI; ++j) {
+    const uint64_t i = tile0 + static_cast<uint64_t>(j) * kT + threadIdx.x;
+    if (i >= p.n) continue;
+    float v = kInPlace ? a[j] : x[j] + a[j];  // one fp32 add, as on the CPU
     if (isfinite(v)) {
       const double d = v;
       s.sum += d;
@@ -323,14 +361,16 @@ __global__ void __launch_bounds__(kT) compactKernel(SelectPlan p, State* st, flo
   __shared__ typename Scan::TempStorage scanTmp;
   __shared__ typename Prefix::TempStorage prefixTmp;
   if (st->skip || p.dense || !st->search.done()) return;
-  const compress::Selection sel = st->search.selection();
-  if (sel.count == 0) return;
   const bool cand = st->fromCand;
   const uint64_t items = cand ? st->numCand : p.n;
   const int needed = static_cast<int>(tilesFor(items));
-  const int tile = blockIdx.x;
-  if (tile >= needed) return;
+  // The blocks past the list's tiles (most of them) leave before reading the
+  // search state.
+  if (static_cast<int>(blockIdx.x) >= needed) return;
+  const compress::Selection sel = st->search.selection();
+  if (sel.count == 0) return;
   const bool random = isKind(p, SelectorKind::kRandomk);
+  const int tile = blockIdx.x;
   const uint64_t b0 = static_cast<uint64_t>(tile) * kTileSize + static_cast<uint64_t>(threadIdx.x) * kI;
   uint32_t idx[kI];
   uint32_t cls = 0;  // 2 bits per item: 1 = above keyAll, 2 = tie
@@ -440,14 +480,26 @@ unsigned blocksFor(uint64_t items, unsigned threads) {
   return static_cast<unsigned>(std::max<uint64_t>(1, (items + threads - 1) / threads));
 }
 
+// Blocks of each histogram pass (its loop is grid-strided, so any number is
+// correct). Sized for the candidate list where there is one: the passes after
+// the search is done still launch, and 1024 blocks cost ~4 us each on an H100
+// even when they return at once; a fallback to full passes runs on at least
+// 256 blocks.
+unsigned passGrid(const SelectPlan& p, const SelectLayout& l) {
+  size_t g = std::min<size_t>(1024, l.fusedTiles);
+  if (p.candCap > 0) g = std::min<size_t>(g, std::max<size_t>(256, (p.candCap + kT * 8 - 1) / (kT * 8)));
+  return static_cast<unsigned>(std::max<size_t>(g, 1));
+}
+
 template <typename Src, bool kInPlace>
 int launchFront(Src src, const SelectPlan& p, const SelectLayout& l, char* ws, float* r, Tiles32 t32, cudaStream_t s) {
   auto* st = reinterpret_cast<State*>(ws + l.state);
   auto* keys = reinterpret_cast<uint32_t*>(ws + l.sample);
   if (p.sampleFloor) {
-    sampleKernel<Src, kInPlace><<<blocksFor(p.sampled, kT), kT, 0, s>>>(src, r, p, keys, st);
+    auto* hist = reinterpret_cast<uint32_t*>(ws + l.hist);
+    sampleKernel<Src, kInPlace><<<blocksFor(p.sampled, kT), kT, 0, s>>>(src, r, p, keys, st, hist);
     if (cudaError_t e = cudaGetLastError()) return e;
-    floorKernel<<<1, kWide, 0, s>>>(p, keys, st);
+    floorKernel<<<1, kWide, 0, s>>>(p, keys, st, hist);
     if (cudaError_t e = cudaGetLastError()) return e;
   }
   fusedKernel<Src, kInPlace><<<static_cast<unsigned>(l.fusedTiles), kT, 0, s>>>(
@@ -508,7 +560,7 @@ int enqueueSelect(const SelectPlan& p, const SelectLayout& l, void* workspace, c
                                                                                   st);
     if (cudaError_t err = cudaGetLastError()) return err;
   } else {
-    const unsigned grid = static_cast<unsigned>(std::min<size_t>(1024, l.fusedTiles));
+    const unsigned grid = passGrid(p, l);
     for (int pass = 0; pass < p.passLaunches; ++pass) {
       passKernel<<<std::max(grid, 1u), kT, 0, s>>>(p, st, hist, b.r, candV, candI);
       if (cudaError_t err = cudaGetLastError()) return err;

@@ -19,6 +19,9 @@ OUTDIR=${MGS_GPU_OUT:-${OUT:-$BUILD/gpu_full_check}}
 PY=${PYTHON:-$(command -v python3)}
 REGEX=${1:-"^python\\.(np2|cuda_sparse\\..*|backend_nccl\\..*)$"}
 mkdir -p "$OUTDIR"
+# This script's own settings must not reach the ranks: mgs refuses an MGS_*
+# variable it does not know.
+for v in $(compgen -e | grep '^MGS_GPU_'); do unset "$v"; done
 export PATH=/usr/local/cuda/bin:$PATH
 T0=$(date +%s)
 say() { echo "[gpu_full_check $(( $(date +%s) - T0 ))s] $*"; }

@@ -251,13 +251,16 @@ TEST_CASE("device bucket np1: no host sync in steady state, bitwise the host pat
     const std::vector<float> out = outputs(s), kept = residual(ds);
     REQUIRE(std::memcmp(out.data(), h.out.data(), 4 * kN) == 0);
     REQUIRE(std::memcmp(kept.data(), h.kept.data(), 4 * kN) == 0);
-    // sent + kept == gradient * prescale + old residual (member a, factor 1).
+    // sent + kept == gradient * prescale + old residual, for both members
+    // (a: prescale 0.5, factor 1; b: prescale 1, factor 0.5, exact in f32).
     size_t bad = 0, sent = 0;
-    for (size_t i = 0; i < kNa; ++i) {
-      const float acc = s.a[i] * 0.5f + before[i];
+    for (size_t i = 0; i < kN; ++i) {
+      const bool inA = i < kNa;
+      const float acc = inA ? s.a[i] * 0.5f + before[i] : s.b[i - kNa] + before[i];
+      const float factor = inA ? 1.0f : 0.5f;
       const bool is_sent = bitsOf(kept[i]) == 0 && bitsOf(out[i]) != 0;
       sent += is_sent;
-      bad += is_sent ? bitsOf(out[i]) != bitsOf(acc) : bitsOf(kept[i]) != bitsOf(acc) || bitsOf(out[i]) != 0;
+      bad += is_sent ? bitsOf(out[i]) != bitsOf(acc * factor) : bitsOf(kept[i]) != bitsOf(acc) || bitsOf(out[i]) != 0;
     }
     REQUIRE(bad == 0);
     REQUIRE(sent > 0);
