@@ -1,6 +1,6 @@
 // Block-wide helpers of the GPU selector (device code; included by
 // select_kernels.cu only, so the kernels stay one translation unit): suffix
-// sums of a shared histogram and a one-block radix select. NEVER RUN on a GPU.
+// sums of a shared histogram and a one-block radix select. Ran on an H100.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,6 @@
 // Kernels of the device-resident bucket: fuse, header seal, and the scatter
-// of received blocks. NEVER RUN ON A GPU: written and compiled for sm_90 on a
-// machine without one; tests/gpu/bucket_gpu_test.cc compares them with the
-// CPU reference on the first GPU (scripts/gpu_check.sh).
+// of received blocks. Ran on an H100 (2026-11-26): tests/gpu/bucket_gpu_test.cc
+// compares them with the CPU reference (scripts/gpu_check.sh), memcheck clean.
 //
 // Bitwise agreement with the CPU pipeline needs two things: no FMA
 // contraction (nvcc contracts a*b+c by default; the CPU rounds the product

@@ -2,7 +2,7 @@
 // DeviceBucketEngine (cuda/device_bucket.cc). Plain host header: streams are
 // void*, every function returns a cudaError_t as int (0 = ok), only enqueues
 // on `stream`, allocates nothing and never synchronises.
-// NEVER RUN ON A GPU (compiled for sm_90 only).
+// Ran on an H100 (gpu/bucket).
 #pragma once
 
 #include <cstddef>

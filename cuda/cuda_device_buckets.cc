@@ -1,6 +1,6 @@
 // Device buckets of the CUDA local stage (cuda/cuda_local_stage.h):
 // startBucket and its pending object.
-// NEVER RUN ON A GPU (cuda/cuda_local_stage.h).
+// Ran on an H100 (cuda/cuda_local_stage.h).
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -16,7 +16,7 @@
 namespace mgs::cuda {
 
 // ---- Device buckets -------------------------------------------------------------
-// NEVER RUN ON A GPU. The order of one bucket, all enqueued:
+// Ran on an H100 at np 1 (gpu/device_bucket). The order of one bucket, all enqueued:
 //   engine stream: [ready events] fuse, select into d_send, seal | local words -> pinned
 //                  (or, for a rank that cannot serve the bucket: its failure header and seal -> d_send)
 //                  record localDone_

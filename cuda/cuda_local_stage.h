@@ -17,7 +17,8 @@
 // "device buckets" in core/routed_local_stage.h): no host synchronisation per
 // bucket, the verdict read from pinned memory once an event has passed.
 //
-// NEVER RUN ON A GPU: compiled for sm_90 on a machine without one; the
+// Ran on an H100 (2026-11-26): gpu/local_stage, gpu/multirank (P = 2..4 as
+// threads), gpu/device_bucket (NCCL, np 1) and python.cuda_sparse.*; the
 // routing and residual hand-over it takes part in are tested on the CPU with
 // a stand-in resident stage (tests/unit/core/routed_stage_test.cc), the
 // pipeline's side of device buckets likewise (device_bucket_test.cc);

@@ -66,7 +66,7 @@ Status scale(const TensorDesc& t, double factor) {
   return Status::OK();
 }
 
-// NEVER RUN ON A GPU (cuda/cuda_local_stage.h).
+// Ran on an H100 through mgs.torch (python.cuda_sparse.*, python.backend_nccl.np1).
 Status createLocalStage(const LocalStageOptions& options, int device, std::unique_ptr<ResidentLocalStage>* out) {
   std::unique_ptr<cuda::CudaLocalStage> s;
   MGS_RETURN_IF_ERROR(cuda::CudaLocalStage::create(options, device, &s));

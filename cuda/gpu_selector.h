@@ -15,8 +15,8 @@
 // failure code and DeviceSelectInfo are written on the device. select() is
 // the synchronous convenience (tests, benchmarks): one host sync per call.
 //
-// NEVER RUN ON A GPU (docs/compressors.md, "GPU status"): compiled for sm_90,
-// logic tested on the CPU (tests/gpu/select_plan_test.cc).
+// Ran on an H100 (docs/compressors.md, "GPU status"): gpu/compress against the
+// CPU oracle; logic also tested on the CPU (tests/gpu/select_plan_test.cc).
 // Thread-safety: immutable after create(); one call per workspace at a time.
 #pragma once
 

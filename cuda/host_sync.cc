@@ -1,4 +1,4 @@
-// Counted host synchronisations (host_sync.h). NEVER RUN ON A GPU.
+// Counted host synchronisations (host_sync.h). Ran on an H100.
 #include "host_sync.h"
 
 #include <atomic>

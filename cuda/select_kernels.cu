@@ -1,6 +1,7 @@
-// The one-pass GPU selector's kernels (design: select_plan.h). NEVER RUN ON A
-// GPU: compiled for sm_90 only; the decisions they take are the shared
-// functions of select_plan.h and threshold_search.h, tested on the CPU.
+// The one-pass GPU selector's kernels (design: select_plan.h). Ran on an H100
+// (gpu/compress against the CPU oracle, 2026-11-26); the decisions they take
+// are the shared functions of select_plan.h and threshold_search.h, also
+// tested on the CPU.
 //
 // Order on the stream (all asynchronous; the host learns nothing):
 //   initKernel     tile status of both look-back scans, state, histogram

@@ -3,7 +3,7 @@
 // With MGS_BACKEND=mpi (or no NCCL) CUDA tensors are staged through host
 // memory for MPI; with NCCL (core/device_backend.h) dense collectives run on
 // device pointers on the NCCL stream. Implemented by cuda/device_cuda.cc
-// (NEVER RUN ON A GPU) or src/core/device_none.cc.
+// (ran on an H100) or src/core/device_none.cc.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
 // MGS_BACKEND at init (core/device_backend.h). The NCCL path it enables has
-// NEVER RUN ON A GPU; the decision logic below is tested on the CPU
+// Ran on an H100 (python.backend_nccl.np1/np2); the decision logic below is tested on the CPU
 // (tests/unit/core/device_backend_test.cc).
 #include "core/device_backend.h"
 

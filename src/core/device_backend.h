@@ -9,7 +9,7 @@
 //         at the first CUDA collective (all ranks reach it at the same
 //         negotiated op); if that creation fails, MPI staging from then on.
 // The decision is pure (chooseBackend, agreeBackend) and tested on the CPU;
-// the NCCL path itself has NEVER RUN ON A GPU.
+// the NCCL path ran on an H100 at np 1 only (one GPU).
 // Coordinator thread only.
 #pragma once
 

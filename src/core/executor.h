@@ -38,7 +38,7 @@ class Executor {
  private:
   Status allreduceGroup(std::vector<Request*>& group);
   Status allreduceCuda(Request& req);
-  // NCCL on device pointers, on its stream (NEVER RUN ON A GPU): the stream
+  // NCCL on device pointers, on its stream (ran on an H100 at np 1): the stream
   // waits for the ready event, no host staging; one host wait at the end so
   // the output is final when the op completes.
   Status allreduceNccl(Request& req, device::DeviceComm& dc);

