@@ -44,6 +44,20 @@ say "tests: $REGEX"
 ctest --test-dir "$BUILD" -R "$REGEX" --output-on-failure --timeout 180 > "$OUTDIR/full_ctest.log" 2>&1
 rc=$?
 grep -E "Test +#|tests passed|rank [0-9].*(loss|ok|init)|FAILED|Error|error" "$OUTDIR/full_ctest.log" | head -60
+# python.np2 crashed on the first H100 machine (a segmentation fault in a
+# coordinator thread during test_allreduce_in_place[float16], CPU tensors) and
+# not here. If it fails again, rerun the suite with Open MPI's ob1 transport
+# and with UCX's memory-type cache off, to tell the transport from mgs.
+if grep -qE "python\.np2 .*Failed" "$OUTDIR/full_ctest.log"; then
+  lib=$(find "$BUILD" -name libmgs.so | head -1)
+  say "python.np2 failed; ompi pml: $(ompi_info 2>/dev/null | grep -E 'MCA pml' | awk '{print $3}' | tr '\n' ' ')"
+  for variant in "OMPI_MCA_pml=ob1" "UCX_MEMTYPE_CACHE=n" "OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader"; do
+    env $variant OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MGS_LIBRARY="$lib" PYTHONPATH=bindings/python \
+      PYTHONFAULTHANDLER=1 timeout 120 mpirun --oversubscribe --bind-to none -np 2 "$PY" tests/python/run_pytest.py -q \
+      > "$OUTDIR/np2_${variant%% *}.log" 2>&1
+    say "python.np2 with $variant: exit $?"
+  done
+fi
 # Skips count as failures here: this script is for machines with a GPU.
 ok=0
 [ $rc = 0 ] && ! grep -q "Skipped\|Not Run" "$OUTDIR/full_ctest.log" && ok=1

@@ -59,10 +59,18 @@ fi
 # (the mgs.torch suite, torch.compile included, against what users install
 # today; Debian's python3-torch is 1.13). PyPI's Linux wheel brings the CUDA
 # runtime wheels (about 5 GB installed); SETUP_SKIP_TORCH_VENV=1 skips it.
+if [ -f "$root/.venv-torch/.mgs-complete" ] &&
+   ! "$root/.venv-torch/bin/python" -c 'import sys, torch; sys.exit(int(torch.__version__.split(".")[0]) < 2)' 2>/dev/null; then
+  rm -f "$root/.venv-torch/.mgs-complete"  # made before the version was checked: torch 1.13 only
+fi
 if [ "$mode" = test ] && [ -z "${SETUP_SKIP_TORCH_VENV:-}" ] && [ ! -f "$root/.venv-torch/.mgs-complete" ]; then
   step "creating .venv-torch with current torch (PyPI)"
   /usr/bin/python3 -m venv --system-site-packages "$root/.venv-torch"
-  "$root/.venv-torch/bin/pip" install -q torch
+  # "torch>=2": the venv sees Debian's torch 1.13, which a plain "torch"
+  # requirement accepts, so nothing newer was installed before.
+  "$root/.venv-torch/bin/pip" install -q --upgrade "torch>=2"
+  "$root/.venv-torch/bin/python" -c 'import sys, torch; sys.exit(int(torch.__version__.split(".")[0]) < 2)' ||
+    { echo "setup: .venv-torch did not get torch >= 2"; exit 1; }
   touch "$root/.venv-torch/.mgs-complete"
 fi
 
