@@ -22,6 +22,7 @@
 #include <random>
 #include <vector>
 
+#include "gpu_main.h"
 #include "common/dtype.h"
 #include "compress/selector.h"
 #include "device_bucket.h"
@@ -511,10 +512,4 @@ TEST_CASE("device bucket: zero host syncs and no allocation on the enqueue path 
 
 }  // namespace mgs::cuda
 
-int main(int argc, char** argv) {
-  if (mgs::cuda::visibleDevices() == 0) {
-    std::printf("SKIPPED: no CUDA device visible (cudaGetDeviceCount gives 0); the device bucket tests need a GPU\n");
-    return 77;
-  }
-  return Catch::Session().run(argc, argv);
-}
+int main(int argc, char** argv) { return mgs::test::runGpuTests(argc, argv, "the device bucket tests"); }

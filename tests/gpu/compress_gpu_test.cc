@@ -23,6 +23,7 @@
 #include <random>
 #include <vector>
 
+#include "gpu_main.h"
 #include "common/dtype.h"
 #include "compress/decompress.h"
 #include "compress/selector.h"
@@ -382,12 +383,4 @@ TEST_CASE("gpu scatterAdd equals the CPU bitwise", "[gpu][decompress]") {
 }  // namespace
 }  // namespace mgs
 
-int main(int argc, char** argv) {
-  if (mgs::cuda::visibleDevices() == 0) {
-    std::printf(
-        "SKIPPED: no CUDA device visible (cudaGetDeviceCount gives 0); "
-        "the GPU selector tests need a GPU\n");
-    return 77;
-  }
-  return Catch::Session().run(argc, argv);
-}
+int main(int argc, char** argv) { return mgs::test::runGpuTests(argc, argv, "the GPU selector tests"); }

@@ -28,6 +28,8 @@
 #include <random>
 #include <vector>
 
+#include "gpu_bucket_fixture.h"
+#include "gpu_main.h"
 #include "comm/fake/thread_communicator.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "compress/selector.h"
@@ -62,13 +64,7 @@ struct Dev {
   }
 };
 
-std::vector<float> gaussian(size_t n, uint64_t seed) {
-  std::mt19937_64 g(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(g) * 1e-2f;
-  return v;
-}
+using test::gaussian;
 
 struct World {
   std::shared_ptr<ThreadWorld> world = std::make_shared<ThreadWorld>(1);
@@ -218,14 +214,11 @@ TEST_CASE("device bucket np1: no host sync in steady state, bitwise the host pat
   so.density = 0.01;
   std::unique_ptr<compress::Selector> sel;
   REQUIRE(compress::Selector::create("topk", so, &sel).ok());
-  ResidualStore hs, ds;
-  LocalStageOptions ho, dopt;
-  ho.residuals = &hs;
-  dopt.residuals = &ds;
-  CpuLocalStage host(ho);
-  std::unique_ptr<CudaLocalStage> dev;
-  REQUIRE(CudaLocalStage::create(dopt, w.nccl->device(), &dev).ok());
-  ds.setExternal(dev.get());
+  test::TwinStages twins;
+  REQUIRE(twins.create(w.nccl->device()).ok());
+  CpuLocalStage& host = *twins.host;
+  ResidualStore& ds = twins.ds;
+  std::unique_ptr<CudaLocalStage>& dev = twins.dev;
   REQUIRE(dev->runsDeviceBuckets());
 
   for (uint64_t step = 0; step < 6; ++step) {
@@ -323,11 +316,4 @@ TEST_CASE("device bucket np1: a member on another device, and a NaN, fail withou
 
 }  // namespace mgs::cuda
 
-int main(int argc, char** argv) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: skipped\n");
-    return 77;
-  }
-  return Catch::Session().run(argc, argv);
-}
+int main(int argc, char** argv) { return mgs::test::runGpuTests(argc, argv, "the device bucket tests over NCCL"); }

@@ -1,6 +1,7 @@
-// The two-member bucket the CUDA local-stage tests share: an f32 member with
-// prescale 0.5 and an f16 member, each held on the host and on device 0, with
-// the Request lists for both. Needs a CUDA device (GPU tests only).
+// What the CUDA local-stage tests share: the two-member bucket (an f32 member
+// with prescale 0.5 and an f16 member, each held on the host and on device 0,
+// with the Request lists for both), and a host stage beside a CUDA stage.
+// Needs a CUDA device (GPU tests only).
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -13,7 +14,11 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/status.h"
+#include "core/cpu_local_stage.h"
 #include "core/request.h"
+#include "core/residual_store.h"
+#include "cuda_local_stage.h"
 
 namespace mgs::test {
 
@@ -65,5 +70,24 @@ inline Bucket makeBucket(size_t na, size_t nb, uint64_t seed) {
   }
   return k;
 }
+
+// A host stage and a CUDA stage on `device`, each with its own residual
+// store; the CUDA stage holds its residuals on the device (the store's
+// External holder) until it is destroyed.
+struct TwinStages {
+  ResidualStore hs, ds;
+  std::unique_ptr<CpuLocalStage> host;
+  std::unique_ptr<cuda::CudaLocalStage> dev;
+  Status create(int device) {
+    LocalStageOptions ho, dopt;
+    ho.residuals = &hs;
+    dopt.residuals = &ds;
+    host = std::make_unique<CpuLocalStage>(ho);
+    const Status st = cuda::CudaLocalStage::create(dopt, device, &dev);
+    if (dev) ds.setExternal(dev.get());
+    return st;
+  }
+  ~TwinStages() { ds.setExternal(nullptr); }
+};
 
 }  // namespace mgs::test

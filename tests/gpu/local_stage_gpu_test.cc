@@ -21,6 +21,7 @@
 #include <random>
 #include <vector>
 
+#include "gpu_main.h"
 #include "common/dtype.h"
 #include "compress/decompress.h"
 #include "compress/selector.h"
@@ -191,11 +192,4 @@ TEST_CASE("cuda local stage: the scatter of P received blocks equals the host's 
 
 }  // namespace mgs::cuda
 
-int main(int argc, char** argv) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: skipped\n");
-    return 77;
-  }
-  return Catch::Session().run(argc, argv);
-}
+int main(int argc, char** argv) { return mgs::test::runGpuTests(argc, argv, "the CUDA local stage tests"); }

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpu_main.h"
 #include "comm/fake/thread_communicator.h"
 #include "common/dtype.h"
 #include "compress/decompress.h"
@@ -86,15 +87,12 @@ void runRank(const std::shared_ptr<ThreadWorld>& world, int rank, RankResult* re
   const size_t cap = sel->maxCount(kN);
   const size_t bb = block::allgatherBytes(cap);
 
-  ResidualStore hs, ds;
-  LocalStageOptions ho, dopt;
-  ho.residuals = &hs;
-  dopt.residuals = &ds;
-  CpuLocalStage host(ho);
-  std::unique_ptr<CudaLocalStage> dev;
-  const Status cs = CudaLocalStage::create(dopt, 0, &dev);
+  test::TwinStages twins;
+  const Status cs = twins.create(0);
   if (!cs.ok()) fail(res, -1, "CudaLocalStage::create: " + cs.toString());
-  if (dev) ds.setExternal(dev.get());
+  CpuLocalStage& host = *twins.host;
+  ResidualStore& ds = twins.ds;
+  CudaLocalStage* dev = twins.dev.get();
   const std::vector<double> factors = {1.0 / P, 1.0};
   const float scales[2] = {static_cast<float>(1.0 / P), 1.0f};
 
@@ -179,7 +177,6 @@ void runRank(const std::shared_ptr<ThreadWorld>& world, int rank, RankResult* re
     dev->settle(k.dev, std::move(d.slab), true);
   }
   if (dev && !dev->evictAll().ok()) fail(res, kSteps, "evictAll");
-  ds.setExternal(nullptr);
 }
 
 }  // namespace
@@ -208,11 +205,4 @@ TEST_CASE("P ranks as threads on one GPU: host-staged blocks, device scatter equ
 
 }  // namespace mgs::cuda
 
-int main(int argc, char** argv) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("no CUDA device: skipped\n");
-    return 77;
-  }
-  return Catch::Session().run(argc, argv);
-}
+int main(int argc, char** argv) { return mgs::test::runGpuTests(argc, argv, "the multi-rank GPU tests"); }

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "gpu_main.h"
 #include "comm/fake/thread_communicator.h"
 #include "comm/nccl/nccl_communicator.h"
 
@@ -131,11 +132,4 @@ TEST_CASE("nccl two ranks on one GPU end without a hang", "[gpu][nccl]") {
 }  // namespace
 }  // namespace mgs
 
-int main(int argc, char** argv) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("SKIPPED: no CUDA device visible; the NCCL communicator tests need a GPU\n");
-    return 77;
-  }
-  return Catch::Session().run(argc, argv);
-}
+int main(int argc, char** argv) { return mgs::test::runGpuTests(argc, argv, "the NCCL communicator tests"); }
