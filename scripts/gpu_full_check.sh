@@ -2,6 +2,8 @@
 # The full build with CUDA on a GPU machine that has Open MPI, spdlog and CLI11
 # (Catch2 v2 is taken from .deps/catch2 when present: a GPU image may lack it),
 # then the end-to-end CUDA tests through mgs.torch under mpirun:
+#   gpu/runtime                 the runtime with CUDA tensors, P = 2..4 ranks as
+#                               threads on the GPU, bitwise the CPU tensors' run
 #   python.np2                  the pytest suite at np 2, its CUDA tests with
 #                               both ranks on the one GPU (MPI, host-staged)
 #   python.cuda_sparse.mpi.np2  sparsified CUDA gradients against a CPU twin,
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/.."
 BUILD=${MGS_GPU_FULL_BUILD:-build-gpu-full}
 OUTDIR=${MGS_GPU_OUT:-${OUT:-$BUILD/gpu_full_check}}
 PY=${PYTHON:-$(command -v python3)}
-REGEX=${1:-"^python\\.(np2|cuda_sparse\\..*|backend_nccl\\..*)$"}
+REGEX=${1:-"^(gpu/runtime|python\\.(np2|cuda_sparse\\..*|backend_nccl\\..*))$"}
 mkdir -p "$OUTDIR"
 # This script's own settings must not reach the ranks: mgs refuses an MGS_*
 # variable it does not know.
@@ -37,7 +39,7 @@ if ! cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURE
 fi
 grep "mgs:" "$OUTDIR/full_configure.log"
 say "build libmgs (-j$(nproc))"
-if ! cmake --build "$BUILD" -j"$(nproc)" --target mgs > "$OUTDIR/full_build.log" 2>&1; then
+if ! cmake --build "$BUILD" -j"$(nproc)" --target mgs mgs_gpu_runtime_test > "$OUTDIR/full_build.log" 2>&1; then
   grep -E "error|Error" "$OUTDIR/full_build.log" | head -40; say "FAILED: build"; exit 1
 fi
 say "tests: $REGEX"
