@@ -1,5 +1,10 @@
 """Train examples/tensorflow/train_digits.py dense and with gaussiank at density 0.01 (no dense
-fallback) and check that the sparse run's test accuracy (mean of the last 3 epochs) is within 1 point of the dense one.
+fallback) and check that the sparse run's test accuracy (mean of the last 3 epochs) is within 1.5 points of the dense
+one. Repeated runs of the same code differ by up to 0.8 points (sparse minus dense: +0.55, -0.28, -0.83, +0.09 in four
+runs on 2026-11-26; the plan depends on measured timings), and a 1-point bound failed once on a loaded host. The
+check catches a broken exchange or selection, not a missing error feedback: digits is easy enough that gaussiank at
+1% without it still reached 98.98% against 99.16% dense (MGS_ERROR_FEEDBACK=0, same day). Error feedback is checked
+bit for bit by the conservation tests (unit, mpi).
 
 Usage: python check_digits.py MPIRUN_AND_ARGS... -- PYTHON [example args]
 e.g.   python check_digits.py mpirun --oversubscribe -np 2 -- .venv-tf/bin/python --epochs 10
@@ -42,8 +47,8 @@ def main():
     if dense < 0.95:
         print("dense accuracy below 95%", file=sys.stderr)
         return 1
-    if sparse < dense - 0.01:
-        print("gaussiank is more than 1 point below dense", file=sys.stderr)
+    if sparse < dense - 0.015:
+        print("gaussiank is more than 1.5 points below dense", file=sys.stderr)
         return 1
     return 0
 
