@@ -27,6 +27,7 @@ namespace mgs {
 namespace {
 
 using test::cpuDesc;
+using test::laplace;
 using test::runRanks;
 using test::waitRelease;
 
@@ -39,11 +40,6 @@ struct RankRecord {
   std::string error;
 };
 
-float laplace(std::mt19937& rng) {
-  std::uniform_real_distribution<double> u(-0.5, 0.5);
-  const double v = u(rng);
-  return static_cast<float>((v < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(v) + 1e-12));
-}
 
 TensorDesc cudaDesc(void* data, int64_t n) {
   TensorDesc t = cpuDesc(data, MGS_FLOAT32, {n});

@@ -10,6 +10,7 @@
 
 using namespace mgs;
 using mgs::test::cpuDesc;
+using mgs::test::laplace;
 using mgs::test::runRanks;
 using mgs::test::waitRelease;
 
@@ -23,12 +24,6 @@ Config sparseConfig(const std::string& compressor, double density) {
   c.min_sparse_elements = 1000;
   c.calibration = "off";
   return c;
-}
-
-float laplace(std::mt19937& rng) {
-  std::uniform_real_distribution<double> u(-0.5, 0.5);
-  const double v = u(rng);
-  return static_cast<float>((v < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(v) + 1e-12));
 }
 
 struct RankStep {

@@ -3,8 +3,10 @@
 // job, without MPI.
 #pragma once
 
+#include <cmath>
 #include <functional>
 #include <memory>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -53,6 +55,13 @@ inline TensorDesc cpuDesc(void* data, DataType dtype, std::vector<int64_t> shape
   t.dtype = dtype;
   t.shape = std::move(shape);
   return t;
+}
+
+// A Laplace-distributed value (scale 1): heavy-tailed like real gradients.
+inline float laplace(std::mt19937& rng) {
+  std::uniform_real_distribution<double> u(-0.5, 0.5);
+  const double v = u(rng);
+  return static_cast<float>((v < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(v) + 1e-12));
 }
 
 // Wait for a handle and release it; returns the op's status.
