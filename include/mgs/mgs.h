@@ -305,6 +305,8 @@ typedef struct mgs_stats {
   uint64_t idle_cycles;          /**< coordinator cycles with nothing pending on this rank */
   uint64_t sparse_agreed_buckets; /**< of sparse_buckets, those exchanged by the agreed-index exchange
                                        (MGS_EXCHANGE; the rest went by allgather) */
+  uint64_t sparse_in_flight_max;  /**< most sparse buckets whose exchange was in flight at once (the
+                                       coordinator went on meanwhile) */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

@@ -18,6 +18,22 @@ Status Communicator::startAllgather(const void* send, size_t bytes, void* recv,
   return allgather(send, bytes, recv);
 }
 
+Status Communicator::startAllreduce(void* buf, size_t count, DataType dtype, CommOp op,
+                                    std::unique_ptr<PendingCollective>* pending) {
+  pending->reset(new FinishedCollective);
+  return allreduce(buf, count, dtype, op);
+}
+
+Status Communicator::startBroadcast(void* buf, size_t bytes, int root, std::unique_ptr<PendingCollective>* pending) {
+  pending->reset(new FinishedCollective);
+  return broadcast(buf, bytes, root);
+}
+
+Status Communicator::duplicate(std::unique_ptr<Communicator>* out) {
+  out->reset();
+  return Status(Code::kUnsupported, "this communicator cannot be duplicated");
+}
+
 Status Communicator::split(int, int, std::unique_ptr<Communicator>* out) {
   out->reset();
   return Status(Code::kUnsupported, "this communicator cannot be split into sub-communicators");

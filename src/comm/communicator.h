@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,23 @@ class Communicator {
   // completion. Other collectives may be issued meanwhile (same order on
   // every rank). The default runs allgather() now and returns a finished op.
   virtual Status startAllgather(const void* send, size_t bytes, void* recv, std::unique_ptr<PendingCollective>* op);
+  // Nonblocking allreduce (in place) and broadcast, with startAllgather's
+  // contract. The defaults run the blocking call now and return a finished op;
+  // asyncCollectives() says whether the backend really returns at once.
+  virtual Status startAllreduce(void* buf, size_t count, DataType dtype, CommOp op,
+                                std::unique_ptr<PendingCollective>* pending);
+  virtual Status startBroadcast(void* buf, size_t bytes, int root, std::unique_ptr<PendingCollective>* pending);
+  virtual bool asyncCollectives() const { return false; }
+  // Collective: a communicator over the same ranks whose collectives are
+  // ordered apart from this one's (so a sequence of them may be started at
+  // times that differ between ranks, as long as its own order is the same
+  // everywhere). The default says the backend cannot.
+  virtual Status duplicate(std::unique_ptr<Communicator>* out);
+  // Called, on the waiting thread, each time a blocking call of this
+  // communicator or of one made from it (duplicate, split) finds its
+  // operation unfinished. It may start or test nonblocking operations; it
+  // must not block. Backends that cannot call it ignore it.
+  virtual void setWaitHook(std::function<void()> hook) { (void)hook; }
   // Variable-size byte strings gathered to `root`; `out` is filled on root only.
   virtual Status gatherStrings(const std::string& send, int root, std::vector<std::string>* out) = 0;
   virtual Status broadcast(void* buf, size_t bytes, int root) = 0;

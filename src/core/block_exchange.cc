@@ -130,9 +130,13 @@ void BlockExchange::abandon(Allgather& a) {
   (void)new std::vector<char>(std::move(a.send));
 }
 
-Status BlockExchange::broadcastIndex(std::vector<char>& buf, size_t cap, int leader, size_t n, size_t members,
-                                     const std::string& name) {
-  MGS_RETURN_IF_ERROR(comm_.broadcast(buf.data(), block::indexBytes(cap), leader));
+Status BlockExchange::startIndexBroadcast(std::vector<char>& buf, size_t cap, int leader,
+                                          std::unique_ptr<PendingCollective>* op) {
+  return comm_.startBroadcast(buf.data(), block::indexBytes(cap), leader, op);
+}
+
+Status BlockExchange::checkIndex(const std::vector<char>& buf, size_t cap, int leader, size_t n, size_t members,
+                                 const std::string& name) {
   const block::ConstIndexBlock b(buf.data(), cap);
   const uint64_t header = b.header();
   const block::Header h = block::decodeHeader(header, cap, members);

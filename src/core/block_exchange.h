@@ -77,10 +77,12 @@ class BlockExchange {
   static void abandon(Allgather& a);
 
   // The agreed exchange's index block, `block` (indexBytes(cap) bytes): the
-  // leader's finished block is broadcast and checked on every rank (seal,
-  // header, indices < n, no index twice).
-  Status broadcastIndex(std::vector<char>& block, size_t cap, int leader, size_t n, size_t members,
-                        const std::string& name);
+  // leader's finished block is broadcast (started here, on the pipeline's
+  // communicator, in bucket order), then checked on every rank once it has
+  // arrived (seal, header, indices < n, no index twice).
+  Status startIndexBroadcast(std::vector<char>& block, size_t cap, int leader, std::unique_ptr<PendingCollective>* op);
+  Status checkIndex(const std::vector<char>& block, size_t cap, int leader, size_t n, size_t members,
+                    const std::string& name);
 
   // The agreed bucket `name`'s leader: its name's hash plus the times it was
   // applied, mod P. A function of the bucket alone, not of the order buckets

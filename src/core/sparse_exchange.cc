@@ -32,11 +32,19 @@ void SparsePipeline::startSparse(std::vector<Request>& members, size_t n, size_t
   f.ex.send = std::move(block);
   exchange_.start(f.ex);
   inflight_.push_back(std::move(f));
+  stats_.in_flight_max = std::max<uint64_t>(stats_.in_flight_max, inflight_.size());
   while (inflight_.size() > BlockExchange::kMaxInFlight) finishOldest();
   poll();
 }
 
 void SparsePipeline::finishOldest() {
+  if (inflight_.front().agreed()) {  // sparse_agreed.cc
+    waitAgreedFront();
+    InFlight f = std::move(inflight_.front());
+    inflight_.pop_front();
+    finishAgreed(f);
+    return;
+  }
   InFlight f = std::move(inflight_.front());
   inflight_.pop_front();
   if (f.device) {  // sparse_device.cc

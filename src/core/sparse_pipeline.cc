@@ -67,11 +67,29 @@ void SparsePipeline::setResidentFactory(ResidentFactory factory) {
                                               std::move(factory));
 }
 
+SparsePipeline::~SparsePipeline() {
+  if (values_comm_) comm_.setWaitHook({});
+}
+
+Status SparsePipeline::setupAsync() {
+  // Collective (every rank has the same backend). The hook lets every
+  // blocking wait of this rank (negotiation, a dense allreduce, the oldest
+  // allgather) start the agreed phases that are due: a rank blocked in a
+  // collective must never be the one holding back a phase another rank
+  // waits for.
+  if (!comm_.asyncCollectives()) return Status::OK();
+  MGS_RETURN_IF_ERROR(comm_.duplicate(&values_comm_));
+  MGS_RETURN_IF_ERROR(comm_.duplicate(&names_comm_));
+  comm_.setWaitHook([this] { pumpAgreed(); });
+  return Status::OK();
+}
+
 Status SparsePipeline::create(Communicator& comm, const Config& config, ResidualStore& residuals, Complete complete,
                               std::unique_ptr<SparsePipeline>* out) {
   std::unique_ptr<SparsePipeline> p(new SparsePipeline(comm, config, residuals, std::move(complete)));
   MGS_RETURN_IF_ERROR(p->init());
   if (p->config_.compressor != "none") {
+    MGS_RETURN_IF_ERROR(p->setupAsync());
     plan::CostModel cost;
     MGS_RETURN_IF_ERROR(resolveCostModel(comm, config, p->selectorFor(p->config_.density), &cost));
     MGS_RETURN_IF_ERROR(p->setupNodes());
@@ -149,6 +167,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   job.n = n;
   size_t cap = 1;
   std::vector<char> block;
+  std::vector<float> vals;  // the agreed exchange's values
   if (dense) {
     job.dense_acc = scatter_.denseBuffer(n + P);  // + one verdict slot per rank (exchangeDense)
   } else if (hier) {
@@ -162,13 +181,13 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
     const compress::Selector& sel = selectorFor(density);
     cap = std::max<size_t>(sel.maxCount(n), 1);
     block = exchange_.takeBuffer(agreed ? block::indexBytes(cap) : block::allgatherBytes(cap));
-    if (agreed) agreed_vals_.resize(cap + kAgreedFlags);
+    if (agreed) vals = takeVals(cap + kAgreedFlags);
     job.select = select_here;
     job.selector = &sel;
     job.cap = cap;
     job.block = select_here ? block.data() : nullptr;  // agreed non-leaders receive the leader's block
     job.index_block = agreed;
-    job.agreed_values = agreed ? agreed_vals_.data() : nullptr;
+    job.agreed_values = agreed ? vals.data() : nullptr;
     job.step = schedule_.step();
     job.name = name.c_str();
   }
@@ -204,7 +223,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   }
   const size_t k = compress::kForDensity(n, density);
   if (agreed) {
-    runAgreed(members, n, cap, leader, k, out, std::move(block));
+    startAgreed(members, n, cap, leader, k, out, std::move(block), std::move(vals));
     return;
   }
   startSparse(members, n, cap, k, out, std::move(block));
@@ -215,9 +234,12 @@ void SparsePipeline::publishStats() {
 }
 
 void SparsePipeline::poll() {
+  pumpAgreed();
   while (!inflight_.empty()) {
     InFlight& f = inflight_.front();
-    if (!(f.device ? deviceReady(f) : exchange_.ready(f.ex))) return;
+    const bool ready = f.agreed() ? f.ag.phase == InFlight::Agreed::kDone
+                                  : (f.device ? deviceReady(f) : exchange_.ready(f.ex));
+    if (!ready) return;
     finishOldest();
   }
 }
@@ -232,6 +254,12 @@ void SparsePipeline::failHeld(const Status& st) {
   for (auto& f : inflight_) {
     for (auto& m : f.members) complete_(m, st);
     BlockExchange::abandon(f.ex);
+    if (f.agreed()) {  // leaked like the allgather's: a collective may still write into them
+      (void)f.ag.op.release();
+      new std::vector<char>(std::move(f.ag.block));
+      new std::vector<float>(std::move(f.ag.vals));
+      new std::vector<uint64_t>(std::move(f.ag.codes));
+    }
     // A device bucket's work may still be running on the GPU: its buffers
     // (slab, blocks) are leaked, never given back to the pool.
     if (f.dev) (void)f.dev.release();

@@ -94,6 +94,13 @@ class SparsePipeline {
 
  private:
   SparsePipeline(Communicator& comm, const Config& config, ResidualStore& residuals, Complete complete);
+  // Agreed buckets in flight when the backend has nonblocking collectives.
+  Status setupAsync();
+
+ public:
+  ~SparsePipeline();
+
+ private:
   Status init();
   // One complete bucket from the schedule: the local stage, then the
   // collective part every rank runs for it.
@@ -116,7 +123,29 @@ class SparsePipeline {
     std::unique_ptr<PendingDeviceBucket> dev;
     bool dev_done = false;
     Status dev_status;
+    // An agreed bucket (sparse_agreed.cc): three collectives, each started
+    // when the one before has completed, never waited for on the
+    // coordinator's own account (pumpAgreed).
+    struct Agreed {
+      enum Phase { kNone, kIndex, kValues, kNames, kDone };
+      Phase phase = kNone;
+      int leader = 0;
+      size_t cap = 1, count = 0;
+      int bad_member = -1;
+      bool reduced = false;      // the values' allreduce completed
+      bool flagged = false;      // some rank's flag was raised
+      bool other_error = false;  // ... for a failure that is not a non-finite value
+      std::vector<char> block;   // the leader's index block
+      std::vector<float> vals;   // [cap values | kAgreedFlags slots]
+      uint64_t code = 0;         // this rank's failure code, and every rank's (kNames)
+      std::vector<uint64_t> codes;
+      std::unique_ptr<PendingCollective> op;  // the phase's collective
+      Status status;                          // a collective or the index check failed
+      Clock::time_point phase_start;
+    } ag;
+    bool agreed() const { return ag.phase != Agreed::kNone; }
   };
+  using Agreed = InFlight::Agreed;
   // Device buckets in flight at most before the oldest is waited for (a host
   // sync): high enough that a step's buckets never wait in steady state;
   // each holds its acc slab in device memory until it finishes.
@@ -138,9 +167,28 @@ class SparsePipeline {
   Status exchangeDense(std::vector<Request>& members, size_t n, float* acc, const Status& local, int bad_member,
                        bool* sent);
   // The agreed exchange's collective part (sparse_agreed.cc); `local.slab`
-  // is committed as the residual only if every rank contributed.
-  void runAgreed(std::vector<Request>& members, size_t n, size_t cap, int leader, size_t k, LocalOutcome& local,
-                 std::vector<char>&& block);
+  // is committed as the residual only if every rank contributed. With a
+  // backend that has nonblocking collectives its three phases run in
+  // flight: the index broadcast on comm_ (started here, in negotiated
+  // order), the values' allreduce on values_comm_ and the failure names on
+  // names_comm_ (each started when the phase before completed, which
+  // differs between ranks, so each on a communicator of its own, in bucket
+  // order). Otherwise they run to the end here.
+  void startAgreed(std::vector<Request>& members, size_t n, size_t cap, int leader, size_t k, LocalOutcome& local,
+                   std::vector<char>&& block, std::vector<float>&& vals);
+  // Moves every agreed bucket in flight on as far as it goes without waiting
+  // (also from inside any blocking wait of comm_: setWaitHook). A phase is
+  // started for a bucket only after it was started for every earlier one.
+  void pumpAgreed();
+  // One phase of `f`, if its collective has completed (wait: wait for it).
+  void stepAgreed(InFlight& f, bool wait);
+  void agreedIndexArrived(InFlight& f);
+  void agreedValuesArrived(InFlight& f);
+  void finishAgreed(InFlight& f);
+  // Waits, moving every agreed bucket on, until the oldest bucket in flight
+  // (an agreed one) is done.
+  void waitAgreedFront();
+  std::vector<float> takeVals(size_t n);
   // The hierarchical exchange (sparse_hierarchical.cc). setupNodes() groups
   // the ranks into nodes (MGS_NODE_SIZE, or by host name) and makes the
   // node and leader communicators, at init, on every rank alike.
@@ -158,9 +206,6 @@ class SparsePipeline {
   // those, failures other than a non-finite value. They give every rank the
   // same verdict inside the allreduce the exchange does anyway.
   static constexpr size_t kAgreedFlags = 2;
-  // The error of an agreed bucket some rank failed, naming every failed rank
-  // (a collective: every rank calls it after reading the same flags).
-  Status agreedFailure(const std::vector<Request>& members, const Status& local, int bad_member);
 
   // The error of a bucket some rank failed: `codes` holds every rank's block
   // header (the same on all ranks), `local` adds this rank's details.
@@ -188,7 +233,11 @@ class SparsePipeline {
   ScatterStage scatter_;
   std::deque<InFlight> inflight_;   // started in order, finished in order
   std::vector<uint64_t> counts_;    // per-rank block headers
-  std::vector<float> agreed_vals_;  // agreed exchange: values (+ kAgreedFlags slots)
+  std::vector<std::vector<float>> vals_pool_;  // agreed exchange: values (+ kAgreedFlags slots)
+  // The agreed exchange's second and third phases (nonblocking backends
+  // only; null: the phases run to the end at once).
+  std::unique_ptr<Communicator> values_comm_, names_comm_;
+  bool in_pump_ = false;
   // The hierarchical exchange: this rank's node and (on node leaders) the
   // leaders' communicator; nodes_ nodes of at most ranks_per_node_ ranks.
   std::unique_ptr<Communicator> node_comm_, leader_comm_;

@@ -5,6 +5,11 @@
 //           at the same indices; each entry of each rank's residual is either
 //           0 (contributed) or the accumulator, bitwise; outputs are the same
 //           bits on every rank; every sparse bucket went by the exchange.
+//   agreed_inflight  the same checks with 16 layer-wise agreed buckets per
+//           step (MGS_PLANNER=layerwise) and each rank sleeping a random
+//           0..TEST_JITTER_US between enqueues, so the buckets' phases
+//           complete at different times on different ranks; and the
+//           exchanges really were in flight together (sparse_in_flight_max).
 //   auto    MGS_EXCHANGE=auto with a measured calibration: results equal the
 //           average of what each rank sent, identical everywhere, and every
 //           rank counted the same buckets per exchange (the same choices).
@@ -22,12 +27,15 @@
 //           message containing $EXPECT_ERROR (bad node groupings).
 // Malformed index blocks are injected in tests/unit/core/sparse_agreed_test.cc
 // (ranks as threads: MPI gives no hook to corrupt a broadcast).
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mpi_harness.h"
@@ -45,9 +53,10 @@ int g_size = 0;
 
 // Ten steps of six tensors (two below MGS_MIN_SPARSE_ELEMENTS, dense).
 // `agreed`: check the agreed exchange's invariants as well.
-void runSteps(bool agreed) {
-  const std::vector<int64_t> sizes = {5000, 20000, 4096, 100000, 8192, 3000};
-  const int kSteps = 10;
+// `jitter_us` > 0: each rank sleeps a random 0..jitter_us before each enqueue.
+void runSteps(bool agreed, const std::vector<int64_t>& sizes = {5000, 20000, 4096, 100000, 8192, 3000},
+              int kSteps = 10, int jitter_us = 0) {
+  std::mt19937 rng(1234u + 77u * static_cast<unsigned>(g_rank));
   for (int step = 0; step < kSteps; ++step) {
     const size_t L = sizes.size();
     StepTensors st(sizes, step);
@@ -59,6 +68,7 @@ void runSteps(bool agreed) {
     }
     for (size_t j = 0; j < L; ++j) {
       const size_t t = (g_rank % 2) ? L - 1 - j : j;  // ranks enqueue in different orders
+      if (jitter_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % jitter_us));
       mgs_tensor_t in = cpuTensor(x[t].data(), MGS_FLOAT32, shapes[t]);
       mgs_tensor_t o = cpuTensor(out[t].data(), MGS_FLOAT32, shapes[t]);
       EXPECT_OK(mgs_allreduce_async(("x" + std::to_string(t)).c_str(), &in, &o, MGS_REDUCE_AVERAGE, 1, 1,
@@ -130,6 +140,27 @@ void scenarioAgreed() {
   if (g_rank == 0)
     std::printf("agreed: %llu sparse buckets, %llu agreed, %llu dense\n", (unsigned long long)c[0],
                 (unsigned long long)c[1], (unsigned long long)c[2]);
+}
+
+void scenarioAgreedInFlight() {
+  const char* j = std::getenv("TEST_JITTER_US");
+  const int jitter = j ? std::atoi(j) : 2000;
+  std::vector<int64_t> sizes;
+  for (int t = 0; t < 16; ++t) sizes.push_back(4096 + 2731 * t);
+  sizes.push_back(100);  // dense (below MGS_MIN_SPARSE_ELEMENTS)
+  sizes.push_back(3000);
+  runSteps(/*agreed=*/true, sizes, 12, jitter);
+  mgs_stats_t st{};
+  EXPECT_OK(mgs_get_stats(&st, sizeof st));
+  EXPECT(st.sparse_buckets > 0 && st.sparse_agreed_buckets == st.sparse_buckets,
+         "sparse buckets %llu, agreed %llu: every sparse bucket should be agreed", (unsigned long long)st.sparse_buckets,
+         (unsigned long long)st.sparse_agreed_buckets);
+  // MPI has nonblocking collectives: the agreed exchanges overlap.
+  EXPECT(st.sparse_in_flight_max >= 2, "at most %llu agreed exchange(s) in flight at once: they did not overlap",
+         (unsigned long long)st.sparse_in_flight_max);
+  if (g_rank == 0)
+    std::printf("agreed_inflight: %llu agreed buckets, at most %llu in flight at once\n",
+                (unsigned long long)st.sparse_agreed_buckets, (unsigned long long)st.sparse_in_flight_max);
 }
 
 void scenarioAuto() {
@@ -283,7 +314,7 @@ int main(int argc, char** argv) {
   mgs_rank(&g_rank);
   mgs_size(&g_size);
   const std::map<std::string, void (*)()> scenarios = {
-      {"agreed", scenarioAgreed}, {"auto", scenarioAuto}, {"hierarchical", scenarioHierarchical}};
+      {"agreed", scenarioAgreed}, {"agreed_inflight", scenarioAgreedInFlight}, {"auto", scenarioAuto}, {"hierarchical", scenarioHierarchical}};
   auto it = scenarios.find(scenario);
   if (it == scenarios.end()) {
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());

@@ -54,6 +54,7 @@ class MgsStats(ctypes.Structure):
         ("name_cache_entries", ctypes.c_uint64),
         ("idle_cycles", ctypes.c_uint64),
         ("sparse_agreed_buckets", ctypes.c_uint64),
+        ("sparse_in_flight_max", ctypes.c_uint64),
     ]
 
 

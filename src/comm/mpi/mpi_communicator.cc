@@ -153,7 +153,19 @@ Status MpiCommunicator::split(int color, int key, std::unique_ptr<Communicator>*
   if (sub == MPI_COMM_NULL) return Status::OK();
   std::unique_ptr<MpiCommunicator> c(new MpiCommunicator());
   c->comm_ = sub;  // owned from here: freed by the destructor on any path
+  c->wait_.hook = wait_.hook;
   MGS_MPI_CHECK(MPI_Comm_set_errhandler(sub, MPI_ERRORS_RETURN));
+  MGS_RETURN_IF_ERROR(c->describe());
+  *out = std::move(c);
+  return Status::OK();
+}
+
+Status MpiCommunicator::duplicate(std::unique_ptr<Communicator>* out) {
+  out->reset();
+  std::unique_ptr<MpiCommunicator> c(new MpiCommunicator());
+  MGS_MPI_CHECK(MPI_Comm_dup(comm_, &c->comm_));
+  c->wait_.hook = wait_.hook;
+  MGS_MPI_CHECK(MPI_Comm_set_errhandler(c->comm_, MPI_ERRORS_RETURN));
   MGS_RETURN_IF_ERROR(c->describe());
   *out = std::move(c);
   return Status::OK();
@@ -274,6 +286,27 @@ Status MpiCommunicator::startAllgather(const void* send, size_t bytes, void* rec
   MGS_MPI_CHECK(MPI_Iallgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes), MPI_BYTE, comm_,
                                p->request()));
   *op = std::move(p);
+  return Status::OK();
+}
+
+Status MpiCommunicator::startAllreduce(void* buf, size_t count, DataType dtype, CommOp op,
+                                       std::unique_ptr<PendingCollective>* pending) {
+  MGS_ENSURE(reducible(dtype, op), kInternal, "allreduce of " << dtypeName(dtype) << " with this operation");
+  MPI_Datatype type;
+  // 16-bit floats (no MPI type) and counts past an int: the blocking form now.
+  if (count > static_cast<size_t>(INT_MAX) || !mpiType(dtype, &type).ok())
+    return Communicator::startAllreduce(buf, count, dtype, op, pending);
+  auto p = std::make_unique<MpiPending>(wait_);
+  MGS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count), type, mpiOp(op), comm_, p->request()));
+  *pending = std::move(p);
+  return Status::OK();
+}
+
+Status MpiCommunicator::startBroadcast(void* buf, size_t bytes, int root, std::unique_ptr<PendingCollective>* pending) {
+  if (bytes > static_cast<size_t>(INT_MAX)) return Communicator::startBroadcast(buf, bytes, root, pending);
+  auto p = std::make_unique<MpiPending>(wait_);
+  MGS_MPI_CHECK(MPI_Ibcast(buf, static_cast<int>(bytes), MPI_BYTE, root, comm_, p->request()));
+  *pending = std::move(p);
   return Status::OK();
 }
 

@@ -43,6 +43,12 @@ class MpiCommunicator final : public Communicator {
   Status broadcast(void* buf, size_t bytes, int root) override;
   Status barrier() override;
   Status split(int color, int key, std::unique_ptr<Communicator>* out) override;
+  Status startAllreduce(void* buf, size_t count, DataType dtype, CommOp op,
+                        std::unique_ptr<PendingCollective>* pending) override;
+  Status startBroadcast(void* buf, size_t bytes, int root, std::unique_ptr<PendingCollective>* pending) override;
+  bool asyncCollectives() const override { return true; }
+  Status duplicate(std::unique_ptr<Communicator>* out) override;
+  void setWaitHook(std::function<void()> hook) override { *wait_.hook = std::move(hook); }
 
  private:
   // Rank, size and the node-local numbers of `comm_` (owned).

@@ -26,6 +26,7 @@ Status pollUntil(const WaitPolicy& policy, Test test) {
     bool done = false;
     MGS_RETURN_IF_ERROR(test(&done));
     if (done) return Status::OK();
+    if (*policy.hook) (*policy.hook)();
     if (Clock::now() < spin_until) continue;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, cap);

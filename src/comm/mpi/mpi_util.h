@@ -4,6 +4,8 @@
 
 #include <mpi.h>
 
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "common/check.h"
@@ -21,6 +23,10 @@ std::string mpiErrorString(int code);
 struct WaitPolicy {
   int spin_us = 0;
   int max_sleep_us = 100;
+  // Called after each test that found the wait unfinished
+  // (Communicator::setWaitHook); shared by a communicator and those made
+  // from it, so setting it once reaches them all.
+  std::shared_ptr<std::function<void()>> hook = std::make_shared<std::function<void()>>();
 };
 
 Status mpiWaitAll(int n, MPI_Request* reqs, const WaitPolicy& policy);
