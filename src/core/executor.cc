@@ -53,6 +53,7 @@ void Executor::run(std::vector<ReadyOp>& ops) {
     switch (first.sig.type) {
       case OpType::kAllreduce:
         if (!first.sig.on_cuda) {
+          if (startInFlight(group, &st)) continue;  // completed by poll()
           st = allreduceGroup(group);
         } else if (device::DeviceComm* dc = ncclFor(first)) {
           st = allreduceNccl(first, *dc);
@@ -81,6 +82,112 @@ void Executor::run(std::vector<ReadyOp>& ops) {
     if (!sparse.empty()) sparse_->submit(std::move(sparse));
     sparse_->endCycle(ops.empty());
   }
+  poll();
+}
+
+bool Executor::startInFlight(std::vector<Request*>& group, Status* st) {
+  const Signature& sig = group[0]->sig;
+  if (!comm_.asyncCollectives() || sig.dtype == MGS_FLOAT16 || sig.dtype == MGS_BFLOAT16) return false;
+  size_t total = 0;
+  for (Request* r : group) total += r->input.numel();
+  if (total * dtypeSize(sig.dtype) > kInFlightMaxBytes) return false;
+  // The same answer on every rank (negotiated signatures and sizes), so
+  // every rank starts the same collective here, at the same place.
+  auto fail = [&](Status s) {
+    *st = Status(s.code(), "rank " + std::to_string(comm_.rank()) + ", allreduce of tensor '" + group[0]->name +
+                               "': " + s.message());
+    for (Request* r : group) complete_(*r, *st);
+    return true;
+  };
+  {
+    std::vector<const void*> inputs;
+    for (Request* r : group) inputs.push_back(r->input.data);
+    Status s = agreeFinite(group, inputs);
+    if (!s.ok()) return fail(s);
+  }
+  InFlight f;
+  f.factor = finalFactor(sig);
+  f.started = Clock::now();
+  void* buf = nullptr;
+  if (group.size() == 1) {
+    // Unfused: reduced in place in the output, as allreduceGroup does.
+    Request& r = *group[0];
+    if (r.output.data != r.input.data && total) std::memcpy(r.output.data, r.input.data, r.input.bytes());
+    scaleHost(r.output.data, sig.dtype, total, sig.prescale);
+    buf = r.output.data;
+  } else {
+    std::vector<const void*> inputs;
+    for (Request* r : group) {
+      inputs.push_back(r->input.data);
+      f.counts.push_back(r->input.numel());
+    }
+    if (!wire_pool_.empty()) {
+      f.wire = std::move(wire_pool_.back());
+      wire_pool_.pop_back();
+    }
+    packFusion(inputs, f.counts, sig.dtype, sig.prescale, &f.wire);
+    span(group, "MEMCPY_IN_FUSION_BUFFER", f.started);
+    buf = f.wire.data();
+  }
+  Status s = comm_.startAllreduce(buf, total, sig.dtype, CommOp::kSum, &f.op);
+  if (!s.ok()) return fail(s);
+  for (Request* r : group) f.reqs.push_back(std::move(*r));
+  inflight_.push_back(std::move(f));
+  return true;
+}
+
+void Executor::finish(InFlight& f, Status st) {
+  const Signature& sig = f.reqs[0].sig;
+  if (st.ok()) {
+    if (timeline_)
+      for (auto& r : f.reqs) timeline_->span(r.name, "ALLREDUCE", f.started, Clock::now());
+    if (f.reqs.size() == 1) {
+      scaleHost(f.reqs[0].output.data, sig.dtype, f.reqs[0].output.numel(), f.factor);
+    } else {
+      std::vector<void*> outputs;
+      for (auto& r : f.reqs) outputs.push_back(r.output.data);
+      unpackFusion(f.wire, sig.dtype, f.factor, outputs, f.counts);
+    }
+  } else {
+    st = Status(st.code(), "rank " + std::to_string(comm_.rank()) + ", allreduce of tensor '" + f.reqs[0].name +
+                               "': " + st.message());
+  }
+  for (auto& r : f.reqs) complete_(r, st);
+  if (f.wire.capacity()) wire_pool_.push_back(std::move(f.wire));
+}
+
+void Executor::poll() {
+  if (in_poll_) return;
+  in_poll_ = true;
+  for (auto it = inflight_.begin(); it != inflight_.end();) {
+    bool done = false;
+    Status st = it->op->test(&done);
+    if (!st.ok() || done) {
+      InFlight f = std::move(*it);
+      it = inflight_.erase(it);
+      finish(f, st);
+    } else {
+      ++it;
+    }
+  }
+  in_poll_ = false;
+}
+
+void Executor::drain() {
+  while (!inflight_.empty()) {
+    InFlight f = std::move(inflight_.front());
+    inflight_.pop_front();
+    finish(f, f.op->wait());
+  }
+}
+
+void Executor::failInFlight(const Status& st) {
+  for (auto& f : inflight_) {
+    for (auto& r : f.reqs) complete_(r, st);
+    (void)f.op.release();
+    new std::vector<char>(std::move(f.wire));  // MPI may still write into it
+  }
+  inflight_.clear();
 }
 
 Status Executor::agreeFinite(const std::vector<Request*>& group, const std::vector<const void*>& inputs) {

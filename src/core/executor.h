@@ -4,7 +4,9 @@
 // buckets (merge plan + selectors) plug in here as another kind of group.
 #pragma once
 
+#include <deque>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -34,8 +36,37 @@ class Executor {
         backend_(backend) {}
 
   void run(std::vector<ReadyOp>& ops);
+  // Completes the allreduces in flight that have finished (every cycle, and
+  // from the communicator's wait hook while negotiating).
+  void poll();
+  // Waits for every allreduce in flight (a negotiated shutdown: every rank
+  // started the same ones).
+  void drain();
+  // After a fatal error: completes them with `st`, without waiting (a peer
+  // may be gone); their buffers are left to MPI.
+  void failInFlight(const Status& st);
+  bool idle() const { return inflight_.empty(); }
+
+  // Small host allreduces (fused or not) up to this many bytes run in flight
+  // where the backend has nonblocking collectives: they are latency-bound,
+  // and the coordinator negotiates, selects and exchanges meanwhile. Larger
+  // ones run mgs's ring to the end (ring_allreduce.h).
+  static constexpr size_t kInFlightMaxBytes = size_t{64} << 10;
 
  private:
+  // A host allreduce in flight: its requests (moved out of the cycle's ops),
+  // the buffer being reduced, and how to write the outputs.
+  struct InFlight {
+    std::vector<Request> reqs;
+    std::vector<char> wire;  // fused: the packed inputs; unfused: unused (reduced in the output)
+    std::vector<size_t> counts;
+    double factor = 1.0;
+    std::unique_ptr<PendingCollective> op;
+    Clock::time_point started;
+  };
+  // Starts `group` in flight if it qualifies; false: run it now.
+  bool startInFlight(std::vector<Request*>& group, Status* st);
+  void finish(InFlight& f, Status st);
   Status allreduceGroup(std::vector<Request*>& group);
   Status allreduceCuda(Request& req);
   // NCCL on device pointers, on its stream (ran on an H100 at np 1): the stream
@@ -61,6 +92,9 @@ class Executor {
   DeviceBackend* backend_;
   std::vector<char> wire_;   // fusion buffer, reused across cycles
   std::vector<char> stage_;  // host staging for CUDA tensors
+  std::deque<InFlight> inflight_;
+  std::vector<std::vector<char>> wire_pool_;
+  bool in_poll_ = false;
 };
 
 }  // namespace mgs

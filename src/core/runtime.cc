@@ -218,6 +218,19 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
   const auto cycle =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   const std::string me = "rank " + std::to_string(rank_);
+  // Every blocking wait of this rank moves the agreed exchanges' phases on
+  // (sparse_agreed.cc: a rank blocked in a collective must not hold back a
+  // phase another rank waits for). While negotiating -- the coordinator's
+  // usual wait, between the cycle's own steps -- it also completes what has
+  // finished, so a finished exchange is not held for a negotiation round.
+  bool negotiating = false;
+  comm->setWaitHook([&] {
+    sparse.pumpAgreed();
+    if (negotiating) {
+      executor.poll();
+      sparse.poll();
+    }
+  });
 
   Status fatal;
   std::string why = "mgs has shut down";
@@ -230,7 +243,9 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
     // exit hazard keeps MPI_Finalize from waiting on ranks that never come.
     try {
       const ControllerStats before = controller.stats();
+      negotiating = true;
       Status st = controller.cycle(queue_.drain(), shutdown_requested_ ? stopWord() : 0, &result);
+      negotiating = false;
       const ControllerStats after = controller.stats();
       cached_names_ = after.cached_names;
       if (!result.ready.empty() || controller.pendingCount() > 0) {
@@ -255,8 +270,10 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
       }
       if (timeline) timeline->flush();
     } catch (const std::exception& e) {
+      negotiating = false;
       fatal = Status(Code::kInternal, me + ": the coordinator failed: " + e.what());
     } catch (...) {
+      negotiating = false;
       fatal = Status(Code::kInternal, me + ": the coordinator failed with a non-standard exception");
     }
     if (!fatal.ok()) {
@@ -281,7 +298,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
     // but made real dense training slower (ResNet-50, 4 emulated 1 Gbit/s
     // hosts: 2.80-2.98 s per step against 2.17-2.55 s without), for reasons
     // not found yet, so the cycle stays fixed (docs/benchmarks.md).
-    const bool idle = result.ready.empty() && controller.idle() && sparse.idle();
+    const bool idle = result.ready.empty() && controller.idle() && sparse.idle() && executor.idle();
     if (idle) idle_cycles_ += 1;
     queue_.waitUntil(t0 + cycle);
   }
@@ -296,7 +313,11 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
     r.handle->complete(Status(final_status.code(), "tensor '" + r.name + "' did not run: " + final_status.message()));
   };
   try {
-    if (fatal.ok()) sparse.drain();  // shutdown was negotiated: every rank finishes the same exchanges
+    if (fatal.ok()) {  // shutdown was negotiated: every rank finishes the same exchanges
+      executor.drain();
+      sparse.drain();
+    }
+    executor.failInFlight(Status(final_status.code(), "in flight: " + final_status.message()));
     sparse.failHeld(Status(final_status.code(), "held in a sparse bucket: " + final_status.message()));
     for (auto& r : controller.takePending()) fail(r);
     for (auto& r : queue_.drain()) fail(r);
@@ -308,7 +329,8 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
   handles_.completeAll(final_status);
   const auto s = controller.stats();
   MGS_LOG_DEBUG("coordinator stopped after {} fast and {} slow negotiation cycles", s.fast_cycles, s.slow_cycles);
-  sparse_owner.reset();  // before the communicator it uses
+  comm->setWaitHook({});  // it refers to this function's locals
+  sparse_owner.reset();   // before the communicator it uses
 }
 
 NegotiationStats Runtime::negotiationStats() const {

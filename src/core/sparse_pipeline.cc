@@ -67,20 +67,17 @@ void SparsePipeline::setResidentFactory(ResidentFactory factory) {
                                               std::move(factory));
 }
 
-SparsePipeline::~SparsePipeline() {
-  if (values_comm_) comm_.setWaitHook({});
-}
+SparsePipeline::~SparsePipeline() = default;
 
 Status SparsePipeline::setupAsync() {
-  // Collective (every rank has the same backend). The hook lets every
-  // blocking wait of this rank (negotiation, a dense allreduce, the oldest
-  // allgather) start the agreed phases that are due: a rank blocked in a
-  // collective must never be the one holding back a phase another rank
-  // waits for.
+  // Collective (every rank has the same backend). The owner must call
+  // pumpAgreed() from every blocking wait of this rank (negotiation, a dense
+  // allreduce, the oldest allgather: Communicator::setWaitHook), so that a
+  // rank blocked in a collective is never the one holding back a phase
+  // another rank waits for.
   if (!comm_.asyncCollectives()) return Status::OK();
   MGS_RETURN_IF_ERROR(comm_.duplicate(&values_comm_));
   MGS_RETURN_IF_ERROR(comm_.duplicate(&names_comm_));
-  comm_.setWaitHook([this] { pumpAgreed(); });
   return Status::OK();
 }
 

@@ -71,6 +71,12 @@ class SparsePipeline {
   void poll();
   // Finish every bucket in flight (before shutdown).
   void drain();
+  // Moves every agreed bucket in flight on as far as it goes without
+  // waiting (sparse_agreed.cc). The owner calls it from the communicator's
+  // wait hook too (Runtime::loop): a phase is started for a bucket only
+  // after it was started for every earlier one, and a rank blocked in a
+  // collective must still start the phases that are due.
+  void pumpAgreed();
   // Fail everything held (shutdown).
   void failHeld(const Status& st);
   SparseStats stats() const { return stats_; }
@@ -176,10 +182,6 @@ class SparsePipeline {
   // order). Otherwise they run to the end here.
   void startAgreed(std::vector<Request>& members, size_t n, size_t cap, int leader, size_t k, LocalOutcome& local,
                    std::vector<char>&& block, std::vector<float>&& vals);
-  // Moves every agreed bucket in flight on as far as it goes without waiting
-  // (also from inside any blocking wait of comm_: setWaitHook). A phase is
-  // started for a bucket only after it was started for every earlier one.
-  void pumpAgreed();
   // One phase of `f`, if its collective has completed (wait: wait for it).
   void stepAgreed(InFlight& f, bool wait);
   void agreedIndexArrived(InFlight& f);
