@@ -262,6 +262,7 @@ class MpiPending final : public PendingCollective {
   // peer is gone): waiting could hang, so its request is left to MPI.
   ~MpiPending() override = default;
   MPI_Request* request() { return &req_; }
+  std::vector<char>& sendCopy() { return send_; }
   Status test(bool* done) override {
     int flag = 1;
     if (req_ != MPI_REQUEST_NULL) MGS_MPI_CHECK(MPI_Test(&req_, &flag, MPI_STATUS_IGNORE));
@@ -273,6 +274,7 @@ class MpiPending final : public PendingCollective {
  private:
   WaitPolicy wait_;
   MPI_Request req_ = MPI_REQUEST_NULL;
+  std::vector<char> send_;  // a separate send buffer, where one is needed (startAllreduce)
 };
 }  // namespace
 
@@ -297,7 +299,18 @@ Status MpiCommunicator::startAllreduce(void* buf, size_t count, DataType dtype, 
   if (count > static_cast<size_t>(INT_MAX) || !mpiType(dtype, &type).ok())
     return Communicator::startAllreduce(buf, count, dtype, op, pending);
   auto p = std::make_unique<MpiPending>(wait_);
-  MGS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, buf, static_cast<int>(count), type, mpiOp(op), comm_, p->request()));
+  // Open MPI's nonblocking allreduce (libnbc) takes a binomial tree for
+  // every in-place call: reduce to one rank and broadcast back, log P full
+  // copies through the root. From 64 KiB it takes a bandwidth-optimal
+  // algorithm (ring, or reduce-scatter + allgather) but only out of place,
+  // so the input is copied to a send buffer first (one pass over it).
+  const void* send = MPI_IN_PLACE;
+  const size_t bytes = count * dtypeSize(dtype);
+  if (bytes >= kRingMinBytes) {
+    p->sendCopy().assign(static_cast<const char*>(buf), static_cast<const char*>(buf) + bytes);
+    send = p->sendCopy().data();
+  }
+  MGS_MPI_CHECK(MPI_Iallreduce(send, buf, static_cast<int>(count), type, mpiOp(op), comm_, p->request()));
   *pending = std::move(p);
   return Status::OK();
 }
