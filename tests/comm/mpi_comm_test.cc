@@ -2,8 +2,12 @@
 // 16-bit floats, min/max), MPI's own algorithms for small and integer
 // buffers, and every other collective, all through the sleeping waits.
 // Results must equal the exact reference and be bitwise the same on every rank.
+// And the nonblocking collectives kept in flight, on duplicated
+// communicators, with the wait hook (inFlight).
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <memory>
 #include <random>
 #include <string>
@@ -155,6 +159,73 @@ void integerAndOthers(Communicator& c) {
 
 }  // namespace
 
+// The nonblocking collectives the pipeline keeps in flight, on duplicated
+// communicators started in different orders on different ranks (each
+// communicator in the same order everywhere), small (in place) and large
+// (out of place) allreduces and a broadcast, results exact; and the wait
+// hook: a blocking wait that has to wait calls it.
+void inFlight(Communicator& c) {
+  CHECK_TRUE(c.asyncCollectives(), "the MPI communicator has nonblocking collectives");
+  std::unique_ptr<Communicator> a, b;
+  CHECK_OK(c.duplicate(&a));
+  CHECK_OK(c.duplicate(&b));
+  if (!a || !b) return;
+  CHECK_TRUE(a->rank() == c.rank() && a->size() == c.size(), "a duplicate has the same ranks");
+  const int P = c.size(), me = c.rank();
+  for (size_t n : {size_t{7}, size_t{100000}}) {  // 28 bytes in place; 400 KB out of place
+    std::vector<float> x(n), y(n);
+    for (size_t i = 0; i < n; ++i) {
+      x[i] = float((i % 97) + me);
+      y[i] = float(me + 1);
+    }
+    std::vector<char> bc(1000, 0);
+    if (me == P - 1)
+      for (size_t i = 0; i < bc.size(); ++i) bc[i] = char(i * 7);
+    std::unique_ptr<PendingCollective> pa, pb;
+    // Even ranks start on a first, odd ranks on b first; a blocking
+    // collective on c comes in between on some ranks only.
+    if (me % 2 == 0) {
+      CHECK_OK(a->startAllreduce(x.data(), n, MGS_FLOAT32, CommOp::kSum, &pa));
+      CHECK_OK(b->startBroadcast(bc.data(), bc.size(), P - 1, &pb));
+    } else {
+      CHECK_OK(b->startBroadcast(bc.data(), bc.size(), P - 1, &pb));
+      int64_t one = 1;
+      CHECK_OK(c.allreduce(&one, 1, MGS_INT64, CommOp::kSum));
+      CHECK_TRUE(one == P, "the blocking allreduce between: %lld", (long long)one);
+      CHECK_OK(a->startAllreduce(x.data(), n, MGS_FLOAT32, CommOp::kSum, &pa));
+    }
+    if (me % 2 == 0) {
+      int64_t one = 1;
+      CHECK_OK(c.allreduce(&one, 1, MGS_INT64, CommOp::kSum));
+      CHECK_TRUE(one == P, "the blocking allreduce after: %lld", (long long)one);
+    }
+    std::unique_ptr<PendingCollective> py;
+    CHECK_OK(c.startAllreduce(y.data(), n, MGS_FLOAT32, CommOp::kSum, &py));
+    bool done = false;
+    while (!done) CHECK_OK(pb->test(&done));
+    CHECK_OK(pa->wait());
+    CHECK_OK(py->wait());
+    int bad = 0;
+    const float ranks = float(P) * float(P - 1) / 2;
+    for (size_t i = 0; i < n; ++i) {
+      bad += x[i] != float((i % 97) * P) + ranks;
+      bad += y[i] != float(P) * float(P + 1) / 2;
+    }
+    for (size_t i = 0; i < bc.size(); ++i) bad += bc[i] != char(i * 7);
+    CHECK_TRUE(bad == 0, "n = %zu: %d wrong entries", n, bad);
+  }
+  // The hook: rank 0 waits in a barrier the others join 50 ms late.
+  int calls = 0;
+  c.setWaitHook([&calls] { ++calls; });
+  if (me != 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK_OK(c.barrier());
+  c.setWaitHook({});
+  if (me == 0) CHECK_TRUE(calls > 0, "the wait hook was not called while rank 0 waited 50 ms");
+  const int before = calls;
+  CHECK_OK(c.barrier());
+  CHECK_TRUE(calls == before, "a cleared hook was called");
+}
+
 int main() {
   std::unique_ptr<Communicator> c;
   Status st = MpiCommunicator::create(&c);
@@ -166,6 +237,7 @@ int main() {
   floatReductions(*c);
   bitwiseAgreement(*c);
   integerAndOthers(*c);
+  inFlight(*c);
   int64_t failures = g_failures;
   const bool ok = c->allreduce(&failures, 1, MGS_INT64, CommOp::kSum).ok() && failures == 0;
   if (g_rank == 0) std::printf("%s: %lld failure(s) across ranks\n", ok ? "PASSED" : "FAILED", (long long)failures);
