@@ -89,8 +89,32 @@ void SparsePipeline::pumpAgreed() {
   in_pump_ = true;
   // A bucket's next phase starts only if it started for every earlier
   // bucket that needs it: the same order on every rank, per communicator.
-  bool values_in_order = true, names_in_order = true;
+  // Agreed: values (values_comm_), names (names_comm_); hierarchical:
+  // leaders (leader_comm_), node broadcast (node_bcast_comm_), names.
+  bool values_in_order = true, names_in_order = true, leaders_in_order = true, bcast_in_order = true;
   for (InFlight& f : inflight_) {
+    if (f.hier()) {
+      Hier& h = f.hr;
+      // Leaving the node sum starts the leaders' allgather (leaders) or the
+      // broadcast (the others); leaving the allgather starts the broadcast.
+      if (h.phase == Hier::kNodeSum && leaders_in_order && bcast_in_order) stepHier(f, false);
+      if (h.phase == Hier::kNodeSum) {
+        leaders_in_order = bcast_in_order = names_in_order = false;
+        continue;
+      }
+      if (h.phase == Hier::kLeaders && bcast_in_order) stepHier(f, false);
+      if (h.phase == Hier::kLeaders) {
+        bcast_in_order = names_in_order = false;
+        continue;
+      }
+      if (h.phase == Hier::kNodeBcast && names_in_order) stepHier(f, false);
+      if (h.phase == Hier::kNodeBcast) {
+        names_in_order = false;
+        continue;
+      }
+      if (h.phase == Hier::kNames) stepHier(f, false);
+      continue;
+    }
     if (!f.agreed()) continue;
     Agreed& a = f.ag;
     if (a.phase == Agreed::kIndex && values_in_order) stepAgreed(f, false);
@@ -112,7 +136,8 @@ void SparsePipeline::waitAgreedFront() {
   auto pause = std::chrono::microseconds(5);
   while (true) {
     pumpAgreed();  // tests every phase's collective: MPI progresses them all
-    if (inflight_.front().ag.phase == Agreed::kDone) return;
+    const InFlight& f = inflight_.front();
+    if (f.agreed() ? f.ag.phase == Agreed::kDone : f.hr.phase == Hier::kDone) return;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(100));
   }

@@ -38,11 +38,14 @@ void SparsePipeline::startSparse(std::vector<Request>& members, size_t n, size_t
 }
 
 void SparsePipeline::finishOldest() {
-  if (inflight_.front().agreed()) {  // sparse_agreed.cc
+  if (inflight_.front().agreed() || inflight_.front().hier()) {  // sparse_agreed.cc, sparse_hierarchical.cc
     waitAgreedFront();
     InFlight f = std::move(inflight_.front());
     inflight_.pop_front();
-    finishAgreed(f);
+    if (f.agreed())
+      finishAgreed(f);
+    else
+      finishHier(f);
     return;
   }
   InFlight f = std::move(inflight_.front());

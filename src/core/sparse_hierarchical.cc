@@ -26,8 +26,12 @@
 // names the failed ranks on every rank (failure path only).
 //
 // Per-rank traffic between nodes is that of an allgather among P / R
-// leaders; the price is the dense sum inside the node. Blocking, like the
-// agreed exchange: the bucket is done when this returns.
+// leaders; the price is the dense sum inside the node. In flight like the
+// agreed exchange (sparse_agreed.cc) where the backend has nonblocking
+// collectives: each phase starts when the one before has completed on this
+// rank, on a communicator of its own (the node sum on node_comm_, the
+// leaders' allgather on leader_comm_, the node broadcast on node_bcast_comm_,
+// the failure names on names_comm_), in bucket order.
 #include <unistd.h>
 
 #include <algorithm>
@@ -132,145 +136,240 @@ Status SparsePipeline::setupNodes() {
              "rank " << me << ": MGS_EXCHANGE=hierarchical needs at least 2 nodes of 2 or more ranks; this job's " << P
                      << " ranks form " << nodes_ << " node(s) of at most " << ranks_per_node_
                      << " (MGS_NODE_SIZE groups ranks into nodes)");
+  // The node broadcast in flight starts at a different moment on every rank
+  // (after the leaders' allgather on the leader): a communicator of its own.
+  if (hierarchy_ && comm_.asyncCollectives()) MGS_RETURN_IF_ERROR(node_comm_->duplicate(&node_bcast_comm_));
   if (hierarchy_)
     MGS_LOG_DEBUG("hierarchical exchange: {} nodes of at most {} ranks; this rank is {} of its node", nodes_,
                   ranks_per_node_, node_comm_->rank());
   return Status::OK();
 }
 
-void SparsePipeline::runHierarchical(std::vector<Request>& members, size_t n, double density, LocalOutcome& local_out) {
-  const std::string name = bucketName(members);
-  const bool lead = node_comm_->rank() == 0;
-  const Status local = local_out.status;
-  const int bad_member = local_out.bad_member;
-  float* acc = hier_acc_.data();  // [n | kHierFlags]
+void SparsePipeline::startHierarchical(std::vector<Request>& members, size_t n, double density,
+                                       LocalOutcome& local_out, std::vector<float>&& acc_buf) {
+  InFlight f;
+  f.members = std::move(members);
+  f.n = n;
+  f.local = local_out.status;
+  Hier& h = f.hr;
+  h.lead = node_comm_->rank() == 0;
+  h.bad_member = local_out.bad_member;
+  h.acc = std::move(acc_buf);
   const compress::Selector& sel = selectorFor(density);
-  BlockExchange::Allgather ex;
-  ex.cap = std::max<size_t>(sel.maxCount(n), 1);  // from n and the density: the same on every rank
-  ex.blocks = nodes_;
-  const size_t bb = ex.blockBytes(), k = compress::kForDensity(n, density);
-  std::unique_ptr<LocalSlab> slab;  // the leader's new residual, committed on success
-  Status lead_st;
-  int lead_bad = -1;
-  auto span = [&](const char* what, Clock::time_point t0) {
-    if (timeline_)
-      for (auto& m : members) timeline_->span(m.name, what, t0, Clock::now());
-  };
-  auto finish = [&](const Status& st, bool commit) {
-    online_.exchangeEnded(Clock::now());
-    if (lead) {
-      local_->settle(members, std::move(slab), commit);
-    } else if (commit) {
-      local_->zeroResidual(members);  // everything this rank had went into the node's sum
-    }
-    publishStats();
-    for (auto& m : members) complete_(m, st);
-    exchange_.release(ex);
-  };
-
+  f.ex.cap = std::max<size_t>(sel.maxCount(n), 1);  // from n and the density: the same on every rank
+  f.ex.blocks = nodes_;
+  f.k = compress::kForDensity(n, density);
+  h.k = f.k;
+  h.density = density;
+  h.step = schedule_.step();
   // 1. The node's sum. A failed rank sends zeros and its flags.
-  if (!local.ok()) std::fill(acc, acc + n, 0.0f);
-  acc[n] = local.ok() ? 0.0f : 1.0f;
-  acc[n + 1] = local.ok() || bad_member >= 0 ? 0.0f : 1.0f;
-  auto t0 = Clock::now();
-  Status st = node_comm_->allreduce(acc, n + kHierFlags, MGS_FLOAT32, CommOp::kSum);
-  span("HIER_NODE_SUM", t0);
-  stats_.dense_bytes += 4 * n;
-  if (!st.ok()) return finish(st, false);
-  const bool node_failed = acc[n] != 0.0f;
-
-  // 2. The leaders: select from the sum, allgather one block per node.
-  ex.recv = exchange_.takeBuffer(bb * nodes_);
-  if (lead) {
-    ex.send = exchange_.takeBuffer(bb);
-    if (!node_failed) {
-      LocalJob job;
-      job.members = &members;
-      job.n = n;
-      job.select = true;
-      job.selector = &sel;
-      job.cap = ex.cap;
-      job.block = ex.send.data();
-      job.acc_in = acc;
-      job.step = schedule_.step();
-      job.name = name.c_str();
-      LocalOutcome o;
-      local_->run(job, &o);  // packs the block's header: the count, or a failure code
-      slab = std::move(o.slab);
-      lead_st = o.status;
-      lead_bad = o.bad_member;
-      if (o.selected)
-        online_.selected(static_cast<int64_t>(n), std::chrono::duration<double>(o.select_end - o.select_begin).count());
-      if (timeline_ && o.selected)
-        for (auto& m : members) timeline_->span(m.name, "SELECT", o.select_begin, o.select_end);
-      stats_.selected += o.count;
-      stats_.bytes_sent += 8 * o.count;
-    } else {
-      // Some rank of this node failed: a failure code instead of a block.
-      block::AllgatherBlock(ex.send.data(), ex.cap).finish(block::failureCode(acc[n + 1] != 0.0f ? -1 : 0));
-    }
-    for (int r = 0; r < nodes_; ++r) block::AllgatherBlock(ex.recv.data() + size_t(r) * bb, ex.cap).clearSeal();
-    t0 = Clock::now();
-    st = leader_comm_->allgather(ex.send.data(), bb, ex.recv.data());
-    span("HIER_LEADER_ALLGATHER", t0);
-    // On failure the broadcast below still runs (the node waits for it); its
-    // torn blocks fail the bucket there on every rank of the node.
-    if (!st.ok()) MGS_LOG_ERROR("rank {}: {}: the leaders' allgather failed: {}", comm_.rank(), name, st.message());
-  } else {
-    stats_.bytes_sent += 4 * n;
+  float* acc = h.acc.data();
+  if (!f.local.ok()) std::fill(acc, acc + n, 0.0f);
+  acc[n] = f.local.ok() ? 0.0f : 1.0f;
+  acc[n + 1] = f.local.ok() || h.bad_member >= 0 ? 0.0f : 1.0f;
+  h.phase = Hier::kNodeSum;
+  h.phase_start = Clock::now();
+  h.status = node_comm_->startAllreduce(acc, n + kHierFlags, MGS_FLOAT32, CommOp::kSum, &h.op);
+  if (!h.status.ok()) h.phase = Hier::kDone;
+  if (!values_comm_) {  // no nonblocking collectives: every phase now, in order
+    while (f.hr.phase != Hier::kDone) stepHier(f, /*wait=*/true);
+    finishHier(f);
+    return;
   }
-  // 3. The leaders' blocks to every rank of the node.
-  t0 = Clock::now();
-  Status bst = node_comm_->broadcast(ex.recv.data(), bb * nodes_, 0);
-  span("HIER_NODE_BROADCAST", t0);
-  if (!st.ok()) return finish(st, false);
-  if (!bst.ok()) return finish(bst, false);
-  st = exchange_.validate(ex, n, members.size(), name + " (hierarchical exchange)");
-  if (!st.ok()) return finish(st, false);
-  counts_.resize(nodes_);
-  bool any_failed = false;
-  for (int r = 0; r < nodes_; ++r) {
-    counts_[r] = ex.received(r).header();
-    any_failed |= block::decodeHeader(counts_[r], ex.cap, members.size()).kind != block::Header::kCount;
-  }
-  if (any_failed) {
-    // The same blocks on every rank: every rank is here. Name the ranks.
-    const Status mine_st = !local.ok() ? local : lead_st;
-    const int mine_bad = !local.ok() ? bad_member : lead_bad;
-    bool other_error = false;
-    std::string failed;
-    const std::string what = "sparse allreduce of " + name + " (hierarchical exchange)";
-    st = namedFailure(what, members, mine_st, mine_bad, &other_error, &failed);
-    if (!st.ok()) return finish(st, false);
-    if (!other_error && propagateNonFinite()) {
-      MGS_LOG_DEBUG("{}: {}; outputs set to NaN (MGS_NONFINITE=propagate)", what, failed);
-      return finish(scatter_.writeNaNOutputs(members), false);
-    }
-    return finish(failedVerdict(what, failed, other_error, mine_st), false);
-  }
-  t0 = Clock::now();
-  st = scatter_.scatterBlocks(members, n, ex, counts_.data());
-  span("SCATTER_ADD", t0);
-  ++stats_.buckets;
-  stats_.target += k;
-  // Every rank's contribution was delivered, whatever writing this rank's
-  // outputs did: the residuals commit on every rank.
-  finish(st, true);
+  inflight_.push_back(std::move(f));
+  stats_.in_flight_max = std::max<uint64_t>(stats_.in_flight_max, inflight_.size());
+  while (inflight_.size() > BlockExchange::kMaxInFlight) finishOldest();
+  pumpAgreed();
 }
 
-Status SparsePipeline::namedFailure(const std::string& what, const std::vector<Request>& members, const Status& local,
-                                    int bad_member, bool* other_error, std::string* failed) {
-  const int P = comm_.size();
-  const uint64_t mine = local.ok() ? 0 : block::failureCode(bad_member);
-  counts_.resize(P);
-  Status st = comm_.allgather(&mine, sizeof mine, counts_.data());
-  if (!st.ok()) return Status(st.code(), what + " failed and naming the failed ranks failed: " + st.message());
-  *failed = failedRanks(counts_.data(), 0, members, other_error);
-  if (failed->empty()) {
-    // A node's sum went non-finite although no rank's own values did.
-    *failed = "the sum of some node's values is not finite";
+void SparsePipeline::stepHier(InFlight& f, bool wait) {
+  Hier& h = f.hr;
+  if (h.phase == Hier::kDone) return;
+  if (h.op) {
+    bool done = true;
+    Status st = wait ? h.op->wait() : h.op->test(&done);
+    if (!st.ok()) {
+      if (h.phase == Hier::kLeaders) {
+        // The node broadcast below still runs (the node waits for it); its
+        // torn blocks fail the bucket there on every rank of the node.
+        MGS_LOG_ERROR("rank {}: {}: the leaders' allgather failed: {}", comm_.rank(), bucketName(f.members),
+                      st.message());
+        h.status = st;
+        h.op.reset();
+        done = true;
+      } else {
+        h.status = st;
+        h.phase = Hier::kDone;
+        return;
+      }
+    }
+    if (!done) return;
+    h.op.reset();
   }
-  return Status::OK();
+  const auto now = Clock::now();
+  auto span = [&](const char* what) {
+    if (timeline_)
+      for (auto& m : f.members) timeline_->span(m.name, what, h.phase_start, now);
+    h.phase_start = now;
+  };
+  Communicator& bcast = node_bcast_comm_ ? *node_bcast_comm_ : *node_comm_;
+  const size_t bb = f.ex.blockBytes();
+  switch (h.phase) {
+    case Hier::kNodeSum:
+      span("HIER_NODE_SUM");
+      hierSumArrived(f);
+      break;
+    case Hier::kLeaders:
+      span("HIER_LEADER_ALLGATHER");
+      // 3. The leaders' blocks to every rank of the node.
+      h.phase = Hier::kNodeBcast;
+      if (Status st = bcast.startBroadcast(f.ex.recv.data(), bb * nodes_, 0, &h.op); !st.ok()) {
+        h.status = st;
+        h.phase = Hier::kDone;
+      }
+      break;
+    case Hier::kNodeBcast:
+      span("HIER_NODE_BROADCAST");
+      hierBlocksArrived(f);
+      break;
+    case Hier::kNames:
+      span("HIER_FAILURE_NAMES");
+      h.named = true;
+      h.phase = Hier::kDone;
+      break;
+    default:
+      break;
+  }
+}
+
+void SparsePipeline::hierSumArrived(InFlight& f) {
+  Hier& h = f.hr;
+  const size_t n = f.n;
+  const std::string name = bucketName(f.members);
+  float* acc = h.acc.data();
+  const bool node_failed = acc[n] != 0.0f;
+  const size_t bb = f.ex.blockBytes();
+  // 2. The leaders: select from the sum, allgather one block per node.
+  f.ex.recv = exchange_.takeBuffer(bb * nodes_);
+  if (!h.lead) {
+    stats_.bytes_sent += 4 * n;
+    Communicator& bcast = node_bcast_comm_ ? *node_bcast_comm_ : *node_comm_;
+    h.phase = Hier::kNodeBcast;
+    h.status = bcast.startBroadcast(f.ex.recv.data(), bb * nodes_, 0, &h.op);
+    if (!h.status.ok()) h.phase = Hier::kDone;
+    return;
+  }
+  f.ex.send = exchange_.takeBuffer(bb);
+  if (!node_failed) {
+    LocalJob job;
+    job.members = &f.members;
+    job.n = n;
+    job.select = true;
+    job.selector = &selectorFor(h.density);
+    job.cap = f.ex.cap;
+    job.block = f.ex.send.data();
+    job.acc_in = acc;
+    job.step = h.step;
+    job.name = name.c_str();
+    LocalOutcome o;
+    local_->run(job, &o);  // packs the block's header: the count, or a failure code
+    h.slab = std::move(o.slab);
+    h.lead_st = o.status;
+    h.lead_bad = o.bad_member;
+    if (o.selected)
+      online_.selected(static_cast<int64_t>(n), std::chrono::duration<double>(o.select_end - o.select_begin).count());
+    if (timeline_ && o.selected)
+      for (auto& m : f.members) timeline_->span(m.name, "SELECT", o.select_begin, o.select_end);
+    stats_.selected += o.count;
+    stats_.bytes_sent += 8 * o.count;
+  } else {
+    // Some rank of this node failed: a failure code instead of a block.
+    block::AllgatherBlock(f.ex.send.data(), f.ex.cap).finish(block::failureCode(acc[n + 1] != 0.0f ? -1 : 0));
+  }
+  for (int r = 0; r < nodes_; ++r) block::AllgatherBlock(f.ex.recv.data() + size_t(r) * bb, f.ex.cap).clearSeal();
+  h.phase = Hier::kLeaders;
+  h.phase_start = Clock::now();
+  h.status = leader_comm_->startAllgather(f.ex.send.data(), bb, f.ex.recv.data(), &h.op);
+  if (!h.status.ok()) {
+    // As a failed allgather: the node still waits for the broadcast.
+    MGS_LOG_ERROR("rank {}: {}: the leaders' allgather failed: {}", comm_.rank(), name, h.status.message());
+    h.op.reset();
+  }
+}
+
+void SparsePipeline::hierBlocksArrived(InFlight& f) {
+  Hier& h = f.hr;
+  h.phase = Hier::kDone;
+  if (!h.status.ok()) return;  // the leaders' allgather failed
+  const std::string name = bucketName(f.members);
+  h.status = exchange_.validate(f.ex, f.n, f.members.size(), name + " (hierarchical exchange)");
+  if (!h.status.ok()) return;
+  bool any_failed = false;
+  for (int r = 0; r < nodes_; ++r)
+    any_failed |= block::decodeHeader(f.ex.received(r).header(), f.ex.cap, f.members.size()).kind !=
+                  block::Header::kCount;
+  if (!any_failed) {
+    h.delivered = true;
+    return;
+  }
+  // The same blocks on every rank: every rank is here. One allgather of
+  // every rank's failure code names the failed ranks (failure path only).
+  const Status mine_st = !f.local.ok() ? f.local : h.lead_st;
+  const int mine_bad = !f.local.ok() ? h.bad_member : h.lead_bad;
+  h.code = mine_st.ok() ? 0 : block::failureCode(mine_bad);
+  h.codes.resize(static_cast<size_t>(comm_.size()));
+  Communicator& c = names_comm_ ? *names_comm_ : comm_;
+  h.phase = Hier::kNames;
+  h.status = c.startAllgather(&h.code, sizeof h.code, h.codes.data(), &h.op);
+  if (!h.status.ok()) h.phase = Hier::kDone;
+}
+
+void SparsePipeline::finishHier(InFlight& f) {
+  Hier& h = f.hr;
+  std::vector<Request>& members = f.members;
+  const std::string name = bucketName(members);
+  const std::string what = "sparse allreduce of " + name + " (hierarchical exchange)";
+  stats_.dense_bytes += 4 * f.n;
+  Status st = h.status;
+  bool commit = false;
+  if (!st.ok()) {
+    if (h.phase == Hier::kDone && !h.codes.empty() && !h.named)
+      st = Status(st.code(), what + " failed and naming the failed ranks failed: " + st.message());
+  } else if (h.delivered) {
+    const auto t0 = Clock::now();
+    counts_.resize(nodes_);
+    for (int r = 0; r < nodes_; ++r) counts_[r] = f.ex.received(r).header();
+    st = scatter_.scatterBlocks(members, f.n, f.ex, counts_.data());
+    if (timeline_)
+      for (auto& m : members) timeline_->span(m.name, "SCATTER_ADD", t0, Clock::now());
+    ++stats_.buckets;
+    stats_.target += h.k;
+    // Every rank's contribution was delivered, whatever writing this rank's
+    // outputs did: the residuals commit on every rank.
+    commit = true;
+  } else {
+    bool other_error = false;
+    std::string failed = failedRanks(h.codes.data(), 0, members, &other_error);
+    // A node's sum went non-finite although no rank's own values did.
+    if (failed.empty()) failed = "the sum of some node's values is not finite";
+    const Status mine_st = !f.local.ok() ? f.local : h.lead_st;
+    if (!other_error && propagateNonFinite()) {
+      MGS_LOG_DEBUG("{}: {}; outputs set to NaN (MGS_NONFINITE=propagate)", what, failed);
+      st = scatter_.writeNaNOutputs(members);
+    } else {
+      st = failedVerdict(what, failed, other_error, mine_st);
+    }
+  }
+  online_.exchangeEnded(Clock::now());
+  if (h.lead) {
+    local_->settle(members, std::move(h.slab), commit);
+  } else if (commit) {
+    local_->zeroResidual(members);  // everything this rank had went into the node's sum
+  }
+  publishStats();
+  for (auto& m : members) complete_(m, st);
+  exchange_.release(f.ex);
+  vals_pool_.push_back(std::move(h.acc));
 }
 
 }  // namespace mgs

@@ -170,8 +170,8 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   } else if (hier) {
     // Every rank's acc goes whole into its node's sum; the leader selects
     // from that sum afterwards (sparse_hierarchical.cc).
-    hier_acc_.resize(n + kHierFlags);
-    job.dense_acc = hier_acc_.data();
+    vals = takeVals(n + kHierFlags);
+    job.dense_acc = vals.data();
   } else {
     // cap depends only on n and the density, so every rank sends blocks of
     // the same size, whatever its local verdict or role.
@@ -207,7 +207,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
 
   // The collective part: every rank runs it for this bucket.
   if (hier) {
-    runHierarchical(members, n, density, out);
+    startHierarchical(members, n, density, out, std::move(vals));
     return;
   }
   if (dense) {
@@ -234,7 +234,8 @@ void SparsePipeline::poll() {
   pumpAgreed();
   while (!inflight_.empty()) {
     InFlight& f = inflight_.front();
-    const bool ready = f.agreed() ? f.ag.phase == InFlight::Agreed::kDone
+    const bool ready = f.agreed() ? f.ag.phase == Agreed::kDone
+                       : f.hier() ? f.hr.phase == Hier::kDone
                                   : (f.device ? deviceReady(f) : exchange_.ready(f.ex));
     if (!ready) return;
     finishOldest();
@@ -256,6 +257,11 @@ void SparsePipeline::failHeld(const Status& st) {
       new std::vector<char>(std::move(f.ag.block));
       new std::vector<float>(std::move(f.ag.vals));
       new std::vector<uint64_t>(std::move(f.ag.codes));
+    }
+    if (f.hier()) {
+      (void)f.hr.op.release();
+      new std::vector<float>(std::move(f.hr.acc));
+      new std::vector<uint64_t>(std::move(f.hr.codes));
     }
     // A device bucket's work may still be running on the GPU: its buffers
     // (slab, blocks) are leaked, never given back to the pool.

@@ -150,8 +150,32 @@ class SparsePipeline {
       Clock::time_point phase_start;
     } ag;
     bool agreed() const { return ag.phase != Agreed::kNone; }
+    // A hierarchical bucket (sparse_hierarchical.cc): the node's sum, the
+    // leaders' allgather (leaders only), the blocks' broadcast in the node,
+    // and on a failure the allgather naming the failed ranks.
+    struct Hier {
+      enum Phase { kNone, kNodeSum, kLeaders, kNodeBcast, kNames, kDone };
+      Phase phase = kNone;
+      bool lead = false;
+      std::vector<float> acc;            // [n | kHierFlags]: this rank's acc, then the node's sum
+      std::unique_ptr<LocalSlab> slab;   // the leader's new residual, committed on success
+      Status lead_st;                    // the leader's selection
+      int lead_bad = -1, bad_member = -1;
+      size_t k = 0;
+      double density = 0;  // the bucket's, at its negotiated place
+      uint64_t step = 0;   // the schedule's step then (the selector's seed)
+      bool delivered = false;            // every node's block was a count: the residuals commit
+      bool named = false;                // the failure names were gathered (codes)
+      uint64_t code = 0;
+      std::vector<uint64_t> codes;
+      std::unique_ptr<PendingCollective> op;
+      Status status;
+      Clock::time_point phase_start;
+    } hr;
+    bool hier() const { return hr.phase != Hier::kNone; }
   };
   using Agreed = InFlight::Agreed;
+  using Hier = InFlight::Hier;
   // Device buckets in flight at most before the oldest is waited for (a host
   // sync): high enough that a step's buckets never wait in steady state;
   // each holds its acc slab in device memory until it finishes.
@@ -198,11 +222,18 @@ class SparsePipeline {
   // The cost model's node and leader terms (CostModel::node,
   // leader_allgather), measured unless MGS_CALIBRATION=off or its file has them.
   Status measureNodes(plan::CostModel* cost);
-  void runHierarchical(std::vector<Request>& members, size_t n, double density, LocalOutcome& local);
-  // The names of the ranks whose code is a failure (one allgather over every
-  // rank: only on a failure path every rank takes alike).
-  Status namedFailure(const std::string& what, const std::vector<Request>& members, const Status& local, int bad_member,
-                      bool* other_error, std::string* failed);
+  // Started at the bucket's negotiated place, then moved on by pumpAgreed()
+  // as the agreed exchange is (in flight with nonblocking collectives: the
+  // node's sum on node_comm_, the leaders' allgather on leader_comm_, the
+  // node broadcast on node_bcast_comm_, names on names_comm_; each started
+  // in bucket order); or run to the end at once.
+  void startHierarchical(std::vector<Request>& members, size_t n, double density, LocalOutcome& local,
+                         std::vector<float>&& acc);
+  // One phase of a hierarchical bucket, if its collective has completed.
+  void stepHier(InFlight& f, bool wait);
+  void hierSumArrived(InFlight& f);
+  void hierBlocksArrived(InFlight& f);
+  void finishHier(InFlight& f);
   static constexpr size_t kHierFlags = 2;  // as kAgreedFlags, in the node sum
   // Slots after the agreed exchange's values: ranks that failed, and of
   // those, failures other than a non-finite value. They give every rank the
@@ -245,7 +276,7 @@ class SparsePipeline {
   std::unique_ptr<Communicator> node_comm_, leader_comm_;
   bool hierarchy_ = false;  // at least 2 nodes, one of them with 2 or more ranks
   int nodes_ = 0, ranks_per_node_ = 1;
-  std::vector<float> hier_acc_;  // the bucket's acc, then the node's sum (+ kHierFlags slots)
+  std::unique_ptr<Communicator> node_bcast_comm_;  // the node broadcast, in flight (nonblocking backends)
   std::function<void(const SparseStats&)> publish_;
   std::function<device::DeviceComm*()> device_comm_;
   int device_buckets_ = -1;  // -1: not agreed yet; 0: never; 1: device buckets run

@@ -23,6 +23,9 @@
 //           step 2: every rank's residual bitwise as before,
 //           the outputs NaN (MGS_NONFINITE=propagate) or an error naming the
 //           bad rank, the tensor and the cause on every rank (=error).
+//           With TEST_JITTER_US (and MGS_PLANNER=layerwise) each rank sleeps
+//           randomly between enqueues; TEST_EXPECT_IN_FLIGHT: the buckets'
+//           exchanges were in flight together.
 //   init_fails  mgs_init must fail on every rank with MGS_ERR_CONFIG and a
 //           message containing $EXPECT_ERROR (bad node groupings).
 // Malformed index blocks are injected in tests/unit/core/sparse_agreed_test.cc
@@ -184,6 +187,11 @@ void scenarioHierarchical() {
   if (g_size != 4) return;
   const char* nf = std::getenv("MGS_NONFINITE");
   const bool error_mode = nf && std::string(nf) == "error";
+  // TEST_JITTER_US: each rank sleeps a random 0..jitter us before each
+  // enqueue, so the buckets' phases complete at different times per rank.
+  const char* j = std::getenv("TEST_JITTER_US");
+  const int jitter = j ? std::atoi(j) : 0;
+  std::mt19937 rng(99u + 31u * static_cast<unsigned>(g_rank));
   const std::vector<int64_t> sizes = {5000, 20000, 4096, 100000};
   const int kSteps = 8;
   // Non-finite values: a non-leader (rank 3) at step 1, a leader (rank 2) at step 2.
@@ -211,6 +219,7 @@ void scenarioHierarchical() {
       before[t] = residualOf("h" + std::to_string(t), sizes[t]);
     }
     for (size_t t = 0; t < L; ++t) {
+      if (jitter > 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % jitter));
       mgs_tensor_t in = cpuTensor(x[t].data(), MGS_FLOAT32, shapes[t]);
       mgs_tensor_t o = cpuTensor(out[t].data(), MGS_FLOAT32, shapes[t]);
       EXPECT_OK(mgs_allreduce_async(("h" + std::to_string(t)).c_str(), &in, &o, MGS_REDUCE_AVERAGE, 1, 1,
@@ -290,6 +299,13 @@ void scenarioHierarchical() {
   for (float v : r3) nonzero += v != 0.0f;
   EXPECT(leader ? nonzero > sizes[3] / 2 : nonzero == 0, "rank %d: %d nonzero residual entries of h3", g_rank, nonzero);
   if (g_rank == 0) std::printf("hierarchical: %d tensor-steps checked bitwise\n", checked);
+  if (std::getenv("TEST_EXPECT_IN_FLIGHT")) {  // MPI: the buckets' exchanges overlapped
+    mgs_stats_t st{};
+    EXPECT_OK(mgs_get_stats(&st, sizeof st));
+    EXPECT(st.sparse_in_flight_max >= 2, "at most %llu hierarchical exchange(s) in flight at once",
+           (unsigned long long)st.sparse_in_flight_max);
+    if (g_rank == 0) std::printf("hierarchical: at most %llu in flight\n", (unsigned long long)st.sparse_in_flight_max);
+  }
 }
 
 }  // namespace
