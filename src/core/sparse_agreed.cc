@@ -228,11 +228,16 @@ void SparsePipeline::agreedValuesArrived(InFlight& f) {
   // allgather's blocks do). It runs only on this failure path, on every rank
   // alike (all read the same flags); the steady state pays nothing for it.
   a.code = f.local.ok() ? 0 : block::failureCode(a.bad_member);
-  a.codes.resize(static_cast<size_t>(comm_.size()));
-  Communicator& c = names_comm_ ? *names_comm_ : comm_;
   a.phase = Agreed::kNames;
-  a.status = c.startAllgather(&a.code, sizeof a.code, a.codes.data(), &a.op);
+  a.status = startNames(&a.code, &a.codes, &a.op);
   if (!a.status.ok()) a.phase = Agreed::kDone;
+}
+
+Status SparsePipeline::startNames(const uint64_t* code, std::vector<uint64_t>* codes,
+                                  std::unique_ptr<PendingCollective>* op) {
+  codes->resize(static_cast<size_t>(comm_.size()));
+  Communicator& c = names_comm_ ? *names_comm_ : comm_;
+  return c.startAllgather(code, sizeof *code, codes->data(), op);
 }
 
 void SparsePipeline::finishAgreed(InFlight& f) {

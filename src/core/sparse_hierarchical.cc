@@ -317,10 +317,8 @@ void SparsePipeline::hierBlocksArrived(InFlight& f) {
   const Status mine_st = !f.local.ok() ? f.local : h.lead_st;
   const int mine_bad = !f.local.ok() ? h.bad_member : h.lead_bad;
   h.code = mine_st.ok() ? 0 : block::failureCode(mine_bad);
-  h.codes.resize(static_cast<size_t>(comm_.size()));
-  Communicator& c = names_comm_ ? *names_comm_ : comm_;
   h.phase = Hier::kNames;
-  h.status = c.startAllgather(&h.code, sizeof h.code, h.codes.data(), &h.op);
+  h.status = startNames(&h.code, &h.codes, &h.op);
   if (!h.status.ok()) h.phase = Hier::kDone;
 }
 

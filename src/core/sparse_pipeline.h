@@ -211,6 +211,9 @@ class SparsePipeline {
   void agreedIndexArrived(InFlight& f);
   void agreedValuesArrived(InFlight& f);
   void finishAgreed(InFlight& f);
+  // The allgather of every rank's failure code that names the failed ranks
+  // (failure paths only; names_comm_ in flight, in bucket order).
+  Status startNames(const uint64_t* code, std::vector<uint64_t>* codes, std::unique_ptr<PendingCollective>* op);
   // Waits, moving every agreed bucket on, until the oldest bucket in flight
   // (an agreed one) is done.
   void waitAgreedFront();
