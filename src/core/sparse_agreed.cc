@@ -78,10 +78,7 @@ void SparsePipeline::startAgreed(std::vector<Request>& members, size_t n, size_t
     finishAgreed(f);
     return;
   }
-  inflight_.push_back(std::move(f));
-  stats_.in_flight_max = std::max<uint64_t>(stats_.in_flight_max, inflight_.size());
-  while (inflight_.size() > BlockExchange::kMaxInFlight) finishOldest();
-  pumpAgreed();
+  pushInFlight(std::move(f));
 }
 
 void SparsePipeline::pumpAgreed() {

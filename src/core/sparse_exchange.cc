@@ -31,6 +31,10 @@ void SparsePipeline::startSparse(std::vector<Request>& members, size_t n, size_t
   f.ex.cap = cap;
   f.ex.send = std::move(block);
   exchange_.start(f.ex);
+  pushInFlight(std::move(f));
+}
+
+void SparsePipeline::pushInFlight(InFlight&& f) {
   inflight_.push_back(std::move(f));
   stats_.in_flight_max = std::max<uint64_t>(stats_.in_flight_max, inflight_.size());
   while (inflight_.size() > BlockExchange::kMaxInFlight) finishOldest();

@@ -176,10 +176,7 @@ void SparsePipeline::startHierarchical(std::vector<Request>& members, size_t n, 
     finishHier(f);
     return;
   }
-  inflight_.push_back(std::move(f));
-  stats_.in_flight_max = std::max<uint64_t>(stats_.in_flight_max, inflight_.size());
-  while (inflight_.size() > BlockExchange::kMaxInFlight) finishOldest();
-  pumpAgreed();
+  pushInFlight(std::move(f));
 }
 
 void SparsePipeline::stepHier(InFlight& f, bool wait) {

@@ -191,6 +191,9 @@ class SparsePipeline {
   void startSparse(std::vector<Request>& members, size_t n, size_t cap, size_t k, LocalOutcome& local,
                    std::vector<char>&& block);
   void finishOldest();
+  // A started exchange joins the queue (finished in order); the oldest is
+  // finished first while more than BlockExchange::kMaxInFlight are in flight.
+  void pushInFlight(InFlight&& f);
   Status finishSparse(InFlight& f);
   // The dense fallback; `acc` is the local stage's dense buffer (n + P
   // floats). *sent: every rank's acc went into the sum (then the residual is zero).
