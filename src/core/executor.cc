@@ -108,27 +108,11 @@ bool Executor::startInFlight(std::vector<Request*>& group, Status* st) {
   InFlight f;
   f.factor = finalFactor(sig);
   f.started = Clock::now();
-  void* buf = nullptr;
-  if (group.size() == 1) {
-    // Unfused: reduced in place in the output, as allreduceGroup does.
-    Request& r = *group[0];
-    if (r.output.data != r.input.data && total) std::memcpy(r.output.data, r.input.data, r.input.bytes());
-    scaleHost(r.output.data, sig.dtype, total, sig.prescale);
-    buf = r.output.data;
-  } else {
-    std::vector<const void*> inputs;
-    for (Request* r : group) {
-      inputs.push_back(r->input.data);
-      f.counts.push_back(r->input.numel());
-    }
-    if (!wire_pool_.empty()) {
-      f.wire = std::move(wire_pool_.back());
-      wire_pool_.pop_back();
-    }
-    packFusion(inputs, f.counts, sig.dtype, sig.prescale, &f.wire);
-    span(group, "MEMCPY_IN_FUSION_BUFFER", f.started);
-    buf = f.wire.data();
+  if (group.size() > 1 && !wire_pool_.empty()) {
+    f.wire = std::move(wire_pool_.back());
+    wire_pool_.pop_back();
   }
+  void* buf = packGroup(group, &f.wire, &f.counts, &total);
   Status s = comm_.startAllreduce(buf, total, sig.dtype, CommOp::kSum, &f.op);
   if (!s.ok()) return fail(s);
   for (Request* r : group) f.reqs.push_back(std::move(*r));
@@ -141,13 +125,9 @@ void Executor::finish(InFlight& f, Status st) {
   if (st.ok()) {
     if (timeline_)
       for (auto& r : f.reqs) timeline_->span(r.name, "ALLREDUCE", f.started, Clock::now());
-    if (f.reqs.size() == 1) {
-      scaleHost(f.reqs[0].output.data, sig.dtype, f.reqs[0].output.numel(), f.factor);
-    } else {
-      std::vector<void*> outputs;
-      for (auto& r : f.reqs) outputs.push_back(r.output.data);
-      unpackFusion(f.wire, sig.dtype, f.factor, outputs, f.counts);
-    }
+    std::vector<void*> outputs;
+    for (auto& r : f.reqs) outputs.push_back(r.output.data);
+    unpackGroup(outputs, sig.dtype, f.factor, f.wire, f.counts);
   } else {
     st = Status(st.code(), "rank " + std::to_string(comm_.rank()) + ", allreduce of tensor '" + f.reqs[0].name +
                                "': " + st.message());
@@ -221,45 +201,56 @@ Status Executor::agreeFinite(const std::vector<Request*>& group, const std::vect
   return Status(Code::kNumeric, "non-finite input: " + failed + "; nothing was reduced (MGS_NONFINITE=error)");
 }
 
+void* Executor::packGroup(const std::vector<Request*>& group, std::vector<char>* wire, std::vector<size_t>* counts,
+                          size_t* total) {
+  const Signature& sig = group[0]->sig;
+  counts->clear();
+  *total = 0;
+  for (Request* r : group) {
+    counts->push_back(r->input.numel());
+    *total += counts->back();
+  }
+  if (group.size() == 1) {
+    // Unfused: reduced in place in the output, no extra copy.
+    Request& r = *group[0];
+    if (r.output.data != r.input.data && *total) std::memcpy(r.output.data, r.input.data, r.input.bytes());
+    scaleHost(r.output.data, sig.dtype, *total, sig.prescale);
+    return r.output.data;
+  }
+  const auto t0 = Clock::now();
+  std::vector<const void*> inputs;
+  for (Request* r : group) inputs.push_back(r->input.data);
+  packFusion(inputs, *counts, sig.dtype, sig.prescale, wire);
+  span(group, "MEMCPY_IN_FUSION_BUFFER", t0);
+  return wire->data();
+}
+
+void Executor::unpackGroup(const std::vector<void*>& outputs, DataType dtype, double factor, std::vector<char>& wire,
+                           const std::vector<size_t>& counts) {
+  if (outputs.size() == 1)
+    scaleHost(outputs[0], dtype, counts[0], factor);
+  else
+    unpackFusion(wire, dtype, factor, outputs, counts);
+}
+
 Status Executor::allreduceGroup(std::vector<Request*>& group) {
   const Signature& sig = group[0]->sig;
-  const double factor = finalFactor(sig);
   {
     std::vector<const void*> inputs;
     for (Request* r : group) inputs.push_back(r->input.data);
     MGS_RETURN_IF_ERROR(agreeFinite(group, inputs));
   }
-  if (group.size() == 1) {
-    // Unfused: reduce in place in the output, no extra copy.
-    Request& r = *group[0];
-    const size_t n = r.input.numel();
-    auto t0 = Clock::now();
-    if (r.output.data != r.input.data && n) std::memcpy(r.output.data, r.input.data, r.input.bytes());
-    scaleHost(r.output.data, sig.dtype, n, sig.prescale);
-    MGS_RETURN_IF_ERROR(comm_.allreduce(r.output.data, n, sig.dtype, CommOp::kSum));
-    scaleHost(r.output.data, sig.dtype, n, factor);
-    span(group, "ALLREDUCE", t0);
-    return Status::OK();
-  }
-  std::vector<const void*> inputs;
-  std::vector<void*> outputs;
   std::vector<size_t> counts;
   size_t total = 0;
-  for (Request* r : group) {
-    inputs.push_back(r->input.data);
-    outputs.push_back(r->output.data);
-    counts.push_back(r->input.numel());
-    total += counts.back();
-  }
+  void* buf = packGroup(group, &wire_, &counts, &total);
   auto t0 = Clock::now();
-  packFusion(inputs, counts, sig.dtype, sig.prescale, &wire_);
-  span(group, "MEMCPY_IN_FUSION_BUFFER", t0);
-  t0 = Clock::now();
-  MGS_RETURN_IF_ERROR(comm_.allreduce(wire_.data(), total, sig.dtype, CommOp::kSum));
+  MGS_RETURN_IF_ERROR(comm_.allreduce(buf, total, sig.dtype, CommOp::kSum));
   span(group, "ALLREDUCE", t0);
   t0 = Clock::now();
-  unpackFusion(wire_, sig.dtype, factor, outputs, counts);
-  span(group, "MEMCPY_OUT_FUSION_BUFFER", t0);
+  std::vector<void*> outputs;
+  for (Request* r : group) outputs.push_back(r->output.data);
+  unpackGroup(outputs, sig.dtype, finalFactor(sig), wire_, counts);
+  if (group.size() > 1) span(group, "MEMCPY_OUT_FUSION_BUFFER", t0);
   return Status::OK();
 }
 

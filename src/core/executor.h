@@ -68,6 +68,13 @@ class Executor {
   bool startInFlight(std::vector<Request*>& group, Status* st);
   void finish(InFlight& f, Status st);
   Status allreduceGroup(std::vector<Request*>& group);
+  // A host allreduce group's buffer: the output itself for one tensor
+  // (input copied, prescaled), else the inputs packed into `wire`; counts
+  // and their total. unpackGroup writes the outputs from the sums, scaled.
+  void* packGroup(const std::vector<Request*>& group, std::vector<char>* wire, std::vector<size_t>* counts,
+                  size_t* total);
+  void unpackGroup(const std::vector<void*>& outputs, DataType dtype, double factor, std::vector<char>& wire,
+                   const std::vector<size_t>& counts);
   Status allreduceCuda(Request& req);
   // NCCL on device pointers, on its stream (ran on an H100 at np 1): the stream
   // waits for the ready event, no host staging; one host wait at the end so
