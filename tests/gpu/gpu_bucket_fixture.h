@@ -15,6 +15,8 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "compress/decompress.h"
+#include "core/sparse_block.h"
 #include "core/cpu_local_stage.h"
 #include "core/request.h"
 #include "core/residual_store.h"
@@ -89,5 +91,31 @@ struct TwinStages {
   }
   ~TwinStages() { ds.setExternal(nullptr); }
 };
+
+// The host reference of a device scatter: P received allgather blocks of
+// capacity `cap` through the one host scatter-add into a bucket of an f32
+// member (na values, into *a) and an f16 member (nb, into *b16), with
+// `scales` per member.
+inline Status hostScatter(const std::vector<char>& recv, int P, size_t cap, size_t na, size_t nb,
+                          const float scales[2], std::vector<float>* a, std::vector<char>* b16) {
+  std::vector<float> ref(na + nb, -1.0f);
+  std::vector<compress::RankPairs> pairs(P);
+  for (int r = 0; r < P; ++r) {
+    const block::ConstAllgatherBlock blk(recv.data() + r * block::allgatherBytes(cap), cap);
+    pairs[r] = {blk.values(), blk.indices(), static_cast<size_t>(blk.header())};
+  }
+  float* parts[2] = {ref.data(), ref.data() + na};
+  const size_t offsets[3] = {0, na, na + nb};
+  compress::ScatterOutput out;
+  out.parts = parts;
+  out.offsets = offsets;
+  out.scales = scales;
+  out.numParts = 2;
+  const Status st = compress::scatterAddParts(pairs.data(), P, out, nullptr, 1);
+  a->assign(ref.begin(), ref.begin() + na);
+  b16->assign(nb * 2, 0);
+  fromFloat(ref.data() + na, MGS_FLOAT16, nb, b16->data());
+  return st;
+}
 
 }  // namespace mgs::test

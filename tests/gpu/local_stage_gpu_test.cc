@@ -144,23 +144,10 @@ TEST_CASE("cuda local stage: the scatter of P received blocks equals the host's 
   }
   const std::vector<double> factors = {0.25, 1.0};  // member a averaged over 4, b summed
   // The host reference: the one scatter-add, f32, then b converted to f16.
-  std::vector<float> ref(n, -1.0f);
-  std::vector<compress::RankPairs> pairs(P);
-  for (int r = 0; r < P; ++r) {
-    const block::ConstAllgatherBlock b(recv.data() + r * block::allgatherBytes(cap), cap);
-    pairs[r] = {b.values(), b.indices(), static_cast<size_t>(b.header())};
-  }
-  float* parts[2] = {ref.data(), ref.data() + na};
-  const size_t offsets[3] = {0, na, n};
   const float scales[2] = {0.25f, 1.0f};
-  compress::ScatterOutput out;
-  out.parts = parts;
-  out.offsets = offsets;
-  out.scales = scales;
-  out.numParts = 2;
-  REQUIRE(compress::scatterAddParts(pairs.data(), P, out, nullptr, 1).ok());
-  std::vector<char> ref_b(nb * 2);
-  fromFloat(ref.data() + na, MGS_FLOAT16, nb, ref_b.data());
+  std::vector<float> ref;
+  std::vector<char> ref_b;
+  REQUIRE(test::hostScatter(recv, P, cap, na, nb, scales, &ref, &ref_b).ok());
 
   ResidualStore ds;
   LocalStageOptions dopt;

@@ -55,28 +55,6 @@ void fail(RankResult* r, int step, const std::string& what) {
   r->errors.push_back("step " + std::to_string(step) + ": " + what);
 }
 
-// The host scatter-add of P received blocks into an f32 `a` and an f16 `b`.
-void hostScatter(const std::vector<char>& recv, int P, size_t cap, const float scales[2], std::vector<float>* a,
-                 std::vector<char>* b16) {
-  std::vector<float> ref(kN, -1.0f);
-  std::vector<compress::RankPairs> pairs(P);
-  for (int r = 0; r < P; ++r) {
-    const block::ConstAllgatherBlock blk(recv.data() + r * block::allgatherBytes(cap), cap);
-    pairs[r] = {blk.values(), blk.indices(), static_cast<size_t>(blk.header())};
-  }
-  float* parts[2] = {ref.data(), ref.data() + kNa};
-  const size_t offsets[3] = {0, kNa, kN};
-  compress::ScatterOutput out;
-  out.parts = parts;
-  out.offsets = offsets;
-  out.scales = scales;
-  out.numParts = 2;
-  (void)compress::scatterAddParts(pairs.data(), P, out, nullptr, 1);
-  a->assign(ref.begin(), ref.begin() + kNa);
-  b16->assign(kNb * 2, 0);
-  fromFloat(ref.data() + kNa, MGS_FLOAT16, kNb, b16->data());
-}
-
 void runRank(const std::shared_ptr<ThreadWorld>& world, int rank, RankResult* res) {
   const int P = world->size();
   ThreadCommunicator comm(world, rank);
@@ -152,7 +130,7 @@ void runRank(const std::shared_ptr<ThreadWorld>& world, int rank, RankResult* re
     // Scatter: host reference against the device's outputs.
     std::vector<float> ref_a;
     std::vector<char> ref_b;
-    hostScatter(hrecv, P, cap, scales, &ref_a, &ref_b);
+    (void)test::hostScatter(hrecv, P, cap, kNa, kNb, scales, &ref_a, &ref_b);
     test::Dev oa(kNa * 4), ob(kNb * 2);
     cudaMemset(oa.p, 0xff, kNa * 4);
     cudaMemset(ob.p, 0xff, kNb * 2);
