@@ -218,14 +218,14 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
   const auto cycle =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   const std::string me = "rank " + std::to_string(rank_);
-  // Every blocking wait of this rank moves the agreed exchanges' phases on
-  // (sparse_agreed.cc: a rank blocked in a collective must not hold back a
-  // phase another rank waits for). While negotiating -- the coordinator's
+  // Every blocking wait of this rank moves the agreed and hierarchical
+  // exchanges' phases on (sparse_agreed.cc: a rank blocked in a collective
+  // must not hold back a phase another rank waits for). While negotiating -- the coordinator's
   // usual wait, between the cycle's own steps -- it also completes what has
   // finished, so a finished exchange is not held for a negotiation round.
   bool negotiating = false;
   comm->setWaitHook([&] {
-    sparse.pumpAgreed();
+    sparse.pumpInFlight();
     if (negotiating) {
       executor.poll();
       sparse.poll();

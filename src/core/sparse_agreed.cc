@@ -73,7 +73,7 @@ void SparsePipeline::startAgreed(std::vector<Request>& members, size_t n, size_t
   a.phase_start = Clock::now();
   a.status = exchange_.startIndexBroadcast(a.block, cap, leader, &a.op);
   if (!a.status.ok()) a.phase = Agreed::kDone;
-  if (!values_comm_) {  // no nonblocking collectives: every phase now, in order
+  if (!phasesInFlight()) {  // no nonblocking collectives: every phase now, in order
     while (f.ag.phase != Agreed::kDone) stepAgreed(f, /*wait=*/true);
     finishAgreed(f);
     return;
@@ -81,8 +81,8 @@ void SparsePipeline::startAgreed(std::vector<Request>& members, size_t n, size_t
   pushInFlight(std::move(f));
 }
 
-void SparsePipeline::pumpAgreed() {
-  if (in_pump_ || !values_comm_) return;
+void SparsePipeline::pumpInFlight() {
+  if (in_pump_ || !phasesInFlight()) return;
   in_pump_ = true;
   // A bucket's next phase starts only if it started for every earlier
   // bucket that needs it: the same order on every rank, per communicator.
@@ -129,12 +129,11 @@ void SparsePipeline::pumpAgreed() {
   in_pump_ = false;
 }
 
-void SparsePipeline::waitAgreedFront() {
+void SparsePipeline::waitPhasedFront() {
   auto pause = std::chrono::microseconds(5);
   while (true) {
-    pumpAgreed();  // tests every phase's collective: MPI progresses them all
-    const InFlight& f = inflight_.front();
-    if (f.agreed() ? f.ag.phase == Agreed::kDone : f.hr.phase == Hier::kDone) return;
+    pumpInFlight();  // tests every phase's collective: MPI progresses them all
+    if (inflight_.front().phasesDone()) return;
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(100));
   }

@@ -43,7 +43,7 @@ void SparsePipeline::pushInFlight(InFlight&& f) {
 
 void SparsePipeline::finishOldest() {
   if (inflight_.front().agreed() || inflight_.front().hier()) {  // sparse_agreed.cc, sparse_hierarchical.cc
-    waitAgreedFront();
+    waitPhasedFront();
     InFlight f = std::move(inflight_.front());
     inflight_.pop_front();
     if (f.agreed())

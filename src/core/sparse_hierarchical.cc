@@ -159,7 +159,6 @@ void SparsePipeline::startHierarchical(std::vector<Request>& members, size_t n, 
   f.ex.cap = std::max<size_t>(sel.maxCount(n), 1);  // from n and the density: the same on every rank
   f.ex.blocks = nodes_;
   f.k = compress::kForDensity(n, density);
-  h.k = f.k;
   h.density = density;
   h.step = schedule_.step();
   // 1. The node's sum. A failed rank sends zeros and its flags.
@@ -171,7 +170,7 @@ void SparsePipeline::startHierarchical(std::vector<Request>& members, size_t n, 
   h.phase_start = Clock::now();
   h.status = node_comm_->startAllreduce(acc, n + kHierFlags, MGS_FLOAT32, CommOp::kSum, &h.op);
   if (!h.status.ok()) h.phase = Hier::kDone;
-  if (!values_comm_) {  // no nonblocking collectives: every phase now, in order
+  if (!phasesInFlight()) {  // no nonblocking collectives: every phase now, in order
     while (f.hr.phase != Hier::kDone) stepHier(f, /*wait=*/true);
     finishHier(f);
     return;
@@ -338,7 +337,7 @@ void SparsePipeline::finishHier(InFlight& f) {
     if (timeline_)
       for (auto& m : members) timeline_->span(m.name, "SCATTER_ADD", t0, Clock::now());
     ++stats_.buckets;
-    stats_.target += h.k;
+    stats_.target += f.k;
     // Every rank's contribution was delivered, whatever writing this rank's
     // outputs did: the residuals commit on every rank.
     commit = true;

@@ -67,11 +67,9 @@ void SparsePipeline::setResidentFactory(ResidentFactory factory) {
                                               std::move(factory));
 }
 
-SparsePipeline::~SparsePipeline() = default;
-
 Status SparsePipeline::setupAsync() {
   // Collective (every rank has the same backend). The owner must call
-  // pumpAgreed() from every blocking wait of this rank (negotiation, a dense
+  // pumpInFlight() from every blocking wait of this rank (negotiation, a dense
   // allreduce, the oldest allgather: Communicator::setWaitHook), so that a
   // rank blocked in a collective is never the one holding back a phase
   // another rank waits for.
@@ -164,7 +162,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   job.n = n;
   size_t cap = 1;
   std::vector<char> block;
-  std::vector<float> vals;  // the agreed exchange's values
+  std::vector<float> vals;  // the agreed exchange's values, or the hierarchical one's node sum
   if (dense) {
     job.dense_acc = scatter_.denseBuffer(n + P);  // + one verdict slot per rank (exchangeDense)
   } else if (hier) {
@@ -231,12 +229,10 @@ void SparsePipeline::publishStats() {
 }
 
 void SparsePipeline::poll() {
-  pumpAgreed();
+  pumpInFlight();
   while (!inflight_.empty()) {
     InFlight& f = inflight_.front();
-    const bool ready = f.agreed() ? f.ag.phase == Agreed::kDone
-                       : f.hier() ? f.hr.phase == Hier::kDone
-                                  : (f.device ? deviceReady(f) : exchange_.ready(f.ex));
+    const bool ready = f.agreed() || f.hier() ? f.phasesDone() : (f.device ? deviceReady(f) : exchange_.ready(f.ex));
     if (!ready) return;
     finishOldest();
   }

@@ -71,12 +71,12 @@ class SparsePipeline {
   void poll();
   // Finish every bucket in flight (before shutdown).
   void drain();
-  // Moves every agreed bucket in flight on as far as it goes without
-  // waiting (sparse_agreed.cc). The owner calls it from the communicator's
+  // Moves every agreed and hierarchical bucket in flight on as far as it
+  // goes without waiting (sparse_agreed.cc). The owner calls it from the communicator's
   // wait hook too (Runtime::loop): a phase is started for a bucket only
   // after it was started for every earlier one, and a rank blocked in a
   // collective must still start the phases that are due.
-  void pumpAgreed();
+  void pumpInFlight();
   // Fail everything held (shutdown).
   void failHeld(const Status& st);
   SparseStats stats() const { return stats_; }
@@ -100,13 +100,11 @@ class SparsePipeline {
 
  private:
   SparsePipeline(Communicator& comm, const Config& config, ResidualStore& residuals, Complete complete);
-  // Agreed buckets in flight when the backend has nonblocking collectives.
+  // Agreed and hierarchical buckets in flight when the backend has
+  // nonblocking collectives.
   Status setupAsync();
-
- public:
-  ~SparsePipeline();
-
- private:
+  // Whether they are (else their phases run to the end at once).
+  bool phasesInFlight() const { return values_comm_ != nullptr; }
   Status init();
   // One complete bucket from the schedule: the local stage, then the
   // collective part every rank runs for it.
@@ -131,7 +129,7 @@ class SparsePipeline {
     Status dev_status;
     // An agreed bucket (sparse_agreed.cc): three collectives, each started
     // when the one before has completed, never waited for on the
-    // coordinator's own account (pumpAgreed).
+    // coordinator's own account (pumpInFlight).
     struct Agreed {
       enum Phase { kNone, kIndex, kValues, kNames, kDone };
       Phase phase = kNone;
@@ -161,7 +159,6 @@ class SparsePipeline {
       std::unique_ptr<LocalSlab> slab;   // the leader's new residual, committed on success
       Status lead_st;                    // the leader's selection
       int lead_bad = -1, bad_member = -1;
-      size_t k = 0;
       double density = 0;  // the bucket's, at its negotiated place
       uint64_t step = 0;   // the schedule's step then (the selector's seed)
       bool delivered = false;            // every node's block was a count: the residuals commit
@@ -173,6 +170,10 @@ class SparsePipeline {
       Clock::time_point phase_start;
     } hr;
     bool hier() const { return hr.phase != Hier::kNone; }
+    // An agreed or hierarchical bucket whose phases have all ended.
+    bool phasesDone() const {
+      return (agreed() && ag.phase == Agreed::kDone) || (hier() && hr.phase == Hier::kDone);
+    }
   };
   using Agreed = InFlight::Agreed;
   using Hier = InFlight::Hier;
@@ -217,9 +218,9 @@ class SparsePipeline {
   // The allgather of every rank's failure code that names the failed ranks
   // (failure paths only; names_comm_ in flight, in bucket order).
   Status startNames(const uint64_t* code, std::vector<uint64_t>* codes, std::unique_ptr<PendingCollective>* op);
-  // Waits, moving every agreed bucket on, until the oldest bucket in flight
-  // (an agreed one) is done.
-  void waitAgreedFront();
+  // Waits, moving every phased bucket on, until the oldest bucket in flight
+  // (an agreed or hierarchical one) is done.
+  void waitPhasedFront();
   std::vector<float> takeVals(size_t n);
   // The hierarchical exchange (sparse_hierarchical.cc). setupNodes() groups
   // the ranks into nodes (MGS_NODE_SIZE, or by host name) and makes the
@@ -228,7 +229,7 @@ class SparsePipeline {
   // The cost model's node and leader terms (CostModel::node,
   // leader_allgather), measured unless MGS_CALIBRATION=off or its file has them.
   Status measureNodes(plan::CostModel* cost);
-  // Started at the bucket's negotiated place, then moved on by pumpAgreed()
+  // Started at the bucket's negotiated place, then moved on by pumpInFlight()
   // as the agreed exchange is (in flight with nonblocking collectives: the
   // node's sum on node_comm_, the leaders' allgather on leader_comm_, the
   // node broadcast on node_bcast_comm_, names on names_comm_; each started
