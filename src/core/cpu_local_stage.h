@@ -36,8 +36,13 @@ class CpuLocalStage : public LocalStage {
   Vec takeSlab(size_t n);
   void giveSlab(Vec&& slab);
   // acc[0..n) = gradients (+ residual r, unless null), staging CUDA inputs.
+  // `zero`: also set each input to zero right after reading it (the caller
+  // checked zerosInPlace).
   Status fuseMembers(const std::vector<Request>& members, const float* r, float* acc, int* bad_member,
-                     size_t* non_finite);
+                     size_t* non_finite, bool zero = false);
+  // Whether every member is reduced in place in float32 host memory, so its
+  // input may be zeroed for the scatter (LocalJob::zero_inputs).
+  static bool zerosInPlace(const std::vector<Request>& members);
   // Whether the selector can read every member where it lies (host
   // float32/float16/bfloat16): then one pass forms acc, with no fuse pass.
   static bool readsInPlace(const std::vector<Request>& members);

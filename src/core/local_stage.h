@@ -118,6 +118,16 @@ struct LocalJob {
   const float* acc_in = nullptr;
   uint64_t step = 0;      // passed to the selector (its sampling seed)
   const char* name = "";  // the bucket's name, for the selector's messages
+  // The scatter writes every output element (the agreed exchange): where
+  // every member is reduced in place (output == input, float32, host
+  // memory) and the stage fuses the members itself (no selection here), it
+  // zeroes each input right after reading it, while it is in cache, and
+  // says so in LocalOutcome::inputs_zeroed; the scatter then writes only the
+  // selected entries instead of first zeroing the whole output (a separate
+  // pass over the gradient that cost as much CPU as the fuse, see
+  // docs/benchmarks.md). A bucket that fails leaves such a tensor zeroed (or
+  // NaN under MGS_NONFINITE=propagate), not holding its gradient.
+  bool zero_inputs = false;
 };
 
 struct LocalOutcome {
@@ -129,6 +139,7 @@ struct LocalOutcome {
   size_t k = 0;                     // the selector's target (SelectResult::k)
   size_t reported = 0;              // the selector's count even if it failed (the timeline)
   bool selected = false;            // the selector ran
+  bool inputs_zeroed = false;       // every member's input (= output) is now zero (LocalJob::zero_inputs)
   // For the timeline and the online cost model.
   std::chrono::steady_clock::time_point fuse_end, select_begin, select_end;
 };

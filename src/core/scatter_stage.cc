@@ -79,9 +79,11 @@ Status ScatterStage::scatterBlocks(const std::vector<Request>& members, size_t n
 }
 
 Status ScatterStage::scatterAgreed(const std::vector<Request>& members, size_t n, const uint32_t* idx,
-                                   const float* vals, size_t count) {
+                                   const float* vals, size_t count, bool outputs_zeroed) {
   const bool staged = prepareOutputs(members, n);
-  for (size_t i = 0; i < members.size(); ++i) std::fill(dest_[i], dest_[i] + (offsets_[i + 1] - offsets_[i]), 0.0f);
+  for (size_t i = 0; i < members.size(); ++i)
+    if (!outputs_zeroed || dest_[i] != members[i].output.data)
+      std::fill(dest_[i], dest_[i] + (offsets_[i + 1] - offsets_[i]), 0.0f);
   for (size_t j = 0; j < count; ++j) {
     const uint32_t i = idx[j];
     const size_t b =

@@ -32,8 +32,10 @@ class ScatterStage {
   // The agreed exchange: count distinct indices (validated) and the values
   // already summed over ranks. Each output is zero but vals[j] * factor at
   // idx[j]: an assignment, not an addition, so a summed -0 stays -0.
+  // `outputs_zeroed`: the local stage already zeroed the outputs written in
+  // place (LocalJob::zero_inputs); only the selected entries are written.
   Status scatterAgreed(const std::vector<Request>& members, size_t n, const uint32_t* idx, const float* vals,
-                       size_t count);
+                       size_t count, bool outputs_zeroed = false);
   // The dense fallback: `sums` (n floats, the allreduce's result) scaled in
   // place and written to the members' outputs.
   Status unfuseDense(const std::vector<Request>& members, float* sums);

@@ -64,6 +64,7 @@ void SparsePipeline::startAgreed(std::vector<Request>& members, size_t n, size_t
   a.leader = leader;
   a.cap = cap;
   a.bad_member = local_out.bad_member;
+  a.outputs_zeroed = local_out.inputs_zeroed;
   a.block = std::move(block);
   a.vals = std::move(vals);
   // The leader's block was packed by the local stage (count or failure
@@ -251,7 +252,7 @@ void SparsePipeline::finishAgreed(InFlight& f) {
     // Outputs: every rank holds the same sums, so the same outputs.
     const auto t0 = Clock::now();
     st = scatter_.scatterAgreed(members, f.n, block::ConstIndexBlock(a.block.data(), a.cap).indices(), a.vals.data(),
-                                a.count);
+                                a.count, a.outputs_zeroed);
     if (timeline_)
       for (auto& m : members) timeline_->span(m.name, "SCATTER", t0, Clock::now());
     ++stats_.buckets;

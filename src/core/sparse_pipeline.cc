@@ -183,6 +183,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
     job.block = select_here ? block.data() : nullptr;  // agreed non-leaders receive the leader's block
     job.index_block = agreed;
     job.agreed_values = agreed ? vals.data() : nullptr;
+    job.zero_inputs = agreed;  // its scatter writes every output element
     job.step = schedule_.step();
     job.name = name.c_str();
   }

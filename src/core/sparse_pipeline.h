@@ -139,6 +139,7 @@ class SparsePipeline {
       bool reduced = false;      // the values' allreduce completed
       bool flagged = false;      // some rank's flag was raised
       bool other_error = false;  // ... for a failure that is not a non-finite value
+      bool outputs_zeroed = false;  // the local stage zeroed the (in-place) outputs
       std::vector<char> block;   // the leader's index block
       std::vector<float> vals;   // [cap values | kAgreedFlags slots]
       uint64_t code = 0;         // this rank's failure code, and every rank's (kNames)

@@ -54,7 +54,8 @@ namespace {
 
 int g_size = 0;
 
-// Ten steps of six tensors (two below MGS_MIN_SPARSE_ELEMENTS, dense).
+// Ten steps of six tensors (two below MGS_MIN_SPARSE_ELEMENTS, dense),
+// odd steps in place.
 // `agreed`: check the agreed exchange's invariants as well.
 // `jitter_us` > 0: each rank sleeps a random 0..jitter_us before each enqueue.
 void runSteps(bool agreed, const std::vector<int64_t>& sizes = {5000, 20000, 4096, 100000, 8192, 3000},
@@ -63,6 +64,7 @@ void runSteps(bool agreed, const std::vector<int64_t>& sizes = {5000, 20000, 409
   for (int step = 0; step < kSteps; ++step) {
     const size_t L = sizes.size();
     StepTensors st(sizes, step);
+    const bool in_place = step % 2 == 1;
     auto &x = st.x, &out = st.out, &before = st.before;
     auto& shapes = st.shapes;
     auto& h = st.h;
@@ -72,7 +74,11 @@ void runSteps(bool agreed, const std::vector<int64_t>& sizes = {5000, 20000, 409
     for (size_t j = 0; j < L; ++j) {
       const size_t t = (g_rank % 2) ? L - 1 - j : j;  // ranks enqueue in different orders
       if (jitter_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(rng() % jitter_us));
-      mgs_tensor_t in = cpuTensor(x[t].data(), MGS_FLOAT32, shapes[t]);
+      // Odd steps in place (output = input, as DistributedOptimizer
+      // reduces p.grad): the agreed exchange's non-leaders then zero the
+      // input as they fuse it and the scatter writes only the picks.
+      if (in_place) out[t] = x[t];
+      mgs_tensor_t in = cpuTensor(in_place ? out[t].data() : x[t].data(), MGS_FLOAT32, shapes[t]);
       mgs_tensor_t o = cpuTensor(out[t].data(), MGS_FLOAT32, shapes[t]);
       EXPECT_OK(mgs_allreduce_async(("x" + std::to_string(t)).c_str(), &in, &o, MGS_REDUCE_AVERAGE, 1, 1,
                                     MGS_FLAG_SPARSE_OK, &h[t]));
@@ -211,6 +217,7 @@ void scenarioHierarchical() {
   for (int step = 0; step < kSteps; ++step) {
     const size_t L = sizes.size();
     StepTensors st(sizes, step);
+    const bool in_place = step % 2 == 1;
     auto &x = st.x, &out = st.out, &before = st.before;
     auto& shapes = st.shapes;
     auto& h = st.h;

@@ -15,6 +15,7 @@
 #include "core/cpu_local_stage.h"
 #include "core/device.h"
 #include "core/nonfinite.h"
+#include "core/scatter_stage.h"
 #include "../compress/test_util.h"
 #include "core/sparse_block.h"
 
@@ -412,6 +413,94 @@ TEST_CASE("cpu local stage: dense buckets, extract and zeroResidual", "[core][lo
     before[idx[j]] = 0.0f;
   }
   REQUIRE(std::memcmp(before.data(), after.data(), 4 * n) == 0);
+}
+
+TEST_CASE("cpu local stage: zero_inputs zeroes in-place f32 inputs while fusing; the scatter then writes only the picks",
+          "[core][local_stage]") {
+  // Sizes across the 4,096-element chunk of the fuse, prescale on one member.
+  const size_t na = 10007, nb = 4096, n = na + nb;
+  std::mt19937 rng(23);
+  std::normal_distribution<float> g;
+  std::vector<float> a(na), b(nb), ra(na), rb(nb);
+  for (auto* v : {&a, &b, &ra, &rb})
+    for (auto& x : *v) x = g(rng);
+  const std::vector<float> a0 = a, b0 = b;
+  auto member = [](const char* name, std::vector<float>& x, double prescale) {
+    Request r;
+    r.name = name;
+    r.input.data = r.output.data = x.data();
+    r.input.dtype = r.output.dtype = MGS_FLOAT32;
+    r.input.shape = r.output.shape = {static_cast<int64_t>(x.size())};
+    r.sig.prescale = prescale;
+    return r;
+  };
+  std::vector<Request> members = {member("a", a, 0.5), member("b", b, 1.0)};
+  std::vector<float> want(n);
+  fuseIntoFloat(a0.data(), MGS_FLOAT32, na, 0.5, ra.data(), want.data());
+  fuseIntoFloat(b0.data(), MGS_FLOAT32, nb, 1.0, rb.data(), want.data() + na);
+
+  ResidualStore residuals;
+  REQUIRE(residuals.copyIn("a", ra.data(), na).ok());
+  REQUIRE(residuals.copyIn("b", rb.data(), nb).ok());
+  LocalStageOptions o;
+  o.residuals = &residuals;
+  CpuLocalStage stage(o);
+  LocalJob job;  // an agreed non-leader: fuse only
+  job.members = &members;
+  job.n = n;
+  job.zero_inputs = GENERATE(false, true);
+  const bool out_of_place = GENERATE(false, true);
+  std::vector<float> sink(nb, 7.0f);
+  if (out_of_place) members[1].output.data = sink.data();  // one member not in place: nobody is zeroed
+  LocalOutcome out;
+  stage.run(job, &out);
+  REQUIRE(out.status.ok());
+  const bool zeroed = job.zero_inputs && !out_of_place;
+  REQUIRE(out.inputs_zeroed == zeroed);
+  std::vector<float> acc(n);
+  REQUIRE(stage.readSlab(*out.slab, acc.data()).ok());
+  REQUIRE(std::memcmp(acc.data(), want.data(), 4 * n) == 0);  // the same acc either way
+  size_t nonzero = 0;
+  for (float v : a) nonzero += bits(v) != bits(0.0f);
+  for (float v : b) nonzero += bits(v) != bits(0.0f);
+  if (zeroed) {
+    REQUIRE(nonzero == 0);
+  } else {
+    REQUIRE(std::memcmp(a.data(), a0.data(), 4 * na) == 0);
+    REQUIRE(std::memcmp(b.data(), b0.data(), 4 * nb) == 0);
+  }
+
+  // The scatter: with outputs_zeroed it writes only the picks; the outputs
+  // end bitwise as a scatter into zeroed outputs would leave them.
+  ScatterStage scatter(2);
+  for (auto& m : members) m.sig.reduce_op = MGS_REDUCE_SUM;
+  const uint32_t idx[4] = {3, 4099, 10006, 10007 + 4095};
+  const float vals[4] = {1.5f, -0.0f, 2.0f, -3.0f};
+  REQUIRE(scatter.scatterAgreed(members, n, idx, vals, 4, out.inputs_zeroed).ok());
+  std::vector<float> want_a(na, 0.0f), want_b(nb, 0.0f);
+  want_a[3] = 1.5f, want_a[4099] = -0.0f, want_a[10006] = 2.0f, want_b[4095] = -3.0f;
+  REQUIRE(std::memcmp(a.data(), want_a.data(), 4 * na) == 0);
+  const float* ob = out_of_place ? sink.data() : b.data();
+  REQUIRE(std::memcmp(ob, want_b.data(), 4 * nb) == 0);
+}
+
+TEST_CASE("scatter stage: scatterAgreed with outputs_zeroed leaves the rest of the output as it is",
+          "[core][scatter]") {
+  std::vector<float> x(10, 9.0f);
+  Request r;
+  r.name = "x";
+  r.input.data = r.output.data = x.data();
+  r.input.dtype = r.output.dtype = MGS_FLOAT32;
+  r.input.shape = r.output.shape = {10};
+  r.sig.reduce_op = MGS_REDUCE_AVERAGE;
+  std::vector<Request> members = {r};
+  ScatterStage scatter(4);
+  const uint32_t idx[1] = {2};
+  const float vals[1] = {8.0f};
+  REQUIRE(scatter.scatterAgreed(members, 10, idx, vals, 1, true).ok());
+  for (size_t i = 0; i < 10; ++i) REQUIRE(x[i] == (i == 2 ? 2.0f : 9.0f));  // 8 / P
+  REQUIRE(scatter.scatterAgreed(members, 10, idx, vals, 1, false).ok());
+  for (size_t i = 0; i < 10; ++i) REQUIRE(x[i] == (i == 2 ? 2.0f : 0.0f));
 }
 
 TEST_CASE("device::createLocalStage: a build without CUDA has no device stage and says so", "[core][local_stage]") {
