@@ -203,6 +203,26 @@ double CostModel::wireSeconds(Exchange e, int64_t elements) const {
   return elements <= 0 ? 0.0 : exchangeSeconds(e, elements) - negotiation_s;
 }
 
+double CostModel::overlapSeconds(Exchange e, int64_t elements) const {
+  if (elements <= 0 || inflight_overlap <= 0) return 0.0;
+  double startup = 0;
+  switch (e) {
+    case Exchange::kDense:
+      return 0.0;
+    case Exchange::kAgreed:
+      startup = (broadcast.segments().empty() ? allreduce : broadcast).startup() + allreduce.startup();
+      break;
+    case Exchange::kHierarchical:
+      startup = 2 * (node.segments().empty() ? allreduce : node).startup() +
+                (leader_allgather.segments().empty() ? allgather : leader_allgather).startup();
+      break;
+    default:
+      startup = allgather.startup();
+      break;
+  }
+  return std::min(inflight_overlap * startup, wireSeconds(e, elements));
+}
+
 double CostModel::selectionSeconds(Exchange e, int64_t elements) const {
   return e == Exchange::kDense ? 0.0 : sparsifySeconds(elements);
 }

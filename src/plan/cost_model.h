@@ -132,6 +132,17 @@ struct CostModel {
   // (start-ups overlap fully, transfers share the link), unless a file says
   // otherwise; 0 bounds it from above (one after another).
   double allgather_overlap = 1.0;
+  // Exchanges in flight (the timeline model and the planners): with MPI the
+  // runtime keeps a sparse bucket's allgather, agreed or hierarchical
+  // exchange in flight while the next one starts, so their start-ups overlap
+  // and their transfers share the link. A group's exchange then ends no
+  // earlier than its start + T, nor than the previous exchange's end + T -
+  // inflight_overlap x (its start-up, at most T). 0, the papers' model and
+  // the default of every file without the field: one exchange after
+  // another. Calibration measures it where the communicator has nonblocking
+  // collectives: 1 - (extra time of each of 4 small allreduces started at
+  // once) / (one alone's time).
+  double inflight_overlap = 0.0;
   // Which exchanges a sparse group may use (kExchange* bits); the planners
   // and the runtime take, per group, the one chooseExchange() names. The
   // default is the allgather alone (the papers' model); the runtime sets it
@@ -175,6 +186,11 @@ struct CostModel {
   // themselves, one per round the runtime runs, which groups that become
   // ready together share (timeline.h, negotiationRound).
   double wireSeconds(Exchange e, int64_t elements) const;
+  // How much of a group's exchange may overlap the exchange in flight before
+  // it: inflight_overlap x the start-ups of its collectives, at most its
+  // wireSeconds. 0 for dense (the runtime completes a dense bucket before
+  // the next starts).
+  double overlapSeconds(Exchange e, int64_t elements) const;
   // Selection time `e` needs first (0 for dense).
   double selectionSeconds(Exchange e, int64_t elements) const;
   // The allowed exchange with the least selection + communication time;

@@ -173,6 +173,12 @@ Status readFields(const json& j, CostModel* inout) {
     if (m.allgather_overlap > 1)
       return invalid("allgather_overlap", "expected a number in [0, 1], got " + j.at("allgather_overlap").dump());
   }
+  // Optional: files from before exchanges went in flight have none (0).
+  if (j.contains("inflight_overlap")) {
+    MGS_RETURN_IF_ERROR(nonNegative(j.at("inflight_overlap"), "inflight_overlap", &m.inflight_overlap));
+    if (m.inflight_overlap > 1)
+      return invalid("inflight_overlap", "expected a number in [0, 1], got " + j.at("inflight_overlap").dump());
+  }
   if (j.contains("max_in_flight")) {
     MGS_RETURN_IF_ERROR(integer(j.at("max_in_flight"), "max_in_flight", 1, 1 << 20, &i));
     m.max_in_flight = static_cast<int>(i);
@@ -225,7 +231,8 @@ Status parseCostModel(const std::string& text, CostModel* out) {
   MGS_RETURN_IF_ERROR(onlyKeys(j, "cost model",
                                {"format", "version", "workers", "bytes_per_element", "allreduce", "allgather",
                                 "broadcast", "sparsify", "negotiation_s", "ranks_per_node", "node", "leader_allgather",
-                                "coordinator_loop", "cycle_s", "max_in_flight", "allgather_overlap", "comment"}));
+                                "coordinator_loop", "cycle_s", "max_in_flight", "allgather_overlap", "inflight_overlap",
+                                "comment"}));
   for (const char* k : {"workers", "allreduce", "allgather", "sparsify"})
     if (!j.contains(k)) return invalid("cost model", std::string("missing \"") + k + "\"");
   CostModel m = *out;
@@ -260,6 +267,8 @@ std::string costModelToJson(const CostModel& m, bool pretty) {
   out += std::string(in) + "\"allgather\":" + sp + comm(m.allgather) + "," + nl;
   if (!m.broadcast.segments().empty()) out += std::string(in) + "\"broadcast\":" + sp + comm(m.broadcast) + "," + nl;
   if (m.negotiation_s > 0) out += std::string(in) + "\"negotiation_s\":" + sp + json(m.negotiation_s).dump() + "," + nl;
+  if (m.inflight_overlap > 0)
+    out += std::string(in) + "\"inflight_overlap\":" + sp + json(m.inflight_overlap).dump() + "," + nl;
   if (m.coordinator_loop) {
     out += std::string(in) + "\"coordinator_loop\":" + sp + "true," + nl;
     out += std::string(in) + "\"cycle_s\":" + sp + json(m.cycle_s).dump() + "," + nl;

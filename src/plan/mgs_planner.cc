@@ -77,34 +77,42 @@ void thin(std::vector<State>& front, int cap) {
   front = std::move(kept);
 }
 
-// Selection and allgather time of every group [s, e), evaluated once: the
-// bounds and both DP passes read them. Row e holds s = e-1 down to 0.
+// Selection, allgather and overlap time of every group [s, e), evaluated
+// once: the bounds and both DP passes read them. Row e holds s = e-1 down
+// to 0. The overlap is clamped to [0, comm] as sparseTimeline clamps it.
 class GroupCosts {
  public:
-  GroupCosts(const std::vector<LayerInfo>& layers, const ElementCost& allgather, const ElementCost& sparsify)
-      : n_(static_cast<int>(layers.size())), comm_(size_t(n_) * (n_ + 1) / 2), select_(comm_.size()) {
+  GroupCosts(const std::vector<LayerInfo>& layers, const ElementCost& allgather, const ElementCost& sparsify,
+             const ElementCost& overlap)
+      : n_(static_cast<int>(layers.size())),
+        comm_(size_t(n_) * (n_ + 1) / 2),
+        select_(comm_.size()),
+        overlap_(comm_.size(), 0.0) {
     for (int e = 1; e <= n_; ++e) {
       int64_t elements = 0;
       for (int s = e - 1; s >= 0; --s) {
         elements += layers[s].elements;
         comm_[at(s, e)] = allgather(elements);
         select_[at(s, e)] = sparsify(elements);
+        if (overlap) overlap_[at(s, e)] = std::clamp(overlap(elements), 0.0, comm_[at(s, e)]);
       }
     }
   }
   double comm(int s, int e) const { return comm_[at(s, e)]; }
   double select(int s, int e) const { return select_[at(s, e)]; }
+  double overlap(int s, int e) const { return overlap_[at(s, e)]; }
 
  private:
   size_t at(int s, int e) const { return size_t(e) * (e - 1) / 2 + (e - 1 - s); }
   int n_;
-  std::vector<double> comm_, select_;
+  std::vector<double> comm_, select_, overlap_;
 };
 
 // Lower bounds on what layers e..n-1 still add to a state, over every way of
 // grouping them, from exact O(L^2) suffix DPs valid for any cost functions.
-// `comm`, added to the comm end: communications are serial, so at least the
-// least total allgather time. `compute`, added to the first stage's end, a
+// `comm`, added to the comm end: each later group's exchange ends at least
+// its time less its overlap after the one before, so at least the least
+// total of those. `compute`, added to the first stage's end, a
 // bound on the final comm end:
 //  - kCompute: the compute stream still runs their backward and (serial)
 //    selections, so at least their backward plus the least total selection.
@@ -126,7 +134,7 @@ SuffixBounds suffixBounds(const std::vector<LayerInfo>& layers, const GroupCosts
   // are read in storage order (row e).
   for (int e = n; e >= 1; --e) {
     for (int s = e - 1; s >= 0; --s) {
-      b.comm[s] = std::min(b.comm[s], cost.comm(s, e) + b.comm[e]);
+      b.comm[s] = std::min(b.comm[s], cost.comm(s, e) - cost.overlap(s, e) + b.comm[e]);
       select[s] = std::min(select[s], cost.select(s, e) + select[e]);
       if (selection == Selection::kSeparate) {
         sel_last[s] = std::min(sel_last[s], cost.select(s, e) + (e == n ? cost.comm(s, e) : sel_last[e]));
@@ -169,17 +177,17 @@ PlannerResult paretoDp(const std::vector<LayerInfo>& layers, const GroupCosts& c
     double backward = 0;
     for (int s = e - 1; s >= 0; --s) {  // last group [s, e), shortest first
       backward += layers[s].backward_s;
-      const double select = cost.select(s, e), comm = cost.comm(s, e);
+      const double select = cost.select(s, e), comm = cost.comm(s, e), ov = cost.overlap(s, e);
       const std::vector<State>& prev = fronts[s];
       for (int i = 0; i < static_cast<int>(prev.size()); ++i) {
         const double compute = next(prev[i].compute, backward, ready[e], select);
         if (compute + bound.compute[e] > limit) break;  // later states compute longer
-        const double end = std::max(prev[i].comm, compute) + comm;
+        const double end = std::max(prev[i].comm - ov, compute) + comm;
         if (end + bound.comm[e] <= limit) insertPareto(front, {compute, end, s, i});
         // Later states of `prev` have no smaller first stage and a smaller
         // comm end; once communication waits for the first stage, they only
         // give states dominated by this one.
-        if (compute >= prev[i].comm) break;
+        if (compute >= prev[i].comm - ov) break;
       }
     }
     if (static_cast<int>(front.size()) > front_cap) {
@@ -231,7 +239,7 @@ PlannerResult roundsDp(const std::vector<LayerInfo>& layers, const GroupCosts& c
     double backward = 0;
     for (int s = e - 1; s >= 0; --s) {
       backward += layers[s].backward_s;
-      const double select = cost.select(s, e), comm = cost.comm(s, e);
+      const double select = cost.select(s, e), comm = cost.comm(s, e), ov = cost.overlap(s, e);
       const std::vector<RoundState>& prev = fronts[s];
       for (int i = 0; i < static_cast<int>(prev.size()); ++i) {
         const RoundState& p = prev[i];
@@ -248,7 +256,7 @@ PlannerResult roundsDp(const std::vector<LayerInfo>& layers, const GroupCosts& c
           comm_ready = compute;
         }
         if (compute + bound.compute[e] > limit) continue;
-        const double end = std::max(p.comm, comm_ready) + comm;
+        const double end = std::max(p.comm - ov, comm_ready) + comm;
         if (end + bound.comm[e] <= limit) insertRound(front, {compute, end, step.start, s, i});
       }
     }
@@ -283,7 +291,7 @@ double limitFor(double known_s) { return known_s * (1 + 1e-9) + 1e-300; }
 }  // namespace
 
 PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& allgather, const ElementCost& sparsify,
-                      int front_cap, Selection selection, double negotiation_s) {
+                      int front_cap, Selection selection, double negotiation_s, const ElementCost& overlap) {
   const int n = static_cast<int>(layers.size());
   if (n == 0) return {};
   // Without bounds the fronts reach thousands of states when communication
@@ -292,11 +300,11 @@ PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& a
   // evaluated on the model being planned.
   // (A second pass bounded by a first capped pass's plan was tried: it did
   // not bring capped fronts under the cap on the shipped traces.)
-  const GroupCosts cost(layers, allgather, sparsify);
+  const GroupCosts cost(layers, allgather, sparsify, overlap);
   const SuffixBounds bound = suffixBounds(layers, cost, selection);
-  PlannerResult known = planMgsGreedy(layers, allgather, sparsify, false, selection, negotiation_s);
+  PlannerResult known = planMgsGreedy(layers, allgather, sparsify, false, selection, negotiation_s, overlap);
   for (Groups g : {planLayerwise(n), planSingle(n)}) {
-    const double t = sparseTime(layers, g, allgather, sparsify, selection, negotiation_s);
+    const double t = sparseTime(layers, g, allgather, sparsify, selection, negotiation_s, overlap);
     if (t < known.predicted_s) known.groups = std::move(g), known.predicted_s = t;
   }
   const double limit = limitFor(known.predicted_s);
@@ -306,8 +314,8 @@ PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& a
                         : paretoDp(layers, cost, bound, limit, front_cap, SeparateStage{});
   // The DP's own arithmetic may differ from the timeline's in the last bits:
   // report what the timeline says of the plan it chose.
-  if (negotiation_s > 0 && !r.groups.empty())
-    r.predicted_s = sparseTime(layers, r.groups, allgather, sparsify, selection, negotiation_s);
+  if ((negotiation_s > 0 || overlap) && !r.groups.empty())
+    r.predicted_s = sparseTime(layers, r.groups, allgather, sparsify, selection, negotiation_s, overlap);
   // Only the cap can lose the optimal path; the known plan is then as good.
   if (r.groups.empty() || r.predicted_s > known.predicted_s) {
     r.groups = std::move(known.groups);

@@ -10,6 +10,7 @@ namespace {
 
 struct Costs {
   ElementCost allreduce, allgather, sparsify;
+  ElementCost overlap;  // empty without exchanges in flight (inflight_overlap = 0)
 };
 
 // The cost functions refer to `cost`, which must outlive them. The sparse
@@ -22,9 +23,13 @@ struct Costs {
 // model keeps one round per group: the runtime's dense path fuses whatever
 // one round declares, so a dense group is a round.
 Costs costsOf(const CostModel& cost) {
-  return {[&cost](int64_t n) { return cost.allreduceSeconds(n); },
+  Costs c{[&cost](int64_t n) { return cost.allreduceSeconds(n); },
           [&cost](int64_t n) { return cost.wireSeconds(cost.chooseExchange(n), n); },
-          [&cost](int64_t n) { return cost.selectionSeconds(cost.chooseExchange(n), n); }};
+          [&cost](int64_t n) { return cost.selectionSeconds(cost.chooseExchange(n), n); },
+          {}};
+  if (cost.inflight_overlap > 0)
+    c.overlap = [&cost](int64_t n) { return cost.overlapSeconds(cost.chooseExchange(n), n); };
+  return c;
 }
 
 // The coordinator model's step: at the input's round phase when it is
@@ -51,7 +56,7 @@ Groups searchCoordinator(const PlanInput& in, const Costs& f, const Groups& dp_g
   auto eval = [&](const Groups& g) { return coordinatorPrediction(in, g); };
   std::vector<Groups> candidates = {dp_groups, planSingle(n), planLayerwise(n)};
   candidates.push_back(
-      planMgsGreedy(in.layers, f.allgather, f.sparsify, false, in.selection, in.cost.negotiation_s).groups);
+      planMgsGreedy(in.layers, f.allgather, f.sparsify, false, in.selection, in.cost.negotiation_s, f.overlap).groups);
   // Fixed thresholds of 1/1 .. 1/64 of the model, then down to 1/1024.
   int64_t total = 0;
   for (const LayerInfo& l : in.layers) total += l.elements * in.cost.bytes_per_element;
@@ -132,6 +137,8 @@ Status validatePlanInput(const PlanInput& in) {
              "cycle_s must be finite and >= 0, got " << c.cycle_s);
   MGS_ENSURE(c.allgather_overlap >= 0 && c.allgather_overlap <= 1, kInvalidArgument,
              "allgather_overlap must be in [0, 1], got " << c.allgather_overlap);
+  MGS_ENSURE(c.inflight_overlap >= 0 && c.inflight_overlap <= 1, kInvalidArgument,
+             "inflight_overlap must be in [0, 1], got " << c.inflight_overlap);
   MGS_ENSURE(c.max_in_flight >= 1, kInvalidArgument, "max_in_flight must be >= 1, got " << c.max_in_flight);
   MGS_ENSURE(std::isfinite(in.round_phase_s), kInvalidArgument, "round_phase_s must be finite");
   for (size_t i = 0; i < in.dense_tensors.size(); ++i) {
@@ -162,9 +169,9 @@ Status computePlan(const std::string& planner, const PlanInput& in, Plan* plan) 
   if (planner == "mgs" || planner == "mgs-greedy" || planner == "mgwfbp" || planner == "mgwfbp-greedy") {
     PlannerResult r;
     if (planner == "mgs")
-      r = planMgs(in.layers, f.allgather, f.sparsify, in.front_cap, in.selection, in.cost.negotiation_s);
+      r = planMgs(in.layers, f.allgather, f.sparsify, in.front_cap, in.selection, in.cost.negotiation_s, f.overlap);
     if (planner == "mgs-greedy")
-      r = planMgsGreedy(in.layers, f.allgather, f.sparsify, false, in.selection, in.cost.negotiation_s);
+      r = planMgsGreedy(in.layers, f.allgather, f.sparsify, false, in.selection, in.cost.negotiation_s, f.overlap);
     if (planner == "mgwfbp") r = planMgwfbp(in.layers, f.allreduce);
     if (planner == "mgwfbp-greedy") r = planMgwfbpGreedy(in.layers, f.allreduce, in.cost.allreduce.startup());
     out.groups = std::move(r.groups);
@@ -196,7 +203,8 @@ Status planTimeline(const PlanInput& in, const Groups& groups, bool sparse, std:
                     in.round_phase_s >= 0 && p > 0 ? std::fmod(in.round_phase_s, p) : 0.5 * p, timeline);
     return Status::OK();
   }
-  *timeline = sparse ? sparseTimeline(in.layers, groups, f.allgather, f.sparsify, in.selection, in.cost.negotiation_s)
+  *timeline = sparse ? sparseTimeline(in.layers, groups, f.allgather, f.sparsify, in.selection, in.cost.negotiation_s,
+                                     f.overlap)
                      : denseTimeline(in.layers, groups, f.allreduce);
   return Status::OK();
 }

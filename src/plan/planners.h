@@ -45,19 +45,24 @@ constexpr int kDefaultFrontCap = 256;
 // the states no other state beats in all three (first stage, comm end, a
 // later round start). That is no longer exact: a state that waits longer
 // can catch more groups in its round. Tested against brute force.
+//
+// `overlap`: exchanges in flight (sparseTimeline). The transition stays
+// non-decreasing in both coordinates, so the DP stays exact without rounds;
+// the bounds charge each later group its exchange less its overlap.
 PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& allgather, const ElementCost& sparsify,
                       int front_cap = kDefaultFrontCap, Selection selection = Selection::kCompute,
-                      double negotiation_s = 0);
+                      double negotiation_s = 0, const ElementCost& overlap = {});
 
 // The authors' MGS rule (§5.2), with the off-by-one fixed. `released`
 // reproduces the released code instead, which always puts the first two
 // gradients (the paper's L-1 and L-2) in one group without evaluating it.
 // The merge decisions always follow the paper's compute-stream model, with
 // one negotiation round per call; `selection` and `negotiation_s` only pick
-// the model predicted_s is evaluated on.
+// the model predicted_s is evaluated on (with `overlap`, sparseTimeline's).
 PlannerResult planMgsGreedy(const std::vector<LayerInfo>& layers, const ElementCost& allgather,
                             const ElementCost& sparsify, bool released = false,
-                            Selection selection = Selection::kCompute, double negotiation_s = 0);
+                            Selection selection = Selection::kCompute, double negotiation_s = 0,
+                            const ElementCost& overlap = {});
 
 // Horovod/DDP-style fusion (§6): close a group once it holds at least
 // `threshold_bytes`; 0 gives one group per layer.

@@ -29,7 +29,7 @@ std::vector<GroupTiming> denseTimeline(const std::vector<LayerInfo>& layers, con
 
 std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, const Groups& groups,
                                         const ElementCost& allgather, const ElementCost& sparsify, Selection selection,
-                                        double negotiation_s) {
+                                        double negotiation_s, const ElementCost& overlap) {
   std::vector<GroupTiming> out;
   out.reserve(groups.size());
   // kCompute: `compute` is the compute stream (backward + selection) and
@@ -62,8 +62,10 @@ std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, co
     }
     t.shared_round = r.shared;
     round_start = r.start, round_end = r.end;
-    t.comm_start_s = std::max(comm_end, selection == Selection::kCompute ? r.end : t.sparsified_s);
-    t.comm_end_s = comm_end = t.comm_start_s + allgather(t.elements);
+    const double comm = allgather(t.elements);
+    const double ov = overlap ? std::clamp(overlap(t.elements), 0.0, comm) : 0.0;
+    t.comm_start_s = std::max(comm_end - ov, selection == Selection::kCompute ? r.end : t.sparsified_s);
+    t.comm_end_s = comm_end = t.comm_start_s + comm;
     out.push_back(t);
   }
   return out;
@@ -75,8 +77,8 @@ double denseTime(const std::vector<LayerInfo>& layers, const Groups& groups, con
 }
 
 double sparseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allgather,
-                  const ElementCost& sparsify, Selection selection, double negotiation_s) {
-  const auto t = sparseTimeline(layers, groups, allgather, sparsify, selection, negotiation_s);
+                  const ElementCost& sparsify, Selection selection, double negotiation_s, const ElementCost& overlap) {
+  const auto t = sparseTimeline(layers, groups, allgather, sparsify, selection, negotiation_s, overlap);
   return t.empty() ? 0.0 : t.back().comm_end_s;
 }
 

@@ -100,14 +100,22 @@ std::vector<GroupTiming> denseTimeline(const std::vector<LayerInfo>& layers, con
 // comm_end_g = max(sel_end_g, comm_end_{g-1}) + T_ag.
 // `negotiation_s`: one negotiation round's time (see Rounds above); the
 // communication costs must then leave it out.
+// `overlap` (exchanges in flight, CostModel::overlapSeconds): how much of a
+// group's exchange may run while the one before it is still in flight. The
+// exchange then starts when the group is ready for it, or `overlap` before
+// the previous one ends, whichever is later, and takes its full time:
+// comm_end_g = max(ready_g, comm_end_{g-1} - overlap_g) + T_g. Empty (or 0,
+// at most T_g): one exchange after another, the papers' model, bit for bit.
 std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, const Groups& groups,
                                         const ElementCost& allgather, const ElementCost& sparsify,
-                                        Selection selection = Selection::kCompute, double negotiation_s = 0);
+                                        Selection selection = Selection::kCompute, double negotiation_s = 0,
+                                        const ElementCost& overlap = {});
 
 // End of the last communication (the objective); 0 for no layers.
 double denseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allreduce);
 double sparseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allgather,
-                  const ElementCost& sparsify, Selection selection = Selection::kCompute, double negotiation_s = 0);
+                  const ElementCost& sparsify, Selection selection = Selection::kCompute, double negotiation_s = 0,
+                  const ElementCost& overlap = {});
 
 // "compute" / "separate", for tools, logs and configuration.
 const char* selectionName(Selection selection);
