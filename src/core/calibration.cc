@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
-#include <memory>
 #include <sstream>
 #include <vector>
 
@@ -18,9 +17,6 @@ namespace {
 // A negotiation round's message: the ready bits of the cached names (one per
 // name in use, as int64 words; a few hundred tensors) and a few flag words.
 constexpr double kNegotiationBytes = 512;
-// Exchanges started at once to measure how their start-ups overlap
-// (BlockExchange keeps as many in flight).
-constexpr int kInFlight = 4;
 
 using Clock = std::chrono::steady_clock;
 
@@ -101,27 +97,6 @@ Status measure(Communicator& comm, const compress::Selector& selector, plan::Cos
       t.push_back(s);
     }
   }
-  // Exchanges in flight (CostModel::inflight_overlap): a small allreduce
-  // alone, then kInFlight of them started at once and completed oldest
-  // first, as the runtime keeps a sparse bucket's exchange in flight while
-  // the next starts. Only where collectives really run in the background.
-  const bool inflight = comm.asyncCollectives();
-  if (inflight) {
-    constexpr size_t kCount = 256;  // 1 KiB: start-up bound, as the agreed exchange's phases are
-    std::vector<float> small(kInFlight * kCount, 0.0f);
-    auto run = [&](int m) -> Status {
-      std::vector<std::unique_ptr<PendingCollective>> ops(m);
-      for (int j = 0; j < m; ++j)
-        MGS_RETURN_IF_ERROR(comm.startAllreduce(small.data() + j * kCount, kCount, MGS_FLOAT32, CommOp::kSum, &ops[j]));
-      for (auto& op : ops) MGS_RETURN_IF_ERROR(op->wait());
-      return Status::OK();
-    };
-    for (int m : {1, kInFlight}) {
-      double s;
-      MGS_RETURN_IF_ERROR(timeCall(5, &s, [&] { return run(m); }));
-      t.push_back(s);
-    }
-  }
   MGS_RETURN_IF_ERROR(comm.allreduce(t.data(), t.size(), MGS_FLOAT64, CommOp::kMax));
 
   std::vector<plan::Sample> ar, ag, sel;
@@ -131,14 +106,6 @@ Status measure(Communicator& comm, const compress::Selector& selector, plan::Cos
   std::vector<plan::Sample> bc;
   for (size_t b : bc_bytes) bc.emplace_back(double(b), t[i++]);
   for (size_t n : sel_n) sel.emplace_back(double(n), t[i++]);
-  if (inflight) {
-    // Each extra exchange in flight added `extra`; the model's overlap is
-    // the share of one exchange's time that the extra ones did not add.
-    const double one = t[i], four = t[i + 1];
-    const double extra = (four - one) / (kInFlight - 1);
-    out->inflight_overlap = one > 0 ? std::clamp(1.0 - extra / one, 0.0, 1.0) : 0.0;
-    i += 2;
-  }
   // Piecewise-linear through the measured points, not one least-squares line:
   // a line fitted over 4 KiB..64 MiB is dominated by the large sizes and gets
   // the per-call startup (what decides small buckets) wrong.

@@ -139,9 +139,12 @@ struct CostModel {
   // earlier than its start + T, nor than the previous exchange's end + T -
   // inflight_overlap x (its start-up, at most T). 0, the papers' model and
   // the default of every file without the field: one exchange after
-  // another. Calibration measures it where the communicator has nonblocking
-  // collectives: 1 - (extra time of each of 4 small allreduces started at
-  // once) / (one alone's time).
+  // another. A what-if term for mgs-plan / mgs-sim and cost files; the
+  // runtime's calibration does not set it: measured from small allreduces
+  // in flight it came out at 0.97 on 16 emulated hosts, where each extra
+  // bucket in fact added ~3 ms of CPU (16 ranks on 2 cores), and the
+  // planner then chose 14 buckets for a step 30 % slower than its 3-bucket
+  // plan (docs/benchmarks.md, "A model of exchanges in flight").
   double inflight_overlap = 0.0;
   // Which exchanges a sparse group may use (kExchange* bits); the planners
   // and the runtime take, per group, the one chooseExchange() names. The
