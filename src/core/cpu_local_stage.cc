@@ -113,12 +113,6 @@ void CpuLocalStage::giveSlab(Vec&& slab) {
   slabs_.push_back(std::move(slab));
 }
 
-namespace {
-// Buckets from this size on (512 KiB of float32, past a core's L2) fuse with
-// non-temporal stores.
-constexpr size_t kStreamElements = size_t{1} << 17;
-}  // namespace
-
 bool CpuLocalStage::zerosInPlace(const std::vector<Request>& members) {
   for (const Request& m : members)
     if (m.input.onCuda() || m.output.onCuda() || m.input.dtype != MGS_FLOAT32 || m.output.dtype != MGS_FLOAT32 ||
@@ -128,7 +122,7 @@ bool CpuLocalStage::zerosInPlace(const std::vector<Request>& members) {
 }
 
 Status CpuLocalStage::fuseMembers(const std::vector<Request>& members, const float* r, float* acc, int* bad_member,
-                                  size_t* non_finite, bool zero, bool stream) {
+                                  size_t* non_finite, bool zero) {
   *bad_member = -1;
   *non_finite = 0;
   size_t off = 0;
@@ -152,11 +146,11 @@ Status CpuLocalStage::fuseMembers(const std::vector<Request>& members, const flo
       float* x = static_cast<float*>(m.output.data);
       for (size_t o = 0; o < cnt; o += kChunk) {
         const size_t c = std::min(kChunk, cnt - o);
-        bad += fuseIntoFloat(x + o, MGS_FLOAT32, c, m.sig.prescale, r ? r + off + o : nullptr, acc + off + o, stream);
+        bad += fuseIntoFloat(x + o, MGS_FLOAT32, c, m.sig.prescale, r ? r + off + o : nullptr, acc + off + o);
         std::memset(x + o, 0, c * sizeof(float));
       }
     } else {
-      bad = fuseIntoFloat(src, m.input.dtype, cnt, m.sig.prescale, r ? r + off : nullptr, acc + off, stream);
+      bad = fuseIntoFloat(src, m.input.dtype, cnt, m.sig.prescale, r ? r + off : nullptr, acc + off);
     }
     if (bad && *bad_member < 0) *bad_member = static_cast<int>(i);
     *non_finite += bad;
@@ -195,10 +189,7 @@ void CpuLocalStage::run(const LocalJob& job, LocalOutcome* out) {
     std::copy(job.acc_in, job.acc_in + n, acc);
   } else if (!direct) {
     const bool zero = job.zero_inputs && !dense && zerosInPlace(members);
-    // A large acc that no selection reads next (an agreed non-leader): past
-    // the cache, written without reading its lines first.
-    const bool stream = !dense && !job.select && n >= kStreamElements;
-    local = fuseMembers(members, r, acc, &out->bad_member, &out->non_finite, zero, stream);
+    local = fuseMembers(members, r, acc, &out->bad_member, &out->non_finite, zero);
     out->inputs_zeroed = zero;
     if (lk.owns_lock()) lk.unlock();
   }

@@ -37,10 +37,9 @@ class CpuLocalStage : public LocalStage {
   void giveSlab(Vec&& slab);
   // acc[0..n) = gradients (+ residual r, unless null), staging CUDA inputs.
   // `zero`: also set each input to zero right after reading it (the caller
-  // checked zerosInPlace). `stream`: write acc with non-temporal stores
-  // (fuseIntoFloat).
+  // checked zerosInPlace).
   Status fuseMembers(const std::vector<Request>& members, const float* r, float* acc, int* bad_member,
-                     size_t* non_finite, bool zero = false, bool stream = false);
+                     size_t* non_finite, bool zero = false);
   // Whether every member is reduced in place in float32 host memory, so its
   // input may be zeroed for the scatter (LocalJob::zero_inputs).
   static bool zerosInPlace(const std::vector<Request>& members);

@@ -5,10 +5,6 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 namespace mgs {
 namespace {
 
@@ -37,40 +33,6 @@ size_t fuseLoop(size_t n, float f, const float* __restrict base, float* __restri
   return bad;
 }
 
-#if defined(__SSE2__)
-// fuseLoop for a float32 source with non-temporal stores: the same two
-// rounded operations per element (no fused multiply-add), so the same bits.
-// The scalar loop does the head up to dst's 16-byte alignment and the tail.
-template <bool kScale, bool kBase>
-size_t fuseStream(const float* s, size_t n, float f, const float* base, float* dst) {
-  auto one = [&](size_t i) {
-    float v = s[i];
-    if constexpr (kScale) v = v * f;
-    if constexpr (kBase) v = base[i] + v;
-    dst[i] = v;
-    return static_cast<size_t>(nonFinite32(v));
-  };
-  size_t i = 0, bad = 0;
-  while (i < n && (reinterpret_cast<uintptr_t>(dst + i) & 15) != 0) bad += one(i++);
-  const __m128 vf = _mm_set1_ps(f);
-  const __m128i exp = _mm_set1_epi32(0x7f800000);
-  __m128i lanes = _mm_setzero_si128();  // per lane: -(non-finite count); n < 2^32 keeps it in range
-  for (; i + 4 <= n; i += 4) {
-    __m128 v = _mm_loadu_ps(s + i);
-    if constexpr (kScale) v = _mm_mul_ps(v, vf);
-    if constexpr (kBase) v = _mm_add_ps(_mm_loadu_ps(base + i), v);
-    _mm_stream_ps(dst + i, v);
-    lanes = _mm_add_epi32(lanes, _mm_cmpeq_epi32(_mm_and_si128(_mm_castps_si128(v), exp), exp));
-  }
-  _mm_sfence();  // the stores are visible before anyone is told the buffer is ready
-  alignas(16) int32_t c[4];
-  _mm_store_si128(reinterpret_cast<__m128i*>(c), lanes);
-  for (int32_t x : c) bad += static_cast<size_t>(-static_cast<int64_t>(x));
-  for (; i < n; ++i) bad += one(i);
-  return bad;
-}
-#endif
-
 template <typename Load>
 size_t fuseAny(size_t n, float f, const float* base, float* dst, Load load) {
   if (f == 1.0f) return base ? fuseLoop<false, true>(n, f, base, dst, load) : fuseLoop<false, false>(n, f, base, dst, load);
@@ -98,20 +60,11 @@ void fillBits(void* data, size_t n, T bits) {
 
 }  // namespace
 
-size_t fuseIntoFloat(const void* src, DataType dtype, size_t n, double prescale, const float* base, float* dst,
-                     bool stream) {
+size_t fuseIntoFloat(const void* src, DataType dtype, size_t n, double prescale, const float* base, float* dst) {
   const float f = static_cast<float>(prescale);
   switch (dtype) {
     case MGS_FLOAT32: {
       const float* s = static_cast<const float*>(src);
-#if defined(__SSE2__)
-      if (stream) {
-        if (f == 1.0f) return base ? fuseStream<false, true>(s, n, f, base, dst) : fuseStream<false, false>(s, n, f, base, dst);
-        return base ? fuseStream<true, true>(s, n, f, base, dst) : fuseStream<true, false>(s, n, f, base, dst);
-      }
-#else
-      (void)stream;
-#endif
       return fuseAny(n, f, base, dst, [s](size_t i) { return s[i]; });
     }
     case MGS_FLOAT16:

@@ -18,12 +18,7 @@ namespace mgs {
 // when base is null: bitwise what addIntoFloat computes in place, but into a
 // separate buffer, so `base` (a residual) stays untouched. Returns how many
 // dst values are NaN or +-Inf (counted in the same pass).
-// `stream`: a float32 source's dst is written with non-temporal stores (x86),
-// which do not first read the destination's lines into cache: for a buffer
-// far larger than the cache that nobody reads again soon (an agreed
-// non-leader's acc), about a quarter less time. The same values, bit for bit.
-size_t fuseIntoFloat(const void* src, DataType dtype, size_t n, double prescale, const float* base, float* dst,
-                     bool stream = false);
+size_t fuseIntoFloat(const void* src, DataType dtype, size_t n, double prescale, const float* base, float* dst);
 
 // How many of the n values are NaN or +-Inf (0 for integer dtypes).
 size_t countNonFinite(const void* data, DataType dtype, size_t n);

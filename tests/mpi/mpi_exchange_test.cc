@@ -55,11 +55,10 @@ namespace {
 int g_size = 0;
 
 // Ten steps of six tensors (two below MGS_MIN_SPARSE_ELEMENTS, dense),
-// odd steps in place; 140,000 elements: past the size from which an agreed
-// non-leader fuses with non-temporal stores (cpu_local_stage.cc).
+// odd steps in place.
 // `agreed`: check the agreed exchange's invariants as well.
 // `jitter_us` > 0: each rank sleeps a random 0..jitter_us before each enqueue.
-void runSteps(bool agreed, const std::vector<int64_t>& sizes = {5000, 20000, 4096, 140000, 8192, 3000},
+void runSteps(bool agreed, const std::vector<int64_t>& sizes = {5000, 20000, 4096, 100000, 8192, 3000},
               int kSteps = 10, int jitter_us = 0) {
   std::mt19937 rng(1234u + 77u * static_cast<unsigned>(g_rank));
   for (int step = 0; step < kSteps; ++step) {

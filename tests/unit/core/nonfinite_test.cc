@@ -65,34 +65,6 @@ TEST_CASE("fuseIntoFloat equals the in-place add bit for bit and counts NaN/Inf"
   CHECK(fuseIntoFloat(b.data(), MGS_BFLOAT16, 3, 1.0, nullptr, o.data()) == 2);
 }
 
-TEST_CASE("fuseIntoFloat with non-temporal stores: the same bits and counts at every alignment", "[nonfinite]") {
-  std::mt19937 rng(9);
-  std::normal_distribution<float> g;
-  const size_t big = 4099;
-  std::vector<float> x(big), r(big);
-  for (size_t i = 0; i < big; ++i) x[i] = g(rng) * 1e3f, r[i] = g(rng) * 1e-4f;
-  // Non-finite values at the head, in the vector body and at the tail.
-  for (size_t at : {size_t{0}, size_t{1}, size_t{7}, size_t{2048}, size_t{4097}, size_t{4098}})
-    x[at] = at % 2 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
-  r[1000] = std::numeric_limits<float>::max(), x[1000] = std::numeric_limits<float>::max();  // overflows to Inf
-  std::vector<float> want(big + 8), got(big + 8);
-  for (size_t off : {size_t{0}, size_t{1}, size_t{2}, size_t{3}})  // dst alignment
-    for (size_t n : {size_t{0}, size_t{1}, size_t{3}, size_t{5}, size_t{64}, big - off})
-      for (double prescale : {1.0, 0.37})
-        for (bool base : {false, true}) {
-          std::fill(want.begin(), want.end(), -7.0f);
-          std::fill(got.begin(), got.end(), -7.0f);
-          const float* b = base ? r.data() : nullptr;
-          const size_t w = fuseIntoFloat(x.data(), MGS_FLOAT32, n, prescale, b, want.data() + off);
-          const size_t s = fuseIntoFloat(x.data(), MGS_FLOAT32, n, prescale, b, got.data() + off, true);
-          INFO("offset " << off << ", n " << n << ", prescale " << prescale << ", base " << base);
-          CHECK(s == w);
-          CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0);  // nothing outside [off, off + n)
-        }
-  // The counts themselves on the full buffer: 6 planted + 1 overflow.
-  CHECK(fuseIntoFloat(x.data(), MGS_FLOAT32, big, 1.0, r.data(), got.data(), true) == 7);
-}
-
 TEST_CASE("countNonFinite and fillNaN for every floating dtype", "[nonfinite]") {
   const std::vector<float> f = {1, std::numeric_limits<float>::infinity(), 0, std::nanf("")};
   CHECK(countNonFinite(f.data(), MGS_FLOAT32, f.size()) == 2);
