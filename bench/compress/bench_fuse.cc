@@ -9,6 +9,11 @@
 //   one-pass members: select(parts, residualIn = r, residual = S): the bucket's
 //                     members (x cut into --parts tensors) read where they lie,
 //                     no fuse pass (the runtime's path for host buckets)
+//   agreed non-leader: one tensor reduced in place, the local stage's fuse
+//                     (CpuLocalStage::run) then the scatter's zeroing of the
+//                     output (ScatterStage::scatterAgreed with no picks),
+//                     without and with LocalJob::zero_inputs (the fuse zeroes
+//                     the input chunk by chunk; the scatter then zeroes nothing)
 // Median of --reps runs after one warm-up; every run starts from the same r.
 //   mgs-bench-fuse --n 25600000 --density 0.001 --selector gaussiank --threads 2
 #include <algorithm>
@@ -22,7 +27,10 @@
 #include "bench_data.h"
 #include "common/dtype.h"
 #include "compress/selector.h"
+#include "core/cpu_local_stage.h"
 #include "core/nonfinite.h"
+#include "core/residual_store.h"
+#include "core/scatter_stage.h"
 
 namespace {
 
@@ -136,5 +144,45 @@ int main(int argc, char** argv) {
               parts.size(), median(onePass), median(onePass) / median(allNew));
   std::printf("new / old: members %.3f, direct %.3f\n", median(allNew) / median(allOld),
               median(directNew) / median(direct));
+
+  // The agreed exchange's non-leader on one in-place tensor.
+  mgs::ResidualStore store;
+  std::vector<float> xw(n);
+  mgs::Request req;
+  req.name = "x";
+  req.input.data = req.output.data = xw.data();
+  req.input.dtype = req.output.dtype = MGS_FLOAT32;
+  req.input.shape = req.output.shape = {static_cast<int64_t>(n)};
+  std::vector<mgs::Request> members{req};
+  mgs::LocalStageOptions lo;
+  lo.residuals = &store;
+  mgs::CpuLocalStage stage(lo);
+  mgs::ScatterStage scatter(4);
+  double agreed[2][2];  // [zero_inputs][fuse, fuse + scatter]
+  for (int zero = 0; zero < 2; ++zero) {
+    std::vector<double> fuse, all;
+    for (int i = 0; i <= reps; ++i) {
+      std::memcpy(xw.data(), x.data(), n * 4);
+      if (!store.copyIn("x", r0.data(), n).ok()) return 1;
+      mgs::LocalJob job;
+      job.members = &members;
+      job.n = n;
+      job.zero_inputs = zero == 1;
+      mgs::LocalOutcome out;
+      const double t0 = nowMs();
+      stage.run(job, &out);
+      const double t1 = nowMs();
+      if (!out.status.ok() || !scatter.scatterAgreed(members, n, nullptr, nullptr, 0, out.inputs_zeroed).ok()) return 1;
+      const double t2 = nowMs();
+      stage.settle(members, std::move(out.slab), false);  // the slab back to the pool, as a failed bucket
+      if (i == 0) continue;
+      fuse.push_back(t1 - t0);
+      all.push_back(t2 - t0);
+    }
+    agreed[zero][0] = median(fuse);
+    agreed[zero][1] = median(all);
+  }
+  std::printf("agreed non-leader, in place: fuse %.2f + zero the output = %.2f; zeroing while fusing %.2f (%.3f)\n",
+              agreed[0][0], agreed[0][1], agreed[1][1], agreed[1][1] / agreed[0][1]);
   return 0;
 }
