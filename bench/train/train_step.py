@@ -132,17 +132,26 @@ def setup(args, model):
 def thread_cpu():
     """{tid: (name, CPU seconds)} of this process's threads, from /proc: shows
     what the coordinator ("mgs-coord", with the MPI threads it starts) and
-    its helpers ("mgs-pool") cost next to the training thread."""
+    its helpers ("mgs-pool") cost next to the training thread.
+
+    The time is the scheduler's exact run time (schedstat, nanoseconds); the
+    utime/stime of `stat` are sampled at the clock tick."""
     tick = os.sysconf("SC_CLK_TCK")
     out = {}
     for tid in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{tid}/stat") as f:
                 stat = f.read()
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            try:
+                with open(f"/proc/self/task/{tid}/schedstat") as f:
+                    seconds = int(f.read().split()[0]) / 1e9
+            except (OSError, ValueError, IndexError):  # no schedstat in this kernel: the ticks
+                fields = stat[stat.rindex(")") + 2:].split()
+                seconds = (int(fields[11]) + int(fields[12])) / tick
         except OSError:
             continue  # the thread ended meanwhile
-        fields = stat[stat.rindex(")") + 2:].split()
-        out[tid] = (stat[stat.index("(") + 1:stat.rindex(")")], (int(fields[11]) + int(fields[12])) / tick)
+        out[tid] = (name, seconds)
     return out
 
 
@@ -163,9 +172,17 @@ def main():
     cpu = []  # process CPU seconds per step, all threads
     losses = []
     nonfinite = 0  # steps whose loss was not finite (fp16 overflow): timed all the same
+    # The threads' window ends where the last step begins: once a rank has
+    # finished its last step, a faster rank's shutdown may end this rank's
+    # coordinator thread, and a thread that is gone can no longer be read
+    # (it then vanished from the sums: 0.005 s per step instead of 0.05).
+    first = min(args.measure_from, args.steps) - 1
+    threads_after = None
     for step in range(args.steps):
-        if step == min(args.measure_from, args.steps) - 1:
+        if step == first:
             threads_before = thread_cpu()
+        if step == args.steps - 1 and step > first:
+            threads_after = thread_cpu()
         t0 = time.perf_counter()
         c0 = time.process_time()
         opt.zero_grad()
@@ -176,10 +193,11 @@ def main():
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
         nonfinite += not math.isfinite(losses[-1])
-    threads_after = thread_cpu()
-    first = min(args.measure_from, len(times)) - 1
+    thread_steps = args.steps - 1 - first
+    if threads_after is None:  # a one-step window: read after it
+        threads_after, thread_steps = thread_cpu(), len(times) - first
     measured = times[first:]
-    per_thread = cpu_by_name(threads_before, threads_after, len(measured))
+    per_thread = cpu_by_name(threads_before, threads_after, thread_steps)
     s = stats()
     finish()
     if rank == 0:
