@@ -158,7 +158,7 @@ bool parseExchanges(const std::string& names, unsigned* out) {
 }
 
 double CostModel::broadcastSeconds(double bytes) const {
-  return broadcast.segments().empty() ? allreduce.seconds(bytes) : broadcast.seconds(bytes);
+  return broadcastModel().seconds(bytes);
 }
 
 double CostModel::agreedSeconds(int64_t elements) const {
@@ -170,7 +170,7 @@ double CostModel::agreedSeconds(int64_t elements) const {
 }
 
 double CostModel::nodeSeconds(double bytes) const {
-  return node.segments().empty() ? allreduce.seconds(bytes) : node.seconds(bytes);
+  return nodeModel().seconds(bytes);
 }
 
 double CostModel::hierarchicalSeconds(int64_t elements) const {
@@ -179,8 +179,7 @@ double CostModel::hierarchicalSeconds(int64_t elements) const {
   // block); the node's broadcast carries every leader's block.
   const double blocks =
       static_cast<double>(nodes()) * static_cast<double>(selected(elements)) * (bytes_per_element + 4);
-  const CommModel& between = leader_allgather.segments().empty() ? allgather : leader_allgather;
-  return negotiation_s + nodeSeconds(static_cast<double>(elements) * bytes_per_element) + between.seconds(blocks) +
+  return negotiation_s + nodeSeconds(static_cast<double>(elements) * bytes_per_element) + leaderModel().seconds(blocks) +
          nodeSeconds(blocks);
 }
 
@@ -210,11 +209,10 @@ double CostModel::overlapSeconds(Exchange e, int64_t elements) const {
     case Exchange::kDense:
       return 0.0;
     case Exchange::kAgreed:
-      startup = (broadcast.segments().empty() ? allreduce : broadcast).startup() + allreduce.startup();
+      startup = broadcastModel().startup() + allreduce.startup();
       break;
     case Exchange::kHierarchical:
-      startup = 2 * (node.segments().empty() ? allreduce : node).startup() +
-                (leader_allgather.segments().empty() ? allgather : leader_allgather).startup();
+      startup = 2 * nodeModel().startup() + leaderModel().startup();
       break;
     default:
       startup = allgather.startup();

@@ -144,7 +144,8 @@ struct CostModel {
   // in flight it came out at 0.97 on 16 emulated hosts, where each extra
   // bucket in fact added ~3 ms of CPU (16 ranks on 2 cores), and the
   // planner then chose 14 buckets for a step 30 % slower than its 3-bucket
-  // plan (docs/benchmarks.md, "A model of exchanges in flight").
+  // plan (docs/benchmarks.md, "The whole 1-128 MB sweep, and a model of
+  // exchanges in flight").
   double inflight_overlap = 0.0;
   // Which exchanges a sparse group may use (kExchange* bits); the planners
   // and the runtime take, per group, the one chooseExchange() names. The
@@ -172,6 +173,12 @@ struct CostModel {
   double allgatherSeconds(int64_t elements) const;
   double sparsifySeconds(int64_t elements) const { return sparsify.seconds(elements); }
   double broadcastSeconds(double bytes) const;
+  // The models the terms above fall back on when a file left one out:
+  // broadcast and node are then estimated by `allreduce`, the leaders'
+  // allgather by `allgather` (see each field).
+  const CommModel& broadcastModel() const { return broadcast.segments().empty() ? allreduce : broadcast; }
+  const CommModel& nodeModel() const { return node.segments().empty() ? allreduce : node; }
+  const CommModel& leaderModel() const { return leader_allgather.segments().empty() ? allgather : leader_allgather; }
   // The agreed exchange's communication: broadcast of k 4-byte indices, then
   // an allreduce of k values.
   double agreedSeconds(int64_t elements) const;
