@@ -5,6 +5,7 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "common/threads.h"
 #include "core/block_exchange.h"
 #include "core/calibration.h"
 #include "core/wire.h"
@@ -96,6 +97,7 @@ void BucketSchedule::onStepBoundary() {
   ++step_;
   ++stats_.steps;
   seen_.clear();
+  if (!have_plan_ && step_ - profile_start_ == 1) sched_mark_ = readThreadSchedule();
   checkPlan();
   if (have_plan_ && plan_stale_) {
     MGS_LOG_INFO("new sparse tensors appeared: dropping the merge plan and profiling again");
@@ -169,6 +171,8 @@ void BucketSchedule::checkPlan() {
 }
 
 Status BucketSchedule::replan() {
+  // Before calibration, whose collectives would count as this step's waits.
+  const double steal = hostSteal(sched_mark_, readThreadSchedule(), comm_.localSize(), availableCores());
   if (!have_cost_) {
     MGS_RETURN_IF_ERROR(resolveCostModel(comm_, config_, base_selector_(), &cost_));
     have_cost_ = true;
@@ -200,7 +204,12 @@ Status BucketSchedule::replan() {
     in.sparse = true;
     // The coordinator selects while backward goes on, and a bucket's
     // allgather overlaps the next bucket's selection: the two-stage model.
-    in.selection = plan::Selection::kSeparate;
+    // Unless the cores are busy with training: then the coordinator's work
+    // (selection and each bucket's fixed CPU) comes out of backward, which
+    // is the compute-stream model, each second counted `steal` times
+    // (plan::CostModel::host_steal).
+    in.cost.host_steal = steal;
+    in.selection = steal > 0 ? plan::Selection::kCompute : plan::Selection::kSeparate;
     in.fusion_threshold_bytes = config_.fusion_threshold_bytes;
     double mean_gap = 0;
     int counted = 0;
@@ -215,6 +224,10 @@ Status BucketSchedule::replan() {
     }
     for (auto& l : in.layers)
       if (l.backward_s < 0) l.backward_s = counted ? mean_gap / counted : 0;  // the first gradient's gap is unknown
+    // On busy cores the profiled gaps hold what the profile's own buckets
+    // cost backward (one per tensor): the plan charges its own instead.
+    if (steal > 0)
+      for (auto& l : in.layers) l.backward_s = std::max(0.0, l.backward_s - steal * in.cost.group_host_s);
     plan::Plan plan;
     Status st = plan::computePlan(config_.effectivePlanner(), in, &plan);
     if (!st.ok()) {
@@ -222,8 +235,12 @@ Status BucketSchedule::replan() {
     } else {
       if (plan.front_capped)
         MGS_LOG_WARN("MGS planner hit its Pareto front cap ({}): the plan may not be optimal", plan.max_front);
-      MGS_LOG_INFO("merge plan ({}): {} sparse tensors in {} buckets, predicted {:.3f} ms per step", plan.planner,
-                   in.layers.size(), plan.groups.size(), plan.predicted_s * 1e3);
+      MGS_LOG_INFO(
+          "merge plan ({}): {} sparse tensors in {} buckets, predicted {:.3f} ms per step (coordinator {:.3f} ms "
+          "a bucket, {})",
+          plan.planner, in.layers.size(), plan.groups.size(), plan.predicted_s * 1e3, in.cost.group_host_s * 1e3,
+          steal > 0 ? fmt::format("on busy cores: each second of it costs backward {:.2f} s", steal)
+                    : std::string("on a core of its own"));
       WireWriter w;
       w.put(static_cast<uint32_t>(plan.groups.size()));
       for (const auto& g : plan.groups) {

@@ -34,6 +34,7 @@
 #include "core/online_cost.h"
 #include "core/request.h"
 #include "core/sparse_stats.h"
+#include "core/host_load.h"
 #include "plan/cost_model.h"
 
 namespace mgs {
@@ -105,6 +106,9 @@ class BucketSchedule {
   std::vector<Bucket> buckets_;
   bool have_cost_ = false;
   plan::CostModel cost_;
+  // The coordinator thread's scheduler totals after the first profiled step
+  // (host_load.h): the plan's host_steal is measured from there.
+  ThreadSchedule sched_mark_;
 };
 
 }  // namespace mgs

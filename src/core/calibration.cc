@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -22,18 +23,30 @@ using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Median of `reps` timed calls after one warm-up.
+// This thread's CPU time: what a call costs the cores, whoever else runs.
+double threadCpu() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// Median of `reps` timed calls after one warm-up; `cpu`, when given, gets
+// the median of their CPU time on this thread.
 template <typename F>
-Status timeCall(int reps, double* out, F&& fn) {
+Status timeCall(int reps, double* out, F&& fn, double* cpu = nullptr) {
   MGS_RETURN_IF_ERROR(fn());
-  std::vector<double> t;
+  std::vector<double> t, c;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = Clock::now();
+    const double c0 = threadCpu();
     MGS_RETURN_IF_ERROR(fn());
+    c.push_back(threadCpu() - c0);
     t.push_back(seconds(t0));
   }
   std::sort(t.begin(), t.end());
+  std::sort(c.begin(), c.end());
   *out = t[t.size() / 2];
+  if (cpu) *cpu = c[c.size() / 2];
   return Status::OK();
 }
 
@@ -76,6 +89,7 @@ Status measure(Communicator& comm, const compress::Selector& selector, plan::Cos
     std::vector<float> vals(selector.maxCount(sel_n.back())), outbuf(sel_n.back());
     std::vector<uint32_t> idx(vals.size());
     std::vector<char> ws(selector.workspaceBytes(sel_n.back()));
+    std::vector<double> sel_cpu;
     for (size_t n : sel_n) {
       compress::SelectArgs a;
       a.x = nullptr;  // in place: res holds gradient + residual
@@ -88,14 +102,33 @@ Status measure(Communicator& comm, const compress::Selector& selector, plan::Cos
       a.name = "calibration";
       double s;
       compress::SelectResult r;
-      MGS_RETURN_IF_ERROR(timeCall(3, &s, [&] {
-        addIntoFloat(x.data(), MGS_FLOAT32, n, 1.0, false, res.data());
-        Status st = selector.select(a, &r);
-        std::fill(outbuf.begin(), outbuf.begin() + n, 0.0f);
-        return st;
-      }));
+      double c = 0;
+      MGS_RETURN_IF_ERROR(timeCall(
+          3, &s,
+          [&] {
+            addIntoFloat(x.data(), MGS_FLOAT32, n, 1.0, false, res.data());
+            Status st = selector.select(a, &r);
+            std::fill(outbuf.begin(), outbuf.begin() + n, 0.0f);
+            return st;
+          },
+          &c));
       t.push_back(s);
+      sel_cpu.push_back(c);
     }
+    // A bucket's fixed CPU (CostModel::group_host_s): the selection's part
+    // that does not scale with its size (the sample, the threshold search:
+    // the smallest size's CPU less its share of the largest's per element),
+    // plus the CPU of the collectives an agreed bucket starts (a broadcast
+    // and an allreduce of a few hundred bytes) and of the allgather a
+    // bucket of the other exchange starts, whichever costs more.
+    const double per_element = sel_cpu.back() / static_cast<double>(sel_n.back());
+    const double sel_fixed = std::max(0.0, sel_cpu.front() - per_element * static_cast<double>(sel_n.front()));
+    double wall = 0, bc_cpu = 0, ar_cpu = 0, ag_cpu = 0;
+    MGS_RETURN_IF_ERROR(timeCall(5, &wall, [&] { return comm.broadcast(buf.data(), 256, 0); }, &bc_cpu));
+    MGS_RETURN_IF_ERROR(
+        timeCall(5, &wall, [&] { return comm.allreduce(buf.data(), 64, MGS_FLOAT32, CommOp::kSum); }, &ar_cpu));
+    MGS_RETURN_IF_ERROR(timeCall(5, &wall, [&] { return comm.allgather(buf.data(), 256, gathered.data()); }, &ag_cpu));
+    t.push_back(sel_fixed + std::max(bc_cpu + ar_cpu, ag_cpu));
   }
   MGS_RETURN_IF_ERROR(comm.allreduce(t.data(), t.size(), MGS_FLOAT64, CommOp::kMax));
 
@@ -106,6 +139,7 @@ Status measure(Communicator& comm, const compress::Selector& selector, plan::Cos
   std::vector<plan::Sample> bc;
   for (size_t b : bc_bytes) bc.emplace_back(double(b), t[i++]);
   for (size_t n : sel_n) sel.emplace_back(double(n), t[i++]);
+  out->group_host_s = t[i++];
   // Piecewise-linear through the measured points, not one least-squares line:
   // a line fitted over 4 KiB..64 MiB is dominated by the large sizes and gets
   // the per-call startup (what decides small buckets) wrong.

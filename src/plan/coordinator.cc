@@ -36,7 +36,7 @@ double coordinatorStep(const std::vector<LayerInfo>& layers, const Groups& group
       gt.elements += layers[i].elements;
     }
     const Exchange e = cost.chooseExchange(gt.elements);
-    const double sel = cost.selectionSeconds(e, gt.elements);
+    const double sel = cost.firstStageSeconds(e, gt.elements);
     GroupWork& w = work[g];
     gt.ready_s = compute;
     if (selection == Selection::kCompute) {

@@ -225,6 +225,11 @@ double CostModel::selectionSeconds(Exchange e, int64_t elements) const {
   return e == Exchange::kDense ? 0.0 : sparsifySeconds(elements);
 }
 
+double CostModel::firstStageSeconds(Exchange e, int64_t elements) const {
+  if (host_steal > 0) return host_steal * group_host_s;
+  return selectionSeconds(e, elements) + group_host_s;
+}
+
 Exchange CostModel::chooseExchange(int64_t elements) const {
   Exchange best = Exchange::kAllgather;
   double best_s = 0;

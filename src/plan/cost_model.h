@@ -147,6 +147,27 @@ struct CostModel {
   // plan (docs/benchmarks.md, "The whole 1-128 MB sweep, and a model of
   // exchanges in flight").
   double inflight_overlap = 0.0;
+  // The coordinator's fixed CPU per group, beyond what scales with the
+  // group's size: the threshold's sample and search, starting, polling and
+  // completing the group's collectives, its bookkeeping. Charged with the
+  // group's selection on the first stage (firstStageSeconds), so the
+  // planners weigh each extra group against the overlap it buys. The
+  // runtime's calibration measures it on the coordinator's CPU clock
+  // (core/calibration.cc); 0 in the papers' presets and in every file
+  // without the field. On 4 ranks sharing 2 cores it was ~0.6 ms a group
+  // (docs/benchmarks.md, sitting 8).
+  double group_host_s = 0.0;
+  // Whether the coordinator's CPU comes out of backward. 0 (the default):
+  // the coordinator has a core of its own and its work (selection,
+  // group_host_s) only delays the exchanges. > 0: the cores are busy with
+  // training (more busy threads than cores), every second of coordinator
+  // work delays backward by about this many seconds, and the sparse model
+  // is then planned with Selection::kCompute and first stages of
+  // firstStageSeconds. The runtime measures it on rank 0 over the profiled
+  // steps, from its coordinator thread's run-queue wait (core/host_load.h),
+  // and plans with it; it is not written to the calibration file (a
+  // property of the job's load, not of the cluster).
+  double host_steal = 0.0;
   // Which exchanges a sparse group may use (kExchange* bits); the planners
   // and the runtime take, per group, the one chooseExchange() names. The
   // default is the allgather alone (the papers' model); the runtime sets it
@@ -203,6 +224,13 @@ struct CostModel {
   double overlapSeconds(Exchange e, int64_t elements) const;
   // Selection time `e` needs first (0 for dense).
   double selectionSeconds(Exchange e, int64_t elements) const;
+  // What a group costs the sparse model's first stage: its selection plus
+  // the fixed per-group CPU (group_host_s); with host_steal > 0 (the stage
+  // is then the compute stream), host_steal x group_host_s alone: on busy
+  // cores the per-element work costs backward the same whichever group it
+  // is in, and the layers' backward times, measured by the runtime with
+  // that work going on, already hold it.
+  double firstStageSeconds(Exchange e, int64_t elements) const;
   // The allowed exchange with the least selection + communication time;
   // ties go to the lower enum value (allgather, then agreed, then dense,
   // then hierarchical). The hierarchical exchange is a candidate only with

@@ -179,6 +179,10 @@ Status readFields(const json& j, CostModel* inout) {
     if (m.inflight_overlap > 1)
       return invalid("inflight_overlap", "expected a number in [0, 1], got " + j.at("inflight_overlap").dump());
   }
+  // Optional: files from before them have neither (0).
+  if (j.contains("group_host_s"))
+    MGS_RETURN_IF_ERROR(nonNegative(j.at("group_host_s"), "group_host_s", &m.group_host_s));
+  if (j.contains("host_steal")) MGS_RETURN_IF_ERROR(nonNegative(j.at("host_steal"), "host_steal", &m.host_steal));
   if (j.contains("max_in_flight")) {
     MGS_RETURN_IF_ERROR(integer(j.at("max_in_flight"), "max_in_flight", 1, 1 << 20, &i));
     m.max_in_flight = static_cast<int>(i);
@@ -232,7 +236,7 @@ Status parseCostModel(const std::string& text, CostModel* out) {
                                {"format", "version", "workers", "bytes_per_element", "allreduce", "allgather",
                                 "broadcast", "sparsify", "negotiation_s", "ranks_per_node", "node", "leader_allgather",
                                 "coordinator_loop", "cycle_s", "max_in_flight", "allgather_overlap", "inflight_overlap",
-                                "comment"}));
+                                "group_host_s", "host_steal", "comment"}));
   for (const char* k : {"workers", "allreduce", "allgather", "sparsify"})
     if (!j.contains(k)) return invalid("cost model", std::string("missing \"") + k + "\"");
   CostModel m = *out;
@@ -269,6 +273,8 @@ std::string costModelToJson(const CostModel& m, bool pretty) {
   if (m.negotiation_s > 0) out += std::string(in) + "\"negotiation_s\":" + sp + json(m.negotiation_s).dump() + "," + nl;
   if (m.inflight_overlap > 0)
     out += std::string(in) + "\"inflight_overlap\":" + sp + json(m.inflight_overlap).dump() + "," + nl;
+  if (m.group_host_s > 0) out += std::string(in) + "\"group_host_s\":" + sp + json(m.group_host_s).dump() + "," + nl;
+  if (m.host_steal > 0) out += std::string(in) + "\"host_steal\":" + sp + json(m.host_steal).dump() + "," + nl;
   if (m.coordinator_loop) {
     out += std::string(in) + "\"coordinator_loop\":" + sp + "true," + nl;
     out += std::string(in) + "\"cycle_s\":" + sp + json(m.cycle_s).dump() + "," + nl;

@@ -25,7 +25,7 @@ struct Costs {
 Costs costsOf(const CostModel& cost) {
   Costs c{[&cost](int64_t n) { return cost.allreduceSeconds(n); },
           [&cost](int64_t n) { return cost.wireSeconds(cost.chooseExchange(n), n); },
-          [&cost](int64_t n) { return cost.selectionSeconds(cost.chooseExchange(n), n); },
+          [&cost](int64_t n) { return cost.firstStageSeconds(cost.chooseExchange(n), n); },
           {}};
   if (cost.inflight_overlap > 0)
     c.overlap = [&cost](int64_t n) { return cost.overlapSeconds(cost.chooseExchange(n), n); };
@@ -139,6 +139,10 @@ Status validatePlanInput(const PlanInput& in) {
              "allgather_overlap must be in [0, 1], got " << c.allgather_overlap);
   MGS_ENSURE(c.inflight_overlap >= 0 && c.inflight_overlap <= 1, kInvalidArgument,
              "inflight_overlap must be in [0, 1], got " << c.inflight_overlap);
+  MGS_ENSURE(std::isfinite(c.group_host_s) && c.group_host_s >= 0, kInvalidArgument,
+             "group_host_s must be finite and >= 0, got " << c.group_host_s);
+  MGS_ENSURE(std::isfinite(c.host_steal) && c.host_steal >= 0, kInvalidArgument,
+             "host_steal must be finite and >= 0, got " << c.host_steal);
   MGS_ENSURE(c.max_in_flight >= 1, kInvalidArgument, "max_in_flight must be >= 1, got " << c.max_in_flight);
   MGS_ENSURE(std::isfinite(in.round_phase_s), kInvalidArgument, "round_phase_s must be finite");
   for (size_t i = 0; i < in.dense_tensors.size(); ++i) {

@@ -1,0 +1,56 @@
+// Busy cores, as the merge planner sees them (core/host_load.h): the rule on
+// two readings, and the readings of a real thread.
+#include "core/host_load.h"
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+namespace mgs {
+
+TEST_CASE("host load: the steal estimate from two readings", "[host_load]") {
+  const ThreadSchedule a{10.0, 4.0, true};
+  // Ran 1 s, waited 0.1 s: it finds a core when it wants one.
+  CHECK(hostSteal(a, {11.0, 4.1, true}, 4, 2) == 0.0);
+  // Ran 1 s, waited 1 s: busy cores. 4 ranks on 2 cores: 2 s of backward a
+  // second; 2 ranks on 8 cores: still the rank's own training thread: 1.
+  CHECK(hostSteal(a, {11.0, 5.0, true}, 4, 2) == 2.0);
+  CHECK(hostSteal(a, {11.0, 5.0, true}, 2, 8) == 1.0);
+  CHECK(hostSteal(a, {11.0, 5.0, true}, 6, 4) == 1.5);
+  // At the edge: a quarter of a second of wait per second is busy.
+  CHECK(hostSteal(a, {11.0, 4.0 + kBusyWait, true}, 1, 1) == 1.0);
+  // Nothing to judge by: a failed reading, too little CPU, a clock going back.
+  CHECK(hostSteal(ThreadSchedule{}, {11.0, 5.0, true}, 4, 2) == 0.0);
+  CHECK(hostSteal(a, ThreadSchedule{}, 4, 2) == 0.0);
+  CHECK(hostSteal(a, {10.0 + kMinCpu / 2, 5.0, true}, 4, 2) == 0.0);
+  CHECK(hostSteal(a, {11.0, 3.0, true}, 4, 2) == 0.0);
+  CHECK(hostSteal(a, {9.0, 5.0, true}, 4, 2) == 0.0);
+  // Nonsense counts of ranks or cores count as one.
+  CHECK(hostSteal(a, {11.0, 5.0, true}, 0, 0) == 1.0);
+}
+
+TEST_CASE("host load: a thread's own readings count its CPU", "[host_load]") {
+  const ThreadSchedule before = readThreadSchedule();
+#ifdef __linux__
+  REQUIRE(before.ok);
+#endif
+  if (!before.ok) return;
+  // Spin ~30 ms of CPU on this thread, then sleep: the sleep is neither.
+  const auto t0 = std::chrono::steady_clock::now();
+  volatile double x = 0;
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(30)) x = x + 1.0;
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const ThreadSchedule after = readThreadSchedule();
+  REQUIRE(after.ok);
+  const double cpu = after.cpu_s - before.cpu_s;
+  CHECK(cpu > 0.005);
+  CHECK(cpu < 0.075);  // never the sleep
+  CHECK(after.wait_s >= before.wait_s);
+  // Another thread's readings are its own, not this one's.
+  ThreadSchedule other;
+  std::thread([&] { other = readThreadSchedule(); }).join();
+  REQUIRE(other.ok);
+  CHECK(other.cpu_s < after.cpu_s);
+}
+
+}  // namespace mgs
