@@ -9,24 +9,32 @@
 namespace mgs {
 
 TEST_CASE("host load: the steal estimate from two readings", "[host_load]") {
-  const ThreadSchedule a{10.0, 4.0, true};
-  // Ran 1 s, waited 0.1 s: it finds a core when it wants one.
-  CHECK(hostSteal(a, {11.0, 4.1, true}, 4, 2) == 0.0);
-  // Ran 1 s, waited 1 s: busy cores. 4 ranks on 2 cores: 2 s of backward a
-  // second; 2 ranks on 8 cores: still the rank's own training thread: 1.
-  CHECK(hostSteal(a, {11.0, 5.0, true}, 4, 2) == 2.0);
-  CHECK(hostSteal(a, {11.0, 5.0, true}, 2, 8) == 1.0);
-  CHECK(hostSteal(a, {11.0, 5.0, true}, 6, 4) == 1.5);
-  // At the edge: a quarter of a second of wait per second is busy.
-  CHECK(hostSteal(a, {11.0, 4.0 + kBusyWait, true}, 1, 1) == 1.0);
+  // {thread cpu, thread wait, process cpu, wall}
+  const ThreadSchedule a{10.0, 4.0, 100.0, 1000.0, true};
+  // Over 2 s the coordinator ran 1 s; the rest of the process (training)
+  // 0.8 s.
+  // Waited 0.1 s: it finds a core when it wants one.
+  CHECK(hostSteal(a, {11.0, 4.1, 101.8, 1002.0, true}, 4, 2) == 0.0);
+  // Waited 1 s: busy cores. 4 ranks on 2 cores: 2 s of backward a second;
+  // 2 ranks on 8 cores: still the rank's own training thread: 1.
+  CHECK(hostSteal(a, {11.0, 5.0, 101.8, 1002.0, true}, 4, 2) == 2.0);
+  CHECK(hostSteal(a, {11.0, 5.0, 101.8, 1002.0, true}, 2, 8) == 1.0);
+  CHECK(hostSteal(a, {11.0, 5.0, 101.8, 1002.0, true}, 6, 4) == 1.5);
+  // At the edges: a quarter of a second of wait per second of CPU, and the
+  // rest of the process a quarter of a core.
+  CHECK(hostSteal(a, {11.0, 4.0 + kBusyWait, 101.5, 1002.0, true}, 1, 1) == 1.0);
+  // Busy cores but a process that hardly computes besides (a replay whose
+  // compute sleeps): backward is not delayed.
+  CHECK(hostSteal(a, {11.0, 5.0, 101.4, 1002.0, true}, 4, 2) == 0.0);
   // Nothing to judge by: a failed reading, too little CPU, a clock going back.
-  CHECK(hostSteal(ThreadSchedule{}, {11.0, 5.0, true}, 4, 2) == 0.0);
+  CHECK(hostSteal(ThreadSchedule{}, {11.0, 5.0, 101.8, 1002.0, true}, 4, 2) == 0.0);
   CHECK(hostSteal(a, ThreadSchedule{}, 4, 2) == 0.0);
-  CHECK(hostSteal(a, {10.0 + kMinCpu / 2, 5.0, true}, 4, 2) == 0.0);
-  CHECK(hostSteal(a, {11.0, 3.0, true}, 4, 2) == 0.0);
-  CHECK(hostSteal(a, {9.0, 5.0, true}, 4, 2) == 0.0);
+  CHECK(hostSteal(a, {10.0 + kMinCpu / 2, 5.0, 101.8, 1002.0, true}, 4, 2) == 0.0);
+  CHECK(hostSteal(a, {11.0, 3.0, 101.8, 1002.0, true}, 4, 2) == 0.0);
+  CHECK(hostSteal(a, {9.0, 5.0, 101.8, 1002.0, true}, 4, 2) == 0.0);
+  CHECK(hostSteal(a, {11.0, 5.0, 101.8, 1000.0, true}, 4, 2) == 0.0);
   // Nonsense counts of ranks or cores count as one.
-  CHECK(hostSteal(a, {11.0, 5.0, true}, 0, 0) == 1.0);
+  CHECK(hostSteal(a, {11.0, 5.0, 101.8, 1002.0, true}, 0, 0) == 1.0);
 }
 
 TEST_CASE("host load: a thread's own readings count its CPU", "[host_load]") {
@@ -46,6 +54,9 @@ TEST_CASE("host load: a thread's own readings count its CPU", "[host_load]") {
   CHECK(cpu > 0.005);
   CHECK(cpu < 0.075);  // never the sleep
   CHECK(after.wait_s >= before.wait_s);
+  // The process holds the thread (the two clocks account a little apart).
+  CHECK(after.process_cpu_s - before.process_cpu_s >= cpu * 0.8);
+  CHECK(after.wall_s - before.wall_s >= 0.075);
   // Another thread's readings are its own, not this one's.
   ThreadSchedule other;
   std::thread([&] { other = readThreadSchedule(); }).join();
