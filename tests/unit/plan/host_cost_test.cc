@@ -14,17 +14,7 @@
 namespace mgs::plan {
 namespace {
 
-CostModel agreedModel() {
-  CostModel c;
-  c.workers = 4;
-  c.density = 0.001;
-  c.allreduce = CommModel::linear(2e-4, 1e-8);
-  c.allgather = CommModel::linear(3e-4, 1e-8);
-  c.broadcast = CommModel::linear(1e-4, 1e-8);
-  c.sparsify = SparsifyModel{SparsifyModel::Kind::kLinear, 2e-9};
-  c.exchanges = kExchangeAllgather | kExchangeAgreed | kExchangeDense;
-  return c;
-}
+CostModel agreedModel() { return test::threeExchangeModel(4, 0.001, 2e-4, 3e-4, 1e-4, 1e-8, 2e-9); }
 
 // Twelve tensors of a small model, each ready 20 ms after the one before:
 // communication is cheap next to backward, so without a per-group cost the
@@ -36,17 +26,10 @@ std::vector<LayerInfo> twelveLayers() {
 }
 
 double bestOverAllPlans(const PlanInput& in) {
-  const int n = static_cast<int>(in.layers.size());
   double best = std::numeric_limits<double>::infinity();
-  for (uint32_t mask = 0; mask < (1u << (n - 1)); ++mask) {
-    std::vector<int> lengths;
-    int len = 0;
-    for (int i = 0; i < n; ++i) {
-      ++len;
-      if (i == n - 1 || (mask >> i & 1u)) lengths.push_back(len), len = 0;
-    }
+  for (const Groups& g : test::allPlans(static_cast<int>(in.layers.size()))) {
     double t = 0;
-    REQUIRE(evaluatePlan(in, groupsFromLengths(lengths), true, &t).ok());
+    REQUIRE(evaluatePlan(in, g, true, &t).ok());
     best = std::min(best, t);
   }
   return best;

@@ -25,17 +25,9 @@ std::vector<LayerInfo> threeLayers() {
 // objective the DP must minimise.
 double bestOverAllPlans(const std::vector<LayerInfo>& layers, const ElementCost& comm, const ElementCost& sel,
                         Selection selection, double negotiation_s, const ElementCost& overlap) {
-  const int n = static_cast<int>(layers.size());
   double best = std::numeric_limits<double>::infinity();
-  for (uint32_t mask = 0; mask < (1u << (n - 1)); ++mask) {
-    std::vector<int> lengths;
-    int len = 0;
-    for (int i = 0; i < n; ++i) {
-      ++len;
-      if (i == n - 1 || (mask >> i & 1u)) lengths.push_back(len), len = 0;
-    }
-    best = std::min(best, sparseTime(layers, groupsFromLengths(lengths), comm, sel, selection, negotiation_s, overlap));
-  }
+  for (const Groups& g : test::allPlans(static_cast<int>(layers.size())))
+    best = std::min(best, sparseTime(layers, g, comm, sel, selection, negotiation_s, overlap));
   return best;
 }
 
@@ -122,14 +114,7 @@ TEST_CASE("in flight: the MGS DP equals the best of every plan", "[plan][infligh
 }
 
 TEST_CASE("in flight: the cost model's overlap per exchange, and through computePlan", "[plan][inflight]") {
-  CostModel c;
-  c.workers = 16;
-  c.density = 0.01;
-  c.allreduce = CommModel::linear(2e-3, 1e-9);
-  c.allgather = CommModel::linear(3e-3, 1e-9);
-  c.broadcast = CommModel::linear(1e-3, 1e-9);
-  c.sparsify = SparsifyModel{SparsifyModel::Kind::kLinear, 1e-9};
-  c.exchanges = kExchangeAllgather | kExchangeAgreed | kExchangeDense;
+  CostModel c = test::threeExchangeModel(16, 0.01, 2e-3, 3e-3, 1e-3, 1e-9, 1e-9);
   CHECK(c.overlapSeconds(Exchange::kAgreed, 100000) == 0.0);  // the default: serial
   c.inflight_overlap = 0.5;
   CHECK(c.overlapSeconds(Exchange::kAgreed, 100000) == Approx(0.5 * (1e-3 + 2e-3)));

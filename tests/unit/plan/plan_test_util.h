@@ -11,6 +11,7 @@
 
 #include "plan/cost_model.h"
 #include "plan/plan.h"
+#include "plan/planners.h"
 #include "plan/timeline.h"
 
 namespace mgs::plan::test {
@@ -66,6 +67,36 @@ inline CommModel randomTable(std::mt19937_64& rng) {
   CommModel m;
   (void)CommModel::table(pts, &m);
   return m;
+}
+
+// Every plan of n layers: the 2^(n-1) ways to cut them into runs.
+inline std::vector<Groups> allPlans(int n) {
+  std::vector<Groups> plans;
+  for (uint32_t mask = 0; mask < (1u << (n - 1)); ++mask) {
+    std::vector<int> lengths;
+    int len = 0;
+    for (int i = 0; i < n; ++i) {
+      ++len;
+      if (i == n - 1 || (mask >> i & 1u)) lengths.push_back(len), len = 0;
+    }
+    plans.push_back(groupsFromLengths(lengths));
+  }
+  return plans;
+}
+
+// Linear costs with the allgather, agreed and dense exchanges allowed, start-ups
+// (seconds) as given and one per-byte time for all three.
+inline CostModel threeExchangeModel(int workers, double density, double allreduce_a, double allgather_a,
+                                    double broadcast_a, double beta, double sparsify_c) {
+  CostModel c;
+  c.workers = workers;
+  c.density = density;
+  c.allreduce = CommModel::linear(allreduce_a, beta);
+  c.allgather = CommModel::linear(allgather_a, beta);
+  c.broadcast = CommModel::linear(broadcast_a, beta);
+  c.sparsify = SparsifyModel{SparsifyModel::Kind::kLinear, sparsify_c};
+  c.exchanges = kExchangeAllgather | kExchangeAgreed | kExchangeDense;
+  return c;
 }
 
 struct Oracle {
