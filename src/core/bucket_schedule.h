@@ -31,10 +31,10 @@
 #include "comm/communicator.h"
 #include "common/params.h"
 #include "compress/selector.h"
+#include "core/host_load.h"
 #include "core/online_cost.h"
 #include "core/request.h"
 #include "core/sparse_stats.h"
-#include "core/host_load.h"
 #include "plan/cost_model.h"
 
 namespace mgs {

@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "core/host_load.h"
 #include "plan/cost_model_io.h"
 
 namespace mgs {
@@ -23,13 +23,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// This thread's CPU time: what a call costs the cores, whoever else runs.
-double threadCpu() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 // Median of `reps` timed calls after one warm-up; `cpu`, when given, gets
 // the median of their CPU time on this thread.
 template <typename F>
@@ -38,9 +31,9 @@ Status timeCall(int reps, double* out, F&& fn, double* cpu = nullptr) {
   std::vector<double> t, c;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = Clock::now();
-    const double c0 = threadCpu();
+    const double c0 = threadCpuSeconds();
     MGS_RETURN_IF_ERROR(fn());
-    c.push_back(threadCpu() - c0);
+    c.push_back(threadCpuSeconds() - c0);
     t.push_back(seconds(t0));
   }
   std::sort(t.begin(), t.end());

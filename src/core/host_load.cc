@@ -15,6 +15,8 @@ double clockSeconds(clockid_t id) {
 
 }  // namespace
 
+double threadCpuSeconds() { return clockSeconds(CLOCK_THREAD_CPUTIME_ID); }
+
 ThreadSchedule readThreadSchedule() {
   ThreadSchedule s;
   std::ifstream f("/proc/thread-self/schedstat");

@@ -23,6 +23,10 @@ struct ThreadSchedule {
 // process's.
 ThreadSchedule readThreadSchedule();
 
+// The calling thread's CPU time in seconds (CLOCK_THREAD_CPUTIME_ID): what a
+// call costs the cores, whoever else runs; -1 where the clock fails.
+double threadCpuSeconds();
+
 // From two readings of the coordinator thread: about how many seconds of
 // backward each second of its CPU costs, or 0 when its work leaves backward
 // alone. That is when it hardly waited (under kBusyWait of a second per

@@ -39,6 +39,7 @@ TEST_CASE("host load: the steal estimate from two readings", "[host_load]") {
 
 TEST_CASE("host load: a thread's own readings count its CPU", "[host_load]") {
   const ThreadSchedule before = readThreadSchedule();
+  const double clock_before = threadCpuSeconds();
 #ifdef __linux__
   REQUIRE(before.ok);
 #endif
@@ -53,6 +54,10 @@ TEST_CASE("host load: a thread's own readings count its CPU", "[host_load]") {
   const double cpu = after.cpu_s - before.cpu_s;
   CHECK(cpu > 0.005);
   CHECK(cpu < 0.075);  // never the sleep
+  // The thread's CPU clock (what calibration times calls with) agrees.
+  const double clock_cpu = threadCpuSeconds() - clock_before;
+  CHECK(clock_cpu > 0.005);
+  CHECK(clock_cpu < 0.075);
   CHECK(after.wait_s >= before.wait_s);
   // The process holds the thread (the two clocks account a little apart).
   CHECK(after.process_cpu_s - before.process_cpu_s >= cpu * 0.8);
