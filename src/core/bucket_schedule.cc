@@ -97,7 +97,7 @@ void BucketSchedule::onStepBoundary() {
   ++step_;
   ++stats_.steps;
   seen_.clear();
-  if (!have_plan_ && step_ - profile_start_ == 1) sched_mark_ = readThreadSchedule();
+  if (comm_.rank() == 0 && !have_plan_ && step_ - profile_start_ == 1) sched_mark_ = readThreadSchedule();
   checkPlan();
   if (have_plan_ && plan_stale_) {
     MGS_LOG_INFO("new sparse tensors appeared: dropping the merge plan and profiling again");
@@ -171,8 +171,10 @@ void BucketSchedule::checkPlan() {
 }
 
 Status BucketSchedule::replan() {
-  // Before calibration, whose collectives would count as this step's waits.
-  const double steal = hostSteal(sched_mark_, readThreadSchedule(), comm_.localSize(), availableCores());
+  // Read before calibration, whose collectives would count as this step's
+  // waits; only rank 0 plans.
+  const double steal =
+      comm_.rank() == 0 ? hostSteal(sched_mark_, readThreadSchedule(), comm_.localSize(), availableCores()) : 0.0;
   if (!have_cost_) {
     MGS_RETURN_IF_ERROR(resolveCostModel(comm_, config_, base_selector_(), &cost_));
     have_cost_ = true;

@@ -106,7 +106,7 @@ class BucketSchedule {
   std::vector<Bucket> buckets_;
   bool have_cost_ = false;
   plan::CostModel cost_;
-  // The coordinator thread's scheduler totals after the first profiled step
+  // Rank 0: the coordinator thread's scheduler totals after the first profiled step
   // (host_load.h): the plan's host_steal is measured from there.
   ThreadSchedule sched_mark_;
 };

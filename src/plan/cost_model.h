@@ -154,8 +154,9 @@ struct CostModel {
   // planners weigh each extra group against the overlap it buys. The
   // runtime's calibration measures it on the coordinator's CPU clock
   // (core/calibration.cc); 0 in the papers' presets and in every file
-  // without the field. On 4 ranks sharing 2 cores it was ~0.6 ms a group
-  // (docs/benchmarks.md, sitting 8).
+  // without the field. On 4 ranks sharing 2 cores it measured 0.17-0.27 ms,
+  // while a real job's coordinator spent ~0.66 ms more per extra group
+  // (docs/benchmarks.md, sitting 8): a lower bound, enough to tip the plan.
   double group_host_s = 0.0;
   // Whether the coordinator's CPU comes out of backward. 0 (the default):
   // the coordinator has a core of its own and its work (selection,
