@@ -42,6 +42,12 @@ if [ "$(id -u)" -eq 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 
+# Free space, in GiB, on the file system that holds the tree (pip unpacks in
+# TMPDIR, which is the same one on the machines this runs on).
+free_gib() { df -Pk "$root" | awk 'NR==2 { printf "%d", $4 / 1048576 }'; }
+# What the builds and sanitizer builds still need after the venvs (~3 GiB).
+build_reserve_gib=3
+
 # TensorFlow CPU for the mgs.tensorflow tests: from PyPI into a virtual
 # environment (CMake registers those tests only when it exists). TensorFlow
 # brings NumPy 2, which Debian's compiled SciPy, scikit-learn and matplotlib
@@ -49,29 +55,52 @@ fi
 # A marker records a complete install, so an interrupted one is redone.
 if [ "$mode" = test ] && [ ! -f "$root/.venv-tf/.mgs-complete" ]; then
   step "creating .venv-tf with tensorflow-cpu (PyPI)"
+  rm -rf "$root/.venv-tf"  # an interrupted install: start clean rather than on top of it
   /usr/bin/python3 -m venv --system-site-packages "$root/.venv-tf"
-  "$root/.venv-tf/bin/pip" install -q tensorflow-cpu
-  "$root/.venv-tf/bin/pip" install -q --ignore-installed "numpy>=2" scipy scikit-learn matplotlib
+  if ! { "$root/.venv-tf/bin/pip" install -q --no-cache-dir tensorflow-cpu &&
+         "$root/.venv-tf/bin/pip" install -q --no-cache-dir --ignore-installed "numpy>=2" scipy scikit-learn matplotlib; }; then
+    rm -rf "$root/.venv-tf"  # give the space back before saying why
+    echo "setup: installing tensorflow-cpu into .venv-tf failed (above); $(free_gib) GiB free on $root" >&2
+    exit 1
+  fi
   touch "$root/.venv-tf/.mgs-complete"
 fi
 
 # Current PyTorch 2.x from PyPI for the optional python.torch_current.np2 stage
 # (the mgs.torch suite, torch.compile included, against what users install
 # today; Debian's python3-torch is 1.13). PyPI's Linux wheel brings the CUDA
-# runtime wheels (about 5 GB installed); SETUP_SKIP_TORCH_VENV=1 skips it.
+# runtime wheels (about 5.3 GiB installed, ~9 GiB at the peak of the install);
+# SETUP_SKIP_TORCH_VENV=1 skips it, and so does a disk with too little room
+# for it and the builds after it: the stage is then not registered, and this
+# says so, rather than the whole set-up dying of a full disk half-way.
+torch_venv_need_gib=9
+torch_venv_skipped=""
 if [ -f "$root/.venv-torch/.mgs-complete" ] &&
    ! "$root/.venv-torch/bin/python" -c 'import sys, torch; sys.exit(int(torch.__version__.split(".")[0]) < 2)' 2>/dev/null; then
   rm -f "$root/.venv-torch/.mgs-complete"  # made before the version was checked: torch 1.13 only
 fi
 if [ "$mode" = test ] && [ -z "${SETUP_SKIP_TORCH_VENV:-}" ] && [ ! -f "$root/.venv-torch/.mgs-complete" ]; then
-  step "creating .venv-torch with current torch (PyPI)"
-  /usr/bin/python3 -m venv --system-site-packages "$root/.venv-torch"
-  # "torch>=2": the venv sees Debian's torch 1.13, which a plain "torch"
-  # requirement accepts, so nothing newer was installed before.
-  "$root/.venv-torch/bin/pip" install -q --upgrade "torch>=2"
-  "$root/.venv-torch/bin/python" -c 'import sys, torch; sys.exit(int(torch.__version__.split(".")[0]) < 2)' ||
-    { echo "setup: .venv-torch did not get torch >= 2"; exit 1; }
-  touch "$root/.venv-torch/.mgs-complete"
+  rm -rf "$root/.venv-torch"  # an interrupted install, or one without its marker: start clean
+  free=$(free_gib)
+  if [ "$free" -lt $((torch_venv_need_gib + build_reserve_gib)) ]; then
+    torch_venv_skipped="$free GiB free on $root; it needs $torch_venv_need_gib GiB and the builds $build_reserve_gib more"
+    step "SKIPPING .venv-torch (current torch from PyPI): $torch_venv_skipped; python.torch_current.np2 will not run"
+  else
+    step "creating .venv-torch with current torch (PyPI)"
+    /usr/bin/python3 -m venv --system-site-packages "$root/.venv-torch"
+    # "torch>=2": the venv sees Debian's torch 1.13, which a plain "torch"
+    # requirement accepts, so nothing newer was installed before.
+    # The stage is optional: a failed install is reported and removed (its
+    # partial wheels would otherwise starve the builds), and the rest goes on.
+    if "$root/.venv-torch/bin/pip" install -q --no-cache-dir --upgrade "torch>=2" &&
+       "$root/.venv-torch/bin/python" -c 'import sys, torch; sys.exit(int(torch.__version__.split(".")[0]) < 2)'; then
+      touch "$root/.venv-torch/.mgs-complete"
+    else
+      rm -rf "$root/.venv-torch"
+      torch_venv_skipped="installing torch>=2 failed (above); $(free_gib) GiB free on $root"
+      step "SKIPPING .venv-torch: $torch_venv_skipped; python.torch_current.np2 will not run"
+    fi
+  fi
 fi
 
 # --- 2. Build -----------------------------------------------------------------
@@ -112,4 +141,6 @@ fi
 if [ "$mode" = test ]; then
   step "running every test"
   ctest --test-dir "$build" --output-on-failure -j 2 --timeout 600
+  [ -z "$torch_venv_skipped" ] ||
+    step "NOT RUN: python.torch_current.np2 (current PyTorch from PyPI), no .venv-torch: $torch_venv_skipped"
 fi
