@@ -243,6 +243,15 @@ Status BucketSchedule::replan() {
           plan.planner, in.layers.size(), plan.groups.size(), plan.predicted_s * 1e3, in.cost.group_host_s * 1e3,
           steal > 0 ? fmt::format("on busy cores: each second of it costs backward {:.2f} s", steal)
                     : std::string("on a core of its own"));
+      if (logger().should_log(spdlog::level::debug)) {
+        std::string sizes;
+        for (const auto& g : plan.groups) {
+          size_t elements = 0;
+          for (int i : g) elements += in.layers[i].elements;
+          sizes += fmt::format("{}{}:{}", sizes.empty() ? "" : " ", g.size(), elements);
+        }
+        MGS_LOG_DEBUG("merge plan buckets in backward order (tensors:elements): {}", sizes);
+      }
       WireWriter w;
       w.put(static_cast<uint32_t>(plan.groups.size()));
       for (const auto& g : plan.groups) {
