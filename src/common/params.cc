@@ -216,6 +216,13 @@ std::vector<ParamSpec> buildSpecs() {
                           "prediction by more than this fraction for 3 steps in a row (the cost model is refitted "
                           "from the job's own exchanges first; docs/planner.md). 0 plans once.",
                           &Config::replan_tolerance));
+  // Every rank switches plans at the same step boundaries.
+  s.push_back(intParam("MGS_PLAN_TRIAL_STEPS", "3", 0, 1000, "an integer in [0, 1000] (0 or 1 = no trials)", kSame,
+                       "With the 'mgs' planner, the first plan after profiling is chosen by measurement: the "
+                       "dynamic program's plan and a few uniform cuts (1, 2, 4 and 8 buckets' worth of bytes) "
+                       "each run this many steps, and the one with the shortest step (rank 0's clock, the "
+                       "first step of each left out) is kept. 0 or 1 keeps the dynamic program's plan untried.",
+                       &Config::plan_trial_steps));
   // Decides whether a bucket fails or completes with NaN outputs: every rank
   // must decide alike, or some would fail while others apply the step.
   s.push_back(enumParam("MGS_NONFINITE", "propagate", {"propagate", "error"}, kSame,

@@ -39,6 +39,7 @@ struct Config {
   std::string exchange = "auto";        // MGS_EXCHANGE: auto, allgather, agreed, hierarchical
   int64_t node_size = 0;                // MGS_NODE_SIZE: ranks per node for the hierarchical exchange; 0 = by host
   double replan_tolerance = 0.15;       // MGS_REPLAN_TOLERANCE: 0 disables online re-planning
+  int64_t plan_trial_steps = 3;         // MGS_PLAN_TRIAL_STEPS: steps each candidate plan runs on trial; 0 = none
   std::string nonfinite = "propagate";  // MGS_NONFINITE: propagate | error
   int64_t threads = 0;                  // MGS_THREADS: CPU threads for the runtime's own work; 0 = auto
   std::string library;                  // MGS_LIBRARY: read by the Python bindings, ignored by the runtime

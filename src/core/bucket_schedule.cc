@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -98,10 +99,12 @@ void BucketSchedule::onStepBoundary() {
   ++stats_.steps;
   seen_.clear();
   if (comm_.rank() == 0 && !have_plan_ && step_ - profile_start_ == 1) sched_mark_ = readThreadSchedule();
+  if (!plan_stale_) trialBoundary();
   checkPlan();
   if (have_plan_ && plan_stale_) {
     MGS_LOG_INFO("new sparse tensors appeared: dropping the merge plan and profiling again");
     have_plan_ = plan_stale_ = false;
+    trials_.clear();
     bucket_of_.clear();
     buckets_.clear();
     stats_.plan_buckets = 0;
@@ -109,7 +112,7 @@ void BucketSchedule::onStepBoundary() {
     profile_.clear();
   }
   if (!have_plan_ && step_ - profile_start_ >= static_cast<uint64_t>(config_.profile_steps)) {
-    Status st = replan();
+    Status st = replan(true);
     if (!st.ok()) {
       MGS_LOG_ERROR("merge planning failed, staying layer-wise: {}", st.toString());
       profile_start_ = step_;  // try again after another profile
@@ -166,11 +169,12 @@ void BucketSchedule::checkPlan() {
       config_.replan_tolerance * 100, old.allgather.seconds(65536.0) * 1e3, cost_.allgather.seconds(65536.0) * 1e3,
       old.allreduce.seconds(4194304.0) * 1e3, cost_.allreduce.seconds(4194304.0) * 1e3, old.sparsify.c_s,
       cost_.sparsify.c_s, online_.meanReduceSeconds() * 1e6);
-  st = replan();
+  st = replan(false);
   if (!st.ok()) MGS_LOG_ERROR("online re-planning failed, keeping the plan: {}", st.toString());
 }
 
-Status BucketSchedule::replan() {
+Status BucketSchedule::replan(bool with_trials) {
+  trials_.clear();
   // Read before calibration, whose collectives would count as this step's
   // waits; only rank 0 plans.
   const double steal =
@@ -243,51 +247,147 @@ Status BucketSchedule::replan() {
           plan.planner, in.layers.size(), plan.groups.size(), plan.predicted_s * 1e3, in.cost.group_host_s * 1e3,
           steal > 0 ? fmt::format("on busy cores: each second of it costs backward {:.2f} s", steal)
                     : std::string("on a core of its own"));
-      if (logger().should_log(spdlog::level::debug)) {
-        std::string sizes;
-        for (const auto& g : plan.groups) {
-          size_t elements = 0;
-          for (int i : g) elements += in.layers[i].elements;
-          sizes += fmt::format("{}{}:{}", sizes.empty() ? "" : " ", g.size(), elements);
+      // The candidates: this plan, then (trials) uniform cuts of the same
+      // layers at 1, 2, 4 and 8 buckets' worth of bytes, without repeats.
+      std::vector<std::pair<plan::Plan, std::string>> cands;
+      cands.emplace_back(plan, plan.planner);
+      if (with_trials && config_.plan_trial_steps > 1 && config_.effectivePlanner() == "mgs" &&
+          in.layers.size() > 1) {
+        int64_t total = 0;
+        for (const auto& l : in.layers) total += l.elements * in.cost.bytes_per_element;
+        for (int k : {1, 2, 4, 8}) {
+          plan::PlanInput cut = in;
+          cut.fusion_threshold_bytes = (total + k - 1) / k;
+          plan::Plan p;
+          if (!plan::computePlan("fusion", cut, &p).ok()) continue;
+          bool seen = false;
+          for (const auto& c : cands) seen = seen || c.first.groups == p.groups;
+          if (!seen) cands.emplace_back(std::move(p), fmt::format("uniform 1/{}", k));
         }
-        MGS_LOG_DEBUG("merge plan buckets in backward order (tensors:elements): {}", sizes);
       }
+      const double first_gap = in.layers.empty() ? 0.0 : in.layers.front().backward_s;
       WireWriter w;
-      w.put(static_cast<uint32_t>(plan.groups.size()));
-      for (const auto& g : plan.groups) {
-        w.put(static_cast<uint32_t>(g.size()));
-        for (int i : g) w.putString(in.layers[i].name);
+      w.put(static_cast<uint32_t>(cands.size()));
+      for (const auto& [p, label] : cands) {
+        if (logger().should_log(spdlog::level::debug)) {
+          std::string sizes;
+          for (const auto& g : p.groups) {
+            int64_t elements = 0;
+            for (int i : g) elements += in.layers[i].elements;
+            sizes += fmt::format("{}{}:{}", sizes.empty() ? "" : " ", g.size(), elements);
+          }
+          MGS_LOG_DEBUG("merge plan '{}': buckets in backward order (tensors:elements): {}", label, sizes);
+        }
+        w.put(static_cast<uint32_t>(p.groups.size()));
+        for (const auto& g : p.groups) {
+          w.put(static_cast<uint32_t>(g.size()));
+          for (int i : g) w.putString(in.layers[i].name);
+        }
+        // What the online check compares against: first gradient -> last
+        // exchange end (the plan's time starts with backward, one gap earlier).
+        w.put(p.predicted_s - first_gap);
+        w.putString(label);
       }
-      // What the online check compares against: first gradient -> last
-      // exchange end (the plan's time starts with backward, one gap earlier).
-      w.put(plan.predicted_s - (in.layers.empty() ? 0.0 : in.layers.front().backward_s));
       text = std::move(w.str());
     }
   }
   MGS_RETURN_IF_ERROR(comm_.broadcastString(&text, 0));
   MGS_ENSURE(!text.empty(), kInternal, "rank 0 could not compute a merge plan (see its log)");
   WireReader r(text);
-  uint32_t groups = 0;
-  MGS_ENSURE(r.get(&groups), kInternal, "corrupt plan from rank 0");
-  buckets_.assign(groups, Bucket{});
-  bucket_of_.clear();
-  for (uint32_t g = 0; g < groups; ++g) {
-    uint32_t members = 0;
-    MGS_ENSURE(r.get(&members), kInternal, "corrupt plan from rank 0");
-    for (uint32_t i = 0; i < members; ++i) {
-      std::string name;
-      MGS_ENSURE(r.getString(&name), kInternal, "corrupt plan from rank 0");
-      buckets_[g].members.push_back(name);
-      bucket_of_[name] = g;
+  uint32_t count = 0;
+  MGS_ENSURE(r.get(&count) && count >= 1, kInternal, "corrupt plan from rank 0");
+  std::vector<PlanChoice> cands(count);
+  for (auto& c : cands) {
+    uint32_t groups = 0;
+    MGS_ENSURE(r.get(&groups), kInternal, "corrupt plan from rank 0");
+    c.groups.resize(groups);
+    for (auto& g : c.groups) {
+      uint32_t members = 0;
+      MGS_ENSURE(r.get(&members), kInternal, "corrupt plan from rank 0");
+      g.resize(members);
+      for (auto& name : g) MGS_ENSURE(r.getString(&name), kInternal, "corrupt plan from rank 0");
+    }
+    MGS_ENSURE(r.get(&c.predicted_span) && r.getString(&c.label), kInternal, "corrupt plan from rank 0");
+  }
+  ++stats_.plans;
+  applyPlan(cands.front());
+  if (cands.size() > 1) {
+    trials_ = std::move(cands);
+    trial_ = 0;
+    trial_steps_ = 0;
+    trial_s_.assign(trials_.size(), {});
+    stats_.plan_trials += 1;
+    if (comm_.rank() == 0) {
+      std::string list;
+      for (const auto& c : trials_) list += fmt::format("{}{} ({} buckets)", list.empty() ? "" : ", ", c.label, c.groups.size());
+      MGS_LOG_INFO("trying {} merge plans for {} steps each, keeping the fastest: {}", trials_.size(),
+                   config_.plan_trial_steps, list);
     }
   }
-  double predicted_span = 0;
-  MGS_ENSURE(r.get(&predicted_span), kInternal, "corrupt plan from rank 0");
-  online_.planned(predicted_span);
-  have_plan_ = true;
-  stats_.plan_buckets = groups;
-  ++stats_.plans;
   return Status::OK();
+}
+
+void BucketSchedule::applyPlan(const PlanChoice& p) {
+  buckets_.assign(p.groups.size(), Bucket{});
+  bucket_of_.clear();
+  for (size_t g = 0; g < p.groups.size(); ++g) {
+    buckets_[g].members = p.groups[g];
+    for (const auto& name : p.groups[g]) bucket_of_[name] = g;
+  }
+  online_.planned(p.predicted_span);
+  have_plan_ = true;
+  stats_.plan_buckets = p.groups.size();
+}
+
+void BucketSchedule::trialBoundary() {
+  if (trials_.empty()) return;
+  const auto now = Clock::now();
+  // The first step under each candidate is left out (its buffers are new).
+  if (comm_.rank() == 0 && trial_steps_ >= 1)
+    trial_s_[trial_].push_back(std::chrono::duration<double>(now - last_boundary_).count());
+  last_boundary_ = now;
+  if (++trial_steps_ < config_.plan_trial_steps) return;
+  trial_steps_ = 0;
+  if (++trial_ < trials_.size()) {
+    stats_.plan_trials += 1;
+    applyPlan(trials_[trial_]);
+    return;
+  }
+  // Every candidate ran: rank 0 names the fastest (least of its timed
+  // steps; the DP plan when nothing was timed), every rank keeps it.
+  std::string text;
+  if (comm_.rank() == 0) {
+    size_t best = 0;
+    double best_s = 0;
+    std::string report;
+    for (size_t i = 0; i < trials_.size(); ++i) {
+      if (trial_s_[i].empty()) continue;
+      const double s = *std::min_element(trial_s_[i].begin(), trial_s_[i].end());
+      report += fmt::format("{}{} {:.1f} ms", report.empty() ? "" : ", ", trials_[i].label, s * 1e3);
+      if (best_s == 0 || s < best_s) {
+        best = i;
+        best_s = s;
+      }
+    }
+    MGS_LOG_INFO("merge plan trials (step, least of {}): {}; keeping {} ({} buckets)",
+                 std::max<int64_t>(0, config_.plan_trial_steps - 1), report.empty() ? "none timed" : report,
+                 trials_[best].label, trials_[best].groups.size());
+    text = std::to_string(best);
+  }
+  Status st = comm_.broadcastString(&text, 0);
+  size_t best = 0;
+  if (st.ok()) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(text.c_str(), &end, 10);
+    if (end && *end == '\0' && !text.empty() && v < trials_.size()) best = v;
+    else st = Status(Code::kInternal, "corrupt plan choice from rank 0: '" + text + "'");
+  }
+  // A failed broadcast leaves every rank on the DP plan; a communication
+  // failure surfaces in the next negotiation.
+  if (!st.ok()) MGS_LOG_ERROR("merge plan trials: {}; keeping the first plan", st.toString());
+  applyPlan(trials_[best]);
+  trials_.clear();
+  trial_s_.clear();
 }
 
 }  // namespace mgs

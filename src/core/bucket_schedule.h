@@ -19,6 +19,16 @@
 // MGS_PROFILE_STEPS steps, and every step boundary checks the plan's predicted
 // step against the measured one (online_cost.h); a re-plan uses the recent
 // steps' timings and the refitted cost model, with no layer-wise profile.
+//
+// Trials (MGS_PLAN_TRIAL_STEPS, 'mgs' planner): the first plan after a
+// profile is chosen by measurement, because the cost model can misjudge
+// plans that it prices alike (docs/benchmarks.md: a 3-bucket DP plan 6 %
+// slower than a 6-bucket uniform cut the model priced 9 % dearer). Rank 0
+// sends the DP plan and uniform cuts at 1, 2, 4 and 8 buckets' worth of bytes
+// (duplicates dropped); every rank runs each for MGS_PLAN_TRIAL_STEPS steps,
+// switching at the same step boundaries; rank 0 times each step between
+// boundaries (the first under each candidate left out) and broadcasts which
+// was fastest (least of its steps), which every rank then keeps.
 #pragma once
 
 #include <functional>
@@ -85,7 +95,18 @@ class BucketSchedule {
   // Online re-planning (online_cost.h): the per-step check, collective.
   void checkPlan();
   void flushPartialBuckets();
-  Status replan();
+  // `with_trials`: the first plan after a profile (not an online re-plan).
+  Status replan(bool with_trials);
+  // A plan as rank 0 broadcasts it.
+  struct PlanChoice {
+    std::vector<std::vector<std::string>> groups;  // members in plan order
+    double predicted_span = 0;                     // first gradient -> last exchange end
+    std::string label;                             // for rank 0's log
+  };
+  void applyPlan(const PlanChoice& p);
+  // At a step boundary while candidates are on trial: time the step, move
+  // to the next candidate, or pick the fastest (collective at the end).
+  void trialBoundary();
 
   Communicator& comm_;
   const Config& config_;
@@ -106,6 +127,13 @@ class BucketSchedule {
   std::vector<Bucket> buckets_;
   bool have_cost_ = false;
   plan::CostModel cost_;
+  // Candidate plans on trial (identical on every rank), the one running, and
+  // how many step boundaries it has seen; rank 0: its steps' periods.
+  std::vector<PlanChoice> trials_;
+  size_t trial_ = 0;
+  int64_t trial_steps_ = 0;
+  std::vector<std::vector<double>> trial_s_;
+  Clock::time_point last_boundary_{};
   // Rank 0: the coordinator thread's scheduler totals after the first profiled step
   // (host_load.h): the plan's host_steal is measured from there.
   ThreadSchedule sched_mark_;
