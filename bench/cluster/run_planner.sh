@@ -10,6 +10,8 @@
 #                E x F MiB, so the sweep cuts the scaled model where it would
 #                cut the full one (F >= the model's size: one bucket)
 #   mgs+replan   (with -T TOL) mgs with online re-planning at that tolerance
+#   mgs-untried  (with -U) mgs with MGS_PLAN_TRIAL_STEPS=0: the DP plan as
+#                computed, without the trials of candidate plans (mgs's default)
 # in the same order every repeat, so slow drift hits all of them alike; one
 # calibration, measured by the first run, reused by all (and by the
 # predictions). Prints medians over repeats, the ratios the issue sets goals
@@ -17,7 +19,7 @@
 # overall, and the calibrated prediction against the measurement.
 #
 # usage: bench/cluster/run_planner.sh [-b BUILD] [-n HOSTS] [-r RATE] [-l LATENCY] [-R REPEATS]
-#            [-F "1 2 4 8 16 32 64 128"] [-e ELEMENT_SCALE] [-x EXCHANGE] [-T TOL] [-o OUT.jsonl]
+#            [-F "1 2 4 8 16 32 64 128"] [-e ELEMENT_SCALE] [-x EXCHANGE] [-T TOL] [-U] [-o OUT.jsonl]
 #            -- [mgs-replay args]
 #   defaults: -n 16 -r 10gbit -l 0.5ms -R 3 -e 0.05; replay args default to --steps 10
 #   --scale-time 0.25 --density 0.001 --sim-network 10gbe (plus --scale-elements E)
@@ -35,8 +37,9 @@ fixed="1 2 4 8 16 32 64 128"
 escale=0.05
 exchange=allgather
 tol=""
+untried=""
 out=""
-while getopts "b:n:r:l:R:F:e:x:T:o:h" opt; do
+while getopts "b:n:r:l:R:F:e:x:T:Uo:h" opt; do
   case $opt in
     b) build=$OPTARG ;;
     n) hosts=$OPTARG ;;
@@ -47,6 +50,7 @@ while getopts "b:n:r:l:R:F:e:x:T:o:h" opt; do
     e) escale=$OPTARG ;;
     x) exchange=$OPTARG ;;
     T) tol=$OPTARG ;;
+    U) untried=1 ;;
     o) out=$OPTARG ;;
     h) sed -n '2,28p' "$0"; exit 0 ;;
     *) exit 2 ;;
@@ -87,6 +91,10 @@ for rep in $(seq 1 "$repeats"); do
     run_one "$out" "$lab-fixed${f}MB" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES="$bytes" -- \
       --strategy fusion --calibration "$cal" "${args[@]}"
   done
+  if [ -n "$untried" ]; then
+    run_one "$out" "$lab-untried" "$hosts" "$rate" "$latency" "${base[@]}" MGS_PLAN_TRIAL_STEPS=0 -- \
+      --strategy mgs --calibration "$cal" "${args[@]}"
+  fi
   if [ -n "$tol" ]; then
     run_one "$out" "$lab-replan$tol" "$hosts" "$rate" "$latency" "${base[@]/MGS_REPLAN_TOLERANCE=0/MGS_REPLAN_TOLERANCE=$tol}" -- \
       --strategy mgs --calibration "$cal" "${args[@]}"
@@ -100,7 +108,7 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 def name(r):
     if r["strategy"] == "fusion":
         return re.search(r"fixed[0-9.]+MB", r["label"]).group(0).replace("fixed", "fixed-")
-    return r["strategy"] + ("+replan" if "replan" in r["label"] else "")
+    return r["strategy"] + ("+replan" if "replan" in r["label"] else "") + ("-untried" if "untried" in r["label"] else "")
 def rep(r):
     return int(re.search(r"rep(\d+)", r["label"]).group(1))
 by = {}

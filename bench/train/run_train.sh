@@ -7,6 +7,7 @@
 # usage: bench/train/run_train.sh [-n HOSTS] [-r "1gbit 10gbit"] [-M "resnet50 transformer"]
 #                                 [-S "systems"] [-R repeats] [-o OUT.jsonl] [-b BUILD] [-s STEPS]
 #                                 [-e "VAR=VALUE ..."]
+# -s: steps per run (default 30), the last 10 measured (all of them below 11).
 # -b: the build whose libmgs.so runs (an A/B of two commits: two builds,
 # two calls); -e: extra variables for every rank of every system (an A/B of
 # a setting).
@@ -27,7 +28,10 @@ systems="compute ddp powersgd horovod horovod-fp16 mgs mgs-fp16 mgs-sparse"
 repeats=1
 out=""
 build=build
-steps=16
+# 30 steps, the last 10 measured: mgs-sparse profiles 5 steps and then runs up
+# to 5 candidate plans on trial for 3 steps each (MGS_PLAN_TRIAL_STEPS), so its
+# plan is settled by step 20; every system is measured over the same steps.
+steps=30
 extra_env=""
 while getopts "n:r:M:S:R:o:b:s:e:h" opt; do
   case $opt in
@@ -86,7 +90,7 @@ for rep in $(seq 1 "$repeats"); do
         echo "run_train: rep $rep $model $rate $system" >&2
         line=$(PYTHONPATH=$py_path scripts/emulated_cluster.sh -n "$hosts" -r "$rate" -s "$subnet" -m "$env_args" -- \
                  /usr/bin/python3 "$root/bench/train/train_step.py" --system "$run_system" --model "$model" \
-                 --steps "$steps" --label "$system@$rate" 2>/tmp/run_train.err | grep '^{' || true)
+                 --steps "$steps" --measure-from "$(( steps > 10 ? steps - 9 : 1 ))" --label "$system@$rate" 2>/tmp/run_train.err | grep '^{' || true)
         if [ -z "$line" ]; then
           echo "run_train: $system failed:" >&2; tail -5 /tmp/run_train.err >&2
           line="{\"label\": \"$system@$rate\", \"system\": \"$run_system\", \"model\": \"$model\", \"failed\": true}"

@@ -115,6 +115,48 @@ TEST_CASE("sparse results equal the average of the selected pairs, for every sel
   }
 }
 
+TEST_CASE("candidate merge plans run on trial at the same steps everywhere, and every rank keeps the same one",
+          "[sparse][trials]") {
+  const std::vector<int64_t> sizes = {3000, 1200, 5000, 2500, 4000, 1800, 2200};
+  for (int P : {2, 3}) {
+    INFO("P=" << P);
+    Config config = sparseConfig("gaussiank", 0.01);
+    config.plan_trial_steps = 2;
+    // 2 profile steps, at most 5 candidates x 2 steps, then the kept plan.
+    std::vector<SparseStats> stats;
+    auto rec = run(P, config, sizes, 15, &stats);
+    // Switching plans between steps loses nothing and keeps the ranks in step.
+    CHECK(referenceError(rec, P) == 0.0f);
+    for (int r = 1; r < P; ++r)
+      for (size_t s = 0; s < rec[0].size(); ++s)
+        for (size_t t = 0; t < rec[0][s].out.size(); ++t)
+          CHECK(std::memcmp(rec[r][s].out[t].data(), rec[0][s].out[t].data(), rec[0][s].out[t].size() * 4) == 0);
+    for (int r = 0; r < P; ++r) {
+      CHECK(stats[r].plans == 1);        // one planner run ...
+      CHECK(stats[r].plan_trials >= 2);  // ... whose candidates (DP plan, uniform cuts) ran on trial
+      CHECK(stats[r].plan_trials == stats[0].plan_trials);
+      CHECK(stats[r].plan_buckets >= 1);
+      CHECK(stats[r].plan_buckets == stats[0].plan_buckets);
+    }
+  }
+}
+
+TEST_CASE("MGS_PLAN_TRIAL_STEPS=0, or a planner other than mgs, keeps the plan untried", "[sparse][trials]") {
+  for (const char* planner : {"mgs", "fusion"}) {
+    INFO(planner);
+    Config config = sparseConfig("gaussiank", 0.01);
+    config.planner = planner;
+    if (std::string(planner) == "mgs") config.plan_trial_steps = 0;
+    std::vector<SparseStats> stats;
+    auto rec = run(2, config, {3000, 1200, 5000, 2500}, 5, &stats);
+    CHECK(referenceError(rec, 2) == 0.0f);
+    for (int r = 0; r < 2; ++r) {
+      CHECK(stats[r].plans == 1);
+      CHECK(stats[r].plan_trials == 0);
+    }
+  }
+}
+
 TEST_CASE("a bucket falls back to dense when density x P >= 1, keeping nothing", "[sparse]") {
   std::vector<SparseStats> stats;
   auto rec = run(2, sparseConfig("topk", 0.6), {2000, 4000}, 3, &stats);
