@@ -307,6 +307,8 @@ typedef struct mgs_stats {
                                        (MGS_EXCHANGE; the rest went by allgather) */
   uint64_t sparse_in_flight_max;  /**< most sparse buckets whose exchange was in flight at once (the
                                        coordinator went on meanwhile) */
+  uint64_t plan_trials;           /**< candidate merge plans run on trial so far (MGS_PLAN_TRIAL_STEPS);
+                                       plan_buckets follows each candidate while they run */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

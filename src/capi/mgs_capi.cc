@@ -388,8 +388,9 @@ mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
     s.sparse_dense_bytes = sp.dense_bytes;
     s.plan_buckets = sp.plan_buckets;
     s.plans = sp.plans;
-  s.sparse_agreed_buckets = sp.agreed_buckets;
-  s.sparse_in_flight_max = sp.in_flight_max;
+    s.sparse_agreed_buckets = sp.agreed_buckets;
+    s.sparse_in_flight_max = sp.in_flight_max;
+    s.plan_trials = sp.plan_trials;
     std::memcpy(stats, &s, std::min(size, sizeof s));
     return Status::OK();
   });

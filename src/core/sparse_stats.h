@@ -17,7 +17,7 @@ struct SparseStats {
   uint64_t dense_bytes = 0;     // what a dense allreduce would have sent
   uint64_t plan_buckets = 0;    // buckets in the current plan (0: profiling)
   uint64_t plans = 0;           // plans computed
-  uint64_t plan_trials = 0;     // candidate plans run on trial (MGS_PLAN_TRIAL_STEPS; not in the C ABI)
+  uint64_t plan_trials = 0;     // candidate plans run on trial (MGS_PLAN_TRIAL_STEPS)
   uint64_t in_flight_max = 0;   // most buckets in flight at once
 };
 

@@ -12,6 +12,10 @@
 //   - every step's results equal the average of exactly the pairs each rank
 //     selected (error feedback intact across the plan change).
 // With MGS_REPLAN_TOLERANCE=0 exactly one plan is made, change or not.
+// The first plan's candidates run on trial (MGS_PLAN_TRIAL_STEPS, default 3):
+// the bucket count and trial counter, read after each step, are identical
+// on every rank at every step (every rank switches at the same boundary),
+// more than one candidate ran, and the results stay exact across switches.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -39,6 +43,7 @@ void run(double tolerance) {
   const std::vector<int64_t> sizes = {50000, 20000, 80000, 30000, 60000, 10000};
   const size_t L = sizes.size();
   std::vector<float> plans_after(kSteps);  // as floats, for gatherAll
+  std::vector<float> buckets_after(kSteps), trials_after(kSteps);
   for (int step = 0; step < kSteps; ++step) {
     StepTensors tensors(sizes, step);
     auto &x = tensors.x, &out = tensors.out, &before = tensors.before;
@@ -62,6 +67,8 @@ void run(double tolerance) {
     mgs_stats_t st{};
     EXPECT_OK(mgs_get_stats(&st, sizeof st));
     plans_after[step] = static_cast<float>(st.plans);
+    buckets_after[step] = static_cast<float>(st.plan_buckets);
+    trials_after[step] = static_cast<float>(st.plan_trials);
     // Every few steps (and around the change) check the results against the
     // pairs each rank selected: sent = x + residual_before - residual_after.
     if (step % 5 != 0 && std::abs(step - kChange) > 12) continue;
@@ -87,6 +94,17 @@ void run(double tolerance) {
   for (int r = 1; r < g_size; ++r)
     for (int s = 0; s < kSteps; ++s) differ += all[r * kSteps + s] != plans_after[s];
   EXPECT(differ == 0, "%d per-step plan counts differ across ranks", differ);
+  // Trials: the same candidate, and the same kept plan, on every rank at every step.
+  const std::vector<float> all_buckets = gatherAll("plan_buckets", buckets_after);
+  const std::vector<float> all_trials = gatherAll("plan_trials", trials_after);
+  int differ_trial = 0, switches = 0;
+  for (int r = 1; r < g_size; ++r)
+    for (int s = 0; s < kSteps; ++s)
+      differ_trial += all_buckets[r * kSteps + s] != buckets_after[s] || all_trials[r * kSteps + s] != trials_after[s];
+  for (int s = 1; s < kSteps; ++s) switches += trials_after[s] != trials_after[s - 1];
+  EXPECT(differ_trial == 0, "%d per-step plan bucket or trial counts differ across ranks", differ_trial);
+  EXPECT(trials_after[kSteps - 1] >= 2, "only %.0f candidate plan(s) ran on trial", trials_after[kSteps - 1]);
+  if (g_rank == 0) std::printf("plan trials: %.0f candidates, counter moved at %d steps\n", trials_after[kSteps - 1], switches);
   std::string when;
   std::vector<int> replans;
   for (int s = 1; s < kSteps; ++s)

@@ -55,6 +55,7 @@ class MgsStats(ctypes.Structure):
         ("idle_cycles", ctypes.c_uint64),
         ("sparse_agreed_buckets", ctypes.c_uint64),
         ("sparse_in_flight_max", ctypes.c_uint64),
+        ("plan_trials", ctypes.c_uint64),
     ]
 
 
