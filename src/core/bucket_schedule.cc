@@ -294,20 +294,27 @@ Status BucketSchedule::replan(bool with_trials) {
   MGS_RETURN_IF_ERROR(comm_.broadcastString(&text, 0));
   MGS_ENSURE(!text.empty(), kInternal, "rank 0 could not compute a merge plan (see its log)");
   WireReader r(text);
+  // Counts are read, never trusted for allocation: a corrupt one runs out
+  // of bytes to read first.
   uint32_t count = 0;
   MGS_ENSURE(r.get(&count) && count >= 1, kInternal, "corrupt plan from rank 0");
-  std::vector<PlanChoice> cands(count);
-  for (auto& c : cands) {
+  std::vector<PlanChoice> cands;
+  for (uint32_t k = 0; k < count; ++k) {
+    PlanChoice c;
     uint32_t groups = 0;
     MGS_ENSURE(r.get(&groups), kInternal, "corrupt plan from rank 0");
-    c.groups.resize(groups);
-    for (auto& g : c.groups) {
+    for (uint32_t g = 0; g < groups; ++g) {
       uint32_t members = 0;
       MGS_ENSURE(r.get(&members), kInternal, "corrupt plan from rank 0");
-      g.resize(members);
-      for (auto& name : g) MGS_ENSURE(r.getString(&name), kInternal, "corrupt plan from rank 0");
+      c.groups.emplace_back();
+      for (uint32_t i = 0; i < members; ++i) {
+        std::string name;
+        MGS_ENSURE(r.getString(&name), kInternal, "corrupt plan from rank 0");
+        c.groups.back().push_back(std::move(name));
+      }
     }
     MGS_ENSURE(r.get(&c.predicted_span) && r.getString(&c.label), kInternal, "corrupt plan from rank 0");
+    cands.push_back(std::move(c));
   }
   ++stats_.plans;
   applyPlan(cands.front());
