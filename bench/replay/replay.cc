@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/params.h"
 #include "instance_io.h"
 #include "plan/cost_model_io.h"
 #include "plan/plan.h"
@@ -213,7 +214,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--no-forward", no_forward, "do not sleep the trace's forward time inside the step");
   app.add_option("--steps", steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup, "untimed steps first (default: profile steps + 3)");
+  app.add_option("--warmup", warmup,
+                 "untimed steps first (default: profile steps + the plan trials' steps, 5 x "
+                 "MGS_PLAN_TRIAL_STEPS when > 1, + 3)");
   app.add_option("--profile-steps", profile_steps, "MGS_PROFILE_STEPS")->capture_default_str();
   app.add_option("--calibration", calibration,
                  "MGS_CALIBRATION file: measured once and reused by later runs (default: auto, "
@@ -226,7 +229,13 @@ int main(int argc, char** argv) {
                  "read this interface's tx/rx byte counters around the timed steps (eth0 on an emulated host): "
                  "per-rank wire bytes per step, all traffic of the job included");
   CLI11_PARSE(app, argc, argv);
-  if (warmup < 0) warmup = profile_steps + 3;
+  if (warmup < 0) {
+    // The mgs planner's trials run up to 5 candidates (docs/planner.md §7b)
+    // after the profile: time the plan that is kept, not the trials.
+    int64_t trial_steps = mgs::Config{}.plan_trial_steps;
+    if (const char* e = std::getenv("MGS_PLAN_TRIAL_STEPS")) trial_steps = std::atoll(e);
+    warmup = profile_steps + static_cast<int>(trial_steps > 1 ? 5 * trial_steps : 0) + 3;
+  }
 
   const Strategy strat = strategyByName(strategy_name, compressor);
   // The runtime reads its configuration from the environment at mgs_init.
