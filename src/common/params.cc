@@ -221,7 +221,8 @@ std::vector<ParamSpec> buildSpecs() {
                        "With the 'mgs' planner, the first plan after profiling is chosen by measurement: the "
                        "dynamic program's plan and a few uniform cuts (1, 2, 4 and 8 buckets' worth of bytes) "
                        "each run this many steps, and the one with the shortest step (rank 0's clock, the "
-                       "first step of each left out) is kept. 0 or 1 keeps the dynamic program's plan untried.",
+                       "first step of each left out) is kept if it is at least 3% faster than the dynamic "
+                       "program's. 0 or 1 keeps the dynamic program's plan untried.",
                        &Config::plan_trial_steps));
   // Decides whether a bucket fails or completes with NaN outputs: every rank
   // must decide alike, or some would fail while others apply the step.
