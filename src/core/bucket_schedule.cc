@@ -322,7 +322,7 @@ Status BucketSchedule::replan(bool with_trials) {
     trials_ = std::move(cands);
     trial_ = 0;
     trial_steps_ = 0;
-    trial_s_.assign(trials_.size(), {});
+    trial_s_.assign(trials_.size(), 0.0);
     stats_.plan_trials += 1;
     if (comm_.rank() == 0) {
       std::string list;
@@ -350,8 +350,10 @@ void BucketSchedule::trialBoundary() {
   if (trials_.empty()) return;
   const auto now = Clock::now();
   // The first step under each candidate is left out (its buffers are new).
-  if (comm_.rank() == 0 && trial_steps_ >= 1)
-    trial_s_[trial_].push_back(std::chrono::duration<double>(now - last_boundary_).count());
+  if (comm_.rank() == 0 && trial_steps_ >= 1) {
+    const double s = std::chrono::duration<double>(now - last_boundary_).count();
+    if (trial_s_[trial_] == 0 || s < trial_s_[trial_]) trial_s_[trial_] = s;
+  }
   last_boundary_ = now;
   if (++trial_steps_ < config_.plan_trial_steps) return;
   trial_steps_ = 0;
@@ -373,16 +375,15 @@ void BucketSchedule::trialBoundary() {
     double best_s = 0;
     std::string report;
     for (size_t i = 0; i < trials_.size(); ++i) {
-      if (trial_s_[i].empty()) continue;
-      const double s = *std::min_element(trial_s_[i].begin(), trial_s_[i].end());
+      const double s = trial_s_[i];
+      if (s == 0) continue;
       report += fmt::format("{}{} {:.1f} ms", report.empty() ? "" : ", ", trials_[i].label, s * 1e3);
       if (best_s == 0 || s < best_s) {
         best = i;
         best_s = s;
       }
     }
-    if (best != 0 && !trial_s_[0].empty() &&
-        best_s > (1.0 - kTrialMargin) * *std::min_element(trial_s_[0].begin(), trial_s_[0].end()))
+    if (best != 0 && trial_s_[0] > 0 && best_s > (1.0 - kTrialMargin) * trial_s_[0])
       best = 0;
     MGS_LOG_INFO("merge plan trials (step, least of {}): {}; keeping {} ({} buckets; another plan is kept only when "
                  "{:.0f}% faster than the first)",

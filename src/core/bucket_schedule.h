@@ -129,11 +129,12 @@ class BucketSchedule {
   bool have_cost_ = false;
   plan::CostModel cost_;
   // Candidate plans on trial (identical on every rank), the one running, and
-  // how many step boundaries it has seen; rank 0: its steps' periods.
+  // how many step boundaries it has seen; rank 0: each one's shortest timed
+  // step (0: none timed yet).
   std::vector<PlanChoice> trials_;
   size_t trial_ = 0;
   int64_t trial_steps_ = 0;
-  std::vector<std::vector<double>> trial_s_;
+  std::vector<double> trial_s_;
   Clock::time_point last_boundary_{};
   // Rank 0: the coordinator thread's scheduler totals after the first profiled step
   // (host_load.h): the plan's host_steal is measured from there.
