@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "comm/mpi/ring_allreduce.h"
+#include "comm/mpi/small_allreduce.h"
 #include "comm/reduce.h"
 #include "common/check.h"
 #include "common/logging.h"
@@ -69,6 +70,7 @@ constexpr size_t kMaxChunk = size_t{1} << 30;
 // Float sums of at least this many bytes take the ring (ring_allreduce.h).
 constexpr size_t kRingMinBytes = size_t{64} << 10;
 constexpr int kRingTag = 7100;
+constexpr int kSmallTag = 7200;
 
 }  // namespace
 
@@ -221,6 +223,9 @@ Status MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, CommO
   // Floats large enough to be bandwidth-bound, and every 16-bit float (MPI
   // has no type for them), take the ring; the rest MPI's own algorithms.
   const bool sixteen = dtype == MGS_FLOAT16 || dtype == MGS_BFLOAT16;
+  // A few bytes are latency-bound: one hop, or log2(P) (small_allreduce.h).
+  if (count <= kSmallAllreduceMaxBytes / esize)
+    return smallAllreduce(comm_, rank_, size_, buf, count, dtype, op, wait_, kSmallTag, &scratch_);
   for (size_t done = 0; done < count;) {
     const size_t n = std::min(kMaxChunk, count - done);
     if (sixteen || (dtypeIsFloat(dtype) && n * esize >= kRingMinBytes && op == CommOp::kSum)) {
