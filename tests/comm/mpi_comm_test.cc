@@ -159,9 +159,8 @@ void integerAndOthers(Communicator& c) {
   CHECK_OK(c.barrier());
 }
 
-// The small allreduce's two algorithms called directly (the communicator
-// picks the direct exchange at these P; direct_max_ranks = 1 forces
-// recursive doubling, with a fold at P = 3): exact integer and bit results,
+// The small allreduce (recursive doubling) called directly, as the
+// communicator calls it from 5 ranks on (with a fold at P = 3): exact integer and bit results,
 // float sums whose value depends on the order (and a NaN under max) bitwise
 // the same on every rank, 16-bit floats, and 40 calls back to back with
 // ranks arriving at different times (messages of consecutive calls must
@@ -170,10 +169,10 @@ void smallAlgorithms(Communicator& c) {
   const int p = c.size(), r = c.rank();
   WaitPolicy wait;
   std::vector<char> scratch;
-  for (int direct_max : {kSmallDirectMaxRanks, 1}) {
-    const char* alg = direct_max == 1 ? "recursive doubling" : "direct";
+  {
+    const char* alg = "recursive doubling";
     auto run = [&](void* buf, size_t n, DataType d, CommOp op) {
-      return smallAllreduce(MPI_COMM_WORLD, r, p, buf, n, d, op, wait, 7300, &scratch, direct_max);
+      return smallAllreduce(MPI_COMM_WORLD, r, p, buf, n, d, op, wait, 7300, &scratch);
     };
     std::vector<int64_t> v(9, r + 1);
     CHECK_OK(run(v.data(), v.size(), MGS_INT64, CommOp::kSum));

@@ -223,8 +223,9 @@ Status MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, CommO
   // Floats large enough to be bandwidth-bound, and every 16-bit float (MPI
   // has no type for them), take the ring; the rest MPI's own algorithms.
   const bool sixteen = dtype == MGS_FLOAT16 || dtype == MGS_BFLOAT16;
-  // A few bytes are latency-bound: one hop, or log2(P) (small_allreduce.h).
-  if (count <= kSmallAllreduceMaxBytes / esize)
+  // A few bytes among many ranks are latency-bound: log2(P) hops, not
+  // libnbc's 2 log2(P) (small_allreduce.h).
+  if (size_ >= kSmallAllreduceMinRanks && count <= kSmallAllreduceMaxBytes / esize)
     return smallAllreduce(comm_, rank_, size_, buf, count, dtype, op, wait_, kSmallTag, &scratch_);
   for (size_t done = 0; done < count;) {
     const size_t n = std::min(kMaxChunk, count - done);

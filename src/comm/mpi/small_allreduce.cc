@@ -7,32 +7,6 @@
 namespace mgs {
 namespace {
 
-// Every rank's buffer to every other rank, then x0 op x1 op ... op x(P-1).
-Status directAllreduce(MPI_Comm comm, int rank, int size, char* buf, size_t count, size_t bytes, DataType dtype,
-                       CommOp op, const WaitPolicy& wait, int tag, std::vector<char>* scratch) {
-  scratch->resize(bytes * static_cast<size_t>(size));
-  char* slots = scratch->data();
-  std::vector<MPI_Request> reqs;
-  reqs.reserve(2 * static_cast<size_t>(size));
-  const int n = static_cast<int>(bytes);
-  for (int q = 0; q < size; ++q) {
-    if (q == rank) continue;
-    reqs.emplace_back();
-    MGS_MPI_CHECK(MPI_Irecv(slots + bytes * q, n, MPI_BYTE, q, tag, comm, &reqs.back()));
-  }
-  // Sends in a rotated order, so that not every rank sends to rank 0 first.
-  for (int s = 1; s < size; ++s) {
-    const int q = (rank + s) % size;
-    reqs.emplace_back();
-    MGS_MPI_CHECK(MPI_Isend(buf, n, MPI_BYTE, q, tag, comm, &reqs.back()));
-  }
-  MGS_RETURN_IF_ERROR(mpiWaitAll(static_cast<int>(reqs.size()), reqs.data(), wait));
-  std::memcpy(slots + bytes * rank, buf, bytes);
-  std::memcpy(buf, slots, bytes);
-  for (int q = 1; q < size; ++q) MGS_RETURN_IF_ERROR(reduceInto(buf, slots + bytes * q, count, dtype, op));
-  return Status::OK();
-}
-
 Status exchange(MPI_Comm comm, int peer, const char* send, char* recv, int bytes, int tag, const WaitPolicy& wait) {
   MPI_Request reqs[2];
   MGS_MPI_CHECK(MPI_Irecv(recv, bytes, MPI_BYTE, peer, tag, comm, &reqs[0]));
@@ -40,8 +14,8 @@ Status exchange(MPI_Comm comm, int peer, const char* send, char* recv, int bytes
   return mpiWaitAll(2, reqs, wait);
 }
 
-// buf = low op high, where `mine` says whether buf holds the low operand and
-// `other` the high one (or the reverse). `tmp` has room for `bytes`.
+// buf = low op high: `buf_is_low` says whether buf holds the low operand
+// (and `other` the high one) or the reverse. Leaves `other` changed.
 Status combine(char* buf, char* other, bool buf_is_low, size_t count, size_t bytes, DataType dtype, CommOp op) {
   if (buf_is_low) return reduceInto(buf, other, count, dtype, op);
   MGS_RETURN_IF_ERROR(reduceInto(other, buf, count, dtype, op));
@@ -98,15 +72,13 @@ Status recursiveDoubling(MPI_Comm comm, int rank, int size, char* buf, size_t co
 }  // namespace
 
 Status smallAllreduce(MPI_Comm comm, int rank, int size, void* buf, size_t count, DataType dtype, CommOp op,
-                      const WaitPolicy& wait, int tag, std::vector<char>* scratch, int direct_max_ranks) {
+                      const WaitPolicy& wait, int tag, std::vector<char>* scratch) {
   MGS_ENSURE(reducible(dtype, op), kInternal, "small allreduce of " << dtypeName(dtype) << " with this operation");
   const size_t bytes = count * dtypeSize(dtype);
   MGS_ENSURE(bytes <= kSmallAllreduceMaxBytes, kInternal,
              "small allreduce of " << bytes << " bytes (at most " << kSmallAllreduceMaxBytes << ")");
   if (size <= 1 || count == 0) return Status::OK();
-  auto* p = static_cast<char*>(buf);
-  if (size <= direct_max_ranks) return directAllreduce(comm, rank, size, p, count, bytes, dtype, op, wait, tag, scratch);
-  return recursiveDoubling(comm, rank, size, p, count, bytes, dtype, op, wait, tag, scratch);
+  return recursiveDoubling(comm, rank, size, static_cast<char*>(buf), count, bytes, dtype, op, wait, tag, scratch);
 }
 
 }  // namespace mgs
