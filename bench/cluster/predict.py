@@ -19,7 +19,10 @@ rounds back to back on a grid, the small dense tensors allreduced on the
 coordinator, up to --in-flight allgathers at once, completions seen after a
 round. --timeline-model predicts as before it (no coordinator terms).
 """
-import argparse, json, os, re, statistics, subprocess, sys, tempfile
+import argparse, json, os, re, statistics, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import replay_instance  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("-b", "--build", default="build")
@@ -53,24 +56,16 @@ if not cals:
     sys.exit("predict: no '# calibration' line in " + a.log + " (runs before it logged them)")
 trace = json.load(open(a.trace))
 rows = [json.loads(l) for l in open(a.jsonl) if l.strip()]
-tool = os.path.join(a.build, "tools", "mgs-plan")
 
 def layers_for(r):
-    """The sparse layers (as mgs-replay plans them) and the dense tensors,
-    each with the time backward produces it."""
-    se, st = r["scale_elements"], r["scale_time"]
-    ms = a.min_sparse if a.min_sparse is not None else int(4096 * se)
-    out, dense, carry, clock = [], [], 0.0, 0.0
-    for l in trace["layers"]:
-        e = max(1, round(l["elements"] * se))
-        carry += l["backward_s"] * st
-        clock += l["backward_s"] * st
-        if e < ms:
-            dense.append({"name": l["name"], "elements": e, "ready_s": clock})
-            continue
-        out.append({"name": l["name"], "elements": e, "backward_s": carry})
-        carry = 0.0
-    return out, dense
+    return replay_instance.layers_for(trace, r["scale_elements"], r["scale_time"], a.min_sparse)
+
+def run_exchanges(r):
+    """The exchanges the run's MGS_EXCHANGE let a bucket take (auto: the
+    cheaper of allgather and agreed per bucket), plus dense unless --no-dense."""
+    ex = r.get("exchange", "allgather")
+    ex = "allgather,agreed" if ex == "auto" else ex
+    return ex + ("" if a.no_dense else ",dense")
 
 def predict(r):
     c = dict(cals.get(r["ranks"], cals.get(None)) or {})
@@ -92,7 +87,7 @@ def predict(r):
         if a.phase == "barrier" and period > 0:
             c["round_phase_s"] = (-r["forward_s"]) % period
     inst = dict(c, layers=layers, density=r["density"], selection="separate",
-                exchanges=a.exchanges or r.get("exchange", "allgather") + ("" if a.no_dense else ",dense"),
+                exchanges=a.exchanges or run_exchanges(r),
                 fusion_threshold_bytes=r.get("fusion_threshold_bytes", 64 << 20))
     if not a.timeline_model:
         inst["dense_tensors"] = dense
@@ -102,13 +97,7 @@ def predict(r):
             json.dump(inst, f)
         dumped[0] += 1
     def plan(inst, extra):
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump(inst, f)
-        try:
-            out = subprocess.run([tool, "--input", f.name] + extra, capture_output=True, text=True, check=True)
-        finally:
-            os.unlink(f.name)
-        return json.loads(out.stdout)
+        return replay_instance.mgs_plan(a.build, inst, extra)
     if not a.timeline_model:
         # The runtime plans on the timeline model (its calibration has no
         # coordinator terms): its groups, evaluated on the coordinator model.
@@ -117,13 +106,7 @@ def predict(r):
         p = plan(inst, ["--lengths", ",".join(str(len(g)) for g in groups)])
         chosen = plan(inst, ["--planner", planner])
         return r["forward_s"] + p["predicted_s"], len(p["groups"]), r["forward_s"] + chosen["predicted_s"], len(chosen["groups"])
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump(inst, f)
-    try:
-        out = subprocess.run([tool, "--input", f.name, "--planner", planner], capture_output=True, text=True, check=True)
-    finally:
-        os.unlink(f.name)
-    p = json.loads(out.stdout)
+    p = plan(inst, ["--planner", planner])
     return r["forward_s"] + p["predicted_s"], len(p["groups"]), None, None
 
 groups = {}
