@@ -16,7 +16,7 @@ coordinator, docs/planner.md section 8).
 usage: bench/cluster/plan_ceiling.py -b BUILD --log results/X.log
            [--traces resnet50,bert_base,vgg16] [--scale-elements 0.01,0.05]
            [--scale-time 0.25,1] [--density 0.001,0.01,0.05] [--fixed "1 2 4 ... 512"]
-           [--exchanges allgather,agreed,dense]
+           [--exchanges allgather,agreed,dense] [--check]
 """
 import argparse, json, os, sys
 
@@ -33,6 +33,8 @@ ap.add_argument("--density", default="0.001,0.01,0.05")
 ap.add_argument("--fixed", default="1 2 4 8 16 32 64 128 256 512")
 ap.add_argument("--exchanges", default="allgather,agreed,dense")
 ap.add_argument("--cycle-ms", type=float, default=1.0)
+ap.add_argument("--check", action="store_true",
+                help="exit 1 if a fixed size beats the DP under the timeline model (where the DP is exact)")
 a = ap.parse_args()
 
 cal = None
@@ -45,6 +47,7 @@ cal.pop("format", None)
 cal.pop("version", None)
 floats = lambda s: [float(x) for x in s.split(",")]
 
+beaten, rows = [], 0
 print("| trace | scale elements | scale time | density | model | mgs ms (groups) | best fixed: MB, ms (groups) |"
       " best fixed / mgs |")
 print("|---|---|---|---|---|---|---|---|")
@@ -67,5 +70,12 @@ for tname in a.traces.split(","):
                         if best is None or p["predicted_s"] < best[1]:
                             best = (mb, p["predicted_s"], len(p["groups"]))
                     mt, bt = fwd + m["predicted_s"], fwd + best[1]
+                    rows += 1
+                    if model == "timeline" and bt < mt * (1 - 1e-9):
+                        beaten.append(f"{tname} se={se:g} st={st:g} rho={rho:g}: fixed {best[0]} MB")
                     print(f"| {tname} | {se:g} | {st:g} | {rho:g} | {model} | {mt*1e3:.1f} ({len(m['groups'])}) | "
                           f"{best[0]}, {bt*1e3:.1f} ({best[2]}) | {bt/mt:.3f} |", flush=True)
+if a.check and rows == 0:
+    sys.exit("plan_ceiling: nothing compared")
+if a.check and beaten:
+    sys.exit("plan_ceiling: a fixed size beat the DP under the timeline model: " + "; ".join(beaten))
