@@ -13,7 +13,9 @@ for (model, rate), systems in groups.items():
     med = {name: statistics.median(x["median_step_s"] for x in rs if not x.get("failed"))
            if any(not x.get("failed") for x in rs) else None for name, rs in systems.items()}
     ddp, floor = med.get("ddp"), med.get("compute")
-    print(f"\n{model}, 4 emulated hosts at {rate}\n")
+    ranks = sorted({x.get("ranks") for rs in systems.values() for x in rs if x.get("ranks")})
+    hosts = "/".join(str(n) for n in ranks) or "?"
+    print(f"\n{model}, {hosts} emulated hosts at {rate}\n")
     print("| system | s/step | DDP time / this | this / compute floor | wire bytes/step (mgs) |")
     print("|---|---|---|---|---|")
     for name, m in med.items():
