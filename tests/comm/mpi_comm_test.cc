@@ -1,6 +1,8 @@
-// MpiCommunicator under mpirun -np 2..4: the ring (every float size class,
-// 16-bit floats, min/max), MPI's own algorithms for small and integer
-// buffers, and every other collective, all through the sleeping waits.
+// MpiCommunicator under mpirun -np 2..4 and 6: the ring (every float size
+// class, 16-bit floats, min/max), MPI's own algorithms for small and integer
+// buffers (recursive doubling for the small ones at 6 ranks, and called
+// directly at every P), and every other collective, all through the sleeping
+// waits.
 // Results must equal the exact reference and be bitwise the same on every rank.
 // And the nonblocking collectives kept in flight, on duplicated
 // communicators, with the wait hook (inFlight).
@@ -169,56 +171,54 @@ void smallAlgorithms(Communicator& c) {
   const int p = c.size(), r = c.rank();
   WaitPolicy wait;
   std::vector<char> scratch;
-  {
-    const char* alg = "recursive doubling";
-    auto run = [&](void* buf, size_t n, DataType d, CommOp op) {
-      return smallAllreduce(MPI_COMM_WORLD, r, p, buf, n, d, op, wait, 7300, &scratch);
-    };
-    std::vector<int64_t> v(9, r + 1);
-    CHECK_OK(run(v.data(), v.size(), MGS_INT64, CommOp::kSum));
-    CHECK_TRUE(v.front() == p * (p + 1) / 2 && v.back() == v.front(), "%s: int64 sum %lld", alg, (long long)v[0]);
-    std::vector<int64_t> bits(3, ~int64_t{0} ^ (int64_t{1} << r));
-    CHECK_OK(run(bits.data(), bits.size(), MGS_INT64, CommOp::kBitAnd));
-    CHECK_TRUE(bits[2] == (~int64_t{0} ^ ((int64_t{1} << p) - 1)), "%s: band %llx", alg, (unsigned long long)bits[2]);
-    std::vector<int32_t> mx(5, 10 * r - 7);
-    CHECK_OK(run(mx.data(), mx.size(), MGS_INT32, CommOp::kMax));
-    CHECK_TRUE(mx[4] == 10 * (p - 1) - 7, "%s: int32 max %d", alg, mx[4]);
-    std::mt19937 gen(99 + r);
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    for (DataType d : {MGS_FLOAT32, MGS_FLOAT16, MGS_BFLOAT16, MGS_FLOAT64}) {
-      const size_t n = 1000;  // 2..8 KB: all of it below kSmallAllreduceMaxBytes
-      std::vector<char> b(n * dtypeSize(d));
-      double local = 0;
-      for (size_t i = 0; i < n; ++i) {
-        put(b, d, i, dist(gen) * (i % 2 ? 1e2f : 1e-3f));
-        local += get(b, d, i);
-      }
-      CHECK_OK(run(b.data(), n, d, CommOp::kSum));
-      CHECK_TRUE(sameEverywhere(c, b), "%s %s: ranks differ", alg, dtypeName(d).c_str());
-      double got = 0;
-      for (size_t i = 0; i < n; ++i) got += get(b, d, i);
-      CHECK_OK(c.allreduce(&local, 1, MGS_FLOAT64, CommOp::kSum));
-      const double tol = (d == MGS_FLOAT32 || d == MGS_FLOAT64 ? 1e-3 : 1.0) * n;
-      CHECK_TRUE(std::abs(got - local) < tol, "%s %s: sum %.3f, expected %.3f", alg, dtypeName(d).c_str(), got, local);
+  const char* alg = "recursive doubling";
+  auto run = [&](void* buf, size_t n, DataType d, CommOp op) {
+    return smallAllreduce(MPI_COMM_WORLD, r, p, buf, n, d, op, wait, 7300, &scratch);
+  };
+  std::vector<int64_t> v(9, r + 1);
+  CHECK_OK(run(v.data(), v.size(), MGS_INT64, CommOp::kSum));
+  CHECK_TRUE(v.front() == p * (p + 1) / 2 && v.back() == v.front(), "%s: int64 sum %lld", alg, (long long)v[0]);
+  std::vector<int64_t> bits(3, ~int64_t{0} ^ (int64_t{1} << r));
+  CHECK_OK(run(bits.data(), bits.size(), MGS_INT64, CommOp::kBitAnd));
+  CHECK_TRUE(bits[2] == (~int64_t{0} ^ ((int64_t{1} << p) - 1)), "%s: band %llx", alg, (unsigned long long)bits[2]);
+  std::vector<int32_t> mx(5, 10 * r - 7);
+  CHECK_OK(run(mx.data(), mx.size(), MGS_INT32, CommOp::kMax));
+  CHECK_TRUE(mx[4] == 10 * (p - 1) - 7, "%s: int32 max %d", alg, mx[4]);
+  std::mt19937 gen(99 + r);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (DataType d : {MGS_FLOAT32, MGS_FLOAT16, MGS_BFLOAT16, MGS_FLOAT64}) {
+    const size_t n = 1000;  // 2..8 KB: all of it below kSmallAllreduceMaxBytes
+    std::vector<char> b(n * dtypeSize(d));
+    double local = 0;
+    for (size_t i = 0; i < n; ++i) {
+      put(b, d, i, dist(gen) * (i % 2 ? 1e2f : 1e-3f));
+      local += get(b, d, i);
     }
-    std::vector<float> nan(4, float(r));
-    if (r == p - 1) nan[1] = std::nanf("");
-    CHECK_OK(run(nan.data(), nan.size(), MGS_FLOAT32, CommOp::kMax));
-    std::vector<char> nb(reinterpret_cast<char*>(nan.data()), reinterpret_cast<char*>(nan.data()) + 16);
-    CHECK_TRUE(sameEverywhere(c, nb), "%s: max with a NaN differs between ranks", alg);
-    CHECK_TRUE(nan[0] == float(p - 1), "%s: max %f", alg, nan[0]);
-    int bad = 0;
-    for (int call = 0; call < 40; ++call) {
-      if ((call + r) % 7 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      int64_t x[2] = {call * 100 + r, 1};
-      CHECK_OK(run(x, 2, MGS_INT64, CommOp::kSum));
-      bad += x[0] != call * 100 * p + p * (p - 1) / 2 || x[1] != p;
-    }
-    CHECK_TRUE(bad == 0, "%s: %d of 40 back-to-back calls wrong", alg, bad);
-    size_t big = kSmallAllreduceMaxBytes + 1;
-    std::vector<char> over(big);
-    CHECK_TRUE(!run(over.data(), big, MGS_UINT8, CommOp::kBitAnd).ok(), "%s: an oversized call is refused", alg);
+    CHECK_OK(run(b.data(), n, d, CommOp::kSum));
+    CHECK_TRUE(sameEverywhere(c, b), "%s %s: ranks differ", alg, dtypeName(d).c_str());
+    double got = 0;
+    for (size_t i = 0; i < n; ++i) got += get(b, d, i);
+    CHECK_OK(c.allreduce(&local, 1, MGS_FLOAT64, CommOp::kSum));
+    const double tol = (d == MGS_FLOAT32 || d == MGS_FLOAT64 ? 1e-3 : 1.0) * n;
+    CHECK_TRUE(std::abs(got - local) < tol, "%s %s: sum %.3f, expected %.3f", alg, dtypeName(d).c_str(), got, local);
   }
+  std::vector<float> nan(4, float(r));
+  if (r == p - 1) nan[1] = std::nanf("");
+  CHECK_OK(run(nan.data(), nan.size(), MGS_FLOAT32, CommOp::kMax));
+  std::vector<char> nb(reinterpret_cast<char*>(nan.data()), reinterpret_cast<char*>(nan.data()) + 16);
+  CHECK_TRUE(sameEverywhere(c, nb), "%s: max with a NaN differs between ranks", alg);
+  CHECK_TRUE(nan[0] == float(p - 1), "%s: max %f", alg, nan[0]);
+  int bad = 0;
+  for (int call = 0; call < 40; ++call) {
+    if ((call + r) % 7 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    int64_t x[2] = {call * 100 + r, 1};
+    CHECK_OK(run(x, 2, MGS_INT64, CommOp::kSum));
+    bad += x[0] != call * 100 * p + p * (p - 1) / 2 || x[1] != p;
+  }
+  CHECK_TRUE(bad == 0, "%s: %d of 40 back-to-back calls wrong", alg, bad);
+  size_t big = kSmallAllreduceMaxBytes + 1;
+  std::vector<char> over(big);
+  CHECK_TRUE(!run(over.data(), big, MGS_UINT8, CommOp::kBitAnd).ok(), "%s: an oversized call is refused", alg);
 }
 
 }  // namespace

@@ -220,13 +220,13 @@ Status MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, CommO
   MGS_ENSURE(reducible(dtype, op), kInternal, "allreduce of " << dtypeName(dtype) << " with this operation");
   auto* p = static_cast<char*>(buf);
   const size_t esize = dtypeSize(dtype);
-  // Floats large enough to be bandwidth-bound, and every 16-bit float (MPI
-  // has no type for them), take the ring; the rest MPI's own algorithms.
-  const bool sixteen = dtype == MGS_FLOAT16 || dtype == MGS_BFLOAT16;
   // A few bytes among many ranks are latency-bound: log2(P) hops, not
   // libnbc's 2 log2(P) (small_allreduce.h).
   if (size_ >= kSmallAllreduceMinRanks && count <= kSmallAllreduceMaxBytes / esize)
     return smallAllreduce(comm_, rank_, size_, buf, count, dtype, op, wait_, kSmallTag, &scratch_);
+  // Floats large enough to be bandwidth-bound, and every 16-bit float (MPI
+  // has no type for them), take the ring; the rest MPI's own algorithms.
+  const bool sixteen = dtype == MGS_FLOAT16 || dtype == MGS_BFLOAT16;
   for (size_t done = 0; done < count;) {
     const size_t n = std::min(kMaxChunk, count - done);
     if (sixteen || (dtypeIsFloat(dtype) && n * esize >= kRingMinBytes && op == CommOp::kSum)) {

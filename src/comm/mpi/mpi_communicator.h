@@ -3,7 +3,9 @@
 // runtime after mgs_shutdown reuses the same MPI), works on a duplicate of
 // MPI_COMM_WORLD with MPI_ERRORS_RETURN so failures come back as Status.
 // Every collective is started nonblocking and waited for without busy-polling
-// (mpi_util.h); large float sums and all 16-bit ones run a ring (ring_allreduce.h).
+// (mpi_util.h); large float sums and all 16-bit ones run a ring (ring_allreduce.h),
+// and from 5 ranks on allreduces of a few bytes run recursive doubling
+// (small_allreduce.h).
 #pragma once
 
 #include <memory>
