@@ -11,10 +11,11 @@
 // (lower ranks' value) op (higher ranks' value).
 //
 // Measured on the emulated cluster (10 Gbit/s, 0.5 ms per link, so 1 ms a
-// hop; 32 bytes of BAND, median of the slowest rank; docs/benchmarks.md):
+// hop; 32 bytes of BAND, median of the slowest rank;
+// bench/collectives/small_allreduce_bench.cc, docs/benchmarks.md):
 //   P = 4: libnbc 5.5 ms, recursive doubling 3.8 ms;
-//   P = 16: 11.3 and 7.6 ms; P = 32: 17.6 and 12.6 ms.
-// Sending every rank's bytes to every other rank (one hop) measured 5.1 ms at
+//   P = 16: 11.3 and 7.6 ms; P = 32: 17.9 and 12.3 ms.
+// Sending every rank's bytes to every other rank (one hop) measured 4.5 ms at
 // P = 16 alone, but made the 16-host replay's steps slower (104 ms against
 // 89 with libnbc; 240 messages a round through 2 shared cores), so it is not
 // used. Below kSmallAllreduceMinRanks MPI's own algorithm stays: there the
