@@ -1,6 +1,8 @@
 // Block-wide helpers of the GPU selector (device code; included by
 // select_kernels.cu only, so the kernels stay one translation unit): suffix
-// sums of a shared histogram and a one-block radix select. Ran on an H100.
+// sums of a shared histogram and a one-block radix select. Ran on an H100
+// (the batched loads of blockKthLargest, 2026-11-27, have not: see
+// docs/architecture.md, "GPU parts").
 #pragma once
 
 #include <cstdint>
@@ -11,6 +13,7 @@ namespace mgs::cuda::kernels {
 namespace {
 
 constexpr int kWide = 1024;  // threads of the one-block kernels
+constexpr int kBatch = 8;    // loads a thread of a one-block kernel issues before using them
 
 // Suffix sums of a shared histogram: S[p] = sum of counts[b] for b >= nb-1-p
 // (p: position from the top), then the first p >= pmin with S[p] >= target.
@@ -64,9 +67,21 @@ __device__ uint32_t blockKthLargest(const uint32_t* keys, uint64_t s, uint64_t w
     if (round > 0 || !firstGiven) {
       for (int b = threadIdx.x; b < nb; b += kWide) counts[b] = 0;
       __syncthreads();
-      for (uint64_t j = threadIdx.x; j < s; j += kWide) {
-        const uint32_t k = keys[j];
-        if ((k & hiMask) == prefix) atomicAdd(&counts[(k >> shifts[round]) & dmask], 1u);
+      // kBatch keys in flight per thread before the first shared atomic: one
+      // load at a time left every key a full L2 latency (64 per thread for a
+      // sample of 65536), which was most of the floor's 52 us on an H100.
+      for (uint64_t j0 = threadIdx.x; j0 < s; j0 += uint64_t{kWide} * kBatch) {
+        uint32_t k[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const uint64_t j = j0 + uint64_t{kWide} * u;
+          k[u] = j < s ? keys[j] : 0u;
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const uint64_t j = j0 + uint64_t{kWide} * u;
+          if (j < s && (k[u] & hiMask) == prefix) atomicAdd(&counts[(k[u] >> shifts[round]) & dmask], 1u);
+        }
       }
     }
     __syncthreads();

@@ -30,6 +30,10 @@ Status GpuSelector::create(const std::string& name, const compress::SelectorOpti
   std::unique_ptr<compress::Selector> cpu;  // validates name and options the same way
   MGS_RETURN_IF_ERROR(compress::Selector::create(name, options, &cpu));
   out->reset(new GpuSelector(cpu->kind(), options));
+  // The launch shapes' device query, here rather than in a first enqueue()
+  // that may be inside a stream capture; enqueue() asks again (cached) and
+  // reports a failure there.
+  if (visibleDevices() > 0) (void)k::prepareSelectLaunches();
   return Status::OK();
 }
 

@@ -10,17 +10,31 @@
 //   fusedKernel    acc -> r, tile statistics, ordered candidates key >= tc
 //   dgcSampleKernel (dgc) keys of its strided sample
 //   planKernel     fixed-order statistics, non-finite policy, first window
-//   passKernel x cfg.maxPasses: one histogram of the window over the list (or
-//                  the buffer); the last block runs ThresholdSearch::step;
-//                  a finished search makes the remaining launches return at once
-//   compactKernel  ordered (value, index) output, r zeroed at the sent entries
+//   passLoopKernel up to cfg.maxPasses histogram passes in one cooperative
+//                  launch: one histogram of the window over the list (or the
+//                  buffer) per pass, the last block to finish runs
+//                  ThresholdSearch::step, a grid-wide barrier, the next pass;
+//                  it ends when the search is done. Where a cooperative launch
+//                  is not available: passKernel x cfg.maxPasses, one launch per
+//                  pass (the remaining launches return at once)
+//   compactKernel  ordered (value, index) output, r zeroed at the sent entries;
+//                  a grid sized to the candidate list whose blocks take tiles
+//                  in order from a counter until the items are covered
 //   finishKernel   count, failure code and info
+// The one-launch passes and the counter-driven compaction (2026-11-27) have
+// not run on a GPU yet; the per-pass launches and a one-block-per-tile grid,
+// which did, stay selectable (setPerPassLaunchesForTesting) so that both are
+// compared bitwise and timed in the same run (tests/gpu, bench/compress).
 // Every reduction whose result feeds a decision is done in a fixed order, so
 // a call is deterministic on one device.
 #include "select_kernels.h"
 
 #include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
 
+#include <cooperative_groups.h>
 #include <cub/agent/single_pass_scan_operators.cuh>
 #include <cub/block/block_exchange.cuh>
 #include <cub/block/block_reduce.cuh>
@@ -52,6 +66,7 @@ constexpr uint64_t kSampleBlock = compress::cpu::kSampleBlock;
 // The floor's first radix digit (block_select.cuh: 11 bits from bit 20).
 constexpr int kFloorBins = 2048;
 constexpr int kFloorShift0 = 20;
+constexpr int kStatsBatch = 4;  // planKernel: tile statistics loaded per thread before use
 static_assert(kFloorBins <= kBins, "the floor's first round borrows the pass histogram");
 
 using Tiles32 = cub::ScanTileState<uint32_t>;
@@ -62,7 +77,7 @@ struct State {
   compress::AccStats stats;
   compress::Moments moments;
   unsigned long long numCand, written;
-  uint32_t tc, sampleBad, ticket;
+  uint32_t tc, sampleBad, ticket, compactNext;
   int32_t skip, fromCand, failure, fullPasses;
 };
 
@@ -254,7 +269,19 @@ __global__ void __launch_bounds__(kWide)
   __shared__ WideSuffix::Storage sfx;
   __shared__ int go;
   TileStats s{0, 0, 0, 0.0f, 0};
-  for (int t = threadIdx.x; t < tiles; t += kWide) s = StatsOp{}(s, partials[t]);
+  // The same order as one tile at a time (thread t: t, t + kWide, ...), with
+  // kStatsBatch partials in flight per thread.
+  for (int t0 = threadIdx.x; t0 < tiles; t0 += kWide * kStatsBatch) {
+    TileStats v[kStatsBatch];
+#pragma unroll
+    for (int u = 0; u < kStatsBatch; ++u) {
+      const int t = t0 + kWide * u;
+      if (t < tiles) v[u] = partials[t];
+    }
+#pragma unroll
+    for (int u = 0; u < kStatsBatch; ++u)
+      if (t0 + kWide * u < tiles) s = StatsOp{}(s, v[u]);
+  }
   const TileStats tot = Reduce(red).Reduce(s, StatsOp{});
   if (threadIdx.x == 0) {
     compress::AccStats a;
@@ -284,24 +311,25 @@ __global__ void __launch_bounds__(kWide)
 
 using PassSuffix = Suffix<kT, (kBins + kT - 1) / kT>;
 
-// One histogram pass; no-op once the search is done. Blocks add their shared
+// One histogram pass; false (and nothing done) once the search is done, so
+// every block of the grid takes the same branch. Blocks add their shared
 // histograms into `hist`; the last block to finish (ticket) summarises it,
-// steps the search and clears `hist` for the next launch.
-__global__ void __launch_bounds__(kT)
-    passKernel(SelectPlan p, State* st, uint32_t* hist, const float* r, const float* candV, const uint32_t* candI) {
+// steps the search and clears `hist` and the ticket for the next pass.
+__device__ __forceinline__ bool passStep(const SelectPlan& p, State* st, uint32_t* hist, const float* r,
+                                         const float* candV, const uint32_t* candI) {
   __shared__ uint32_t h[kBins];
   __shared__ PassSuffix::Storage sfx;
   // Raw storage: a __shared__ variable cannot have a constructor.
   __shared__ alignas(compress::ThresholdSearch) unsigned char searchRaw[sizeof(compress::ThresholdSearch)];
   __shared__ bool useCand, last;
   auto& search = *reinterpret_cast<compress::ThresholdSearch*>(searchRaw);
-  if (st->skip || p.dense) return;
+  if (st->skip || p.dense) return false;
   if (threadIdx.x == 0) {
     search = st->search;
     useCand = st->fromCand && search.window().lo >= st->tc;
   }
   __syncthreads();
-  if (search.done()) return;
+  if (search.done()) return false;
   const compress::Window w = search.window();
   const bool random = isKind(p, SelectorKind::kRandomk);
   for (int b = threadIdx.x; b < kBins; b += kT) h[b] = 0;
@@ -324,7 +352,7 @@ __global__ void __launch_bounds__(kT)
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(&st->ticket, 1u) == gridDim.x - 1;
   __syncthreads();
-  if (!last) return;
+  if (!last) return true;
   __threadfence();
   for (int b = threadIdx.x; b < kBins; b += kT) {
     h[b] = atomicExch(&hist[b], 0u);  // read the total and clear it for the next pass
@@ -347,7 +375,29 @@ __global__ void __launch_bounds__(kT)
       ++st->fullPasses;
       st->fromCand = 0;
     }
-    st->ticket = 0;
+    atomicExch(&st->ticket, 0u);
+    __threadfence();
+  }
+  return true;
+}
+
+// One launch per pass: the launches after the search is done return at once
+// (each still costs 3.6-4.3 us on an H100, which is why passLoopKernel exists).
+__global__ void __launch_bounds__(kT)
+    passKernel(SelectPlan p, State* st, uint32_t* hist, const float* r, const float* candV, const uint32_t* candI) {
+  passStep(p, st, hist, r, candV, candI);
+}
+
+// Every pass in one cooperative launch (all blocks resident): a grid-wide
+// barrier between passes makes the last block's search step visible to all.
+// passStep's answer is the same in every block, so all of them leave the loop
+// together and no block waits at a barrier the others skip.
+__global__ void __launch_bounds__(kT)
+    passLoopKernel(SelectPlan p, State* st, uint32_t* hist, const float* r, const float* candV, const uint32_t* candI) {
+  cooperative_groups::grid_group grid = cooperative_groups::this_grid();
+  for (int pass = 0; pass < p.passLaunches; ++pass) {
+    if (!passStep(p, st, hist, r, candV, candI)) return;
+    grid.sync();
   }
 }
 
@@ -355,23 +405,17 @@ __global__ void __launch_bounds__(kT)
 // fallback): scan of (taken above keyAll, ties) packed in 64 bits; a tie is
 // sent while fewer than `quota` ties precede it, so the output is "key >=
 // keyAll plus the first quota ties in index order", ascending by index.
-__global__ void __launch_bounds__(kT) compactKernel(SelectPlan p, State* st, float* r, const float* candV,
-                                                    const uint32_t* candI, Tiles64 tiles, float* outV, uint32_t* outI) {
-  using Scan = cub::BlockScan<unsigned long long, kT>;
-  using Prefix = cub::TilePrefixCallbackOp<unsigned long long, ::cuda::std::plus<unsigned long long>, Tiles64>;
-  __shared__ typename Scan::TempStorage scanTmp;
-  __shared__ typename Prefix::TempStorage prefixTmp;
-  if (st->skip || p.dense || !st->search.done()) return;
-  const bool cand = st->fromCand;
-  const uint64_t items = cand ? st->numCand : p.n;
-  const int needed = static_cast<int>(tilesFor(items));
-  // The blocks past the list's tiles (most of them) leave before reading the
-  // search state.
-  if (static_cast<int>(blockIdx.x) >= needed) return;
-  const compress::Selection sel = st->search.selection();
-  if (sel.count == 0) return;
+// A block takes tiles from st->compactNext until they cover the items, so the
+// grid need not have a block per tile of the buffer (the host sizes it for the
+// candidate list; a full-buffer fallback loops). Tiles are taken in order by
+// running blocks, so a tile's look-back only ever waits on a block that runs.
+template <typename Scan, typename Prefix>
+__device__ __forceinline__ void compactTile(const SelectPlan& p, State* st, float* r, const float* candV,
+                                            const uint32_t* candI, Tiles64& tiles, float* outV, uint32_t* outI,
+                                            const compress::Selection& sel, bool cand, uint64_t items, int needed,
+                                            int tile, typename Scan::TempStorage& scanTmp,
+                                            typename Prefix::TempStorage& prefixTmp) {
   const bool random = isKind(p, SelectorKind::kRandomk);
-  const int tile = blockIdx.x;
   const uint64_t b0 = static_cast<uint64_t>(tile) * kTileSize + static_cast<uint64_t>(threadIdx.x) * kI;
   uint32_t idx[kI];
   uint32_t cls = 0;  // 2 bits per item: 1 = above keyAll, 2 = tie
@@ -423,6 +467,31 @@ __global__ void __launch_bounds__(kT) compactKernel(SelectPlan p, State* st, flo
     r[i] = 0.0f;
   }
   if (tile == needed - 1 && threadIdx.x == kT - 1) st->written = above + (ties < quota ? ties : quota);
+}
+
+__global__ void __launch_bounds__(kT) compactKernel(SelectPlan p, State* st, float* r, const float* candV,
+                                                    const uint32_t* candI, Tiles64 tiles, float* outV, uint32_t* outI) {
+  using Scan = cub::BlockScan<unsigned long long, kT>;
+  using Prefix = cub::TilePrefixCallbackOp<unsigned long long, ::cuda::std::plus<unsigned long long>, Tiles64>;
+  __shared__ typename Scan::TempStorage scanTmp;
+  __shared__ typename Prefix::TempStorage prefixTmp;
+  __shared__ int tileOf;
+  if (st->skip || p.dense || !st->search.done()) return;
+  const bool cand = st->fromCand;
+  const uint64_t items = cand ? st->numCand : p.n;
+  const int needed = static_cast<int>(tilesFor(items));
+  if (static_cast<int>(blockIdx.x) >= needed) return;  // never takes a tile
+  const compress::Selection sel = st->search.selection();
+  if (sel.count == 0) return;
+  for (;;) {
+    if (threadIdx.x == 0) tileOf = static_cast<int>(atomicAdd(&st->compactNext, 1u));
+    __syncthreads();
+    const int tile = tileOf;
+    if (tile >= needed) return;  // the same value in every thread of the block
+    compactTile<Scan, Prefix>(p, st, r, candV, candI, tiles, outV, outI, sel, cand, items, needed, tile, scanTmp,
+                              prefixTmp);
+    __syncthreads();  // tileOf and the scan storage are reused by the next tile
+  }
 }
 
 __global__ void takeAllKernel(float* r, uint64_t n, float* values, uint32_t* indices, State* st) {
@@ -482,13 +551,83 @@ unsigned blocksFor(uint64_t items, unsigned threads) {
 }
 
 // Blocks of each histogram pass (its loop is grid-strided, so any number is
-// correct). Sized for the candidate list where there is one: the passes after
-// the search is done still launch, and 1024 blocks cost ~4 us each on an H100
-// even when they return at once; a fallback to full passes runs on at least
-// 256 blocks.
+// correct). Sized for the candidate list where there is one: with one launch
+// per pass, the passes after the search is done still launch, and 1024 blocks
+// cost ~4 us each on an H100 even when they return at once; a fallback to
+// full passes runs on at least 256 blocks. The cooperative launch takes at
+// most what is resident at once.
 unsigned passGrid(const SelectPlan& p, const SelectLayout& l) {
   size_t g = std::min<size_t>(1024, l.fusedTiles);
   if (p.candCap > 0) g = std::min<size_t>(g, std::max<size_t>(256, (p.candCap + kT * 8 - 1) / (kT * 8)));
+  return static_cast<unsigned>(std::max<size_t>(g, 1));
+}
+
+std::atomic<bool> perPassLaunches{false};
+
+// What the launch shapes need from the device, asked once per device (no
+// stream work: safe while a stream is being captured).
+struct LaunchLimits {
+  bool cooperative = false;     // cudaDevAttrCooperativeLaunch
+  unsigned sms = 0;             // multiprocessors
+  unsigned passResident = 0;    // passLoopKernel blocks resident at once on the device
+  unsigned compactResident = 0;  // compactKernel blocks resident at once
+};
+
+int queryLimits(int dev, LaunchLimits* out) {
+  int coop = 0, sms = 0, passPerSm = 0, compactPerSm = 0;
+  if (cudaError_t e = cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev)) return e;
+  if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) return e;
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&passPerSm, passLoopKernel, kT, 0)) return e;
+  if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&compactPerSm, compactKernel, kT, 0)) return e;
+  out->cooperative = coop != 0 && passPerSm > 0;
+  out->sms = static_cast<unsigned>(std::max(sms, 1));
+  out->passResident = static_cast<unsigned>(std::max(passPerSm, 0) * std::max(sms, 0));
+  out->compactResident = static_cast<unsigned>(std::max(compactPerSm, 1) * std::max(sms, 1));
+  return 0;
+}
+
+std::mutex limitsMu;
+std::map<int, LaunchLimits> limitsCache;
+
+// A device that refused the cooperative launch (for example an MPS client
+// with a share of the multiprocessors) takes a launch per pass from then on.
+void noCooperativeLaunch() {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return;
+  std::lock_guard<std::mutex> lock(limitsMu);
+  limitsCache[dev].cooperative = false;
+}
+
+int launchLimits(LaunchLimits* out) {
+  auto& mu = limitsMu;
+  auto& cache = limitsCache;
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  std::lock_guard<std::mutex> lock(mu);
+  if (e == cudaSuccess) {
+    auto it = cache.find(dev);
+    if (it != cache.end()) {
+      *out = it->second;
+      return 0;
+    }
+    LaunchLimits l;
+    e = static_cast<cudaError_t>(queryLimits(dev, &l));
+    if (e == cudaSuccess) cache[dev] = l;
+    *out = l;
+  }
+  if (e != cudaSuccess) (void)cudaGetLastError();  // a failed query must not surface at a later launch check
+  return e;
+}
+
+// Blocks of the compaction: enough for the candidate list's tiles (a block
+// per tile, as before), at least one per multiprocessor, at most what is
+// resident at once; never more than the buffer's tiles. Blocks loop over
+// tiles, so a full-buffer fallback is still covered.
+unsigned compactGrid(const SelectPlan& p, const SelectLayout& l, const LaunchLimits& lim) {
+  size_t g = p.candCap > 0 ? tilesFor(p.candCap) : size_t{lim.compactResident};
+  g = std::max<size_t>(g, lim.sms);
+  g = std::min<size_t>(g, lim.compactResident);
+  g = std::min<size_t>(g, l.compactTiles);
   return static_cast<unsigned>(std::max<size_t>(g, 1));
 }
 
@@ -512,6 +651,13 @@ int launchFront(Src src, const SelectPlan& p, const SelectLayout& l, char* ws, f
 }  // namespace
 
 size_t selectStateBytes() { return sizeof(State); }
+
+void setPerPassLaunchesForTesting(bool on) { perPassLaunches.store(on); }
+
+int prepareSelectLaunches() {
+  LaunchLimits unused;
+  return launchLimits(&unused);
+}
 
 int selectTileBytes(size_t fusedTiles, size_t compactTiles, size_t* bytes32, size_t* bytes64) {
   if (cudaError_t e = Tiles32::AllocationSize(static_cast<int>(fusedTiles), *bytes32)) return e;
@@ -561,13 +707,40 @@ int enqueueSelect(const SelectPlan& p, const SelectLayout& l, void* workspace, c
                                                                                   st);
     if (cudaError_t err = cudaGetLastError()) return err;
   } else {
+    LaunchLimits lim;
+    if (int err = launchLimits(&lim)) return err;
+    const bool legacy = perPassLaunches.load(std::memory_order_relaxed);
     const unsigned grid = passGrid(p, l);
-    for (int pass = 0; pass < p.passLaunches; ++pass) {
-      passKernel<<<std::max(grid, 1u), kT, 0, s>>>(p, st, hist, b.r, candV, candI);
-      if (cudaError_t err = cudaGetLastError()) return err;
+    bool perPass = legacy || !lim.cooperative;
+    if (!perPass) {
+      cudaLaunchConfig_t cfg{};
+      cfg.gridDim = dim3(std::min(grid, lim.passResident));
+      cfg.blockDim = dim3(kT);
+      cfg.stream = s;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeCooperative;
+      attr[0].val.cooperative = 1;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      const float* rc = b.r;
+      const cudaError_t err = cudaLaunchKernelEx(&cfg, passLoopKernel, p, st, hist, rc,
+                                                 static_cast<const float*>(candV), static_cast<const uint32_t*>(candI));
+      if (err == cudaErrorCooperativeLaunchTooLarge || err == cudaErrorNotSupported) {
+        (void)cudaGetLastError();  // nothing was enqueued: take the launches per pass instead
+        noCooperativeLaunch();
+        perPass = true;
+      } else if (err != cudaSuccess) {
+        return err;
+      }
     }
-    compactKernel<<<static_cast<unsigned>(l.compactTiles), kT, 0, s>>>(p, st, b.r, candV, candI, t64, b.outValues,
-                                                                       b.outIndices);
+    if (perPass) {
+      for (int pass = 0; pass < p.passLaunches; ++pass) {
+        passKernel<<<grid, kT, 0, s>>>(p, st, hist, b.r, candV, candI);
+        if (cudaError_t err = cudaGetLastError()) return err;
+      }
+    }
+    const unsigned cgrid = legacy ? static_cast<unsigned>(l.compactTiles) : compactGrid(p, l, lim);
+    compactKernel<<<cgrid, kT, 0, s>>>(p, st, b.r, candV, candI, t64, b.outValues, b.outIndices);
     if (cudaError_t err = cudaGetLastError()) return err;
   }
   finishKernel<<<1, 1, 0, s>>>(p, st, b.d_count, b.d_failure, b.d_info);

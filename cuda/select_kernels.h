@@ -30,6 +30,19 @@ struct SelectBuffers {
 };
 
 // n = p.n >= 1. workspace: l.total bytes, 256-byte aligned.
+// The histogram passes run as one cooperative launch where the device allows
+// it, else as cfg.maxPasses launches; the compaction's grid is sized to the
+// candidate list. Neither has run on a GPU yet (2026-11-27).
 int enqueueSelect(const SelectPlan& p, const SelectLayout& l, void* workspace, const SelectBuffers& b, void* stream);
+
+// Asks the current device what the launch shapes need (cached per device).
+// enqueueSelect asks too; calling this first keeps the query out of a stream
+// capture. Returns a cudaError_t as int.
+int prepareSelectLaunches();
+
+// Tests and benchmarks: true restores the launch shapes that ran on an H100
+// (one launch per histogram pass, one compaction block per tile of the
+// buffer), to compare both bitwise and to time both in one run. Process-wide.
+void setPerPassLaunchesForTesting(bool on);
 
 }  // namespace mgs::cuda::kernels

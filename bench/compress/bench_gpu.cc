@@ -1,4 +1,5 @@
-// CUDA half of mgs-bench-compress. NEVER RUN: written without a GPU.
+// CUDA half of mgs-bench-compress. Ran on an H100 (2026-11-26); the A/B of
+// the two launch shapes (2026-11-27) has not run yet.
 // Times GpuSelector::enqueue() with cudaEvents on one stream: the call makes
 // no host sync, so the time is the device's. Each repetition restores the
 // residual (untimed) so that every timed call sees the same data.
@@ -14,6 +15,7 @@
 #include "bench_data.h"
 #include "bench_report.h"
 #include "gpu_selector.h"
+#include "select_kernels.h"
 
 namespace mgs::bench {
 namespace {
@@ -120,27 +122,45 @@ void runGpuSweep(const std::vector<std::string>& names, const std::string& dist,
         std::exit(2);
       }
     };
-    Row row;
-    row.ms = timeMs(run, reps);
-    cuda::DeviceSelectInfo info{};
-    check(cudaMemcpy(&info, dinfo, sizeof(info), cudaMemcpyDeviceToHost), "info");
-    if (info.failure != 0) {
-      std::fprintf(stderr, "%s: device failure code %d\n", name.c_str(), info.failure);
-      std::exit(2);
+    // Both launch shapes in the same run: the default (one cooperative launch
+    // for the passes, a compaction grid sized to the list) and the per-pass
+    // shapes that ran on an H100. Same bits (tests/gpu), so the same count.
+    std::vector<uint32_t> firstIdx;
+    for (const bool perPass : {true, false}) {
+      cuda::kernels::setPerPassLaunchesForTesting(perPass);
+      Row row;
+      row.ms = timeMs(run, reps);
+      cuda::kernels::setPerPassLaunchesForTesting(false);
+      cuda::DeviceSelectInfo info{};
+      check(cudaMemcpy(&info, dinfo, sizeof(info), cudaMemcpyDeviceToHost), "info");
+      if (info.failure != 0) {
+        std::fprintf(stderr, "%s: device failure code %d\n", name.c_str(), info.failure);
+        std::exit(2);
+      }
+      std::vector<uint32_t> idx(info.count);
+      if (info.count) check(cudaMemcpy(idx.data(), di, info.count * 4, cudaMemcpyDeviceToHost), "indices");
+      if (perPass) {
+        firstIdx = idx;
+      } else if (idx != firstIdx) {
+        std::fprintf(stderr, "%s: the launch shapes selected different entries (%zu vs %zu)\n", name.c_str(),
+                     idx.size(), firstIdx.size());
+        std::exit(2);
+      }
+      row.selector = name;
+      row.device = dev;
+      row.dist = dist;
+      row.n = n;
+      row.k = info.k;
+      row.count = info.count;
+      row.passes = info.passes;
+      row.syncs = 0;  // enqueue() makes none
+      row.inplace = inplace;
+      row.copyMs = copyMs;
+      row.baseline = "cudaMemcpy D2D";
+      row.baselineMs = copyMs;
+      row.launches = perPass ? "per-pass" : "one-launch";
+      print(row, json);
     }
-    row.selector = name;
-    row.device = dev;
-    row.dist = dist;
-    row.n = n;
-    row.k = info.k;
-    row.count = info.count;
-    row.passes = info.passes;
-    row.syncs = 0;  // enqueue() makes none
-    row.inplace = inplace;
-    row.copyMs = copyMs;
-    row.baseline = "cudaMemcpy D2D";
-    row.baselineMs = copyMs;
-    print(row, json);
     for (void* p : {dws, static_cast<void*>(dv), static_cast<void*>(di)}) cudaFree(p);
   }
   for (void* p : {static_cast<void*>(dx), static_cast<void*>(dr0), static_cast<void*>(dr), static_cast<void*>(dy),

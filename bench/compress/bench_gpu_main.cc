@@ -3,7 +3,7 @@
 //   mgs-bench-compress-gpu [--n N] [--density R ...] [--reps K] [--dist D]
 //                          [--selector S ...] [--band-eps E] [--inplace]
 // Prints one JSON object per measurement. Exits 77 without a visible GPU.
-// NEVER RUN: written without a GPU.
+// Ran on an H100 (2026-11-26, scripts/gpu_check.sh).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -35,7 +35,12 @@ def load(paths):
 def main():
     rows = load(sys.argv[1:])
     torch = {(r["n"], r["k"]): r["median_ms"] for r in rows if r.get("selector") == "torch.topk"}
-    ours = [r for r in rows if r.get("selector") != "torch.topk" and "copy_ms" in r]
+    gpu_rows = [r for r in rows if r.get("selector") != "torch.topk" and "copy_ms" in r]
+    # The goals are judged on the default launch shapes; the per-pass shapes
+    # (those that ran on an H100 first) are timed in the same run for the A/B.
+    per_pass = {(r["selector"], bool(r.get("inplace")), r["k"]): r for r in gpu_rows
+                if r.get("launches") == "per-pass"}
+    ours = [r for r in gpu_rows if r.get("launches") != "per-pass"]
     if not ours:
         print("gpu_summary: no GPU benchmark rows (did the benchmark run?)")
         return 0
@@ -68,6 +73,15 @@ def main():
         if th:
             f = r["median_ms"] / min(th)
             goals.append((f"topk {mode} k={k}: within 1.2x of the threshold selectors", f <= 1.2, f"{f:.2f}x"))
+    ab = [(r, per_pass.get((r["selector"], bool(r.get("inplace")), r["k"]))) for r in ours]
+    ab = [(r, b) for r, b in ab if b]
+    if ab:
+        print("\nlaunch shapes, same run (per-pass = a launch per histogram pass, a compaction block per tile):")
+        print(f"{'selector':10} {'mode':8} {'k':>7} {'per-pass ms':>11} {'one-launch ms':>13} {'ratio':>6}")
+        for r, b in ab:
+            mode = "inplace" if r.get("inplace") else "residual"
+            ratio = b["median_ms"] / r["median_ms"] if r["median_ms"] > 0 else float("nan")
+            print(f"{r['selector']:10} {mode:8} {r['k']:7d} {b['median_ms']:11.3f} {r['median_ms']:13.3f} {ratio:6.2f}")
     print("\ngoals (issue 13):")
     for name, ok, val in goals:
         print(f"  {'MET ' if ok else 'MISS'} {name}: {val}")

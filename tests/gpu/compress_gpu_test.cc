@@ -10,7 +10,8 @@
 // the tie block in index order"), with equal bits wherever they agree.
 // enqueue() is also captured into a CUDA graph: stream capture fails on any
 // host synchronisation, so a passing capture shows the zero-sync claim.
-// Ran on an H100 (2026-11-26; docs/compressors.md).
+// Ran on an H100 (2026-11-26; docs/compressors.md), except the launch-shape
+// test, written 2026-11-27 without a GPU.
 // Exits 77 (ctest SKIP_RETURN_CODE) when no CUDA device is visible.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
@@ -28,6 +29,7 @@
 #include "compress/decompress.h"
 #include "compress/selector.h"
 #include "gpu_selector.h"
+#include "select_kernels.h"
 
 namespace mgs {
 namespace {
@@ -348,6 +350,102 @@ void enqueueCaptured(const std::string& name) {
 
 TEST_CASE("gpu enqueue makes no host synchronisation", "[gpu][compress]") {
   for (const std::string name : {"topk", "dgc", "randomk", "none"}) enqueueCaptured(name);
+}
+
+// The launch shapes of 2026-11-27 (all histogram passes in one cooperative
+// launch, a compaction grid sized to the candidate list whose blocks loop over
+// tiles) against the shapes that ran on an H100 (a launch per pass, a block
+// per tile): the same algorithm, so the same bits. Cases: a candidate list
+// (t3 data), no list (density 0.3: a compaction over the whole buffer on
+// fewer blocks than tiles), and a list that overflows (every magnitude equal:
+// full-buffer passes and compaction after the list), each with and without
+// error feedback.
+struct Shaped {
+  uint32_t count = 0;
+  int32_t failure = -1;
+  cuda::DeviceSelectInfo info{};
+  std::vector<float> values, residual;
+  std::vector<uint32_t> indices;
+};
+
+Shaped runShaped(const std::string& name, const std::vector<float>& x, const std::vector<float>& r0, double density,
+                 bool inPlace, bool perPass) {
+  const size_t n = x.size();
+  SelectorOptions o;
+  o.density = density;
+  o.seed = 11;
+  std::unique_ptr<cuda::GpuSelector> gpu;
+  REQUIRE(cuda::GpuSelector::create(name, o, &gpu).ok());
+  const size_t cap = std::max<size_t>(gpu->maxCount(n), 1);
+  size_t wsBytes = 0;
+  REQUIRE(gpu->workspaceBytes(n, &wsBytes).ok());
+  DeviceBuffer<float> dx(n), dr(n), dv(cap);
+  DeviceBuffer<uint32_t> di(cap), dcount(1);
+  DeviceBuffer<int32_t> dfail(1);
+  DeviceBuffer<cuda::DeviceSelectInfo> dinfo(1);
+  DeviceBuffer<char> dws(wsBytes);
+  std::vector<float> r = r0;
+  if (inPlace)
+    for (size_t i = 0; i < n; ++i) r[i] += x[i];
+  dx.upload(x.data(), n);
+  dr.upload(r.data(), n);
+  SelectArgs g;
+  g.x = inPlace ? nullptr : dx.p;
+  g.residual = dr.p;
+  g.n = n;
+  g.outValues = dv.p;
+  g.outIndices = di.p;
+  g.workspace = dws.p;
+  g.workspaceBytes = wsBytes;
+  g.step = 2;
+  g.name = "shapes";
+  cuda::kernels::setPerPassLaunchesForTesting(perPass);
+  const Status st = gpu->enqueue(g, cuda::DeviceSelectOutputs{dcount.p, dfail.p, dinfo.p}, nullptr);
+  cuda::kernels::setPerPassLaunchesForTesting(false);
+  REQUIRE(st.ok());
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  Shaped out;
+  out.count = dcount.download(1)[0];
+  out.failure = dfail.download(1)[0];
+  out.info = dinfo.download(1)[0];
+  out.values = dv.download(out.count);
+  out.indices = di.download(out.count);
+  out.residual = dr.download(n);
+  return out;
+}
+
+TEST_CASE("gpu launch shapes select the same bits", "[gpu][compress]") {
+  const size_t n = (size_t{1} << 22) + 5;
+  const std::vector<float>& t3 = data(n, 1);
+  const std::vector<float>& r0 = data(n, 2);
+  const std::vector<float> flat(n, 0.25f), zero(n, 0.0f);
+  struct Case {
+    const char* what;
+    const std::vector<float>* x;
+    const std::vector<float>* r;
+    double density;
+  };
+  const Case cases[] = {{"t3, list", &t3, &r0, 0.001},
+                        {"t3, list", &t3, &r0, 0.01},
+                        {"t3, no list", &t3, &r0, 0.3},
+                        {"equal magnitudes, list overflows", &flat, &zero, 0.001}};
+  for (const std::string name : {"topk", "gaussiank", "ldte", "dgc", "randomk"})
+    for (const Case& c : cases)
+      for (bool inPlace : {false, true}) {
+        CAPTURE(name, c.what, c.density, inPlace);
+        const Shaped a = runShaped(name, *c.x, *c.r, c.density, inPlace, /*perPass=*/true);
+        const Shaped b = runShaped(name, *c.x, *c.r, c.density, inPlace, /*perPass=*/false);
+        REQUIRE(a.failure == 0);
+        REQUIRE(b.failure == a.failure);
+        REQUIRE(a.count > 0);
+        REQUIRE(b.count == a.count);
+        REQUIRE(b.info.passes == a.info.passes);
+        REQUIRE(bits(b.info.threshold) == bits(a.info.threshold));
+        size_t diff = 0;
+        for (size_t j = 0; j < a.count; ++j) diff += a.indices[j] != b.indices[j] || bits(a.values[j]) != bits(b.values[j]);
+        for (size_t i = 0; i < n; ++i) diff += bits(a.residual[i]) != bits(b.residual[i]);
+        REQUIRE(diff == 0);
+      }
 }
 
 TEST_CASE("gpu scatterAdd equals the CPU bitwise", "[gpu][decompress]") {
