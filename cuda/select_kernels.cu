@@ -555,7 +555,7 @@ unsigned blocksFor(uint64_t items, unsigned threads) {
 // per pass, the passes after the search is done still launch, and 1024 blocks
 // cost ~4 us each on an H100 even when they return at once; a fallback to
 // full passes runs on at least 256 blocks. The cooperative launch takes at
-// most what is resident at once.
+// most two blocks per multiprocessor.
 unsigned passGrid(const SelectPlan& p, const SelectLayout& l) {
   size_t g = std::min<size_t>(1024, l.fusedTiles);
   if (p.candCap > 0) g = std::min<size_t>(g, std::max<size_t>(256, (p.candCap + kT * 8 - 1) / (kT * 8)));
@@ -714,7 +714,10 @@ int enqueueSelect(const SelectPlan& p, const SelectLayout& l, void* workspace, c
     bool perPass = legacy || !lim.cooperative;
     if (!perPass) {
       cudaLaunchConfig_t cfg{};
-      cfg.gridDim = dim3(std::min(grid, lim.passResident));
+      // At most two blocks per multiprocessor: a cooperative grid starts only
+      // when all of it fits, so it should fit beside what else runs (the
+      // NCCL stream's kernels, other ranks' selections on a shared GPU).
+      cfg.gridDim = dim3(std::min({grid, lim.passResident, 2 * lim.sms}));
       cfg.blockDim = dim3(kT);
       cfg.stream = s;
       cudaLaunchAttribute attr[1];
