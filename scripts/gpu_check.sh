@@ -102,6 +102,16 @@ if [ "${MGS_GPU_SANITIZE:-0}" = 1 ] && command -v compute-sanitizer > /dev/null;
     say "memcheck $b: exit $rc; $(grep -cE "^========= (Invalid|Program hit|Error)" "$OUTDIR/memcheck_$b.log") reports; $(tail -1 "$OUTDIR/memcheck_$b.log")"
     [ $rc = 0 ] || [ $rc = 124 ] || TESTS_OK=0
   done
+  # The selector's launch shapes of 2026-11-27 (cooperative passes, the
+  # counter-driven compaction) had never run when this was written.
+  exe=$(find "$BUILD" -name mgs_gpu_compress_test -type f | head -1)
+  if [ -n "$exe" ]; then
+    timeout -k 5 "${MGS_GPU_SANITIZE_LIMIT:-60}" compute-sanitizer --tool memcheck --error-exitcode 3 "$exe" "gpu launch shapes select the same bits" \
+      > "$OUTDIR/memcheck_launch_shapes.log" 2>&1
+    rc=$?
+    say "memcheck launch shapes: exit $rc; $(grep -cE "^========= (Invalid|Program hit|Error)" "$OUTDIR/memcheck_launch_shapes.log") reports; $(tail -1 "$OUTDIR/memcheck_launch_shapes.log")"
+    [ $rc = 0 ] || [ $rc = 124 ] || TESTS_OK=0
+  fi
 fi
 
 say "summary: tests $([ $TESTS_OK = 1 ] && echo PASSED || echo 'FAILED or SKIPPED'); logs in $OUTDIR; $(( $(date +%s) - T0 )) s in all"
