@@ -59,6 +59,21 @@ uint32_t bits(float f) {
   return u;
 }
 
+// A select() on device buffers (x == nullptr: in place).
+SelectArgs deviceArgs(const void* x, float* r, size_t n, float* values, uint32_t* indices, void* ws, size_t wsBytes,
+                      const char* name) {
+  SelectArgs g;
+  g.x = x;
+  g.residual = r;
+  g.n = n;
+  g.outValues = values;
+  g.outIndices = indices;
+  g.workspace = ws;
+  g.workspaceBytes = wsBytes;
+  g.name = name;
+  return g;
+}
+
 // Student-t(3) gradients and a Normal residual, generated once per n.
 const std::vector<float>& data(size_t n, uint64_t seed) {
   static std::map<std::pair<size_t, uint64_t>, std::vector<float>> cache;
@@ -267,15 +282,7 @@ TEST_CASE("gpu non-finite input follows the policy", "[gpu][compress]") {
   size_t wsBytes = 0;
   REQUIRE(gpu->workspaceBytes(n, &wsBytes).ok());
   DeviceBuffer<char> dws(wsBytes);
-  SelectArgs g;
-  g.x = dx.p;
-  g.residual = dr.p;
-  g.n = n;
-  g.outValues = dv.p;
-  g.outIndices = di.p;
-  g.workspace = dws.p;
-  g.workspaceBytes = wsBytes;
-  g.name = "conv1";
+  const SelectArgs g = deviceArgs(dx.p, dr.p, n, dv.p, di.p, dws.p, wsBytes, "conv1");
   SelectResult r;
   const Status st = gpu->select(g, &r, nullptr);
   REQUIRE(st.code() == Code::kNumeric);
@@ -389,16 +396,8 @@ Shaped runShaped(const std::string& name, const std::vector<float>& x, const std
     for (size_t i = 0; i < n; ++i) r[i] += x[i];
   dx.upload(x.data(), n);
   dr.upload(r.data(), n);
-  SelectArgs g;
-  g.x = inPlace ? nullptr : dx.p;
-  g.residual = dr.p;
-  g.n = n;
-  g.outValues = dv.p;
-  g.outIndices = di.p;
-  g.workspace = dws.p;
-  g.workspaceBytes = wsBytes;
+  SelectArgs g = deviceArgs(inPlace ? nullptr : dx.p, dr.p, n, dv.p, di.p, dws.p, wsBytes, "shapes");
   g.step = 2;
-  g.name = "shapes";
   cuda::kernels::setPerPassLaunchesForTesting(perPass);
   const Status st = gpu->enqueue(g, cuda::DeviceSelectOutputs{dcount.p, dfail.p, dinfo.p}, nullptr);
   cuda::kernels::setPerPassLaunchesForTesting(false);
