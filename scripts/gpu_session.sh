@@ -2,12 +2,16 @@
 # Everything a GPU lease is for, in one command (one device call): the GPU
 # checks with compute-sanitizer memcheck (gpu_check.sh), a per-kernel profile
 # of the selector (Nsight Compute, when ncu is there), the full build and the
-# end-to-end CUDA tests (gpu_full_check.sh), and every log in one archive.
+# end-to-end CUDA tests (gpu_full_check.sh), real training steps on the GPU
+# (bench/train/gpu_train.sh), and every log in one archive.
 #   scripts/gpu_session.sh            # on the GPU machine, from the repository root
 # Writes to $OUT when set (the workplace's device tool returns it), else
-# build-gpu/session: gpu_check.txt, gpu_full.txt, profile.txt, logs.tgz.
+# build-gpu/session: gpu_check.txt, gpu_full.txt, profile.txt, gpu_train.txt
+# and .jsonl, logs.tgz.
 # About 5 minutes on an H100 (2026-11-26: gpu_check 100 s, profile 20 s,
-# full build and tests 95 s).
+# full build and tests 95 s) before the training sitting and the memcheck of
+# the selector's new launch shapes were added (2026-11-27, not run yet: a
+# guess of 2-3 more minutes). Run it with the device's 600 s limit.
 set -u
 cd "$(dirname "$0")/.."
 DEST=${OUT:-build-gpu/session}
@@ -52,9 +56,17 @@ fi
 
 MGS_GPU_OUT="$LOGS/full" timeout 400 scripts/gpu_full_check.sh > "$DEST/gpu_full.txt" 2>&1
 full=$?
+
+# Real training steps on the GPU, every system in one sitting (needs the full
+# build above): what compute, DDP, mgs dense and mgs sparse cost per step.
+if [ -n "$(find build-gpu-full -name libmgs.so 2>/dev/null | head -1)" ]; then
+  timeout 240 bench/train/gpu_train.sh -b build-gpu-full -o "$DEST/gpu_train.jsonl" > "$DEST/gpu_train.txt" 2>&1
+  echo "gpu_train exit $?" >> "$DEST/gpu_train.txt"
+fi
 tar czf "$DEST/logs.tgz" -C "$LOGS" . 2>/dev/null
 grep -E "summary|passed|FAILED|TIMED OUT|memcheck" "$DEST/gpu_check.txt"
 grep -E "Test +#|summary|python.np2 with" "$DEST/gpu_full.txt"
 [ -f "$DEST/profile.txt" ] && head -20 "$DEST/profile.txt"
+[ -f "$DEST/gpu_train.txt" ] && grep -E "^\||^[a-z].*rank|exit|failed" "$DEST/gpu_train.txt"
 echo "gpu_session: gpu_check exit $check, gpu_full_check exit $full"
 [ $check = 0 ] && [ $full = 0 ]

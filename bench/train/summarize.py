@@ -15,7 +15,8 @@ for (model, rate), systems in groups.items():
     ddp, floor = med.get("ddp"), med.get("compute")
     ranks = sorted({x.get("ranks") for rs in systems.values() for x in rs if x.get("ranks")})
     hosts = "/".join(str(n) for n in ranks) or "?"
-    print(f"\n{model}, {hosts} emulated hosts at {rate}\n")
+    setting = next((x["setting"] for rs in systems.values() for x in rs if x.get("setting")), None)
+    print(f"\n{model}, {setting or f'{hosts} emulated hosts at {rate}'}\n")
     print("| system | s/step | DDP time / this | this / compute floor | wire bytes/step (mgs) |")
     print("|---|---|---|---|---|")
     for name, m in med.items():

@@ -13,7 +13,10 @@ backward on every rank, then the gradient exchange of the chosen system.
   mgs-fp16     the same with Compression.fp16
 
 Every system trains the same model from the same seed on the same synthetic
-batch per rank (the data loader is not what is measured). Rank 0 prints one
+batch per rank (the data loader is not what is measured). --device cuda puts
+the model and batches on the rank's GPU (local rank modulo the visible
+devices) and ends every timed step with torch.cuda.synchronize()
+(bench/train/gpu_train.sh). Rank 0 prints one
 JSON line: the per-step times and their median over the measured steps, and
 for mgs the gradient traffic it reports.
 """
@@ -40,6 +43,10 @@ def parse_args():
     p.add_argument("--batch", type=int, default=2, help="per rank")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--label", default="", help="copied into the JSON line")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--image-size", type=int, default=32, help="resnet50 input side")
+    p.add_argument("--ddp-backend", default="gloo", choices=["gloo", "nccl"],
+                   help="nccl needs one GPU per rank")
     return p.parse_args()
 
 
@@ -58,6 +65,15 @@ class TinyTransformer(nn.Module):
         return self.head(self.encoder(self.embed(tokens) + self.pos))
 
 
+def device_of(args):
+    if args.device == "cpu":
+        return torch.device("cpu")
+    local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0"))
+    d = torch.device("cuda", local % torch.cuda.device_count())
+    torch.cuda.set_device(d)
+    return d
+
+
 def build(args):
     """The model and loss_of(model, step). Each rank draws its own pool of
     random batches (seeded by rank) and cycles through it: with one fixed
@@ -70,16 +86,20 @@ def build(args):
         model = torchvision.models.resnet50(num_classes=10)
     else:
         model = TinyTransformer()
+    dev = device_of(args)
+    model = model.to(dev)
     g = torch.Generator().manual_seed(1000 + world()[0])
     loss_fn = nn.CrossEntropyLoss()
     pool = []
+    side = args.image_size
     for _ in range(8):
         if args.model == "resnet50":
-            pool.append((torch.randn(args.batch, 3, 32, 32, generator=g),
-                         torch.randint(0, 10, (args.batch,), generator=g)))
+            batch = (torch.randn(args.batch, 3, side, side, generator=g),
+                     torch.randint(0, 10, (args.batch,), generator=g))
         else:
-            pool.append((torch.randint(0, 8000, (args.batch, 64), generator=g),
-                         torch.randint(0, 8000, (args.batch, 64), generator=g)))
+            batch = (torch.randint(0, 8000, (args.batch, 64), generator=g),
+                     torch.randint(0, 8000, (args.batch, 64), generator=g))
+        pool.append(tuple(t.to(dev) for t in batch))
     if args.model == "resnet50":
         return model, lambda m, step: loss_fn(m(pool[step % 8][0]), pool[step % 8][1])
     return model, lambda m, step: loss_fn(m(pool[step % 8][0]).reshape(-1, 8000), pool[step % 8][1].reshape(-1))
@@ -105,9 +125,9 @@ def setup(args, model):
     if args.system in ("ddp", "powersgd"):
         import torch.distributed as dist
         rank, size = world()
-        dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:29517",
+        dist.init_process_group(args.ddp_backend, init_method=f"tcp://{os.environ['MASTER_ADDR']}:29517",
                                 rank=rank, world_size=size)
-        ddp = nn.parallel.DistributedDataParallel(model)
+        ddp = nn.parallel.DistributedDataParallel(model)  # on CUDA: the model's device
         if args.system == "powersgd":
             from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
             state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=4, start_powerSGD_iter=2)
@@ -190,6 +210,8 @@ def main():
         losses.append(loss.item())
         loss.backward()
         opt.step()
+        if args.device == "cuda":
+            torch.cuda.synchronize()  # the step's kernels and any exchange they wait for
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
         nonfinite += not math.isfinite(losses[-1])
@@ -203,6 +225,8 @@ def main():
     if rank == 0:
         n_params = sum(p.numel() for p in model.parameters())
         print(json.dumps({"label": args.label, "system": args.system, "model": args.model, "ranks": size,
+                          "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
+                          "image_size": args.image_size if args.model == "resnet50" else None,
                           "params": n_params, "batch": args.batch, "median_step_s": statistics.median(measured),
                           "step_s": [round(t, 4) for t in times], "nonfinite_loss_steps": nonfinite,
                           "loss": [round(v, 4) for v in losses],
