@@ -441,7 +441,8 @@ TEST_CASE("gpu launch shapes select the same bits", "[gpu][compress]") {
         REQUIRE(b.info.passes == a.info.passes);
         REQUIRE(bits(b.info.threshold) == bits(a.info.threshold));
         size_t diff = 0;
-        for (size_t j = 0; j < a.count; ++j) diff += a.indices[j] != b.indices[j] || bits(a.values[j]) != bits(b.values[j]);
+        for (size_t j = 0; j < a.count; ++j)
+          diff += a.indices[j] != b.indices[j] || bits(a.values[j]) != bits(b.values[j]);
         for (size_t i = 0; i < n; ++i) diff += bits(a.residual[i]) != bits(b.residual[i]);
         REQUIRE(diff == 0);
       }
