@@ -340,29 +340,10 @@ unsigned blocksFor(uint64_t items, unsigned threads) {
   return static_cast<unsigned>(std::max<uint64_t>(1, (items + threads - 1) / threads));
 }
 
-// Blocks of each histogram pass (its loop is grid-strided, so any number is
-// correct). Sized for the candidate list where there is one: with one launch
-// per pass, the passes after the search is done still launch, and 1024 blocks
-// cost ~4 us each on an H100 even when they return at once; a fallback to
-// full passes runs on at least 256 blocks. The cooperative launch takes at
-// most two blocks per multiprocessor.
-unsigned passGrid(const SelectPlan& p, const SelectLayout& l) {
-  size_t g = std::min<size_t>(1024, l.fusedTiles);
-  if (p.candCap > 0) g = std::min<size_t>(g, std::max<size_t>(256, (p.candCap + kT * 8 - 1) / (kT * 8)));
-  return static_cast<unsigned>(std::max<size_t>(g, 1));
-}
-
 std::atomic<bool> perPassLaunches{false};
 
-// What the launch shapes need from the device, asked once per device (no
-// stream work: safe while a stream is being captured).
-struct LaunchLimits {
-  bool cooperative = false;      // cudaDevAttrCooperativeLaunch
-  unsigned sms = 0;              // multiprocessors
-  unsigned passResident = 0;     // passLoopKernel blocks resident at once on the device
-  unsigned compactResident = 0;  // compactKernel blocks resident at once
-};
-
+// What the launch shapes need from the device (select_plan.h), asked once per
+// device: no stream work, so safe while a stream is being captured.
 int queryLimits(int dev, LaunchLimits* out) {
   int coop = 0, sms = 0, passPerSm = 0, compactPerSm = 0;
   if (cudaError_t e = cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev)) return e;
@@ -407,18 +388,6 @@ int launchLimits(LaunchLimits* out) {
   }
   if (e != cudaSuccess) (void)cudaGetLastError();  // a failed query must not surface at a later launch check
   return e;
-}
-
-// Blocks of the compaction: enough for the candidate list's tiles (a block
-// per tile, as before), at least one per multiprocessor, at most what is
-// resident at once; never more than the buffer's tiles. Blocks loop over
-// tiles, so a full-buffer fallback is still covered.
-unsigned compactGrid(const SelectPlan& p, const SelectLayout& l, const LaunchLimits& lim) {
-  size_t g = p.candCap > 0 ? tilesFor(p.candCap) : size_t{lim.compactResident};
-  g = std::max<size_t>(g, lim.sms);
-  g = std::min<size_t>(g, lim.compactResident);
-  g = std::min<size_t>(g, l.compactTiles);
-  return static_cast<unsigned>(std::max<size_t>(g, 1));
 }
 
 template <typename Src, bool kInPlace>
@@ -499,15 +468,11 @@ int enqueueSelect(const SelectPlan& p, const SelectLayout& l, void* workspace, c
   } else {
     LaunchLimits lim;
     if (int err = launchLimits(&lim)) return err;
-    const bool legacy = perPassLaunches.load(std::memory_order_relaxed);
-    const unsigned grid = passGrid(p, l);
-    bool perPass = legacy || !lim.cooperative;
+    const SelectGrids g = selectGrids(p, l, lim, perPassLaunches.load(std::memory_order_relaxed));
+    bool perPass = g.coopBlocks == 0;
     if (!perPass) {
       cudaLaunchConfig_t cfg{};
-      // At most two blocks per multiprocessor: a cooperative grid starts only
-      // when all of it fits, so it should fit beside what else runs (the
-      // NCCL stream's kernels, other ranks' selections on a shared GPU).
-      cfg.gridDim = dim3(std::min({grid, lim.passResident, 2 * lim.sms}));
+      cfg.gridDim = dim3(g.coopBlocks);
       cfg.blockDim = dim3(kT);
       cfg.stream = s;
       cudaLaunchAttribute attr[1];
@@ -528,12 +493,11 @@ int enqueueSelect(const SelectPlan& p, const SelectLayout& l, void* workspace, c
     }
     if (perPass) {
       for (int pass = 0; pass < p.passLaunches; ++pass) {
-        passKernel<<<grid, kT, 0, s>>>(p, st, hist, b.r, candV, candI);
+        passKernel<<<g.passBlocks, kT, 0, s>>>(p, st, hist, b.r, candV, candI);
         if (cudaError_t err = cudaGetLastError()) return err;
       }
     }
-    const unsigned cgrid = legacy ? static_cast<unsigned>(l.compactTiles) : compactGrid(p, l, lim);
-    compactKernel<<<cgrid, kT, 0, s>>>(p, st, b.r, candV, candI, t64, b.outValues, b.outIndices);
+    compactKernel<<<g.compactBlocks, kT, 0, s>>>(p, st, b.r, candV, candI, t64, b.outValues, b.outIndices);
     if (cudaError_t err = cudaGetLastError()) return err;
   }
   finishKernel<<<1, 1, 0, s>>>(p, st, b.d_count, b.d_failure, b.d_info);

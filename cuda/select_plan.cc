@@ -73,4 +73,35 @@ SelectLayout makeSelectLayout(const SelectPlan& p, size_t stateBytes, size_t til
   return l;
 }
 
+SelectGrids selectGrids(const SelectPlan& p, const SelectLayout& l, const LaunchLimits& lim, bool perPass) {
+  SelectGrids g;
+  // The passes' loop is grid-strided, so any number of blocks is correct.
+  // Sized for the candidate list where there is one: with a launch per pass,
+  // the launches after the search is done still run, and 1024 blocks cost
+  // ~4 us each on an H100 even when they return at once; a fallback to full
+  // passes runs on at least 256 blocks.
+  size_t pass = std::min<size_t>(1024, l.fusedTiles);
+  if (p.candCap > 0)
+    pass = std::min<size_t>(pass, std::max<size_t>(256, (p.candCap + kTileThreads * 8 - 1) / (kTileThreads * 8)));
+  g.passBlocks = static_cast<unsigned>(std::max<size_t>(pass, 1));
+  // A cooperative grid starts only when all of it fits: at most two blocks
+  // per multiprocessor, so it fits beside what else runs (NCCL's kernels,
+  // other ranks' selections on a shared GPU).
+  if (!perPass && lim.cooperative && lim.passResident > 0 && lim.sms > 0)
+    g.coopBlocks = std::min({g.passBlocks, lim.passResident, 2 * lim.sms});
+  // The compaction: a block per tile of the candidate list, at least one per
+  // multiprocessor, at most what is resident at once, never more than the
+  // buffer's tiles; blocks loop over tiles, so a full-buffer fallback is
+  // covered too.
+  size_t compact = l.compactTiles;
+  if (!perPass) {
+    const size_t resident = std::max<size_t>(lim.compactResident, 1);
+    compact = p.candCap > 0 ? tilesFor(p.candCap) : resident;
+    compact = std::min(std::max<size_t>(compact, lim.sms), resident);
+    compact = std::min(compact, l.compactTiles);
+  }
+  g.compactBlocks = static_cast<unsigned>(std::max<size_t>(compact, 1));
+  return g;
+}
+
 }  // namespace mgs::cuda

@@ -89,6 +89,26 @@ struct SelectLayout {
 SelectLayout makeSelectLayout(const SelectPlan& p, size_t stateBytes, size_t tileBytes32, size_t tileBytes64);
 constexpr size_t kLayoutAlign = 256;
 
+// What the launch shapes depend on, asked of the device once
+// (select_kernels.cu): cooperative launches allowed, multiprocessors, and how
+// many blocks of the pass-loop and compaction kernels are resident at once.
+struct LaunchLimits {
+  bool cooperative = false;
+  unsigned sms = 0, passResident = 0, compactResident = 0;
+};
+
+// Grids of one select() call.
+//   passBlocks:    a launch per histogram pass (the shape that ran on an H100;
+//                  also the fallback where a cooperative launch is refused)
+//   coopBlocks:    the one cooperative launch of every pass; 0 = none
+//   compactBlocks: the compaction, whose blocks take tiles from a counter
+// perPass: the shapes that ran on an H100 (a launch per pass, a compaction
+// block per tile of the buffer), for tests and benchmarks.
+struct SelectGrids {
+  unsigned passBlocks = 1, coopBlocks = 0, compactBlocks = 1;
+};
+SelectGrids selectGrids(const SelectPlan& p, const SelectLayout& l, const LaunchLimits& lim, bool perPass);
+
 #if defined(__CUDACC__)
 #define MGS_PLAN_FN __host__ __device__ inline
 #else

@@ -313,4 +313,68 @@ TEST_CASE("gpu plan: the workspace layout is disjoint, aligned and grows with n"
   }
 }
 
+TEST_CASE("gpu plan: launch grids stay within the device and cover the work", "[gpu][plan]") {
+  LaunchLimits h100;  // what an H100 reports for these kernels (132 SMs)
+  h100.cooperative = true;
+  h100.sms = 132;
+  h100.passResident = 4 * 132;
+  h100.compactResident = 5 * 132;
+  LaunchLimits noCoop = h100;
+  noCoop.cooperative = false;
+  LaunchLimits small;  // a share of a device (MPS), one block of each at a time per SM
+  small.cooperative = true;
+  small.sms = 4;
+  small.passResident = 4;
+  small.compactResident = 4;
+  for (const SelectorKind kind : kKinds)
+    for (const size_t n : {size_t{1}, size_t{5000}, size_t{1} << 20, size_t{25600000}})
+      for (const double rho : {0.001, 0.01, 0.3}) {
+        SelectorOptions o;
+        o.density = rho;
+        const SelectPlan p = makeSelectPlan(kind, o, n, 0);
+        const SelectLayout l = makeSelectLayout(p, 256, 1024, 1024);
+        CAPTURE(compress::selectorName(kind), n, rho);
+        for (const LaunchLimits& lim : {h100, noCoop, small}) {
+          const SelectGrids per = selectGrids(p, l, lim, /*perPass=*/true);
+          const SelectGrids g = selectGrids(p, l, lim, /*perPass=*/false);
+          // The shapes that ran on an H100: a launch per pass, a compaction block per tile.
+          REQUIRE(per.coopBlocks == 0);
+          REQUIRE(per.compactBlocks == std::max<size_t>(l.compactTiles, 1));
+          REQUIRE(per.passBlocks == g.passBlocks);
+          REQUIRE(g.passBlocks >= 1);
+          REQUIRE(g.passBlocks <= 1024);
+          if (p.candCap > 0 && l.fusedTiles >= 256) REQUIRE(g.passBlocks >= 256);  // a fallback's full passes
+          // The cooperative grid fits on the device at once, beside other work.
+          if (!lim.cooperative) REQUIRE(g.coopBlocks == 0);
+          if (lim.cooperative) {
+            REQUIRE(g.coopBlocks >= 1);
+            REQUIRE(g.coopBlocks <= g.passBlocks);
+            REQUIRE(g.coopBlocks <= lim.passResident);
+            REQUIRE(g.coopBlocks <= 2 * lim.sms);
+          }
+          // The compaction: resident at once (its blocks wait on each other's
+          // tiles through the look-back), never more than the tiles there are,
+          // and a block per tile of the candidate list where that fits.
+          REQUIRE(g.compactBlocks >= 1);
+          REQUIRE(g.compactBlocks <= std::max<size_t>(l.compactTiles, 1));
+          REQUIRE(g.compactBlocks <= lim.compactResident);
+          const size_t want = std::min<size_t>(
+              {p.candCap > 0 ? tilesFor(p.candCap) : lim.compactResident, lim.compactResident, l.compactTiles});
+          REQUIRE(g.compactBlocks >= std::max<size_t>(want, 1));
+        }
+      }
+  // The figures behind the choice, at n = 25.6 M on an H100: 256 pass blocks
+  // with a list (was 1024 without), a cooperative grid of 256 (2 per SM would
+  // allow 264), a compaction grid of 132 at k = 25,600 against 6,250 tiles.
+  SelectorOptions o;
+  o.density = 0.001;
+  const SelectPlan p = makeSelectPlan(SelectorKind::kGaussiank, o, 25600000, 0);
+  const SelectLayout l = makeSelectLayout(p, 256, 1024, 1024);
+  const SelectGrids g = selectGrids(p, l, h100, false);
+  REQUIRE(l.compactTiles == 6250);
+  REQUIRE(g.passBlocks == 256);
+  REQUIRE(g.coopBlocks == 256);
+  REQUIRE(g.compactBlocks == 132);
+}
+
 }  // namespace mgs::cuda
