@@ -3,7 +3,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "core/sparse_block.h"
@@ -225,6 +227,76 @@ Status CudaLocalStage::runSparse(const LocalJob& job, LocalOutcome* out, BufPtr*
       Status(Code::kInternal, "rank " + std::to_string(opt_.rank) + ": GPU selection of " + bucketName(members) +
                                   " failed (device failure word " + std::to_string(failure) + ")");
   return Status::OK();
+}
+
+Status CudaLocalStage::timeSelection(const compress::Selector& cpu, const std::vector<size_t>& sizes,
+                                     std::vector<double>* seconds) {
+  MGS_ENSURE(!sizes.empty() && seconds != nullptr, kInvalidArgument, "timeSelection: no sizes");
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  const GpuSelector* sel = nullptr;
+  MGS_RETURN_IF_ERROR(selectorFor(cpu, &sel));
+  const size_t nmax = *std::max_element(sizes.begin(), sizes.end());
+  size_t ws = 0;
+  MGS_RETURN_IF_ERROR(sel->workspaceBytes(nmax, &ws));
+  const size_t cap = std::max<size_t>(sel->maxCount(nmax), 1);
+  cudaStream_t stream = asStream(engine_->stream());
+  Scratch scratch{engine_->pool(), {}};
+  void *d_x = nullptr, *d_acc = nullptr, *d_vals = nullptr, *d_idx = nullptr, *d_ws = nullptr, *d_count = nullptr;
+  MGS_RETURN_IF_ERROR(scratch.take(nmax * sizeof(float), &d_x));
+  MGS_RETURN_IF_ERROR(scratch.take(nmax * sizeof(float), &d_acc));
+  MGS_RETURN_IF_ERROR(scratch.take(cap * sizeof(float), &d_vals));
+  MGS_RETURN_IF_ERROR(scratch.take(cap * sizeof(uint32_t), &d_idx));
+  MGS_RETURN_IF_ERROR(scratch.take(ws, &d_ws));
+  MGS_RETURN_IF_ERROR(scratch.take(sizeof(uint32_t), &d_count));
+  // Calibration's synthetic gradient (calibration.cc: Laplace-like, 1e-3).
+  std::vector<float> x(nmax);
+  uint32_t seed = 12345;
+  for (auto& v : x) {
+    seed = seed * 1664525u + 1013904223u;
+    const double u = (seed >> 8) * (1.0 / 16777216.0) - 0.5;
+    v = static_cast<float>((u < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(u) + 1e-12) * 1e-3);
+  }
+  MGS_CUDA_CHECK(cudaMemcpyAsync(d_x, x.data(), nmax * sizeof(float), cudaMemcpyHostToDevice, stream));
+  cudaEvent_t ev[2] = {nullptr, nullptr};
+  MGS_CUDA_CHECK(cudaEventCreate(&ev[0]));
+  const cudaError_t made = cudaEventCreate(&ev[1]);
+  if (made != cudaSuccess) (void)cudaEventDestroy(ev[0]);
+  MGS_CUDA_CHECK(made);
+  Status st;
+  seconds->clear();
+  for (size_t n : sizes) {
+    std::vector<double> reps;
+    for (int rep = 0; rep < 4 && st.ok(); ++rep) {
+      compress::SelectArgs a;
+      a.x = nullptr;  // in place, as the device bucket selects
+      a.residual = static_cast<float*>(d_acc);
+      a.n = n;
+      a.outValues = static_cast<float*>(d_vals);
+      a.outIndices = static_cast<uint32_t*>(d_idx);
+      a.workspace = d_ws;
+      a.workspaceBytes = ws;
+      a.name = "calibration";
+      cudaError_t e = cudaMemcpyAsync(d_acc, d_x, n * sizeof(float), cudaMemcpyDeviceToDevice, stream);
+      if (e == cudaSuccess) e = cudaEventRecord(ev[0], stream);
+      if (e != cudaSuccess) {
+        st = Status(Code::kCuda, std::string("timeSelection: ") + cudaGetErrorString(e));
+        break;
+      }
+      st = sel->enqueue(a, DeviceSelectOutputs{static_cast<uint32_t*>(d_count), nullptr, nullptr}, stream);
+      if (st.ok()) e = cudaEventRecord(ev[1], stream);
+      if (st.ok() && e == cudaSuccess) st = syncEvent(ev[1]);
+      float ms = 0;
+      if (st.ok() && e == cudaSuccess) e = cudaEventElapsedTime(&ms, ev[0], ev[1]);
+      if (st.ok() && e != cudaSuccess) st = Status(Code::kCuda, std::string("timeSelection: ") + cudaGetErrorString(e));
+      if (st.ok() && rep > 0) reps.push_back(ms * 1e-3);  // the first call warms up
+    }
+    if (!st.ok()) break;
+    std::sort(reps.begin(), reps.end());
+    seconds->push_back(reps[reps.size() / 2]);
+  }
+  (void)cudaEventDestroy(ev[0]);
+  (void)cudaEventDestroy(ev[1]);
+  return st;
 }
 
 void CudaLocalStage::run(const LocalJob& job, LocalOutcome* out) {

@@ -69,6 +69,12 @@ class CudaLocalStage final : public ResidentLocalStage {
   // bucket naming the tensor, this rank and the cause.
   bool runsDeviceBuckets() const override { return true; }
   Status startBucket(const DeviceBucketJob& job, std::unique_ptr<PendingDeviceBucket>* out) override;
+  // The GPU selector on calibration's synthetic gradient, in place, timed
+  // with events on the engine's stream: median of 3 after a warm-up, per
+  // size. One host sync per call (at the first bucket of CUDA tensors, not
+  // in steady state). Written 2026-11-27 without a GPU: never run.
+  Status timeSelection(const compress::Selector& cpu, const std::vector<size_t>& sizes,
+                       std::vector<double>* seconds) override;
 
   // ResidualStore::External (called with the store's lock held).
   bool holds(const std::string& name, size_t* n) const override;

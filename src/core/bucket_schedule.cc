@@ -173,6 +173,15 @@ void BucketSchedule::checkPlan() {
   if (!st.ok()) MGS_LOG_ERROR("online re-planning failed, keeping the plan: {}", st.toString());
 }
 
+void BucketSchedule::setSelectionModel(const plan::SparsifyModel& m) {
+  cost_.sparsify = m;
+  if (online_.haveBase()) {
+    plan::CostModel base = online_.base();
+    base.sparsify = m;
+    online_.setBase(base);
+  }
+}
+
 Status BucketSchedule::replan(bool with_trials) {
   trials_.clear();
   // Read before calibration, whose collectives would count as this step's

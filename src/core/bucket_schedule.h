@@ -67,6 +67,10 @@ class BucketSchedule {
   }
   bool haveCost() const { return have_cost_; }
   const plan::CostModel& cost() const { return cost_; }
+  // The selection term measured where the buckets are selected (the GPU),
+  // replacing calibration's CPU figure in the model and in the online
+  // refit's base. Identical on every rank (max-reduced by the caller).
+  void setSelectionModel(const plan::SparsifyModel& m);
 
   // Ready sparse requests, in negotiated order.
   void submit(std::vector<Request> reqs);

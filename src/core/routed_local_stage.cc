@@ -48,6 +48,14 @@ bool RoutedLocalStage::prepareDevice(const LocalJob& job) {
   return resident_ && resident_->runsDeviceBuckets();
 }
 
+Status RoutedLocalStage::timeResidentSelection(const LocalJob& job, const std::vector<size_t>& sizes,
+                                               std::vector<double>* seconds) {
+  makeResident(job);
+  MGS_ENSURE(resident_ && job.selector != nullptr && (resident_->runsDeviceBuckets() || resident_->accepts(job)),
+             kUnsupported, "this bucket is not selected by a resident stage");
+  return resident_->timeSelection(*job.selector, sizes, seconds);
+}
+
 namespace {
 
 // The resident stage's pending bucket, its slab wrapped for settle().

@@ -109,6 +109,18 @@ class ResidentLocalStage : public LocalStage, public ResidualStore::External {
   virtual Status scatterBlocks(const std::vector<Request>& members, const char* recv, int P, size_t cap,
                                const std::vector<double>& factors) = 0;
 
+  // Seconds of one selection of n elements by this stage, for each n in
+  // `sizes` (fused gradient in its memory, `cpu`'s selector and density): the
+  // calibration's selection term for the buckets that run here. Blocking;
+  // asked once per job, at its first bucket of device tensors.
+  virtual Status timeSelection(const compress::Selector& cpu, const std::vector<size_t>& sizes,
+                               std::vector<double>* seconds) {
+    (void)cpu;
+    (void)sizes;
+    (void)seconds;
+    return Status(Code::kUnsupported, "this local stage does not time its selection");
+  }
+
   // Whether startBucket is implemented (the CUDA stage on the NCCL backend).
   virtual bool runsDeviceBuckets() const { return false; }
   // Enqueues the whole bucket (see DeviceBucketJob). Returning OK means this
@@ -150,6 +162,9 @@ class RoutedLocalStage final : public LocalStage {
   // keeps them.
   Status startBucket(const DeviceBucketJob& job, std::unique_ptr<PendingDeviceBucket>* out);
   uint64_t deviceBuckets() const { return device_runs_; }
+  // The resident stage's timeSelection (made with `job` if none exists yet);
+  // kUnsupported when there is none or it does not take `job`.
+  Status timeResidentSelection(const LocalJob& job, const std::vector<size_t>& sizes, std::vector<double>* seconds);
 
   // The resident stage, once made (tests, statistics); null before.
   ResidentLocalStage* resident() const { return resident_.get(); }

@@ -137,11 +137,53 @@ const compress::Selector& SparsePipeline::selectorFor(double density) {
   return *selectors_.emplace(density, std::move(sel)).first->second;
 }
 
+void SparsePipeline::calibrateDeviceSelection(std::vector<Request>& members, size_t n) {
+  device_selection_ = 0;
+  // The sizes calibration times the CPU selector at (calibration.cc).
+  const std::vector<size_t> sizes = {size_t{1} << 16, size_t{1} << 20, size_t{1} << 22};
+  LocalJob job;
+  job.members = &members;
+  job.n = n;
+  job.selector = &selectorFor(config_.density);
+  std::vector<double> mine;
+  const Status own = local_->timeResidentSelection(job, sizes, &mine);
+  std::vector<double> t(sizes.size() + 1, 0.0);
+  if (own.ok() && mine.size() == sizes.size())
+    std::copy(mine.begin(), mine.end(), t.begin());
+  else
+    t.back() = 1.0;  // this rank selects elsewhere: every rank keeps calibration's figure
+  const Status st = comm_.allreduce(t.data(), t.size(), MGS_FLOAT64, CommOp::kMax);
+  if (!st.ok()) {
+    MGS_LOG_WARN("rank {}: timing the selection on the device failed ({}); keeping the calibrated CPU figure",
+                 comm_.rank(), st.message());
+    return;
+  }
+  if (t.back() > 0) {
+    if (!own.ok())
+      MGS_LOG_DEBUG("rank {}: selection of CUDA buckets not timed on the device ({})", comm_.rank(), own.message());
+    return;
+  }
+  std::vector<plan::Sample> samples;
+  for (size_t i = 0; i < sizes.size(); ++i) samples.emplace_back(static_cast<double>(sizes[i]), t[i]);
+  plan::SparsifyModel m;
+  if (!plan::SparsifyModel::fit(plan::SparsifyModel::Kind::kLinear, samples, &m).ok()) return;
+  if (comm_.rank() == 0)
+    MGS_LOG_INFO(
+        "selection of CUDA buckets timed on the device: {:.3g} ns per element (calibration's CPU figure {:.3g}); "
+        "the exchange choice and the merge plan use it",
+        m.c_s * 1e9, schedule_.cost().sparsify.c_s * 1e9);
+  schedule_.setSelectionModel(m);
+  device_selection_ = 1;
+}
+
 void SparsePipeline::runBucket(std::vector<Request>& members) {
   if (members.empty()) return;
   const auto t0 = Clock::now();
   size_t n = 0;
   for (auto& m : members) n += m.input.numel();
+  if (device_selection_ < 0 && config_.calibration == "auto" && schedule_.haveCost() &&
+      std::all_of(members.begin(), members.end(), [](const Request& m) { return m.sig.on_cuda; }))
+    calibrateDeviceSelection(members, n);
   const double density = schedule_.currentDensity();
   const int P = comm_.size();
   const std::string name = bucketName(members);

@@ -94,6 +94,9 @@ class SparsePipeline {
   void setResidentFactory(ResidentFactory factory);
   // The routed local stage (tests, statistics).
   const RoutedLocalStage& localStage() const { return *local_; }
+  // The cost model the exchange choice and the planner use; null before one
+  // exists (compressor none). Tests, statistics.
+  const plan::CostModel* costModel() const { return schedule_.haveCost() ? &schedule_.cost() : nullptr; }
   // Called with the statistics before a bucket's handles complete, so a
   // caller woken by them reads statistics that include that bucket.
   void setStatsSink(std::function<void(const SparseStats&)> publish) { publish_ = std::move(publish); }
@@ -109,6 +112,13 @@ class SparsePipeline {
   // One complete bucket from the schedule: the local stage, then the
   // collective part every rank runs for it.
   void runBucket(std::vector<Request>& members);
+  // At the first bucket of CUDA tensors under MGS_CALIBRATION=auto: time the
+  // selection where it runs (the resident stage, on the GPU), max-reduce over
+  // ranks and use it for the model's selection term. Collective (on_cuda is
+  // negotiated, so every rank calls it at the same bucket); a rank whose
+  // buckets are selected on the CPU keeps every rank on calibration's figure.
+  void calibrateDeviceSelection(std::vector<Request>& members, size_t n);
+  int device_selection_ = -1;  // -1 not asked yet, 0 calibration's CPU figure kept, 1 the device's
   const compress::Selector& selectorFor(double density);
   void publishStats();
 

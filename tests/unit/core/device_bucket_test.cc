@@ -138,8 +138,17 @@ class StandInPending final : public PendingDeviceBucket {
 
 class DeviceStandIn final : public test::StandInStage {
  public:
-  explicit DeviceStandIn(const LocalStageOptions& shared) : StandInStage(shared) {}
+  explicit DeviceStandIn(const LocalStageOptions& shared) : StandInStage(shared), rank_(shared.rank) {}
   int starts = 0, waits = 0;
+
+  // "The device" selects n elements in (rank + 1) picoseconds each: the
+  // slowest rank's figure is the one every rank must end with.
+  Status timeSelection(const compress::Selector&, const std::vector<size_t>& sizes,
+                       std::vector<double>* seconds) override {
+    seconds->clear();
+    for (size_t n : sizes) seconds->push_back((rank_ + 1) * 1e-12 * static_cast<double>(n));
+    return Status::OK();
+  }
 
   bool accepts(const LocalJob&) const override { return false; }  // device buckets only
   void run(const LocalJob& job, LocalOutcome* out) override { inner_->run(job, out); }
@@ -181,6 +190,9 @@ class DeviceStandIn final : public test::StandInStage {
     *out = std::move(p);
     return Status::OK();
   }
+
+ private:
+  int rank_;
 };
 
 struct WorldOptions {
@@ -194,6 +206,7 @@ struct WorldOptions {
   int nan_step = -1;
   int no_stage_rank = -1;  // this rank cannot make a device stage
   bool drain = false;      // finish each step with drain() (waits) instead of polling
+  bool calibrate = false;  // MGS_CALIBRATION=auto (else off)
 };
 
 const std::vector<std::pair<std::string, size_t>> kTensors = {{"w.a", 300}, {"w.b", 200}};
@@ -213,7 +226,8 @@ struct RankLog {
   std::vector<std::vector<float>> residuals_before;
   uint64_t device_buckets = 0, host_buckets = 0;
   int waits = 0, starts = 0;
-  std::string error;  // a REQUIRE-free report of set-up failures
+  double c_s_calibrated = -1, c_s = -1;  // the model's selection term after init, and at the end
+  std::string error;                     // a REQUIRE-free report of set-up failures
 };
 
 void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> world, std::shared_ptr<ThreadWorld> dworld,
@@ -223,7 +237,7 @@ void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> worl
   config.compressor = "topk";
   config.density = 0.05;
   config.min_sparse_elements = 1;
-  config.calibration = "off";
+  config.calibration = wo.calibrate ? "auto" : "off";
   config.exchange = "allgather";
   config.dense_fallback = false;
   config.profile_steps = 1000;  // layer-wise buckets throughout
@@ -238,6 +252,7 @@ void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> worl
     log->error = st.toString();
     return;
   }
+  if (pipe->costModel()) log->c_s_calibrated = pipe->costModel()->sparsify.c_s;
   DeviceStandIn* standin = nullptr;
   device::DeviceComm dc;
   if (wo.device) {
@@ -310,6 +325,7 @@ void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> worl
   }
   pipe->drain();
   log->device_buckets = pipe->localStage().deviceBuckets();
+  if (pipe->costModel()) log->c_s = pipe->costModel()->sparsify.c_s;
   log->host_buckets = pipe->localStage().hostBuckets();
   if (standin) {
     log->waits = standin->waits;
@@ -536,4 +552,35 @@ TEST_CASE("device buckets: staging codes and deviceBucketProblem", "[core][devic
   ms[1].input.data = nullptr;
   REQUIRE(deviceBucketProblem(ms, 0, &bad) == block::StagingCause::kNoData);
   REQUIRE(bad == 1);
+}
+
+TEST_CASE("device buckets: calibration times the selection where it runs, the slowest rank's figure everywhere",
+          "[core][device_bucket]") {
+  WorldOptions wo;
+  wo.P = 3;
+  wo.steps = 2;
+  wo.calibrate = true;
+  SECTION("every rank selects on the device") {
+    const auto logs = runWorld(wo);
+    for (const auto& l : logs) {
+      REQUIRE(l.c_s_calibrated > 0);                  // calibration's CPU figure
+      REQUIRE(l.c_s == Approx(3e-12).epsilon(1e-9));  // rank 2's device figure, on every rank
+      REQUIRE(l.device_buckets > 0);
+    }
+  }
+  SECTION("one rank without a device stage: every rank keeps calibration's figure") {
+    wo.no_stage_rank = 1;
+    const auto logs = runWorld(wo);
+    for (const auto& l : logs) REQUIRE(l.c_s == l.c_s_calibrated);
+  }
+  SECTION("host tensors: nothing to time") {
+    wo.device = false;
+    const auto logs = runWorld(wo);
+    for (const auto& l : logs) REQUIRE(l.c_s == l.c_s_calibrated);
+  }
+  SECTION("MGS_CALIBRATION=off: the preset stays") {
+    wo.calibrate = false;
+    const auto logs = runWorld(wo);
+    for (const auto& l : logs) REQUIRE(l.c_s == l.c_s_calibrated);
+  }
 }
