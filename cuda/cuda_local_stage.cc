@@ -10,6 +10,7 @@
 
 #include "core/sparse_block.h"
 #include "common/cuda_check.h"
+#include "compress/synthetic_gradient.h"
 #include "cuda_local_stage_parts.h"
 #include "host_sync.h"
 #include "runtime_kernels.h"
@@ -248,14 +249,8 @@ Status CudaLocalStage::timeSelection(const compress::Selector& cpu, const std::v
   MGS_RETURN_IF_ERROR(scratch.take(cap * sizeof(uint32_t), &d_idx));
   MGS_RETURN_IF_ERROR(scratch.take(ws, &d_ws));
   MGS_RETURN_IF_ERROR(scratch.take(sizeof(uint32_t), &d_count));
-  // Calibration's synthetic gradient (calibration.cc: Laplace-like, 1e-3).
   std::vector<float> x(nmax);
-  uint32_t seed = 12345;
-  for (auto& v : x) {
-    seed = seed * 1664525u + 1013904223u;
-    const double u = (seed >> 8) * (1.0 / 16777216.0) - 0.5;
-    v = static_cast<float>((u < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(u) + 1e-12) * 1e-3);
-  }
+  compress::syntheticGradient(x.data(), nmax);
   MGS_CUDA_CHECK(cudaMemcpyAsync(d_x, x.data(), nmax * sizeof(float), cudaMemcpyHostToDevice, stream));
   cudaEvent_t ev[2] = {nullptr, nullptr};
   MGS_CUDA_CHECK(cudaEventCreate(&ev[0]));

@@ -9,6 +9,7 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "compress/synthetic_gradient.h"
 #include "core/host_load.h"
 #include "plan/cost_model_io.h"
 
@@ -71,12 +72,7 @@ Status measure(Communicator& comm, const compress::Selector& selector, plan::Cos
   }
   {
     std::vector<float> x(sel_n.back()), res(sel_n.back(), 0.0f);
-    uint32_t seed = 12345;
-    for (auto& v : x) {  // Laplace-like synthetic gradient
-      seed = seed * 1664525u + 1013904223u;
-      const double u = (seed >> 8) * (1.0 / 16777216.0) - 0.5;
-      v = static_cast<float>((u < 0 ? 1 : -1) * std::log(1 - 2 * std::fabs(u) + 1e-12) * 1e-3);
-    }
+    compress::syntheticGradient(x.data(), x.size());
     // What the pipeline does locally per bucket: add the gradient into the
     // residual, select in place, zero the output.
     std::vector<float> vals(selector.maxCount(sel_n.back())), outbuf(sel_n.back());
