@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 
 #include "core/sparse_block.h"
@@ -252,46 +251,42 @@ Status CudaLocalStage::timeSelection(const compress::Selector& cpu, const std::v
   std::vector<float> x(nmax);
   compress::syntheticGradient(x.data(), nmax);
   MGS_CUDA_CHECK(cudaMemcpyAsync(d_x, x.data(), nmax * sizeof(float), cudaMemcpyHostToDevice, stream));
-  cudaEvent_t ev[2] = {nullptr, nullptr};
-  MGS_CUDA_CHECK(cudaEventCreate(&ev[0]));
-  const cudaError_t made = cudaEventCreate(&ev[1]);
-  if (made != cudaSuccess) (void)cudaEventDestroy(ev[0]);
-  MGS_CUDA_CHECK(made);
-  Status st;
+  struct Events {  // destroyed on every path
+    cudaEvent_t e[2] = {nullptr, nullptr};
+    ~Events() {
+      for (cudaEvent_t x : e)
+        if (x) (void)cudaEventDestroy(x);
+    }
+  } ev;
+  MGS_CUDA_CHECK(cudaEventCreate(&ev.e[0]));
+  MGS_CUDA_CHECK(cudaEventCreate(&ev.e[1]));
+  compress::SelectArgs a;
+  a.x = nullptr;  // in place, as the device bucket selects
+  a.residual = static_cast<float*>(d_acc);
+  a.outValues = static_cast<float*>(d_vals);
+  a.outIndices = static_cast<uint32_t*>(d_idx);
+  a.workspace = d_ws;
+  a.workspaceBytes = ws;
+  a.name = "calibration";
   seconds->clear();
   for (size_t n : sizes) {
+    a.n = n;
     std::vector<double> reps;
-    for (int rep = 0; rep < 4 && st.ok(); ++rep) {
-      compress::SelectArgs a;
-      a.x = nullptr;  // in place, as the device bucket selects
-      a.residual = static_cast<float*>(d_acc);
-      a.n = n;
-      a.outValues = static_cast<float*>(d_vals);
-      a.outIndices = static_cast<uint32_t*>(d_idx);
-      a.workspace = d_ws;
-      a.workspaceBytes = ws;
-      a.name = "calibration";
-      cudaError_t e = cudaMemcpyAsync(d_acc, d_x, n * sizeof(float), cudaMemcpyDeviceToDevice, stream);
-      if (e == cudaSuccess) e = cudaEventRecord(ev[0], stream);
-      if (e != cudaSuccess) {
-        st = Status(Code::kCuda, std::string("timeSelection: ") + cudaGetErrorString(e));
-        break;
-      }
-      st = sel->enqueue(a, DeviceSelectOutputs{static_cast<uint32_t*>(d_count), nullptr, nullptr}, stream);
-      if (st.ok()) e = cudaEventRecord(ev[1], stream);
-      if (st.ok() && e == cudaSuccess) st = syncEvent(ev[1]);
+    for (int rep = 0; rep < 4; ++rep) {  // the first call warms up
+      MGS_CUDA_CHECK(cudaMemcpyAsync(d_acc, d_x, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+      MGS_CUDA_CHECK(cudaEventRecord(ev.e[0], stream));
+      MGS_RETURN_IF_ERROR(
+          sel->enqueue(a, DeviceSelectOutputs{static_cast<uint32_t*>(d_count), nullptr, nullptr}, stream));
+      MGS_CUDA_CHECK(cudaEventRecord(ev.e[1], stream));
+      MGS_RETURN_IF_ERROR(syncEvent(ev.e[1]));
       float ms = 0;
-      if (st.ok() && e == cudaSuccess) e = cudaEventElapsedTime(&ms, ev[0], ev[1]);
-      if (st.ok() && e != cudaSuccess) st = Status(Code::kCuda, std::string("timeSelection: ") + cudaGetErrorString(e));
-      if (st.ok() && rep > 0) reps.push_back(ms * 1e-3);  // the first call warms up
+      MGS_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.e[0], ev.e[1]));
+      if (rep > 0) reps.push_back(ms * 1e-3);
     }
-    if (!st.ok()) break;
     std::sort(reps.begin(), reps.end());
     seconds->push_back(reps[reps.size() / 2]);
   }
-  (void)cudaEventDestroy(ev[0]);
-  (void)cudaEventDestroy(ev[1]);
-  return st;
+  return Status::OK();
 }
 
 void CudaLocalStage::run(const LocalJob& job, LocalOutcome* out) {

@@ -370,20 +370,18 @@ void noCooperativeLaunch() {
 }
 
 int launchLimits(LaunchLimits* out) {
-  auto& mu = limitsMu;
-  auto& cache = limitsCache;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<std::mutex> lock(limitsMu);
   if (e == cudaSuccess) {
-    auto it = cache.find(dev);
-    if (it != cache.end()) {
+    auto it = limitsCache.find(dev);
+    if (it != limitsCache.end()) {
       *out = it->second;
       return 0;
     }
     LaunchLimits l;
     e = static_cast<cudaError_t>(queryLimits(dev, &l));
-    if (e == cudaSuccess) cache[dev] = l;
+    if (e == cudaSuccess) limitsCache[dev] = l;
     *out = l;
   }
   if (e != cudaSuccess) (void)cudaGetLastError();  // a failed query must not surface at a later launch check

@@ -48,7 +48,7 @@ Status measure(Communicator& comm, const compress::Selector& selector, plan::Cos
   const int P = comm.size();
   const std::vector<size_t> ar_bytes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
   const std::vector<size_t> ag_bytes = {4 << 10, 64 << 10, 1 << 20, 8 << 20};  // per rank
-  const std::vector<size_t> sel_n = {1 << 16, 1 << 20, 1 << 22};
+  const std::vector<size_t>& sel_n = calibrationSelectionSizes();
   std::vector<double> t;  // all timings, max-reduced in one call below
   std::vector<float> buf(ar_bytes.back() / 4, 0.0f);
   for (size_t b : ar_bytes) {

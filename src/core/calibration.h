@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "common/params.h"
@@ -18,6 +19,13 @@
 #include "plan/cost_model.h"
 
 namespace mgs {
+
+// The bucket sizes (elements) calibration times a selector at: the CPU one
+// at init, the device one at the first bucket of CUDA tensors.
+inline const std::vector<size_t>& calibrationSelectionSizes() {
+  static const std::vector<size_t> sizes = {size_t{1} << 16, size_t{1} << 20, size_t{1} << 22};
+  return sizes;
+}
 
 Status resolveCostModel(Communicator& comm, const Config& config, const compress::Selector& selector,
                         plan::CostModel* out);

@@ -138,9 +138,8 @@ const compress::Selector& SparsePipeline::selectorFor(double density) {
 }
 
 void SparsePipeline::calibrateDeviceSelection(std::vector<Request>& members, size_t n) {
-  device_selection_ = 0;
-  // The sizes calibration times the CPU selector at (calibration.cc).
-  const std::vector<size_t> sizes = {size_t{1} << 16, size_t{1} << 20, size_t{1} << 22};
+  device_selection_asked_ = true;
+  const std::vector<size_t>& sizes = calibrationSelectionSizes();
   LocalJob job;
   job.members = &members;
   job.n = n;
@@ -173,7 +172,6 @@ void SparsePipeline::calibrateDeviceSelection(std::vector<Request>& members, siz
         "the exchange choice and the merge plan use it",
         m.c_s * 1e9, schedule_.cost().sparsify.c_s * 1e9);
   schedule_.setSelectionModel(m);
-  device_selection_ = 1;
 }
 
 void SparsePipeline::runBucket(std::vector<Request>& members) {
@@ -181,7 +179,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   const auto t0 = Clock::now();
   size_t n = 0;
   for (auto& m : members) n += m.input.numel();
-  if (device_selection_ < 0 && config_.calibration == "auto" && schedule_.haveCost() &&
+  if (!device_selection_asked_ && config_.calibration == "auto" && schedule_.haveCost() &&
       std::all_of(members.begin(), members.end(), [](const Request& m) { return m.sig.on_cuda; }))
     calibrateDeviceSelection(members, n);
   const double density = schedule_.currentDensity();

@@ -118,7 +118,7 @@ class SparsePipeline {
   // negotiated, so every rank calls it at the same bucket); a rank whose
   // buckets are selected on the CPU keeps every rank on calibration's figure.
   void calibrateDeviceSelection(std::vector<Request>& members, size_t n);
-  int device_selection_ = -1;  // -1 not asked yet, 0 calibration's CPU figure kept, 1 the device's
+  bool device_selection_asked_ = false;  // once per job
   const compress::Selector& selectorFor(double density);
   void publishStats();
 
