@@ -39,7 +39,7 @@ if ! cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURE
 fi
 grep "mgs:" "$OUTDIR/full_configure.log"
 say "build libmgs (-j$(nproc))"
-if ! cmake --build "$BUILD" -j"$(nproc)" --target mgs mgs_gpu_runtime_test > "$OUTDIR/full_build.log" 2>&1; then
+if ! cmake --build "$BUILD" -j"$(nproc)" --target mgs mgs_gpu_runtime_test mgs_crash_report > "$OUTDIR/full_build.log" 2>&1; then
   grep -E "error|Error" "$OUTDIR/full_build.log" | head -40; say "FAILED: build"; exit 1
 fi
 say "tests: $REGEX"
@@ -53,6 +53,16 @@ grep -E "Test +#|tests passed|rank [0-9].*(loss|ok|init)|FAILED|Error|error" "$O
 if grep -qE "python\.np2 .*Failed" "$OUTDIR/full_ctest.log"; then
   lib=$(find "$BUILD" -name libmgs.so | head -1)
   say "python.np2 failed; ompi pml: $(ompi_info 2>/dev/null | grep -E 'MCA pml' | awk '{print $3}' | tr '\n' ' ')"
+  # First the native stack of the crashing thread (faulthandler shows Python
+  # threads only): the crash reporter preloaded, its lines resolved.
+  reporter=$(find "$BUILD" -name libmgs_crash_report.so | head -1)
+  if [ -n "$reporter" ]; then
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MGS_LIBRARY="$lib" PYTHONPATH=bindings/python \
+      timeout 120 mpirun --oversubscribe --bind-to none -np 2 -x LD_PRELOAD="$reporter" "$PY" \
+      tests/python/run_pytest.py -q > "$OUTDIR/np2_crash_report.log" 2>&1
+    say "python.np2 with the crash reporter: exit $?"
+    scripts/resolve_backtrace.sh "$OUTDIR/np2_crash_report.log" | grep -A8 "crash_report pid" | head -80
+  fi
   for variant in "OMPI_MCA_pml=ob1" "UCX_MEMTYPE_CACHE=n" "OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader"; do
     env $variant OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MGS_LIBRARY="$lib" PYTHONPATH=bindings/python \
       PYTHONFAULTHANDLER=1 timeout 120 mpirun --oversubscribe --bind-to none -np 2 "$PY" tests/python/run_pytest.py -q \

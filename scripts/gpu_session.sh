@@ -65,7 +65,7 @@ if [ -n "$(find build-gpu-full -name libmgs.so 2>/dev/null | head -1)" ]; then
 fi
 tar czf "$DEST/logs.tgz" -C "$LOGS" . 2>/dev/null
 grep -E "summary|passed|FAILED|TIMED OUT|memcheck" "$DEST/gpu_check.txt"
-grep -E "Test +#|summary|python.np2 with" "$DEST/gpu_full.txt"
+grep -E "Test +#|summary|python.np2 with|crash_report|^ +-> " "$DEST/gpu_full.txt" | head -120
 [ -f "$DEST/profile.txt" ] && head -20 "$DEST/profile.txt"
 [ -f "$DEST/gpu_train.txt" ] && grep -E "^\||^[a-z].*rank|exit|failed" "$DEST/gpu_train.txt"
 echo "gpu_session: gpu_check exit $check, gpu_full_check exit $full"
