@@ -54,14 +54,17 @@ if grep -qE "python\.np2 .*Failed" "$OUTDIR/full_ctest.log"; then
   lib=$(find "$BUILD" -name libmgs.so | head -1)
   say "python.np2 failed; ompi pml: $(ompi_info 2>/dev/null | grep -E 'MCA pml' | awk '{print $3}' | tr '\n' ' ')"
   # First the native stack of the crashing thread (faulthandler shows Python
-  # threads only): the crash reporter preloaded, its lines resolved.
+  # threads only): the crash reporter preloaded, its lines resolved. pytest
+  # must leave fd 2 alone (--capture=sys: its fd capture dies with the
+  # process) and keep its faulthandler off, so the reporter answers first
+  # and sees the real faulting address.
   reporter=$(find "$BUILD" -name libmgs_crash_report.so | head -1)
   if [ -n "$reporter" ]; then
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MGS_LIBRARY="$lib" PYTHONPATH=bindings/python \
       timeout 120 mpirun --oversubscribe --bind-to none -np 2 -x LD_PRELOAD="$reporter" "$PY" \
-      tests/python/run_pytest.py -q > "$OUTDIR/np2_crash_report.log" 2>&1
+      tests/python/run_pytest.py -q --capture=sys -p no:faulthandler > "$OUTDIR/np2_crash_report.log" 2>&1
     say "python.np2 with the crash reporter: exit $?"
-    scripts/resolve_backtrace.sh "$OUTDIR/np2_crash_report.log" | grep -A8 "crash_report pid" | head -80
+    scripts/resolve_backtrace.sh "$OUTDIR/np2_crash_report.log" | grep -A40 "crash_report pid" | head -120
   fi
   for variant in "OMPI_MCA_pml=ob1" "UCX_MEMTYPE_CACHE=n" "OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader"; do
     env $variant OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MGS_LIBRARY="$lib" PYTHONPATH=bindings/python \
