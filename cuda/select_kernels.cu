@@ -21,10 +21,13 @@
 //                  a grid sized to the candidate list whose blocks take tiles
 //                  in order from a counter until the items are covered
 //   finishKernel   count, failure code and info
-// The one-launch passes and the counter-driven compaction (2026-11-27) have
-// not run on a GPU yet; the per-pass launches and a one-block-per-tile grid,
-// which did, stay selectable (setPerPassLaunchesForTesting) so that both are
-// compared bitwise and timed in the same run (tests/gpu, bench/compress).
+// The one-launch passes and the counter-driven compaction have not run on a
+// GPU yet (docs/architecture.md, "GPU parts"); the per-pass launches and a
+// one-block-per-tile grid, which did, stay selectable: MGS_GPU_LAUNCHES=per-pass
+// (SelectPlan::perPassLaunches) in production, setPerPassLaunchesForTesting in
+// tests/gpu and bench/compress, which compare both bitwise and time them in one
+// run. tests/gpu/launch_emulation_test.cc runs both protocols on the CPU under
+// random block interleavings.
 // Every reduction whose result feeds a decision is done in a fixed order, so
 // a call is deterministic on one device.
 #include "select_kernels.h"

@@ -20,6 +20,7 @@ SelectPlan makeSelectPlan(compress::SelectorKind kind, const compress::SelectorO
   p.dense = kind == SelectorKind::kNone || p.k >= n;
   p.cfg = compress::searchConfig(kind, o, p.k);
   p.passLaunches = p.cfg.maxPasses;
+  p.perPassLaunches = o.gpuPerPassLaunches;
   if (n == 0 || p.dense) return p;
   p.quantile = compress::normalQuantileAbs(o.density / 2);
   p.logNK = std::log(static_cast<double>(n) / static_cast<double>(p.k));
@@ -73,8 +74,9 @@ SelectLayout makeSelectLayout(const SelectPlan& p, size_t stateBytes, size_t til
   return l;
 }
 
-SelectGrids selectGrids(const SelectPlan& p, const SelectLayout& l, const LaunchLimits& lim, bool perPass) {
+SelectGrids selectGrids(const SelectPlan& p, const SelectLayout& l, const LaunchLimits& lim, bool forcePerPass) {
   SelectGrids g;
+  const bool perPass = forcePerPass || p.perPassLaunches;
   // The passes' loop is grid-strided, so any number of blocks is correct.
   // Sized for the candidate list where there is one: with a launch per pass,
   // the launches after the search is done still run, and 1024 blocks cost

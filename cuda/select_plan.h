@@ -55,6 +55,7 @@ struct SelectPlan {
   uint64_t dgcStart = 0, dgcStride = 1, dgcCount = 0, dgcKSample = 0;
   uint64_t dgcCapacity = 0;  // largest dgcCount for this n (workspace)
   int passLaunches = 0;      // histogram pass launches (cfg.maxPasses)
+  bool perPassLaunches = false;  // SelectorOptions::gpuPerPassLaunches (MGS_GPU_LAUNCHES=per-pass)
 };
 
 // Host: everything data-independent for one select() on n elements.
@@ -102,12 +103,13 @@ struct LaunchLimits {
 //                  also the fallback where a cooperative launch is refused)
 //   coopBlocks:    the one cooperative launch of every pass; 0 = none
 //   compactBlocks: the compaction, whose blocks take tiles from a counter
-// perPass: the shapes that ran on an H100 (a launch per pass, a compaction
-// block per tile of the buffer), for tests and benchmarks.
+// The shapes that ran on an H100 (a launch per pass, a compaction block per
+// tile of the buffer) when p.perPassLaunches (MGS_GPU_LAUNCHES=per-pass) or
+// forcePerPass (tests and benchmarks compare both shapes in one run).
 struct SelectGrids {
   unsigned passBlocks = 1, coopBlocks = 0, compactBlocks = 1;
 };
-SelectGrids selectGrids(const SelectPlan& p, const SelectLayout& l, const LaunchLimits& lim, bool perPass);
+SelectGrids selectGrids(const SelectPlan& p, const SelectLayout& l, const LaunchLimits& lim, bool forcePerPass);
 
 #if defined(__CUDACC__)
 #define MGS_PLAN_FN __host__ __device__ inline
@@ -172,6 +174,54 @@ MGS_PLAN_FN compress::ThresholdSearch planSearch(const SelectPlan& p, float maxA
     cfg.stopKey = tc;
   }
   return compress::ThresholdSearch(cfg, searchTop, lo, roundLo);
+}
+
+// ---- The launch protocol's per-item decisions ------------------------------
+// Shared by the kernels (cuda/select_search.cuh) and their CPU emulation
+// under random block interleavings (tests/gpu/launch_emulation_test.cc).
+
+// The key of entry `index`; value() gives its accumulated value, read only
+// by the magnitude selectors (randomk's key is its index's alone).
+template <typename Value>
+MGS_PLAN_FN uint32_t selectKey(const SelectPlan& p, uint32_t index, Value value) {
+  return p.kind == static_cast<int>(compress::SelectorKind::kRandomk) ? compress::randomKey(p.seed, index)
+                                                                      : compress::magnitudeKey(value());
+}
+
+// A histogram pass reads the candidate list (else the whole buffer) while
+// the list holds every key of the search's window.
+MGS_PLAN_FN bool passUsesCandidates(bool fromCand, const compress::Window& w, uint32_t tc) {
+  return fromCand && w.lo >= tc;
+}
+
+// Compaction: 1 = above keyAll (always sent), 2 = a tie (sent while fewer
+// than `quota` ties precede it), 0 = not selected.
+MGS_PLAN_FN uint32_t compactClass(uint32_t key, const compress::Selection& sel) {
+  if (key >= sel.keyAll) return 1u;
+  if (sel.hasTie && key >= sel.keyTie) return 2u;
+  return 0u;
+}
+// A tile's scan value counts both classes in one 64-bit word.
+MGS_PLAN_FN unsigned long long compactCount(uint32_t cls) {
+  return cls == 1u ? (1ull << 32) : cls == 2u ? 1ull : 0ull;
+}
+// Output slot of an item of class cls, given the items of each class before
+// it (`above`, `ties`, both advanced); false: a tie past the quota, not sent.
+// The output is "every key >= keyAll plus the first quota ties", by index.
+MGS_PLAN_FN bool compactSlot(uint32_t cls, uint64_t quota, uint64_t& above, uint64_t& ties, uint64_t* pos) {
+  if (cls == 1u) {
+    *pos = above + (ties < quota ? ties : quota);
+    ++above;
+    return true;
+  }
+  const bool take = ties < quota;
+  *pos = above + ties;
+  ++ties;
+  return take;
+}
+// Entries written once every item is placed.
+MGS_PLAN_FN uint64_t compactWritten(uint64_t above, uint64_t ties, uint64_t quota) {
+  return above + (ties < quota ? ties : quota);
 }
 
 }  // namespace mgs::cuda

@@ -35,22 +35,18 @@ __device__ __forceinline__ bool passStep(const SelectPlan& p, State* st, uint32_
   if (st->skip || p.dense) return false;
   if (threadIdx.x == 0) {
     search = st->search;
-    useCand = st->fromCand && search.window().lo >= st->tc;
+    useCand = passUsesCandidates(st->fromCand, search.window(), st->tc);
   }
   __syncthreads();
   if (search.done()) return false;
   const compress::Window w = search.window();
-  const bool random = isKind(p, SelectorKind::kRandomk);
   for (int b = threadIdx.x; b < kBins; b += kT) h[b] = 0;
   __syncthreads();
   const uint64_t items = useCand ? st->numCand : p.n;
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kT;
   for (uint64_t j = blockIdx.x * static_cast<uint64_t>(kT) + threadIdx.x; j < items; j += stride) {
-    uint32_t key;
-    if (useCand)
-      key = random ? randomKey(p.seed, candI[j]) : magnitudeKey(candV[j]);
-    else
-      key = random ? randomKey(p.seed, j) : magnitudeKey(r[j]);
+    const uint32_t key = useCand ? selectKey(p, candI[j], [&] { return candV[j]; })
+                                 : selectKey(p, static_cast<uint32_t>(j), [&] { return r[j]; });
     const int b = compress::binOf(key, w);
     if (b >= 0) atomicAdd(&h[b], 1u);
   }
@@ -124,7 +120,6 @@ __device__ __forceinline__ void compactTile(const SelectPlan& p, State* st, floa
                                             const compress::Selection& sel, bool cand, uint64_t items, int needed,
                                             int tile, typename Scan::TempStorage& scanTmp,
                                             typename Prefix::TempStorage& prefixTmp) {
-  const bool random = isKind(p, SelectorKind::kRandomk);
   const uint64_t b0 = static_cast<uint64_t>(tile) * kTileSize + static_cast<uint64_t>(threadIdx.x) * kI;
   uint32_t idx[kI];
   uint32_t cls = 0;  // 2 bits per item: 1 = above keyAll, 2 = tie
@@ -136,14 +131,9 @@ __device__ __forceinline__ void compactTile(const SelectPlan& p, State* st, floa
     if (q >= items) continue;
     const uint32_t i = cand ? candI[q] : static_cast<uint32_t>(q);
     idx[j] = i;
-    const uint32_t key = random ? randomKey(p.seed, i) : magnitudeKey(cand ? candV[q] : r[i]);
-    if (key >= sel.keyAll) {
-      cls |= 1u << (2 * j);
-      packed += 1ull << 32;
-    } else if (sel.hasTie && key >= sel.keyTie) {
-      cls |= 2u << (2 * j);
-      packed += 1ull;
-    }
+    const uint32_t c = compactClass(selectKey(p, i, [&] { return cand ? candV[q] : r[i]; }), sel);
+    cls |= c << (2 * j);
+    packed += compactCount(c);
   }
   unsigned long long off = 0;
   if (tile == 0) {
@@ -159,23 +149,14 @@ __device__ __forceinline__ void compactTile(const SelectPlan& p, State* st, floa
 #pragma unroll
   for (int j = 0; j < kI; ++j) {
     const uint32_t c = cls >> (2 * j) & 3u;
-    if (c == 0) continue;
-    uint64_t pos;
-    if (c == 1) {
-      pos = above + (ties < quota ? ties : quota);
-      ++above;
-    } else {
-      const bool take = ties < quota;
-      pos = above + ties;
-      ++ties;
-      if (!take) continue;
-    }
+    uint64_t pos = 0;
+    if (c == 0 || !compactSlot(c, quota, above, ties, &pos)) continue;
     const uint32_t i = idx[j];
     outV[pos] = r[i];  // r, not the candidate copy: as compress::cpu::compactCandidates
     outI[pos] = i;
     r[i] = 0.0f;
   }
-  if (tile == needed - 1 && threadIdx.x == kT - 1) st->written = above + (ties < quota ? ties : quota);
+  if (tile == needed - 1 && threadIdx.x == kT - 1) st->written = compactWritten(above, ties, quota);
 }
 
 __global__ void __launch_bounds__(kT) compactKernel(SelectPlan p, State* st, float* r, const float* candV,

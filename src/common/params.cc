@@ -241,6 +241,15 @@ std::vector<ParamSpec> buildSpecs() {
                        "at most 8, so a rank never competes with its own training for cores; buckets "
                        "too small to gain run on one thread.",
                        &Config::threads));
+  // Both launch shapes select the same entries bit for bit (tests/gpu), so
+  // ranks may differ: the choice changes how fast a GPU selects, never what.
+  s.push_back(enumParam("MGS_GPU_LAUNCHES", "auto", {"auto", "per-pass"}, kLocal,
+                        "Launch shapes of the GPU selector for CUDA buckets. 'auto': the histogram passes "
+                        "in one cooperative launch where the device allows it, and a compaction grid sized "
+                        "to the candidate list. 'per-pass': one launch per histogram pass and a compaction "
+                        "block per tile of the buffer. Both select the same entries bit for bit; "
+                        "docs/architecture.md ('GPU parts') says which shapes have run on a GPU.",
+                        &Config::gpu_launches));
   s.push_back(textParam("MGS_LIBRARY", "path", "", "a path to libmgs.so", false, kLocal,
                         "Which libmgs the Python bindings load (they search their package, then build/). "
                         "Ignored by the runtime itself.",

@@ -42,6 +42,7 @@ struct Config {
   int64_t plan_trial_steps = 3;         // MGS_PLAN_TRIAL_STEPS: steps each candidate plan runs on trial; 0 = none
   std::string nonfinite = "propagate";  // MGS_NONFINITE: propagate | error
   int64_t threads = 0;                  // MGS_THREADS: CPU threads for the runtime's own work; 0 = auto
+  std::string gpu_launches = "auto";    // MGS_GPU_LAUNCHES: auto | per-pass (the GPU selector's launch shapes)
   std::string library;                  // MGS_LIBRARY: read by the Python bindings, ignored by the runtime
 
   // The planner actually used, resolving "auto".

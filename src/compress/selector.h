@@ -71,6 +71,9 @@ struct SelectorOptions {
   uint64_t seed = 0;       // randomk/dgc: combined with SelectArgs::step
   NonFinitePolicy nonFinite = NonFinitePolicy::kError;
   int numThreads = 0;  // CPU threads; 0 = the cores of this process (at most kMaxAutoThreads)
+  // GPU selector only (MGS_GPU_LAUNCHES=per-pass): a launch per histogram
+  // pass and a compaction block per tile, the same bits as the default shapes.
+  bool gpuPerPassLaunches = false;
 };
 
 // k = clamp(floor(rho*n), 1, n); 0 when n == 0.

@@ -106,13 +106,18 @@ Status SparsePipeline::create(Communicator& comm, const Config& config, Residual
   return Status::OK();
 }
 
+compress::SelectorOptions SparsePipeline::selectorOptions(double density) const {
+  compress::SelectorOptions opts;
+  opts.density = density;
+  opts.numThreads = threads_;
+  opts.gpuPerPassLaunches = config_.gpu_launches == "per-pass";  // the device stage's GPU selector takes it up
+  return opts;
+}
+
 Status SparsePipeline::init() {
   if (config_.compressor == "none") return Status::OK();
-  compress::SelectorOptions opts;
-  opts.density = config_.density;
-  opts.numThreads = threads_;
   std::unique_ptr<compress::Selector> sel;
-  MGS_RETURN_IF_ERROR(compress::Selector::create(config_.compressor, opts, &sel));
+  MGS_RETURN_IF_ERROR(compress::Selector::create(config_.compressor, selectorOptions(config_.density), &sel));
   selectors_.emplace(config_.density, std::move(sel));
   return Status::OK();
 }
@@ -128,12 +133,9 @@ bool SparsePipeline::eligible(const Signature& sig) const {
 const compress::Selector& SparsePipeline::selectorFor(double density) {
   auto it = selectors_.find(density);
   if (it != selectors_.end()) return *it->second;
-  compress::SelectorOptions opts;
-  opts.density = density;
-  opts.numThreads = threads_;
   std::unique_ptr<compress::Selector> sel;
   // The name was validated by init(); only the density differs.
-  (void)compress::Selector::create(config_.compressor, opts, &sel);
+  (void)compress::Selector::create(config_.compressor, selectorOptions(density), &sel);
   return *selectors_.emplace(density, std::move(sel)).first->second;
 }
 

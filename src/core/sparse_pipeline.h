@@ -120,6 +120,8 @@ class SparsePipeline {
   void calibrateDeviceSelection(std::vector<Request>& members, size_t n);
   bool device_selection_asked_ = false;  // once per job
   const compress::Selector& selectorFor(double density);
+  // The options of every selector this pipeline makes (one per density).
+  compress::SelectorOptions selectorOptions(double density) const;
   void publishStats();
 
   // The fixed-block allgather (sparse_exchange.cc).

@@ -11,16 +11,11 @@
 // policy, the fallback) everywhere a GPU is not at hand. What it cannot
 // check: the kernels themselves (tests/gpu/compress_gpu_test.cc, GPU only).
 #include <algorithm>
-#include <functional>
 #include <vector>
 
 #include <catch2/catch.hpp>
 
-#include "compress/cpu_passes.h"
-#include "compress/selector.h"
-#include "compress/selector_plan.h"
-#include "select_plan.h"
-#include "../unit/compress/test_util.h"
+#include "select_emulation.h"
 
 namespace mgs::cuda {
 namespace {
@@ -29,82 +24,32 @@ using compress::SelectorKind;
 using compress::SelectorOptions;
 namespace cpu = compress::cpu;
 
-struct Result {
-  Status status;
-  size_t count = 0;
-  std::vector<float> values, residual;
-  std::vector<uint32_t> indices;
-  bool usedList = false, fellBack = false;
-};
+using emulation::oracle;
+using emulation::requireSame;
+using emulation::Result;
 
-// capLimit: a smaller candidate list than the plan's (forces the GPU's
-// overflow fallback); 0 = the plan's.
+// The passes one launch after another and the compaction in index order
+// (launch_emulation_test.cc interleaves the kernels' blocks instead).
 Result emulate(SelectorKind kind, const SelectorOptions& o, const std::vector<float>& x, bool inPlace,
                std::vector<float> r, uint64_t step, size_t capLimit = 0) {
-  const size_t n = r.size();
-  Result out;
-  const SelectPlan p = makeSelectPlan(kind, o, n, step);
+  emulation::Front f = emulation::emulateFront(kind, o, x, inPlace, std::move(r), step, capLimit);
+  if (f.finished) return f.early;
+  const SelectPlan& p = f.p;
+  const size_t n = f.r.size();
   const int chunks = cpu::chunksFor(n);
-  const void* xp = inPlace ? nullptr : x.data();
-  if (inPlace)
-    for (size_t i = 0; i < n; ++i) r[i] = x[i] + r[i];
-  // sampleKernel + floorKernel
-  uint32_t tc = p.sampleFloor ? 0 : p.fixedTc;
-  if (p.sampleFloor) {
-    std::vector<uint32_t> keys(p.sampled);
-    const size_t finite = cpu::sampleKeys(xp, MGS_FLOAT32, r.data(), n, 1, keys.data());
-    const uint64_t want = candidateWant(p, finite);
-    if (want <= finite) tc = std::max<uint32_t>(cpu::kthLargestKey(keys.data(), p.sampled, want), 1);
-  }
-  // fusedKernel: one ordered list
-  const size_t cap = capLimit ? std::min<size_t>(capLimit, p.candCap) : p.candCap;
-  std::vector<float> cv(std::max<size_t>(cap, 1));
-  std::vector<uint32_t> ci(std::max<size_t>(cap, 1));
-  size_t numCand = 0;
-  cpu::Candidates cand;
-  cand.values = cv.data();
-  cand.indices = ci.data();
-  cand.cap = cap;
-  cand.regions = 1;
-  cand.count = &numCand;
-  cand.random = kind == SelectorKind::kRandomk;
-  cand.seed = p.seed;
-  const cpu::BufferStats bs = tc ? cpu::accumulateCandidates(xp, MGS_FLOAT32, r.data(), n, chunks, 1, tc, &cand)
-                                 : cpu::accumulate(xp, MGS_FLOAT32, r.data(), n, chunks, 1);
-  if (bs.nonFinite) cpu::zeroNonFinite(r.data(), n, chunks, 1);
-  // planKernel
-  compress::AccStats st{bs.sum, bs.sumSq, bs.sumAbs, bs.maxAbs, bs.nonFinite};
-  const compress::Moments m = planMoments(st, n);
-  out.residual = r;
-  if (bs.nonFinite && o.nonFinite != compress::NonFinitePolicy::kZero) {
-    if (o.nonFinite == compress::NonFinitePolicy::kError) out.status = Status(Code::kNumeric, "nf");
-    return out;
-  }
+  Result out;
   out.values.resize(std::max<size_t>(n, 1));
   out.indices.resize(std::max<size_t>(n, 1));
-  if (p.dense) {
-    cpu::takeAll(r.data(), n, chunks, 1, out.values.data(), out.indices.data());
-    out.count = n;
-    out.residual = r;
-    return out;
-  }
-  uint32_t dgcKey = 0;
-  if (kind == SelectorKind::kDgc) {
-    std::vector<uint32_t> keys(p.dgcCount);
-    for (size_t j = 0; j < p.dgcCount; ++j) keys[j] = compress::magnitudeKey(r[p.dgcStart + j * p.dgcStride]);
-    std::nth_element(keys.begin(), keys.begin() + (p.dgcKSample - 1), keys.end(), std::greater<uint32_t>());
-    dgcKey = keys[p.dgcKSample - 1];
-  }
-  compress::ThresholdSearch search = planSearch(p, bs.maxAbs, m, tc, dgcKey);
-  bool fromCand = tc != 0 && numCand <= cap;
+  compress::ThresholdSearch search = f.search;
+  bool fromCand = f.fromCand;
   out.usedList = fromCand;
+  cpu::Candidates cand = f.candidates();
   // passKernel x passLaunches
-  cpu::KeySource keys{cpu::KeyKind::kMagnitude, r.data(), 0};
-  if (kind == SelectorKind::kRandomk) keys = cpu::KeySource{cpu::KeyKind::kRandom, nullptr, p.seed};
+  const cpu::KeySource keys = f.keys();
   std::vector<uint32_t> hist(static_cast<size_t>(compress::kHistBins + 1) * cpu::kMaxChunks);
   std::vector<uint64_t> total(compress::kHistBins + 1);
   for (int pass = 0; pass < p.passLaunches && !search.done(); ++pass) {
-    if (fromCand && search.window().lo >= tc) {
+    if (passUsesCandidates(fromCand, search.window(), f.tc)) {
       cpu::candidateHistogram(cand, search.window(), total.data());
     } else {
       fromCand = false;
@@ -120,51 +65,12 @@ Result emulate(SelectorKind kind, const SelectorOptions& o, const std::vector<fl
   // compactKernel
   const compress::Selection& sel = search.selection();
   if (fromCand)
-    out.count = cpu::compactCandidates(cand, sel, r.data(), out.values.data(), out.indices.data());
+    out.count = cpu::compactCandidates(cand, sel, f.r.data(), out.values.data(), out.indices.data());
   else if (sel.count)
-    cpu::compact(keys, n, sel, chunks, 1, hist.data(), r.data(), out.values.data(), out.indices.data());
+    cpu::compact(keys, n, sel, chunks, 1, hist.data(), f.r.data(), out.values.data(), out.indices.data());
   if (!fromCand) out.count = sel.count;
-  out.residual = r;
+  out.residual = f.r;
   return out;
-}
-
-Result oracle(SelectorKind kind, const SelectorOptions& o, const std::vector<float>& x, bool inPlace,
-              std::vector<float> r, uint64_t step) {
-  std::unique_ptr<compress::Selector> s;
-  REQUIRE(compress::Selector::create(compress::selectorName(kind), o, &s).ok());
-  const size_t n = r.size();
-  Result out;
-  if (inPlace)
-    for (size_t i = 0; i < n; ++i) r[i] = x[i] + r[i];
-  out.values.resize(std::max<size_t>(n, 1));
-  out.indices.resize(std::max<size_t>(n, 1));
-  std::vector<std::max_align_t> ws(s->workspaceBytes(n) / sizeof(std::max_align_t) + 1);
-  compress::SelectArgs a;
-  a.x = inPlace ? nullptr : x.data();
-  a.residual = r.data();
-  a.n = n;
-  a.outValues = out.values.data();
-  a.outIndices = out.indices.data();
-  a.workspace = ws.data();
-  a.workspaceBytes = ws.size() * sizeof(std::max_align_t);
-  a.step = step;
-  compress::SelectResult res;
-  out.status = s->select(a, &res);
-  out.count = res.count;
-  out.residual = r;
-  return out;
-}
-
-void requireSame(const Result& g, const Result& c) {
-  REQUIRE(g.status.code() == c.status.code());
-  REQUIRE(g.count == c.count);
-  for (size_t j = 0; j < c.count; ++j) {
-    REQUIRE(g.indices[j] == c.indices[j]);
-    REQUIRE(compress::test::bits(g.values[j]) == compress::test::bits(c.values[j]));
-  }
-  REQUIRE(g.residual.size() == c.residual.size());
-  for (size_t i = 0; i < c.residual.size(); ++i)
-    REQUIRE(compress::test::bits(g.residual[i]) == compress::test::bits(c.residual[i]));
 }
 
 const SelectorKind kKinds[] = {SelectorKind::kTopk, SelectorKind::kGaussiank, SelectorKind::kLdte,
