@@ -22,7 +22,7 @@
 //
 // Trials (MGS_PLAN_TRIAL_STEPS, 'mgs' planner): the first plan after a
 // profile is chosen by measurement, because the cost model can misjudge
-// plans that it prices alike (docs/benchmarks.md: a 3-bucket DP plan 6 %
+// plans that it prices alike (bench/NOTES.md: a 3-bucket DP plan 6 %
 // slower than a 6-bucket uniform cut the model priced 9 % dearer). Rank 0
 // sends the DP plan and uniform cuts at 1, 2, 4 and 8 buckets' worth of bytes
 // (duplicates dropped); every rank runs each for MGS_PLAN_TRIAL_STEPS steps,

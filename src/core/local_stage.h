@@ -125,7 +125,7 @@ struct LocalJob {
   // says so in LocalOutcome::inputs_zeroed; the scatter then writes only the
   // selected entries instead of first zeroing the whole output (a separate
   // pass over the gradient that cost as much CPU as the fuse, see
-  // docs/benchmarks.md). A bucket that fails leaves such a tensor zeroed (or
+  // bench/NOTES.md). A bucket that fails leaves such a tensor zeroed (or
   // NaN under MGS_NONFINITE=propagate), not holding its gradient.
   bool zero_inputs = false;
 };

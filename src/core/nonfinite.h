@@ -1,5 +1,5 @@
 // Host passes for non-finite (NaN, +-Inf) gradients (MGS_NONFINITE,
-// docs/c-api.md "Non-finite gradients").
+// docs/c-api.md "Non-finite values (`MGS_NONFINITE`)").
 //
 // With loss scaling (torch GradScaler, Keras LossScaleOptimizer) an overflow
 // step is normal: the framework expects the step's reduced gradients to carry

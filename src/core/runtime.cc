@@ -297,7 +297,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
     // backing off while idle (doubling the wait to 20 ms) cut that to 2-3%,
     // but made real dense training slower (ResNet-50, 4 emulated 1 Gbit/s
     // hosts: 2.80-2.98 s per step against 2.17-2.55 s without), for reasons
-    // not found yet, so the cycle stays fixed (docs/benchmarks.md).
+    // not found yet, so the cycle stays fixed (bench/NOTES.md).
     const bool idle = result.ready.empty() && controller.idle() && sparse.idle() && executor.idle();
     if (idle) idle_cycles_ += 1;
     queue_.waitUntil(t0 + cycle);

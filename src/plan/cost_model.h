@@ -110,7 +110,7 @@ struct CostModel {
   // a negotiation message's size); 0 in the papers' presets, whose
   // regression vectors stay as published. The planners merge further as it
   // grows: on 16 emulated hosts with 0.5 ms links (8.7 ms per round) the
-  // mgs plan went from 4 buckets to 2 (docs/benchmarks.md). The sparse
+  // mgs plan went from 4 buckets to 2 (bench/NOTES.md). The sparse
   // timelines and planners charge it per round, not per group: groups that
   // become ready in the same coordinator cycle share one round (timeline.h).
   double negotiation_s = 0;
@@ -144,7 +144,7 @@ struct CostModel {
   // in flight it came out at 0.97 on 16 emulated hosts, where each extra
   // bucket in fact added ~3 ms of CPU (16 ranks on 2 cores), and the
   // planner then chose 14 buckets for a step 30 % slower than its 3-bucket
-  // plan (docs/benchmarks.md, "The whole 1-128 MB sweep, and a model of
+  // plan (bench/NOTES.md, "The whole 1-128 MB sweep, and a model of
   // exchanges in flight").
   double inflight_overlap = 0.0;
   // The coordinator's fixed CPU per group, beyond what scales with the
@@ -156,7 +156,7 @@ struct CostModel {
   // (core/calibration.cc); 0 in the papers' presets and in every file
   // without the field. On 4 ranks sharing 2 cores it measured 0.17-0.27 ms,
   // while a real job's coordinator spent ~0.66 ms more per extra group
-  // (docs/benchmarks.md, sitting 8): a lower bound, enough to tip the plan.
+  // (bench/NOTES.md, sitting 8): a lower bound, enough to tip the plan.
   double group_host_s = 0.0;
   // Whether the coordinator's CPU comes out of backward. 0 (the default):
   // the coordinator has a core of its own and its work (selection,
