@@ -1,80 +1,169 @@
 #!/usr/bin/env bash
-# The full build with CUDA on a GPU machine that has Open MPI, spdlog and CLI11
-# (Catch2 v2 is taken from .deps/catch2 when present: a GPU image may lack it),
-# then the end-to-end CUDA tests through mgs.torch under mpirun:
-#   gpu/runtime                 the runtime with CUDA tensors, P = 2..4 ranks as
-#                               threads on the GPU, bitwise the CPU tensors' run
-#   python.np2                  the pytest suite at np 2, its CUDA tests with
-#                               both ranks on the one GPU (MPI, host-staged)
-#   python.cuda_sparse.mpi.np2  sparsified CUDA gradients against a CPU twin,
-#                               compact blocks over MPI
-#   python.cuda_sparse.nccl.np1 the same with MGS_BACKEND=nccl (device buckets)
-#   python.backend_nccl.np1/np2 NCCL collectives at np 1; at np 2 on one GPU the
-#                               agreed set-up failure
-# Usage: scripts/gpu_full_check.sh [ctest -R regex]
-# Environment: MGS_CUDA_ARCH (90), MGS_GPU_FULL_BUILD (build-gpu-full),
-# MGS_GPU_OUT (logs; $OUT when set), PYTHON (python3 with torch, pytest, sklearn).
+# The full build with CUDA and the end-to-end CUDA tests on a GPU machine,
+# as steps (scripts/lib/gpu_steps.sh: one line per step, a cap each, a
+# deadline, logs straight under $OUT). Needs Open MPI's mpi.h (without it the
+# configure step FAILS, naming the cause, and the rest is SKIPPED) and takes
+# Catch2 v2, CLI11, nlohmann-json, spdlog and fmt from .deps when it is there
+# (scripts/gpu_deps.sh; carry [".deps"]). Steps:
+#   configure.full            build-gpu-full, sm_90; which python has torch,
+#                             pytest and scikit-learn
+#   build.full                mgs (libmgs), mgs_gpu_runtime_test, mgs_crash_report
+#   registered.full           every test below is registered in ctest (the
+#                             Python tests are only where MGS_PYTHON imports
+#                             torch, pytest and sklearn): else FAIL
+#   gpu/runtime               the runtime with CUDA tensors, P = 2..4 threads
+#   pytest.test_cuda.np2      test_cuda.py alone at np 2 (both ranks on the GPU)
+#   python.cuda_sparse.mpi.np2, python.cuda_sparse.nccl.np1,
+#   python.backend_nccl.np1, python.backend_nccl.np2,
+#   python.cuda_sparse.mpi.np3, python.cuda_sparse.mpi.np4
+#   python.np2                the whole pytest suite at np 2 (full_np2_steps)
+#   crash.*                   only when python.np2 failed: the failing test
+#                             file again with the crash reporter preloaded,
+#                             then with Open MPI's ob1, UCX's memory-type cache
+#                             off, ob1 with self,vader; 60 s each
+#   scripts/gpu_full_check.sh          # GPU_DEADLINE default 420 s
+# Logs: $OUT (default build-gpu/full). Settings: GPU_DEADLINE, PYTHON,
+# GPU_CUDA_ARCH, GPU_FULL_BUILD_DIR, GPU_DEPS, GPU_MPI (scripts/lib/gpu_tree.sh).
+# Sourced by gpu_session.sh for full_steps and full_np2_steps.
 set -u
-cd "$(dirname "$0")/.."
-BUILD=${MGS_GPU_FULL_BUILD:-build-gpu-full}
-OUTDIR=${MGS_GPU_OUT:-${OUT:-$BUILD/gpu_full_check}}
-PY=${PYTHON:-$(command -v python3)}
-REGEX=${1:-"^(gpu/runtime|python\\.(np2|cuda_sparse\\..*|backend_nccl\\..*))$"}
-mkdir -p "$OUTDIR"
-# This script's own settings must not reach the ranks: mgs refuses an MGS_*
-# variable it does not know.
-for v in $(compgen -e | grep '^MGS_GPU_'); do unset "$v"; done
-export PATH=/usr/local/cuda/bin:$PATH
-T0=$(date +%s)
-say() { echo "[gpu_full_check $(( $(date +%s) - T0 ))s] $*"; }
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+. scripts/lib/gpu_steps.sh
+. scripts/lib/gpu_tree.sh
 
-extra=()
-[ -f .deps/catch2/lib/cmake/Catch2/Catch2Config.cmake ] && extra+=("-DCatch2_DIR=$PWD/.deps/catch2/lib/cmake/Catch2")
-NCCL_ROOT=""
-[ -e /usr/local/cuda/include/nccl.h ] || NCCL_ROOT=$($PY scripts/find_nccl_root.py 2>/dev/null)
-say "configure (full build, sm_${MGS_CUDA_ARCH:-90}, python $PY)"
-if ! cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="${MGS_CUDA_ARCH:-90}" \
-      -DMGS_PYTHON="$PY" ${NCCL_ROOT:+-DMGS_NCCL_ROOT=$NCCL_ROOT} "${extra[@]}" > "$OUTDIR/full_configure.log" 2>&1; then
-  tail -30 "$OUTDIR/full_configure.log"; say "FAILED: configure"; exit 1
-fi
-grep "mgs:" "$OUTDIR/full_configure.log"
-say "build libmgs (-j$(nproc))"
-if ! cmake --build "$BUILD" -j"$(nproc)" --target mgs mgs_gpu_runtime_test mgs_crash_report > "$OUTDIR/full_build.log" 2>&1; then
-  grep -E "error|Error" "$OUTDIR/full_build.log" | head -40; say "FAILED: build"; exit 1
-fi
-say "tests: $REGEX"
-ctest --test-dir "$BUILD" -R "$REGEX" --output-on-failure --timeout 180 > "$OUTDIR/full_ctest.log" 2>&1
-rc=$?
-grep -E "Test +#|tests passed|rank [0-9].*(loss|ok|init)|FAILED|Error|error" "$OUTDIR/full_ctest.log" | head -60
-# python.np2 crashed on the first H100 machine (a segmentation fault in a
-# coordinator thread during test_allreduce_in_place[float16], CPU tensors) and
-# not here. If it fails again, rerun the suite with Open MPI's ob1 transport
-# and with UCX's memory-type cache off, to tell the transport from mgs.
-if grep -qE "python\.np2 .*Failed" "$OUTDIR/full_ctest.log"; then
-  lib=$(find "$BUILD" -name libmgs.so | head -1)
-  say "python.np2 failed; ompi pml: $(ompi_info 2>/dev/null | grep -E 'MCA pml' | awk '{print $3}' | tr '\n' ' ')"
-  # First the native stack of the crashing thread (faulthandler shows Python
-  # threads only): the crash reporter preloaded, its lines resolved. pytest
-  # must leave fd 2 alone (--capture=sys: its fd capture dies with the
-  # process) and keep its faulthandler off, so the reporter answers first
-  # and sees the real faulting address.
-  reporter=$(find "$BUILD" -name libmgs_crash_report.so | head -1)
-  if [ -n "$reporter" ]; then
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MGS_LIBRARY="$lib" PYTHONPATH=bindings/python \
-      timeout 120 mpirun --oversubscribe --bind-to none -np 2 -x LD_PRELOAD="$reporter" "$PY" \
-      tests/python/run_pytest.py -q --capture=sys -p no:faulthandler > "$OUTDIR/np2_crash_report.log" 2>&1
-    say "python.np2 with the crash reporter: exit $?"
-    scripts/resolve_backtrace.sh "$OUTDIR/np2_crash_report.log" | grep -A40 "crash_report pid" | head -120
+FULL_TARGETS=(mgs mgs_gpu_runtime_test mgs_crash_report)
+FULL_TESTS=(gpu/runtime python.np2 python.cuda_sparse.mpi.np2 python.cuda_sparse.mpi.np3 python.cuda_sparse.mpi.np4
+            python.cuda_sparse.nccl.np1 python.backend_nccl.np1 python.backend_nccl.np2)
+
+full_configure() {
+  gt_python_probe
+  gt_configure full
+  local rc=$?
+  [ $rc = 3 ] && gs_reason "$GT_MPI_NOTE"
+  [ $rc = 0 ] && gs_reason "$GT_MPI_NOTE"
+  return $rc
+}
+
+full_build() { gt_build full "${FULL_TARGETS[@]}"; }
+
+full_registered() {
+  gs_registered "$GT_FULL_BUILD" "${FULL_TESTS[@]}" && return 0
+  local missing
+  missing=$(cat "$GS_REASON_FILE")
+  if grep -q "lacks torch, pytest or scikit-learn" "$GT_FULL_BUILD/CMakeCache.txt" "$OUT"/*configure.full.log 2> /dev/null; then
+    gs_reason "$missing; $("$GT_PY" -c 'import torch, pytest, sklearn' 2>&1 | tail -1) ($GT_PY)"
   fi
-  for variant in "OMPI_MCA_pml=ob1" "UCX_MEMTYPE_CACHE=n" "OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader"; do
-    env $variant OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MGS_LIBRARY="$lib" PYTHONPATH=bindings/python \
-      PYTHONFAULTHANDLER=1 timeout 120 mpirun --oversubscribe --bind-to none -np 2 "$PY" tests/python/run_pytest.py -q \
-      > "$OUTDIR/np2_${variant%% *}.log" 2>&1
-    say "python.np2 with $variant: exit $?"
+  return 1
+}
+
+full_ctest() { gs_ctest "$GT_FULL_BUILD" "$2" "$1"; }
+
+# The environment of tests/python/CMakeLists.txt's mpirun jobs.
+full_mpirun() {
+  local np=$1 lib
+  shift
+  lib=$(gt_target_file "$GT_FULL_BUILD" mgs)
+  [ -n "$lib" ] || { gs_reason "no libmgs.so in $GT_FULL_BUILD"; return 1; }
+  echo "+ mpirun -np $np $*"
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+    MGS_LIBRARY="$lib" PYTHONPATH="$PWD/bindings/python" PYTHONDONTWRITEBYTECODE=1 \
+    mpirun --oversubscribe --bind-to none -np "$np" "$@"
+}
+
+# pytest's last summary line in this step's log must say passed, with
+# nothing skipped, failed or in error.
+full_pytest_verdict() {
+  local rc=$1 last
+  last=$(grep -E '^=*.*[0-9]+ (passed|failed|skipped|error|errors|deselected)' "$GS_LOG" | tail -1 | tr -d '=')
+  if [ "$rc" = 0 ] && grep -qE '[0-9]+ passed' <<< "$last" && ! grep -qE 'skipped|failed|error' <<< "$last"; then
+    gs_reason "$last"
+    return 0
+  fi
+  gs_reason "exit $rc; ${last:-no pytest summary}"
+  return 1
+}
+
+# test_cuda.py alone (pytest -k on the module name), at np NP.
+full_pytest_file() {
+  local np=$1 module=$2
+  full_mpirun "$np" "$GT_PY" tests/python/run_pytest.py -q -rs -k "$module"
+  full_pytest_verdict $?
+}
+
+full_steps() {
+  # Said before anything runs: without mpi.h nothing of the full tree can.
+  gt_mpi > /dev/null 2>&1 || echo "NOTE: $GT_MPI_NOTE"
+  gs_step configure.full 90 full_configure
+  gs_step -a configure.full build.full 300 full_build
+  gs_step -a build.full registered.full 30 full_registered
+  local b=build.full
+  gs_step -a $b gpu/runtime 90 full_ctest gpu/runtime 80
+  gs_step -n mpirun -a $b pytest.test_cuda.np2 90 full_pytest_file 2 test_cuda
+  local t
+  for t in python.cuda_sparse.mpi.np2 python.cuda_sparse.nccl.np1 python.backend_nccl.np1 python.backend_nccl.np2; do
+    gs_step -n mpirun -a $b "$t" 90 full_ctest "$t" 80
   done
+  for t in python.cuda_sparse.mpi.np3 python.cuda_sparse.mpi.np4; do
+    gs_step -n mpirun -a $b "$t" 120 full_ctest "$t" 110
+  done
+}
+
+# The test file python.np2 failed in: from pytest's FAILED lines, else from
+# the first test file in a faulthandler stack (a crash); empty when neither.
+full_failing_file() {
+  local log=$1 f
+  f=$(grep -oE 'FAILED [^ ]*test_[A-Za-z0-9_]+\.py' "$log" | head -1 | grep -oE 'test_[A-Za-z0-9_]+\.py')
+  [ -n "$f" ] || f=$(grep -E '^ *File ".*tests/python/test_[A-Za-z0-9_]+\.py"' "$log" | head -1 |
+                     grep -oE 'test_[A-Za-z0-9_]+\.py')
+  printf '%s' "${f%.py}"
+}
+
+# The crash reporter preloaded (the crashing thread's native stack, resolved):
+# pytest leaves fd 2 alone (--capture=sys) and its faulthandler off, so the
+# reporter answers first and sees the faulting address.
+full_crash_reporter() {
+  local k=$1 reporter
+  reporter=$(gt_target_file "$GT_FULL_BUILD" mgs_crash_report)
+  [ -n "$reporter" ] || { gs_reason "libmgs_crash_report.so not built"; return 1; }
+  full_mpirun 2 -x LD_PRELOAD="$reporter" "$GT_PY" tests/python/run_pytest.py -q --capture=sys \
+    -p no:faulthandler ${k:+-k "$k"} > "$OUT/np2_crash_report.log" 2>&1
+  local rc=$?
+  scripts/resolve_backtrace.sh "$OUT/np2_crash_report.log" | grep -A40 "crash_report pid" | head -120
+  tail -20 "$OUT/np2_crash_report.log"
+  gs_reason "exit $rc; the resolved stack is in this step's log"
+  return $rc
+}
+
+# The failing file again with other transports: VAR=VALUE... for mpirun and
+# its ranks (this step's subshell only).
+full_crash_variant() {
+  local k=$1 v
+  shift
+  for v in "$@" PYTHONFAULTHANDLER=1; do export "${v?}"; done
+  echo "with $*"
+  full_mpirun 2 "$GT_PY" tests/python/run_pytest.py -q ${k:+-k "$k"}
+  full_pytest_verdict $?
+}
+
+# python.np2, then, only when it failed, the crash reruns of the failing file.
+full_np2_steps() {
+  gs_step -n mpirun -a build.full python.np2 200 full_ctest python.np2 190
+  case ${GS_STATUS[python.np2]} in FAIL | TIMEOUT) ;; *) return 0 ;; esac
+  local log k
+  log=$(ls "$OUT"/[0-9][0-9]_python.np2.log 2> /dev/null | tail -1)
+  k=$(full_failing_file "$log")
+  echo "python.np2 failed; ompi pml: $(ompi_info 2> /dev/null | grep -E 'MCA pml' | awk '{print $3}' | tr '\n' ' ');" \
+       "reruns on ${k:-the whole suite (no failing file identified)}"
+  gs_step crash.reporter 60 full_crash_reporter "$k"
+  gs_step crash.ob1 60 full_crash_variant "$k" OMPI_MCA_pml=ob1
+  gs_step crash.ucx_memtype_cache_off 60 full_crash_variant "$k" UCX_MEMTYPE_CACHE=n
+  gs_step crash.ob1_vader 60 full_crash_variant "$k" OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  gs_init full 420
+  gt_init
+  full_steps
+  full_np2_steps
+  gs_finish
+  exit $?
 fi
-# Skips count as failures here: this script is for machines with a GPU.
-ok=0
-[ $rc = 0 ] && ! grep -q "Skipped\|Not Run" "$OUTDIR/full_ctest.log" && ok=1
-say "summary: end-to-end CUDA tests $([ $ok = 1 ] && echo PASSED || echo 'FAILED or SKIPPED'); $(( $(date +%s) - T0 )) s"
-[ $ok = 1 ]

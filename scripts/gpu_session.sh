@@ -1,72 +1,132 @@
 #!/usr/bin/env bash
-# Everything a GPU lease is for, in one command (one device call): the GPU
-# checks with compute-sanitizer memcheck (gpu_check.sh), a per-kernel profile
-# of the selector (Nsight Compute, when ncu is there), the full build and the
-# end-to-end CUDA tests (gpu_full_check.sh), real training steps on the GPU
-# (bench/train/gpu_train.sh), and every log in one archive.
-#   scripts/gpu_session.sh            # on the GPU machine, from the repository root
-# Writes to $OUT when set (the workplace's device tool returns it), else
-# build-gpu/session: gpu_check.txt, gpu_full.txt, profile.txt, gpu_train.txt
-# and .jsonl, logs.tgz.
-# About 5 minutes on an H100 (2026-11-26: gpu_check 100 s, profile 20 s,
-# full build and tests 95 s) before the training sitting and the memcheck of
-# the selector's new launch shapes were added (2026-11-27, not run yet: a
-# guess of 2-3 more minutes). Run it with the device's 600 s limit.
+# What a GPU lease is for, as steps in the order of their value, within one
+# device command (600 s at most): a deadline (GPU_DEADLINE, default 540 s
+# from the start) skips every step whose cap no longer fits, and says so.
+#   scripts/gpu_session.sh [all]   # everything below, in this order
+#   scripts/gpu_session.sh part1   # 1 and 2
+#   scripts/gpu_session.sh part2   # 3, 4 and 5, reusing part1's builds
+# One command does not hold everything (about 450 s for 1 and 2 on an H100,
+# estimated: these scripts have not run on a GPU yet): run part1, then part2
+# as a second command on the same warm machine. part2 sets GPU_REUSE_BUILD=1:
+# it builds nothing where part1's build-gpu and build-gpu-full hold the
+# targets (build folders stay on a warm machine between commands), and
+# builds them otherwise. Give part2 a GPU_DEADLINE that fits what is left
+# of the lease.
+#   1  smoke (scripts/gpu_smoke.sh's steps): the parts never run on a GPU
+#      first: GPU-only build, launch shapes, gpu/local_stage, memcheck and
+#      racecheck on small cases, one benchmark row per launch shape against
+#      torch.topk, gpu/device_bucket
+#   2  the full build and the end-to-end CUDA tests (scripts/gpu_full_check.sh's
+#      steps): gpu/runtime, test_cuda.py at np 2, python.cuda_sparse.mpi.np2,
+#      .nccl.np1, python.backend_nccl.np1/np2, python.cuda_sparse.mpi.np3/np4.
+#      Without mpi.h: configure.full FAILS naming the cause, the MPI steps are
+#      SKIPPED, and the GPU-only tree's thread-rank tests run instead
+#      (gpu/multirank, gpu/bucket, gpu/nccl)
+#   3  profile.ncu: Nsight Compute, per kernel, of the selector's two launch
+#      shapes (profile.txt, ncu.csv)
+#   4  train: bench/train/gpu_train.sh (gpu_train.jsonl, the table in its log;
+#      its options in GPU_TRAIN_ARGS, e.g. "-n 1 -s 20"; cap GPU_TRAIN_CAP, 180 s)
+#   5  the rest: python.np2 (the whole pytest suite; when it fails, the crash
+#      reruns of the failing test file, 60 s each), the thread-rank tests,
+#      gpu/compress, memcheck of the launch shapes at 2^22 and of gpu/bucket
+#      and gpu/multirank, the full benchmark (scripts/gpu_check.sh's steps)
+# Device call, from the repository root (carry [".deps"], made by
+# scripts/gpu_deps.sh), with timeout_s 600:
+#   bash scripts/gpu_session.sh part1
+#   GPU_DEADLINE=200 bash scripts/gpu_session.sh part2
+# Output: one line per step as it ends (PASS / FAIL / TIMEOUT / SKIPPED,
+# seconds, reason), also appended to $OUT/steps.txt, then the last lines of
+# each failed step's log, a summary and the verdict (verdict.txt): PASS only
+# when every step passed (exit 0), FAIL when one failed or timed out (1),
+# INCOMPLETE when some were skipped (2). A test that should be registered and
+# is not (the Python tests, where pytest or scikit-learn is missing) or a
+# missing tool (compute-sanitizer, ncu, mpirun) is a FAIL. Every log goes
+# straight to $OUT (default build-gpu/session) while it is written, so a
+# command killed at its limit still returns what it had.
 set -u
-cd "$(dirname "$0")/.."
-DEST=${OUT:-build-gpu/session}
-LOGS=$(mktemp -d)
-mkdir -p "$DEST" "$LOGS/check" "$LOGS/full"
-export PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/.." || exit 2
+. scripts/gpu_smoke.sh
+. scripts/gpu_full_check.sh
+. scripts/gpu_check.sh
 
-# Each script's own settings are given to it alone (mgs refuses unknown MGS_*
-# variables in the ranks that gpu_full_check.sh starts).
-MGS_GPU_OUT="$LOGS/check" MGS_GPU_SANITIZE=1 timeout 300 scripts/gpu_check.sh > "$DEST/gpu_check.txt" 2>&1
-check=$?
+part=${1:-all}
+case $part in
+  all | part1 | part2) ;;
+  *) sed -n '2,45p' "$0" >&2; exit 2 ;;
+esac
 
-bench=build-gpu/bench/compress/mgs-bench-compress-gpu
-if command -v ncu > /dev/null && [ -x "$bench" ]; then
-  timeout 90 ncu --csv --metrics gpu__time_duration.sum "$bench" --n 25600000 --density 0.001 0.01 \
-    --selector gaussiank --reps 1 > "$LOGS/check/ncu.csv" 2> "$LOGS/check/ncu.err"
-  # Per kernel, for the last select call of each density (µs).
-  python3 - "$LOGS/check/ncu.csv" > "$DEST/profile.txt" 2>&1 <<'PYEOF'
-import csv, re, sys
-rows = list(csv.reader(open(sys.argv[1])))
-hdr, calls, cur = None, [], []
-for r in rows:
-    if r and r[0] == "ID":
-        hdr = r
-        continue
-    if not hdr or len(r) != len(hdr):
-        continue
-    d = dict(zip(hdr, r))
-    m = re.search(r"(\w+Kernel)", d["Kernel Name"])
-    name = m.group(1) if m else d["Kernel Name"][:40]
-    if name == "initKernel" and cur:
-        calls.append(cur)
-        cur = []
-    cur.append((name, d.get("Grid Size", ""), float(d["Metric Value"].replace(",", "")) / 1000))
-calls.append(cur)
-for c in calls[1::2]:  # the timed repetition after each warm-up
-    print(f"select call: {sum(us for _, _, us in c):.1f} us")
-    for name, grid, us in c:
-        print(f"  {name:16s} {grid:>14s} {us:8.1f} us")
-PYEOF
-fi
+session_profile() {
+  local exe
+  exe=$(smoke_exe mgs-bench-compress-gpu) || return 1
+  echo "+ ncu --csv --metrics gpu__time_duration.sum $exe --n 25600000 --density 0.001 0.01 --selector gaussiank --reps 1"
+  ncu --csv --metrics gpu__time_duration.sum "$exe" --n 25600000 --density 0.001 0.01 --dist t3 \
+    --selector gaussiank --reps 1 > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
+  local rc=$?
+  tail -5 "$OUT/ncu.err"
+  "$GT_PY" scripts/lib/ncu_summary.py "$OUT/ncu.csv" > "$OUT/profile.txt" 2>&1
+  local prc=$?
+  cat "$OUT/profile.txt"
+  if [ $rc != 0 ] || [ $prc != 0 ]; then
+    gs_reason "ncu exit $rc ($(grep -m1 -E 'ERR|rror' "$OUT/ncu.err" | cut -c1-160)); ncu_summary exit $prc"
+    return 1
+  fi
+  gs_reason "$(grep -c '^select call' "$OUT/profile.txt") select calls in profile.txt"
+}
 
-MGS_GPU_OUT="$LOGS/full" timeout 400 scripts/gpu_full_check.sh > "$DEST/gpu_full.txt" 2>&1
-full=$?
+session_train() {
+  local build
+  build=$(realpath --relative-to=. "$GT_FULL_BUILD")
+  echo "+ bench/train/gpu_train.sh -b $build -o $OUT/gpu_train.jsonl ${GPU_TRAIN_ARGS:-}"
+  # shellcheck disable=SC2086
+  bash bench/train/gpu_train.sh -b "$build" -o "$OUT/gpu_train.jsonl" ${GPU_TRAIN_ARGS:-}
+  local rc=$? failed
+  # gpu_train.sh writes a row with "failed": true for a system that gave none.
+  failed=$(grep '"failed": true' "$OUT/gpu_train.jsonl" 2> /dev/null | grep -o '"label": "[^"]*"' | cut -d'"' -f4 |
+           tr '\n' ' ')
+  if [ $rc != 0 ] || [ -n "$failed" ]; then
+    gs_reason "exit $rc${failed:+; failed: $failed}"
+    return 1
+  fi
+  gs_reason "$(grep -c '^{' "$OUT/gpu_train.jsonl") rows in gpu_train.jsonl"
+}
 
-# Real training steps on the GPU, every system in one sitting (needs the full
-# build above): what compute, DDP, mgs dense and mgs sparse cost per step.
-if [ -n "$(find build-gpu-full -name libmgs.so 2>/dev/null | head -1)" ]; then
-  timeout 240 bench/train/gpu_train.sh -b build-gpu-full -o "$DEST/gpu_train.jsonl" > "$DEST/gpu_train.txt" 2>&1
-  echo "gpu_train exit $?" >> "$DEST/gpu_train.txt"
-fi
-tar czf "$DEST/logs.tgz" -C "$LOGS" . 2>/dev/null
-grep -E "summary|passed|FAILED|TIMED OUT|memcheck" "$DEST/gpu_check.txt"
-grep -E "Test +#|summary|python.np2 with|crash_report|^ +-> " "$DEST/gpu_full.txt" | head -120
-[ -f "$DEST/profile.txt" ] && head -20 "$DEST/profile.txt"
-[ -f "$DEST/gpu_train.txt" ] && grep -E "^\||^[a-z].*rank|exit|failed" "$DEST/gpu_train.txt"
-echo "gpu_session: gpu_check exit $check, gpu_full_check exit $full"
-[ $check = 0 ] && [ $full = 0 ]
+# part2: the trees part1 built (GPU_REUSE_BUILD=1: a second of work each
+# where they are there, under a 30 s cap). Where they are not (a fresh
+# machine), the caps leave room for the GPU-only tree and, on 16 cores, the
+# full tree's few targets.
+session_builds() {
+  gs_step probe 30 smoke_probe
+  [ "${GS_STATUS[probe]}" = PASS ] || gs_stop "no usable GPU (probe ${GS_STATUS[probe]})"
+  gs_step configure.gpu-only 30 smoke_configure
+  gs_step -a configure.gpu-only build.gpu-only "$(gt_build_cap gpu-only 90 "${SMOKE_TARGETS[@]}")" smoke_build
+  gt_mpi > /dev/null 2>&1 || echo "NOTE: $GT_MPI_NOTE"
+  gs_step configure.full 30 full_configure
+  gs_step -a configure.full build.full "$(gt_build_cap full 150 "${FULL_TARGETS[@]}")" full_build
+}
+
+session_later() {
+  gs_step -n ncu -a build.gpu-only profile.ncu 90 session_profile
+  gs_step -n mpirun -a build.full train "${GPU_TRAIN_CAP:-180}" session_train
+  full_np2_steps
+  [ -n "${GS_STATUS[gpu/multirank]:-}" ] || check_thread_steps
+  check_more_steps
+}
+
+gs_init session 540
+gt_init
+echo "gpu_session $part: $(git log -1 --format='%h %s' 2> /dev/null | cut -c1-80)"
+case $part in
+  part1 | all)
+    smoke_steps
+    full_steps
+    # Without the full tree, the multi-rank paths that need no MPI.
+    [ "${GS_STATUS[configure.full]}" = PASS ] || check_thread_steps
+    [ "$part" = all ] && session_later
+    ;;
+  part2)
+    export GPU_REUSE_BUILD=1
+    session_builds
+    session_later
+    ;;
+esac
+gs_finish

@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -195,11 +196,17 @@ TEST_CASE("cuda local stage: timeSelection times the GPU selector per size") {
   std::vector<double> s;
   REQUIRE(dev->timeSelection(*sel, sizes, &s).ok());
   REQUIRE(s.size() == sizes.size());
+  // Under compute-sanitizer (the GPU scripts set GPU_TEST_UNDER_SANITIZER=1)
+  // kernels run many times slower and the per-launch overhead dominates: only
+  // a loose bound is checked there, and not the growth with the size.
+  const bool sanitizer = std::getenv("GPU_TEST_UNDER_SANITIZER") != nullptr;
   for (double v : s) {
     REQUIRE(v > 0);
-    REQUIRE(v < 0.05);  // 4 Mi elements: tens of microseconds on an H100
+    REQUIRE(v < (sanitizer ? 10.0 : 0.05));  // 4 Mi elements: tens of microseconds on an H100
   }
-  REQUIRE(s[2] >= s[0]);
+  if (!sanitizer) {
+    REQUIRE(s[2] >= s[0]);
+  }
   std::vector<double> none;
   REQUIRE(!dev->timeSelection(*sel, {}, &none).ok());
 }
