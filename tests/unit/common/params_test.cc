@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <sstream>
 
 #include "common/params.h"
 
@@ -67,6 +68,7 @@ TEST_CASE("bad values name the variable, the value and what is allowed", "[param
       {"MGS_CYCLE_TIME_MS", "1e-9", "[0.001, 10000]"},
       {"MGS_WARMUP_STEPS", "9223372036854775807", "[0, 1000000000]"},
       {"MGS_CALIBRATION", "", "'auto', 'off'"},
+      {"MGS_GPU_LAUNCHES", "cooperative", "one of auto, per-pass"},
   };
   for (const auto& b : cases) {
     Config c;
@@ -141,6 +143,20 @@ std::vector<mgs::Status> agreement(const std::vector<Config>& configs) {
     }));
   return out;
 }
+// An allowed value other than the default, from "one of a, b, c".
+std::string otherEnumValue(const mgs::ParamSpec& p) {
+  const std::string prefix = "one of ";
+  REQUIRE(p.allowed.rfind(prefix, 0) == 0);
+  std::stringstream list(p.allowed.substr(prefix.size()));
+  std::string v;
+  while (std::getline(list, v, ',')) {
+    v.erase(0, v.find_first_not_of(' '));
+    if (v != p.default_value) return v;
+  }
+  FAIL("no value other than the default in " << p.allowed);
+  return "";
+}
+
 }  // namespace
 
 TEST_CASE("settings that steer cross-rank decisions must agree; the others may differ", "[params]") {
@@ -163,6 +179,8 @@ TEST_CASE("settings that steer cross-rank decisions must agree; the others may d
       other = "error";
     else if (p.type == "int" || p.type == "float")
       other = p.name == "MGS_DENSITY" ? "0.0011" : "7";
+    else if (p.type == "enum")
+      other = otherEnumValue(p);
     else
       other = "/tmp/somewhere.json";
     INFO(p.name << "=" << other);
