@@ -36,12 +36,15 @@ int fail(const std::string& message, int code = kUsageError) {
 }
 
 // Open MPI spells long options with one dash ("-np", "-hostfile", "-mca"); CLI11
-// short options are one letter, so those become their "--" spelling.
+// short options are one letter, so those become their "--" spelling. --help
+// lists them from here.
+constexpr const char* kOneDashNames[] = {"np",      "hostfile",        "host",        "mca",     "bind-to", "map-by",
+                                         "rank-by", "report-bindings", "display-map", "mpi-args"};
+
 std::vector<std::string> normalizeArgs(std::vector<std::string> args) {
   for (auto& a : args) {
     if (a == "--") break;
-    for (const char* name : {"np", "hostfile", "host", "mca", "bind-to", "map-by", "rank-by", "report-bindings",
-                             "display-map", "mpi-args"}) {
+    for (const char* name : kOneDashNames) {
       const std::string single = std::string("-") + name;
       if (a == single || a.rfind(single + "=", 0) == 0) a = "-" + a;
     }
@@ -140,13 +143,15 @@ int run(int argc, char** argv) {
                                            ->type_name(typeName(spec.type))
                                            ->group(group));
   }
-  app.footer(
-      "Every MGS_* variable already in the environment is validated and forwarded too; a flag overrides "
-      "the environment. An unknown MGS_* name is an error.\n"
-      "The rest of the environment is forwarded by name (-x NAME), as horovodrun does; --no-env-forward "
-      "turns that off.\n"
-      "Examples:\n  mgsrun -np 4 -- ./my_job\n"
-      "  mgsrun -np 4 -H node1:2,node2:2 --compressor gaussiank --density 0.001 -- python3 train.py\n");
+  std::string one_dash = "Open MPI's one-dash spellings work too:";
+  for (const char* name : kOneDashNames) one_dash += std::string(name == kOneDashNames[0] ? " -" : ", -") + name;
+  app.footer(one_dash +
+             ".\nEvery MGS_* variable already in the environment is validated and forwarded too; a flag overrides "
+             "the environment. An unknown MGS_* name is an error.\n"
+             "The rest of the environment is forwarded by name (-x NAME), as horovodrun does; --no-env-forward "
+             "turns that off.\n"
+             "Examples:\n  mgsrun -np 4 -- ./my_job\n"
+             "  mgsrun -np 4 -H node1:2,node2:2 --compressor gaussiank --density 0.001 -- python3 train.py\n");
 
   try {
     app.parse(std::vector<std::string>(args.rbegin(), args.rend()));  // CLI11 takes the vector reversed

@@ -231,7 +231,11 @@ MGS_API mgs_status_t mgs_allgather_async(const char* name, const mgs_tensor_t* i
  */
 MGS_API mgs_status_t mgs_allgather_output_shape(mgs_handle_t handle, int32_t* ndim, int64_t* shape);
 
-/** After a successful allgather: the first dimension of every rank (`sizes` holds world-size entries). */
+/**
+ * After a successful allgather: the first dimension of every rank (`sizes` holds one entry per rank of the
+ * operation's process set: the world size for the global set). After an alltoall: the rows received from
+ * each rank.
+ */
 MGS_API mgs_status_t mgs_allgather_rank_sizes(mgs_handle_t handle, int64_t* sizes);
 
 /**
@@ -249,6 +253,99 @@ MGS_API mgs_status_t mgs_broadcast_async(const char* name, const mgs_tensor_t* t
 
 /** Block until every rank has called mgs_barrier (negotiated like any other op). */
 MGS_API mgs_status_t mgs_barrier(void);
+
+/* ----------------------------------------------------------- process sets -- */
+
+/**
+ * Process sets (Horovod's): a subset of the ranks that runs collectives among
+ * itself, with its own names (the same name may be in flight in several sets).
+ * Set 0, MGS_GLOBAL_PROCESS_SET, is every rank and always exists.
+ *
+ * mgs_process_set_add and mgs_process_set_remove are collective over every
+ * rank (not only the set's), blocking, and must be called in the same order on
+ * every rank; every rank gets the same id. Ids are never reused while the
+ * runtime runs. Adding a set whose ranks equal an existing set's fails
+ * (MGS_ERR_INVALID_ARGUMENT, naming it). Removing a set fails on every rank,
+ * naming the ranks, while some rank has an operation of the set that has not
+ * run yet.
+ *
+ * An operation of a set waits for the set's ranks only. A broadcast's root is
+ * a world rank, which must be in the set. Average divides by the set's size.
+ * A rank outside the set that submits an operation to it fails that operation
+ * on itself and on every rank of the set that submits the same name (and has
+ * not run it yet), with a message naming the tensor, the rank and the set.
+ * Gradients of a set are reduced exactly (MGS_FLAG_SPARSE_OK is ignored: the
+ * sparse pipeline runs on the global set).
+ */
+#define MGS_GLOBAL_PROCESS_SET 0
+
+/** Add a process set of the `n` ranks in `ranks` (any order, no repeats); *id receives its id. */
+MGS_API mgs_status_t mgs_process_set_add(const int32_t* ranks, int32_t n, int32_t* id);
+/** Remove process set `id` (not 0). */
+MGS_API mgs_status_t mgs_process_set_remove(int32_t id);
+/** The number of ranks in set `id`. */
+MGS_API mgs_status_t mgs_process_set_size(int32_t id, int32_t* size);
+/** This rank's index in set `id` (its rank within the set), or -1 if it is not in it. */
+MGS_API mgs_status_t mgs_process_set_rank(int32_t id, int32_t* rank);
+/** The world ranks of set `id`, ascending (`ranks` holds mgs_process_set_size entries). */
+MGS_API mgs_status_t mgs_process_set_ranks(int32_t id, int32_t* ranks);
+
+/** mgs_allreduce_async within process set `process_set`. */
+MGS_API mgs_status_t mgs_allreduce_ps_async(const char* name, const mgs_tensor_t* input, const mgs_tensor_t* output,
+                                            mgs_reduce_op_t op, double prescale_factor, double postscale_factor,
+                                            uint32_t flags, int32_t process_set, mgs_handle_t* handle);
+/** mgs_allgather_async within process set `process_set`; the result is in the set's rank order. */
+MGS_API mgs_status_t mgs_allgather_ps_async(const char* name, const mgs_tensor_t* input, int32_t process_set,
+                                            mgs_handle_t* handle);
+/** mgs_broadcast_async within process set `process_set`; `root_rank` is a world rank in the set. */
+MGS_API mgs_status_t mgs_broadcast_ps_async(const char* name, const mgs_tensor_t* tensor, int root_rank,
+                                            int32_t process_set, mgs_handle_t* handle);
+/** Block until every rank of process set `process_set` has called it. */
+MGS_API mgs_status_t mgs_barrier_ps(int32_t process_set);
+
+/* ---------------------------------------------- alltoall and reducescatter -- */
+
+/**
+ * Send rows of `input` to every rank of `process_set`: splits[q] rows (along
+ * the first dimension, consecutive, in order) to the set's q-th rank, and
+ * receive each rank's rows for this one, concatenated in the set's rank order.
+ * `splits` holds one entry per rank of the set, non-negative, adding up to the
+ * first dimension; NULL sends equal parts (the first dimension must then be a
+ * multiple of the set's size). dtype, the dimensions after the first and the
+ * device kind must agree on every rank. The result is held by the runtime and
+ * read like an allgather's: mgs_allgather_output_shape, mgs_allgather_copy_output,
+ * and mgs_allgather_rank_sizes for the rows received from each rank.
+ * Errors at enqueue (MGS_ERR_INVALID_ARGUMENT): a scalar, splits that are
+ * negative or do not add up to the first dimension, unequal parts without splits.
+ */
+MGS_API mgs_status_t mgs_alltoall_async(const char* name, const mgs_tensor_t* input, const int64_t* splits,
+                                        int32_t process_set, mgs_handle_t* handle);
+
+/**
+ * Reduce `input` over the ranks of `process_set` (as mgs_allreduce_async: sum
+ * or average, pre- and postscaled) and give each rank its part of the first
+ * dimension in `output`: with d rows over n ranks, the set's q-th rank gets
+ * d / n rows, one more for q < d % n, starting after the rows of the ranks
+ * before it. `output` has the input's dtype and device and that shape. Every
+ * rank must use the same name, dtype, shape, device kind, op and scale factors.
+ */
+MGS_API mgs_status_t mgs_reducescatter_async(const char* name, const mgs_tensor_t* input,
+                                             const mgs_tensor_t* output, mgs_reduce_op_t op, double prescale_factor,
+                                             double postscale_factor, int32_t process_set, mgs_handle_t* handle);
+
+/* ------------------------------------------------------------------- join -- */
+
+/**
+ * Horovod's join: call when this rank has no more data. Blocks until every rank
+ * has called it; *last_rank receives the last rank to join. Meanwhile this
+ * rank takes part in the other ranks' allreduces of the global set with zeros
+ * (an Average still divides by the world size), so training ranks are never
+ * left waiting for it. Any other operation of the global set submitted while
+ * some rank has joined (allgather, broadcast, alltoall, reducescatter,
+ * barrier, an allreduce of CUDA tensors) fails at once with
+ * MGS_ERR_UNSUPPORTED on each rank that submits it, naming the joined ranks.
+ */
+MGS_API mgs_status_t mgs_join(int32_t* last_rank);
 
 /* ---------------------------------------------------------------- handles -- */
 
@@ -323,8 +420,41 @@ MGS_API mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size);
  */
 MGS_API mgs_status_t mgs_residual_copy(const char* name, float* out, size_t n);
 
-/** Replace the residual of `name` (e.g. when restoring a checkpoint). */
+/**
+ * Replace the residual of `name` (e.g. when restoring a checkpoint). Call it
+ * between steps, with no allreduce of `name` in flight on this rank (a
+ * residual restored while its step is in flight is overwritten when that step
+ * commits). A resumed job continues bitwise only with mgs_sparse_state_restore
+ * too.
+ */
 MGS_API mgs_status_t mgs_residual_restore(const char* name, const float* values, size_t n);
+
+/**
+ * The rest of the sparse pipeline's progress on this rank that decides what
+ * the next steps select, as an opaque byte string for checkpoints: the step
+ * counter (randomk/dgc seeds, MGS_WARMUP_STEPS) and how many times each
+ * agreed-index bucket was applied (which rank leads it next, MGS_EXCHANGE).
+ * Without it a resumed job restarts every agreed bucket at its first leader
+ * and selects other entries, even with its residuals restored. Copy it with
+ * the residuals, between steps (every handle of the step waited for).
+ * Sets *size to the state's size in bytes; writes the bytes to `out` when
+ * `capacity` >= *size. out == NULL with capacity 0 only asks the size.
+ * MGS_ERR_INVALID_ARGUMENT: size NULL, or a buffer too small (the message
+ * gives the size). Readable after another rank stopped the job, like the
+ * residuals.
+ */
+MGS_API mgs_status_t mgs_sparse_state_copy(void* out, size_t capacity, size_t* size);
+
+/**
+ * Restore a state mgs_sparse_state_copy made on this rank of a job with the
+ * same number of ranks (every rank restores its own, or all restore the same:
+ * the state is the same on every rank). Call it between steps, before the
+ * next step's first allreduce: the leaders apply at once, the step counter
+ * from the next step on.
+ * MGS_ERR_INVALID_ARGUMENT, naming the rank: bytes that are not such a state,
+ * another library version's, or one saved with another world size.
+ */
+MGS_API mgs_status_t mgs_sparse_state_restore(const void* data, size_t size);
 
 /** "MAJOR.MINOR.PATCH" of the library. Never NULL. */
 MGS_API const char* mgs_version(void);

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 
+#include "capi/capi_internal.h"
 #include "comm/mpi/mpi_communicator.h"
 #include "common/logging.h"
 #include "common/params.h"
@@ -162,6 +163,17 @@ Status allgatherResult(mgs_handle_t handle, std::shared_ptr<mgs::HandleState>* o
 }
 
 }  // namespace
+
+// For the other translation units of the C ABI (capi_internal.h).
+namespace mgs::capi {
+mgs_status_t finishCall(const Status& st) { return finish(st); }
+Status runningRuntime(std::shared_ptr<Runtime>* out, bool stopped_ok) { return runtime(out, stopped_ok); }
+Status tensorDesc(const mgs_tensor_t* t, const std::string& what, TensorDesc* out) { return toDesc(t, what, out); }
+Status prepareEnqueue(const char* name, const mgs_tensor_t* t, const char* what, std::shared_ptr<Runtime>* rt,
+                      TensorDesc* desc) {
+  return prepare(name, t, what, rt, desc);
+}
+}  // namespace mgs::capi
 
 extern "C" {
 
@@ -416,6 +428,39 @@ mgs_status_t mgs_residual_restore(const char* name, const float* values, size_t 
       st = Status(Code::kInvalidArgument, "mgs_residual_restore: values is NULL");
     if (!st.ok()) return st;
     return rt->residuals().copyIn(name, values, n);
+  });
+}
+
+mgs_status_t mgs_sparse_state_copy(void* out, size_t capacity, size_t* size) {
+  return guarded([&]() -> Status {
+    std::shared_ptr<mgs::Runtime> rt;
+    Status st = runtime(&rt, /*stopped_ok=*/true);
+    if (st.ok() && size == nullptr) st = Status(Code::kInvalidArgument, "mgs_sparse_state_copy: size is NULL");
+    if (!st.ok()) return st;
+    const std::string bytes = rt->sparseProgress().save(rt->size());
+    *size = bytes.size();
+    if (out == nullptr && capacity == 0) return Status::OK();  // asking the size
+    if (out == nullptr) return Status(Code::kInvalidArgument, "mgs_sparse_state_copy: out is NULL");
+    if (capacity < bytes.size())
+      return Status(Code::kInvalidArgument, "mgs_sparse_state_copy: the state takes " + std::to_string(bytes.size()) +
+                                                " bytes; the buffer holds " + std::to_string(capacity));
+    std::memcpy(out, bytes.data(), bytes.size());
+    return Status::OK();
+  });
+}
+
+mgs_status_t mgs_sparse_state_restore(const void* data, size_t size) {
+  return guarded([&]() -> Status {
+    std::shared_ptr<mgs::Runtime> rt;
+    Status st = runtime(&rt);
+    if (st.ok() && data == nullptr && size > 0)
+      st = Status(Code::kInvalidArgument, "mgs_sparse_state_restore: data is NULL");
+    if (!st.ok()) return st;
+    const std::string bytes = size ? std::string(static_cast<const char*>(data), size) : std::string();
+    st = rt->sparseProgress().restore(bytes, rt->size());
+    if (!st.ok())
+      return Status(st.code(), "rank " + std::to_string(rt->rank()) + ": mgs_sparse_state_restore: " + st.message());
+    return Status::OK();
   });
 }
 

@@ -1,5 +1,7 @@
 #include "comm/communicator.h"
 
+#include <cstring>
+
 namespace mgs {
 namespace {
 class FinishedCollective final : public PendingCollective {
@@ -37,6 +39,40 @@ Status Communicator::duplicate(std::unique_ptr<Communicator>* out) {
 Status Communicator::split(int, int, std::unique_ptr<Communicator>* out) {
   out->reset();
   return Status(Code::kUnsupported, "this communicator cannot be split into sub-communicators");
+}
+
+Status Communicator::alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                               const std::vector<size_t>& recv_bytes) {
+  const size_t p = static_cast<size_t>(size()), me = static_cast<size_t>(rank());
+  if (send_bytes.size() != p || recv_bytes.size() != p)
+    return Status(Code::kInternal, "alltoallv: one count per rank is needed");
+  // Every rank's counts, then every rank's whole buffer; each keeps its parts.
+  std::vector<uint64_t> mine(send_bytes.begin(), send_bytes.end()), all(p * p);
+  Status st = allgather(mine.data(), p * sizeof(uint64_t), all.data());
+  if (!st.ok()) return st;
+  std::vector<size_t> totals(p, 0);
+  size_t grand = 0;
+  for (size_t s = 0; s < p; ++s) {
+    for (size_t q = 0; q < p; ++q) totals[s] += all[s * p + q];
+    grand += totals[s];
+  }
+  std::vector<char> gathered(grand);
+  size_t mine_total = totals[me];
+  st = allgatherv(send, mine_total, gathered.data(), totals);
+  if (!st.ok()) return st;
+  size_t base = 0, out = 0;
+  for (size_t s = 0; s < p; ++s) {
+    size_t off = base;
+    for (size_t q = 0; q < me; ++q) off += all[s * p + q];
+    const size_t n = all[s * p + me];
+    if (n != recv_bytes[s])
+      return Status(Code::kInternal, "alltoallv: rank " + std::to_string(s) + " sends " + std::to_string(n) +
+                                         " bytes here, " + std::to_string(recv_bytes[s]) + " expected");
+    if (n) std::memcpy(static_cast<char*>(recv) + out, gathered.data() + off, n);
+    out += n;
+    base += totals[s];
+  }
+  return Status::OK();
 }
 
 Status Communicator::broadcastString(std::string* s, int root) {

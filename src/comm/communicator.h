@@ -68,6 +68,13 @@ class Communicator {
   // operation unfinished. It may start or test nonblocking operations; it
   // must not block. Backends that cannot call it ignore it.
   virtual void setWaitHook(std::function<void()> hook) { (void)hook; }
+  // Each rank sends send_bytes[q] bytes to rank q (its parts back to back in
+  // `send`, in rank order) and receives recv_bytes[q] bytes from rank q into
+  // `recv`, back to back in rank order. Every rank's recv_bytes[q] must equal
+  // rank q's send_bytes for it. The default runs an allgatherv of every
+  // rank's whole send buffer (size() times the traffic); backends override it.
+  virtual Status alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                           const std::vector<size_t>& recv_bytes);
   // Variable-size byte strings gathered to `root`; `out` is filled on root only.
   virtual Status gatherStrings(const std::string& send, int root, std::vector<std::string>* out) = 0;
   virtual Status broadcast(void* buf, size_t bytes, int root) = 0;

@@ -177,16 +177,10 @@ Status BlockExchange::checkIndex(const std::vector<char>& buf, size_t cap, int l
 int BlockExchange::agreedLeader(const std::string& name) const {
   uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a: the same on every rank and build (std::hash need not be)
   for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
-  const auto it = agreed_turns_.find(name);
-  const uint64_t turns = it == agreed_turns_.end() ? 0 : it->second;
+  const uint64_t turns = progress_->agreedTurns(name);
   return static_cast<int>((h + turns) % static_cast<uint64_t>(comm_.size()));
 }
 
-void BlockExchange::agreedApplied(const std::string& name) {
-  // Bounded (a job may make up new names forever): every rank inserts the
-  // same names in the same order, so every rank clears at the same time.
-  if (agreed_turns_.size() >= kMaxAgreedTurns && !agreed_turns_.count(name)) agreed_turns_.clear();
-  ++agreed_turns_[name];
-}
+void BlockExchange::agreedApplied(const std::string& name) { progress_->agreedApplied(name); }
 
 }  // namespace mgs

@@ -23,6 +23,7 @@
 #include "common/params.h"
 #include "core/request.h"
 #include "core/sparse_block.h"
+#include "core/sparse_progress.h"
 #include "plan/cost_model.h"
 
 namespace mgs {
@@ -39,7 +40,10 @@ class BlockExchange {
   // Allgathers in flight at most (the pipeline finishes the oldest first).
   static constexpr size_t kMaxInFlight = 4;
 
-  explicit BlockExchange(Communicator& comm) : comm_(comm) {}
+  // `progress` holds the agreed buckets' turns (a checkpoint reads and
+  // restores them there); null: an own one.
+  explicit BlockExchange(Communicator& comm, SparseProgress* progress = nullptr)
+      : comm_(comm), progress_(progress ? progress : &own_progress_) {}
 
   // Pooled byte buffers (no allocation in steady state). New bytes are
   // zero-filled: padding is sent but never read.
@@ -98,9 +102,9 @@ class BlockExchange {
   Communicator& comm_;
   std::vector<std::vector<char>> pool_;
   std::vector<uint64_t> seen_;  // bitmap for duplicate indices (kept zero)
-  // Per agreed bucket: how many times it was applied.
-  std::unordered_map<std::string, uint64_t> agreed_turns_;
-  static constexpr size_t kMaxAgreedTurns = 1 << 16;
+  // Per agreed bucket: how many times it was applied (bounded there).
+  SparseProgress own_progress_;
+  SparseProgress* progress_;
 };
 
 }  // namespace mgs

@@ -47,7 +47,19 @@ double BucketSchedule::currentDensity() const {
 void BucketSchedule::submit(std::vector<Request> reqs) {
   for (auto& req : reqs) {
     if (seen_.count(req.name)) onStepBoundary();
-    if (seen_.empty()) online_.stepStarted(req.enqueued);
+    if (seen_.empty()) {
+      // A step begins. A restored step counter (a resumed checkpoint,
+      // mgs_sparse_state_restore) is taken over here, on every rank at the
+      // same place; the profile starts again from it.
+      uint64_t restored = 0;
+      if (progress_ && progress_->takeRestoredStep(&restored) && restored != step_) {
+        step_ = restored;
+        profile_start_ = step_;
+        profile_.clear();
+      }
+      if (progress_) progress_->stepBegan(step_);
+      online_.stepStarted(req.enqueued);
+    }
     seen_.insert(req.name);
     elements_[req.name] = static_cast<int64_t>(req.input.numel());
     const uint64_t profiled = step_ - profile_start_;

@@ -45,6 +45,7 @@
 #include "core/host_load.h"
 #include "core/online_cost.h"
 #include "core/request.h"
+#include "core/sparse_progress.h"
 #include "core/sparse_stats.h"
 #include "plan/cost_model.h"
 
@@ -88,6 +89,9 @@ class BucketSchedule {
   void failHeld(const Status& st, const std::function<void(Request&, Status)>& complete);
 
   uint64_t step() const { return step_; }
+  // Where the step counter is published for checkpoints, and a restored one
+  // taken over from at the start of the next step (null: neither).
+  void setProgress(SparseProgress* progress) { progress_ = progress; }
   // The density of this step (DGC warm-up, algorithms.md 8.3).
   double currentDensity() const;
 
@@ -121,6 +125,7 @@ class BucketSchedule {
   RunBucket run_;
 
   uint64_t step_ = 0;
+  SparseProgress* progress_ = nullptr;
   int idle_cycles_ = 0;
   std::unordered_set<std::string> seen_;  // names seen in the current step
   uint64_t profile_start_ = 0;            // step at which the current profile began

@@ -5,41 +5,34 @@
 
 #include "common/check.h"
 #include "common/logging.h"
-#include "core/wire.h"
+#include "core/handle_table.h"
+#include "core/signature_wire.h"
 
 namespace mgs {
 namespace {
 
 constexpr uint64_t kNoSlowPathBit = 1;
-// Bytes of one report entry besides its name (and an upper bound on the
-// shape: at most MGS_MAX_DIMS dimensions).
-constexpr size_t kSignatureBytes = 64 + 8 * MGS_MAX_DIMS;
 constexpr size_t kMaxReportBytes = size_t{64} << 20;
 constexpr uint64_t kNoShutdownBit = 2;
 
-void writeSignature(WireWriter& w, const std::string& name, const Signature& s) {
-  w.putString(name);
-  w.put(static_cast<uint8_t>(s.type));
-  w.put(static_cast<int32_t>(s.dtype));
-  w.putShape(s.shape);
-  w.put(static_cast<uint8_t>(s.on_cuda));
-  w.put(s.reduce_op);
-  w.put(s.prescale);
-  w.put(s.postscale);
-  w.put(s.flags);
-  w.put(s.root);
-}
-
-bool readSignature(WireReader& r, std::string* name, Signature* s) {
-  uint8_t type, cuda;
-  int32_t dtype;
-  if (!r.getString(name) || !r.get(&type) || !r.get(&dtype) || !r.getShape(&s->shape) || !r.get(&cuda) ||
-      !r.get(&s->reduce_op) || !r.get(&s->prescale) || !r.get(&s->postscale) || !r.get(&s->flags) || !r.get(&s->root))
-    return false;
-  s->type = static_cast<OpType>(type);
-  s->dtype = static_cast<DataType>(dtype);
-  s->on_cuda = cuda != 0;
-  return true;
+// The request a joined rank runs for an allreduce it did not submit: zeros
+// in a buffer of its own, in place, with a handle nobody waits for.
+Request servedRequest(const std::string& name, const Signature& sig) {
+  Request req;
+  req.name = name;
+  req.sig = sig;
+  req.served = true;
+  size_t numel = 0, bytes = 0;
+  if (!checkedSize(sig.shape, sig.dtype, &numel, &bytes).ok()) bytes = 0;  // checked where it was enqueued
+  auto buf = std::make_shared<std::vector<char>>(bytes, 0);
+  req.input.data = buf->data();
+  req.input.dtype = sig.dtype;
+  req.input.shape = sig.shape;
+  req.output = req.input;
+  req.owner = buf;
+  req.handle = std::make_shared<HandleState>();
+  req.enqueued = Clock::now();
+  return req;
 }
 
 }  // namespace
@@ -82,7 +75,9 @@ Status Controller::cycle(std::vector<Request> incoming, int32_t shutdown_word, C
     // request was reported in that cycle (above), so this is only a guard.
     const bool cached = p.cache_bit >= 0 && static_cast<size_t>(p.cache_bit) < cache_.bits() &&
                         cache_.nameAt(static_cast<size_t>(p.cache_bit)) == name;
-    if (!cached || std::chrono::duration<double>(now - p.req.enqueued).count() > stale_cached_s_) {
+    // Ops of a process set are never cached: ranks outside it never set their bits.
+    if (!cached || p.req.sig.process_set != 0 ||
+        std::chrono::duration<double>(now - p.req.enqueued).count() > stale_cached_s_) {
       need_slow = true;
       continue;
     }
@@ -123,7 +118,7 @@ Status Controller::slowPath(CycleResult* out) {
   WireWriter w;
   for (auto& [name, p] : pending_) {
     if (p.reported) continue;
-    if (w.str().size() + name.size() + kSignatureBytes > cap && !w.str().empty()) break;
+    if (w.str().size() + name.size() + kSignatureBytes + 4 * p.req.sig.ranks.size() > cap && !w.str().empty()) break;
     p.reported = true;
     writeSignature(w, name, p.req.sig);
   }
@@ -137,14 +132,29 @@ Status Controller::slowPath(CycleResult* out) {
   uint32_t n = 0;
   MGS_ENSURE(r.get(&n), kInternal, "corrupt response list from rank 0");
   for (uint32_t i = 0; i < n; ++i) {
-    std::string name, message;
-    int32_t code;
-    MGS_ENSURE(r.getString(&name) && r.get(&code) && r.getString(&message), kInternal,
-               "corrupt response list from rank 0");
+    std::string name, message, served_name;
+    int32_t code, process_set;
+    uint8_t flags;
+    int64_t value;
+    Signature served;
+    MGS_ENSURE(r.getString(&name) && r.get(&code) && r.getString(&message) && r.get(&process_set) &&
+                   r.get(&flags) && r.get(&value) &&
+                   (!(flags & kResponseServed) || readSignature(r, &served_name, &served)),
+               kInternal, "corrupt response list from rank 0");
     auto it = pending_.find(name);
     if (code == static_cast<int32_t>(Code::kOk)) {
-      MGS_ENSURE(it != pending_.end(), kInternal, "rank 0 declared '" << name << "' ready but it is not pending here");
-      cache_.put(name, it->second.req.sig, tick_);
+      if (it == pending_.end()) {
+        // Not submitted here: an allreduce this (joined) rank serves, or an
+        // op of a process set this rank is not in.
+        if (flags & kResponseServed) {
+          out->ready.push_back(ReadyOp{servedRequest(name, served), Status::OK()});
+          continue;
+        }
+        MGS_ENSURE(process_set != 0, kInternal, "rank 0 declared '" << name << "' ready but it is not pending here");
+        continue;
+      }
+      if (flags & kResponseCacheable) cache_.put(name, it->second.req.sig, tick_);
+      if (it->second.req.handle) it->second.req.handle->value = value;
     } else {
       cache_.erase(name);
       if (it == pending_.end()) continue;  // e.g. a stall abort for a name this rank never sent
@@ -155,68 +165,10 @@ Status Controller::slowPath(CycleResult* out) {
   return Status::OK();
 }
 
-std::string Controller::validate(const std::string& name, const std::vector<Signature>& sigs) const {
-  for (size_t r = 1; r < sigs.size(); ++r) {
-    std::string m = sigs[0].mismatch(sigs[r], 0, static_cast<int>(r));
-    if (!m.empty()) return "tensor '" + name + "': " + m;
-  }
+std::string Controller::pendingInSet(int32_t id) const {
+  for (const auto& [name, p] : pending_)
+    if (p.req.sig.process_set == id) return name;
   return "";
-}
-
-std::string Controller::buildResponses(const std::vector<std::string>& reports) {
-  const int size = comm_.size();
-  const auto now = Clock::now();
-  WireWriter out;
-  uint32_t count = 0;
-  WireWriter body;
-  auto respond = [&](const std::string& name, Code code, const std::string& msg) {
-    body.putString(name);
-    body.put(static_cast<int32_t>(code));
-    body.putString(msg);
-    ++count;
-  };
-
-  std::vector<std::string> completed;
-  for (int rank = 0; rank < size; ++rank) {
-    WireReader r(reports[rank]);
-    while (!r.atEnd()) {
-      std::string name;
-      Signature sig;
-      if (!readSignature(r, &name, &sig)) {
-        MGS_LOG_ERROR("corrupt negotiation message from rank {}", rank);
-        break;
-      }
-      auto [it, fresh] = table_.try_emplace(name);
-      Negotiation& n = it->second;
-      if (fresh) {
-        n.sigs.resize(size);
-        n.stall = StallEntry{name, sig.type, std::vector<bool>(size, false), now, {}};
-      }
-      if (n.stall.submitted[rank]) continue;  // cannot happen: names are unique in flight
-      n.stall.submitted[rank] = true;
-      n.sigs[rank] = sig;
-      if (++n.count == size) completed.push_back(name);
-    }
-  }
-  for (const auto& name : completed) {
-    const std::string err = validate(name, table_[name].sigs);
-    respond(name, err.empty() ? Code::kOk : Code::kMismatch, err);
-    if (!err.empty()) MGS_LOG_ERROR("{}", err);
-    table_.erase(name);
-  }
-
-  std::vector<StallEntry*> waiting;
-  for (auto& [name, n] : table_) waiting.push_back(&n.stall);
-  StallVerdict v = stall_.inspect(waiting, now);
-  for (const auto& msg : v.warnings) MGS_LOG_WARN("{}", msg);
-  for (const auto& [name, msg] : v.aborts) {
-    MGS_LOG_ERROR("stall: {}", msg);
-    respond(name, Code::kTimeout, msg);
-    table_.erase(name);
-  }
-  out.put(count);
-  out.str() += body.str();
-  return std::move(out.str());
 }
 
 std::vector<Request> Controller::takePending() {

@@ -13,6 +13,19 @@
 // broadcasts an ordered response list. Rank 0 keeps forcing the slow path
 // while some name is reported by only some ranks, so no rank can be waiting on
 // a bit that another rank will never set.
+//
+// Process sets: an op of a set waits for the set's ranks only; a rank outside
+// the set that submits its name fails it on every rank (and the set's ranks
+// that submit it later fail too). Such ops always take the slow path (ranks
+// outside the set never set their bits), and the response list reaches every
+// rank: a rank skips the ones it has not submitted.
+//
+// Join: while a rank has joined, an op of the global set is ready once every
+// rank that has not joined submitted it. An allreduce of host tensors then
+// runs on the joined ranks too, with zeros (the response carries its
+// signature, and those ranks build the request themselves); any other op
+// fails on every rank, naming the joined ranks (Horovod's join). The join op
+// completes when every rank joined, with the last rank to join.
 #pragma once
 
 #include <map>
@@ -22,6 +35,7 @@
 
 #include "comm/communicator.h"
 #include "common/params.h"
+#include "core/process_sets.h"
 #include "core/request.h"
 #include "core/response_cache.h"
 #include "core/stall_inspector.h"
@@ -60,6 +74,13 @@ class Controller {
   std::vector<Request> takePending();
   ControllerStats stats() const;
   size_t pendingCount() const { return pending_.size(); }
+  // Where rank 0 finds the process sets (the runtime's table); without it
+  // only the global set exists.
+  void setProcessSets(const ProcessSetTable* sets) { sets_ = sets; }
+  // The name of a request of process set `id` pending on this rank, or "".
+  std::string pendingInSet(int32_t id) const;
+  // A process set was removed: forget what rank 0 kept about its names.
+  void forgetSet(int32_t id);
   // Nothing submitted here and (rank 0) nothing reported by any rank.
   bool idle() const { return pending_.empty() && table_.empty(); }
 
@@ -71,8 +92,10 @@ class Controller {
   };
 
   Status slowPath(CycleResult* out);
-  std::string validate(const std::string& name, const std::vector<Signature>& sigs) const;
-  std::string buildResponses(const std::vector<std::string>& reports);  // rank 0
+  // Rank 0: the reports in, the response list out (controller_responses.cc).
+  std::string buildResponses(const std::vector<std::string>& reports);
+  // The members of process set `id` as a per-rank mask (false if unknown).
+  bool membersOf(int32_t id, std::vector<bool>* mask, ProcessSetInfo* info) const;
 
   Communicator& comm_;
   const Config config_;
@@ -86,8 +109,22 @@ class Controller {
     StallEntry stall;
     std::vector<Signature> sigs;
     int count = 0;
+    int expected = 0;     // ranks of its process set
+    int32_t process_set = 0;
   };
   std::map<std::string, Negotiation> table_;
+  // Rank 0 only: names a rank outside their process set submitted, with the
+  // error, and the set's ranks that have not been told yet.
+  struct Poisoned {
+    std::string message;
+    int32_t process_set = 0;
+    std::vector<bool> untold;
+  };
+  std::map<std::string, Poisoned> poisoned_;
+  // Rank 0 only: ranks that joined (their join op is in table_), and the last.
+  std::vector<bool> joined_;
+  int last_joined_ = -1;
+  const ProcessSetTable* sets_ = nullptr;
   ControllerStats stats_;
 };
 

@@ -70,8 +70,19 @@ void Executor::run(std::vector<ReadyOp>& ops) {
         else
           st = broadcast(first);
         break;
+      case OpType::kAlltoall:
+        st = alltoall(first);
+        break;
+      case OpType::kReducescatter:
+        st = reducescatter(first);
+        break;
       case OpType::kBarrier:
+      case OpType::kJoin:
         break;  // negotiation already synchronised every rank
+      case OpType::kProcessSetAdd:
+      case OpType::kProcessSetRemove:
+        st = Status(Code::kInternal, "process set changes run in ProcessSetRunner, not on an executor");
+        break;
     }
     if (!st.ok())
       st = Status(st.code(), "rank " + std::to_string(comm_.rank()) + ", " + opTypeName(first.sig.type) +
@@ -338,6 +349,29 @@ bool tryResize(std::vector<char>* v, size_t n) {
   }
 }
 }  // namespace
+
+Status Executor::agreeAllocation(const Request& r, size_t bytes, HostBuffer* out, const char* what,
+                                 const std::string& failed_before) {
+  const int size = comm_.size();
+  int64_t failed = size;  // lowest rank that cannot hold the result, or size
+  std::string why = failed_before;
+  if (!why.empty()) {
+  } else if (bytes > physicalMemory()) {
+    why = "the " + std::string(what) + " (" + std::to_string(bytes) + " bytes) exceeds this host's " +
+          std::to_string(physicalMemory()) + " bytes of memory";
+  } else if (!out->allocate(bytes)) {
+    why = "could not allocate " + std::to_string(bytes) + " bytes for the " + what;
+  }
+  if (!why.empty()) {
+    failed = comm_.rank();
+    MGS_LOG_ERROR("rank {}, {} of tensor '{}': {}", comm_.rank(), opTypeName(r.sig.type), r.name, why);
+  }
+  MGS_RETURN_IF_ERROR(comm_.allreduce(&failed, 1, MGS_INT64, CommOp::kMin));
+  if (failed == size) return Status::OK();
+  out->allocate(0);
+  if (failed == comm_.rank()) return Status(Code::kUnsupported, why);
+  return Status(Code::kUnsupported, "rank " + std::to_string(failed) + " cannot take part (its log says why)");
+}
 
 Status Executor::allgather(Request& r) {
   const int size = comm_.size();

@@ -12,6 +12,7 @@
 #include "comm/communicator.h"
 #include "common/params.h"
 #include "core/controller.h"
+#include "core/handle_table.h"
 #include "core/device_backend.h"
 #include "core/sparse_pipeline.h"
 #include "core/timeline.h"
@@ -88,6 +89,17 @@ class Executor {
   Status agreeFinite(const std::vector<Request*>& group, const std::vector<const void*>& inputs);
   Status allgather(Request& req);
   Status broadcast(Request& req);
+  // executor_collectives.cc: alltoall (splits exchanged, then one
+  // alltoallv; the result held like an allgather's) and reducescatter (a
+  // full allreduce of a copy, of which each rank keeps its rows).
+  Status alltoall(Request& req);
+  Status reducescatter(Request& req);
+  // Agree that every rank can allocate `bytes` (and hold them on this host)
+  // before a collective writes there; the same verdict on every rank.
+  // `failed_before`: why this rank cannot take part at all (it still joins
+  // the agreement, so that no rank waits alone).
+  Status agreeAllocation(const Request& req, size_t bytes, HostBuffer* out, const char* what,
+                         const std::string& failed_before = std::string());
   double finalFactor(const Signature& sig) const;
   void span(const std::vector<Request*>& group, const char* activity, Clock::time_point start);
 

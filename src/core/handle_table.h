@@ -51,8 +51,11 @@ class HandleState {
   // OK if this handle finished an allgather successfully; otherwise why not.
   Status completedAllgather() const;
 
-  // Filled by the coordinator before complete() for allgather.
+  // Filled by the coordinator before complete() for allgather (and alltoall:
+  // rank_sizes are then the rows received from each rank).
   AllgatherResult allgather;
+  // Filled before complete(): a new process set's id; the last rank to join.
+  int64_t value = 0;
 
  private:
   mutable std::mutex mu_;

@@ -14,6 +14,16 @@ const char* opTypeName(OpType t) {
       return "broadcast";
     case OpType::kBarrier:
       return "barrier";
+    case OpType::kAlltoall:
+      return "alltoall";
+    case OpType::kReducescatter:
+      return "reducescatter";
+    case OpType::kProcessSetAdd:
+      return "add_process_set";
+    case OpType::kProcessSetRemove:
+      return "remove_process_set";
+    case OpType::kJoin:
+      return "join";
   }
   return "unknown";
 }
@@ -64,6 +74,16 @@ Status allgatherLayout(const std::vector<int64_t>& shape, DataType dtype, const 
   return Status::OK();
 }
 
+std::string qualifiedName(const std::string& name, int32_t process_set) {
+  return process_set == 0 ? name : name + " [process set " + std::to_string(process_set) + "]";
+}
+
+std::vector<int64_t> reducescatterRows(int64_t dim0, int ranks) {
+  std::vector<int64_t> rows(static_cast<size_t>(ranks), ranks > 0 ? dim0 / ranks : 0);
+  for (int r = 0; r < ranks && r < dim0 % ranks; ++r) rows[static_cast<size_t>(r)] += 1;
+  return rows;
+}
+
 std::string shapeString(const std::vector<int64_t>& shape) {
   std::ostringstream os;
   os << '[';
@@ -83,11 +103,20 @@ std::string Signature::mismatch(const Signature& o, int rank_a, int rank_b) cons
     differ("dtype", dtypeName(dtype), dtypeName(o.dtype));
   } else if (on_cuda != o.on_cuda) {
     differ("device", on_cuda ? "CUDA" : "CPU", o.on_cuda ? "CUDA" : "CPU");
-  } else if (type == OpType::kAllgather) {
+  } else if (type == OpType::kProcessSetAdd) {
+    if (ranks != o.ranks) {
+      std::vector<int64_t> a(ranks.begin(), ranks.end()), b(o.ranks.begin(), o.ranks.end());
+      differ("process set ranks", shapeString(a), shapeString(b));
+    }
+  } else if (type == OpType::kProcessSetRemove) {
+    if (root != o.root) differ("process set to remove", std::to_string(root), std::to_string(o.root));
+  } else if (type == OpType::kAllgather || type == OpType::kAlltoall) {
     const bool same = shape.size() == o.shape.size() && shape.size() >= 1 &&
                       std::equal(shape.begin() + 1, shape.end(), o.shape.begin() + 1);
     if (!same)
-      differ("shape (allgather needs equal dimensions after the first)", shapeString(shape), shapeString(o.shape));
+      differ(type == OpType::kAllgather ? "shape (allgather needs equal dimensions after the first)"
+                                        : "shape (alltoall needs equal dimensions after the first)",
+             shapeString(shape), shapeString(o.shape));
   } else if (shape != o.shape) {
     differ("shape", shapeString(shape), shapeString(o.shape));
   } else if (reduce_op != o.reduce_op) {

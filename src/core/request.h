@@ -16,7 +16,17 @@ namespace mgs {
 
 using Clock = std::chrono::steady_clock;
 
-enum class OpType : uint8_t { kAllreduce = 0, kAllgather = 1, kBroadcast = 2, kBarrier = 3 };
+enum class OpType : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kBarrier = 3,
+  kAlltoall = 4,
+  kReducescatter = 5,
+  kProcessSetAdd = 6,     // collective over every rank: creates a process set (Signature::ranks)
+  kProcessSetRemove = 7,  // collective over every rank: removes process set Signature::root
+  kJoin = 8               // this rank has no more data (Horovod's join)
+};
 const char* opTypeName(OpType t);
 
 struct TensorDesc {
@@ -59,8 +69,8 @@ struct AllgatherLayout {
 Status allgatherLayout(const std::vector<int64_t>& shape, DataType dtype, const std::vector<int64_t>& dims,
                        AllgatherLayout* out);
 
-// The fields every rank must agree on. For allgather the first dimension may
-// differ per rank, so it is left out of the comparison (first_dim_free).
+// The fields every rank must agree on. For allgather and alltoall the first
+// dimension may differ per rank, so it is left out of the comparison.
 struct Signature {
   OpType type = OpType::kAllreduce;
   DataType dtype = MGS_FLOAT32;
@@ -71,6 +81,11 @@ struct Signature {
   double postscale = 1.0;
   uint32_t flags = 0;
   int32_t root = 0;
+  // The process set the op runs in (0: every rank). Its name is qualified
+  // with it (qualifiedName), so names only meet within one set.
+  int32_t process_set = 0;
+  // kProcessSetAdd: the member ranks, ascending.
+  std::vector<int32_t> ranks;
 
   // Empty if `this` (from rank a) and `o` (from rank b) agree; else a message
   // naming the field, both ranks and both values.
@@ -84,9 +99,22 @@ struct Request {
   std::string name;
   Signature sig;
   TensorDesc input;
-  TensorDesc output;  // allreduce only (input for broadcast is in place)
+  TensorDesc output;  // allreduce and reducescatter (input for broadcast is in place)
+  std::vector<int64_t> splits;  // alltoall: rows of the input sent to each rank of the set, in set order
   std::shared_ptr<HandleState> handle;
   Clock::time_point enqueued;
+  // An allreduce this rank runs with zeros for the others while it has
+  // joined (controller.h): not enqueued here, its buffer is `owner`.
+  bool served = false;
+  std::shared_ptr<void> owner;
 };
+
+// The name an op travels under: `name` itself in the global set, else
+// "name [process set N]", so that each set has its own names.
+std::string qualifiedName(const std::string& name, int32_t process_set);
+
+// Rows of reducescatter's result on each of `ranks` ranks for a first
+// dimension of `dim0`: as even as possible, the first ranks one more.
+std::vector<int64_t> reducescatterRows(int64_t dim0, int ranks);
 
 }  // namespace mgs

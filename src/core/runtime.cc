@@ -11,6 +11,7 @@
 #include "core/device.h"
 #include "core/device_backend.h"
 #include "core/executor.h"
+#include "core/process_set_runner.h"
 #include "core/timeline.h"
 
 namespace mgs {
@@ -22,6 +23,8 @@ Status checkConfigAgrees(Communicator& comm, const Config& c) {
   return checkAgreement(c, comm.size(),
                         [&](const void* in, size_t n, void* out) { return comm.allgather(in, n, out); });
 }
+
+}  // namespace
 
 Status checkTensor(const std::string& name, const char* role, const TensorDesc& t) {
   MGS_ENSURE(dtypeValid(t.dtype), kInvalidArgument,
@@ -50,8 +53,6 @@ Signature signatureOf(OpType type, const TensorDesc& t) {
   return s;
 }
 
-}  // namespace
-
 Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr<Runtime>* out) {
   std::unique_ptr<Runtime> rt(new Runtime(config));
   std::promise<Status> ready;
@@ -75,7 +76,7 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
       if (st.ok())
         st = SparsePipeline::create(*comm, self->config_, self->residuals_,
                                     [self](Request& req, Status s) { self->completeRequest(req, std::move(s)); },
-                                    &sparse);
+                                    &sparse, &self->progress_);
     } catch (const std::exception& e) {
       st = Status(Code::kInternal, std::string("starting the coordinator failed: ") + e.what());
     } catch (...) {
@@ -86,6 +87,7 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
       self->size_ = comm->size();
       self->local_rank_ = comm->localRank();
       self->local_size_ = comm->localSize();
+      self->sets_.reset(self->size_);
       configureLogging(self->rank_, self->config_.log_level);
       self->running_ = true;
     }
@@ -181,6 +183,10 @@ Status Runtime::stoppedStatus() {
 }
 
 void Runtime::completeRequest(Request& req, Status st) {
+  if (req.served) {  // run for others while this rank has joined: nobody waits for it here
+    req.handle->complete(std::move(st));
+    return;
+  }
   ops_completed_ += 1;
   if (st.ok() && req.sig.type == OpType::kAllreduce) bytes_reduced_ += req.input.bytes();
   if (st.code() == Code::kTimeout) {
@@ -204,6 +210,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
     if (!st.ok()) MGS_LOG_ERROR("{}", st.message());
   }
   Controller controller(*comm, config_);
+  controller.setProcessSets(&sets_);
   auto complete = [this](Request& req, Status st) { completeRequest(req, std::move(st)); };
   SparsePipeline& sparse = *sparse_owner;
   sparse.setTimeline(timeline.get());
@@ -215,6 +222,22 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
   // (device buckets, sparse_device.cc); forCuda() creates it under auto.
   sparse.setDeviceComm([b = backend.get()]() -> device::DeviceComm* { return b ? b->forCuda() : nullptr; });
   Executor executor(*comm, config_, timeline.get(), &sparse, complete, backend.get());
+  ProcessSetRunner set_runner(*comm, config_, timeline.get(), complete, sets_, controller);
+  // Requests of a process set removed after they were enqueued fail here,
+  // on this rank alone (every rank has removed it by now).
+  auto drainKnown = [&] {
+    std::vector<Request> out;
+    ProcessSetInfo info;
+    for (auto& r : queue_.drain()) {
+      if (r.sig.process_set != 0 && !sets_.get(r.sig.process_set, &info))
+        completeRequest(r, Status(Code::kInvalidArgument, "tensor '" + r.name + "': process set " +
+                                                              std::to_string(r.sig.process_set) +
+                                                              " was removed before it could run"));
+      else
+        out.push_back(std::move(r));
+    }
+    return out;
+  };
   const auto cycle =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   const std::string me = "rank " + std::to_string(rank_);
@@ -228,6 +251,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
     sparse.pumpInFlight();
     if (negotiating) {
       executor.poll();
+      set_runner.poll();
       sparse.poll();
     }
   });
@@ -244,7 +268,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
     try {
       const ControllerStats before = controller.stats();
       negotiating = true;
-      Status st = controller.cycle(queue_.drain(), shutdown_requested_ ? stopWord() : 0, &result);
+      Status st = controller.cycle(drainKnown(), shutdown_requested_ ? stopWord() : 0, &result);
       negotiating = false;
       const ControllerStats after = controller.stats();
       cached_names_ = after.cached_names;
@@ -262,7 +286,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
         MGS_LOG_ERROR("{}", fatal.message());
         break;
       }
-      executor.run(result.ready);
+      set_runner.run(result.ready, executor);
       sparse.poll();
       {
         std::lock_guard<std::mutex> lk(stats_mu_);
@@ -298,7 +322,8 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
     // but made real dense training slower (ResNet-50, 4 emulated 1 Gbit/s
     // hosts: 2.80-2.98 s per step against 2.17-2.55 s without), for reasons
     // not found yet, so the cycle stays fixed (bench/NOTES.md).
-    const bool idle = result.ready.empty() && controller.idle() && sparse.idle() && executor.idle();
+    const bool idle =
+        result.ready.empty() && controller.idle() && sparse.idle() && executor.idle() && set_runner.idle();
     if (idle) idle_cycles_ += 1;
     queue_.waitUntil(t0 + cycle);
   }
@@ -315,9 +340,11 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
   try {
     if (fatal.ok()) {  // shutdown was negotiated: every rank finishes the same exchanges
       executor.drain();
+      set_runner.drain();
       sparse.drain();
     }
     executor.failInFlight(Status(final_status.code(), "in flight: " + final_status.message()));
+    set_runner.failInFlight(Status(final_status.code(), "in flight: " + final_status.message()));
     sparse.failHeld(Status(final_status.code(), "held in a sparse bucket: " + final_status.message()));
     for (auto& r : controller.takePending()) fail(r);
     for (auto& r : queue_.drain()) fail(r);
@@ -359,6 +386,16 @@ Status Runtime::enqueue(Request req, uint64_t* handle) {
              "tensor name of " << req.name.size() << " bytes (starting '" << req.name.substr(0, 40)
                                << "') is longer than MGS_MAX_NAME_BYTES = " << MGS_MAX_NAME_BYTES);
   if (!running_) return stoppedStatus();
+  if (req.sig.process_set != 0) {
+    ProcessSetInfo info;
+    MGS_ENSURE(sets_.get(req.sig.process_set, &info), kInvalidArgument,
+               opTypeName(req.sig.type) << " of tensor '" << req.name << "': process set " << req.sig.process_set
+                                        << " does not exist (never added, or removed)");
+    // A rank outside the set is let through: negotiation fails the op on
+    // every rank that submitted it, naming this rank (controller.h).
+    req.name = qualifiedName(req.name, req.sig.process_set);
+    req.sig.flags &= ~MGS_FLAG_SPARSE_OK;  // the sparse pipeline runs on the global set only
+  }
   req.handle = std::make_shared<HandleState>();
   req.enqueued = Clock::now();
   auto state = req.handle;
@@ -373,7 +410,8 @@ Status Runtime::enqueue(Request req, uint64_t* handle) {
 }
 
 Status Runtime::enqueueAllreduce(const std::string& name, const TensorDesc& in, const TensorDesc& out, int reduce_op,
-                                 double prescale, double postscale, uint32_t flags, uint64_t* handle) {
+                                 double prescale, double postscale, uint32_t flags, uint64_t* handle,
+                                 int32_t process_set) {
   MGS_ENSURE(!name.empty(), kInvalidArgument, "allreduce: the tensor name is empty");
   MGS_RETURN_IF_ERROR(checkTensor(name, "input", in));
   MGS_RETURN_IF_ERROR(checkTensor(name, "output", out));
@@ -394,12 +432,14 @@ Status Runtime::enqueueAllreduce(const std::string& name, const TensorDesc& in, 
   req.sig.prescale = prescale;
   req.sig.postscale = postscale;
   req.sig.flags = flags;
+  req.sig.process_set = process_set;
   req.input = in;
   req.output = out;
   return enqueue(std::move(req), handle);
 }
 
-Status Runtime::enqueueAllgather(const std::string& name, const TensorDesc& in, uint64_t* handle) {
+Status Runtime::enqueueAllgather(const std::string& name, const TensorDesc& in, uint64_t* handle,
+                                 int32_t process_set) {
   MGS_ENSURE(!name.empty(), kInvalidArgument, "allgather: the tensor name is empty");
   MGS_RETURN_IF_ERROR(checkTensor(name, "input", in));
   MGS_ENSURE(!in.shape.empty(), kInvalidArgument,
@@ -407,11 +447,13 @@ Status Runtime::enqueueAllgather(const std::string& name, const TensorDesc& in, 
   Request req;
   req.name = name;
   req.sig = signatureOf(OpType::kAllgather, in);
+  req.sig.process_set = process_set;
   req.input = in;
   return enqueue(std::move(req), handle);
 }
 
-Status Runtime::enqueueBroadcast(const std::string& name, const TensorDesc& t, int root, uint64_t* handle) {
+Status Runtime::enqueueBroadcast(const std::string& name, const TensorDesc& t, int root, uint64_t* handle,
+                                 int32_t process_set) {
   MGS_ENSURE(!name.empty(), kInvalidArgument, "broadcast: the tensor name is empty");
   MGS_RETURN_IF_ERROR(checkTensor(name, "tensor", t));
   MGS_ENSURE(root >= 0 && root < size_, kInvalidArgument,
@@ -420,18 +462,40 @@ Status Runtime::enqueueBroadcast(const std::string& name, const TensorDesc& t, i
   req.name = name;
   req.sig = signatureOf(OpType::kBroadcast, t);
   req.sig.root = root;
+  req.sig.process_set = process_set;
+  if (process_set != 0) {
+    // The set's communicator numbers its ranks from 0: the root as one of them.
+    ProcessSetInfo info;
+    if (sets_.get(process_set, &info)) {
+      MGS_ENSURE(info.contains(root), kInvalidArgument,
+                 "broadcast of tensor '" << name << "': root rank " << root << " is not in "
+                                         << ProcessSetTable::describe(info));
+      req.sig.root = info.indexOf(root);
+    }
+  }
   req.input = t;
   return enqueue(std::move(req), handle);
 }
 
-Status Runtime::barrier() {
+Status Runtime::barrier(int32_t process_set) {
   Request req;
-  // Every rank numbers its barriers the same way, so the names match.
-  req.name = "mgs.barrier." + std::to_string(barrier_count_.fetch_add(1));
+  // Every rank numbers its barriers the same way, so the names match (a
+  // set's name is qualified with it, so each set counts apart).
+  {
+    std::lock_guard<std::mutex> lk(count_mu_);
+    req.name = "mgs.barrier." + std::to_string(barrier_counts_[process_set]++);
+  }
   req.sig.type = OpType::kBarrier;
+  req.sig.process_set = process_set;
+  return runBlocking(std::move(req));
+}
+
+Status Runtime::runBlocking(Request req, int64_t* value) {
   uint64_t id = 0;
   MGS_RETURN_IF_ERROR(enqueue(std::move(req), &id));
-  Status st = handles_.get(id)->wait();
+  auto state = handles_.get(id);
+  Status st = state->wait();
+  if (value != nullptr) *value = state->value;
   handles_.release(id);
   return st;
 }

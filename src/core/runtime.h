@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,13 +20,20 @@
 #include "comm/communicator.h"
 #include "common/params.h"
 #include "core/handle_table.h"
+#include "core/process_sets.h"
 #include "core/request_queue.h"
 #include "core/residual_store.h"
 #include "core/sparse_pipeline.h"
+#include "core/sparse_progress.h"
 
 namespace mgs {
 
 class DeviceBackend;
+
+// The checks every enqueued tensor passes (dtype, shape, size, data, device),
+// naming the tensor and its role ("input"); and the signature of an op on it.
+Status checkTensor(const std::string& name, const char* role, const TensorDesc& t);
+Signature signatureOf(OpType type, const TensorDesc& t);
 
 // Negotiation counters, published by the coordinator after every cycle.
 // Only cycles with work pending count, so idle cycles between steps do not
@@ -72,21 +80,43 @@ class Runtime {
   int localSize() const { return local_size_; }
   const Config& config() const { return config_; }
 
+  // `process_set`: the set the op runs in (0: every rank); a broadcast's
+  // root is a world rank, which must be in the set.
   Status enqueueAllreduce(const std::string& name, const TensorDesc& in, const TensorDesc& out, int reduce_op,
-                          double prescale, double postscale, uint32_t flags, uint64_t* handle);
-  Status enqueueAllgather(const std::string& name, const TensorDesc& in, uint64_t* handle);
-  Status enqueueBroadcast(const std::string& name, const TensorDesc& t, int root, uint64_t* handle);
-  // Blocking barrier across ranks.
-  Status barrier();
+                          double prescale, double postscale, uint32_t flags, uint64_t* handle,
+                          int32_t process_set = 0);
+  Status enqueueAllgather(const std::string& name, const TensorDesc& in, uint64_t* handle, int32_t process_set = 0);
+  Status enqueueBroadcast(const std::string& name, const TensorDesc& t, int root, uint64_t* handle,
+                          int32_t process_set = 0);
+  // runtime_sets.cc: alltoall (splits: rows to each rank of the set; empty:
+  // equal parts), reducescatter, process sets and join.
+  Status enqueueAlltoall(const std::string& name, const TensorDesc& in, std::vector<int64_t> splits,
+                         int32_t process_set, uint64_t* handle);
+  Status enqueueReducescatter(const std::string& name, const TensorDesc& in, const TensorDesc& out, int reduce_op,
+                              double prescale, double postscale, int32_t process_set, uint64_t* handle);
+  // Blocking, collective over every rank: a new process set's id.
+  Status addProcessSet(std::vector<int32_t> ranks, int32_t* id);
+  Status removeProcessSet(int32_t id);
+  // The set `id` (kInvalidArgument if there is none).
+  Status processSet(int32_t id, ProcessSetInfo* out) const;
+  // Blocking: this rank has no more data; serves the others' allreduces until
+  // every rank joined. *last_rank: the last rank to join.
+  Status join(int32_t* last_rank);
+  // Blocking barrier across the ranks of a process set.
+  Status barrier(int32_t process_set = 0);
 
   HandleTable& handles() { return handles_; }
   NegotiationStats negotiationStats() const;
   SparseStats sparseStats() const;
   ResidualStore& residuals() { return residuals_; }
+  // The sparse pipeline's step counter and agreed leaders (checkpoints).
+  SparseProgress& sparseProgress() { return progress_; }
 
  private:
   explicit Runtime(const Config& config) : config_(config) {}
   Status enqueue(Request req, uint64_t* handle);
+  // Enqueue, wait and release: the blocking operations.
+  Status runBlocking(Request req, int64_t* value = nullptr);
   void loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePipeline> sparse,
             std::unique_ptr<DeviceBackend> backend);
   // Every operation ends here (coordinator thread): counters, then the handle.
@@ -106,7 +136,10 @@ class Runtime {
   mutable std::mutex hazard_mu_;
   std::string exit_hazard_;
   void addHazard(const std::string& why);
-  std::atomic<uint64_t> barrier_count_{0};
+  std::mutex count_mu_;
+  std::map<int32_t, uint64_t> barrier_counts_;  // per process set
+  std::atomic<uint64_t> process_set_count_{0}, join_count_{0};
+  ProcessSetTable sets_;
   // Written by the coordinator, read by anyone.
   std::atomic<uint64_t> idle_cycles_{0}, cycles_{0}, fast_cycles_{0}, slow_cycles_{0}, ops_completed_{0}, bytes_reduced_{0};
   std::atomic<uint64_t> cached_names_{0};
@@ -114,6 +147,7 @@ class Runtime {
   mutable std::mutex stats_mu_;
   SparseStats sparse_stats_;
   ResidualStore residuals_;
+  SparseProgress progress_;
   std::thread thread_;
 };
 

@@ -28,7 +28,8 @@ Config clamped(Config c) {
 
 }  // namespace
 
-SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, ResidualStore& residuals, Complete complete)
+SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, ResidualStore& residuals, Complete complete,
+                               SparseProgress* progress)
     : comm_(comm),
       config_(clamped(config)),
       complete_(std::move(complete)),
@@ -38,8 +39,9 @@ SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, Residua
           comm, config_, online_, stats_,
           [this]() -> const compress::Selector& { return selectorFor(config_.density); },
           [this](std::vector<Request>& members) { runBucket(members); }),
-      exchange_(comm),
+      exchange_(comm, progress),
       scatter_(comm.size()) {
+  schedule_.setProgress(progress);
   // The host stage serves every bucket but those of CUDA tensors that a
   // device stage accepts (routed_local_stage.h); where none can be made,
   // CUDA inputs are staged through the host.
@@ -80,8 +82,8 @@ Status SparsePipeline::setupAsync() {
 }
 
 Status SparsePipeline::create(Communicator& comm, const Config& config, ResidualStore& residuals, Complete complete,
-                              std::unique_ptr<SparsePipeline>* out) {
-  std::unique_ptr<SparsePipeline> p(new SparsePipeline(comm, config, residuals, std::move(complete)));
+                              std::unique_ptr<SparsePipeline>* out, SparseProgress* progress) {
+  std::unique_ptr<SparsePipeline> p(new SparsePipeline(comm, config, residuals, std::move(complete), progress));
   MGS_RETURN_IF_ERROR(p->init());
   if (p->config_.compressor != "none") {
     MGS_RETURN_IF_ERROR(p->setupAsync());
@@ -229,7 +231,9 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
     job.step = schedule_.step();
     job.name = name.c_str();
   }
-  if (!dense && !agreed && deviceBucket(members, job)) {
+  // Device buckets exist for the allgather exchange only; the agreed and
+  // hierarchical exchanges of CUDA buckets run on the local stage's route.
+  if (!dense && !agreed && !hier && deviceBucket(members, job)) {
     exchange_.giveBuffer(std::move(block));  // the block lives on the device
     startDevice(members, n, cap, compress::kForDensity(n, density), job);
     return;

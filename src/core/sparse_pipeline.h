@@ -41,6 +41,7 @@
 #include "core/request.h"
 #include "core/residual_store.h"
 #include "core/scatter_stage.h"
+#include "core/sparse_progress.h"
 #include "core/sparse_stats.h"
 #include "core/timeline.h"
 
@@ -53,8 +54,11 @@ class SparsePipeline {
   // Builds the pipeline and, for a sparse job (MGS_COMPRESSOR != none), its
   // selector and the cost model (MGS_CALIBRATION: a collective, identical on
   // all ranks), so a bad setting fails at init, not at the first gradient.
+  // `progress` (the Runtime's, outliving the pipeline; null: an own one)
+  // holds the step counter and the agreed leaders' turns, which checkpoints
+  // read and restore (core/sparse_progress.h).
   static Status create(Communicator& comm, const Config& config, ResidualStore& residuals, Complete complete,
-                       std::unique_ptr<SparsePipeline>* out);
+                       std::unique_ptr<SparsePipeline>* out, SparseProgress* progress = nullptr);
   // Rank 0's timeline, or null (set before the first submit).
   void setTimeline(Timeline* timeline) { timeline_ = timeline; }
 
@@ -102,7 +106,8 @@ class SparsePipeline {
   void setStatsSink(std::function<void(const SparseStats&)> publish) { publish_ = std::move(publish); }
 
  private:
-  SparsePipeline(Communicator& comm, const Config& config, ResidualStore& residuals, Complete complete);
+  SparsePipeline(Communicator& comm, const Config& config, ResidualStore& residuals, Complete complete,
+                 SparseProgress* progress);
   // Agreed and hierarchical buckets in flight when the backend has
   // nonblocking collectives.
   Status setupAsync();

@@ -4,10 +4,10 @@
 
 namespace mgs {
 
-std::string StallInspector::rankList(const std::vector<bool>& submitted, bool want) {
+std::string StallInspector::rankList(const std::vector<bool>& submitted, bool want, const std::vector<bool>& members) {
   std::string s;
   for (size_t r = 0; r < submitted.size(); ++r)
-    if (submitted[r] == want) s += (s.empty() ? "" : ", ") + std::to_string(r);
+    if (submitted[r] == want && (members.empty() || members[r])) s += (s.empty() ? "" : ", ") + std::to_string(r);
   return s.empty() ? "none" : s;
 }
 
@@ -18,7 +18,8 @@ StallVerdict StallInspector::inspect(std::vector<StallEntry*>& entries, Clock::t
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.1f", age);
     const std::string what = std::string(opTypeName(e->type)) + " of tensor '" + e->name + "' was submitted by ranks " +
-                             rankList(e->submitted, true) + " but not by ranks " + rankList(e->submitted, false) +
+                             rankList(e->submitted, true, e->members) + " but not by ranks " +
+                             rankList(e->submitted, false, e->members) +
                              " for " + secs + " s";
     if (abort_s_ > 0 && age >= abort_s_) {
       char limit[32];

@@ -16,6 +16,7 @@ struct StallEntry {
   std::vector<bool> submitted;  // per rank
   Clock::time_point first_seen;
   Clock::time_point last_warned;  // time_point{} if never
+  std::vector<bool> members;      // per rank, for an op of a process set (empty: every rank)
 };
 
 struct StallVerdict {
@@ -28,8 +29,10 @@ class StallInspector {
   StallInspector(double warning_s, double abort_s) : warning_s_(warning_s), abort_s_(abort_s) {}
   // Updates last_warned of the entries it warns about.
   StallVerdict inspect(std::vector<StallEntry*>& entries, Clock::time_point now) const;
-  // "ranks 0, 2" style list of the ranks where submitted == want.
-  static std::string rankList(const std::vector<bool>& submitted, bool want);
+  // "ranks 0, 2" style list of the ranks where submitted == want (among
+  // `members` where that is not empty).
+  static std::string rankList(const std::vector<bool>& submitted, bool want,
+                              const std::vector<bool>& members = {});
 
  private:
   double warning_s_;

@@ -1,4 +1,4 @@
-"""Gradients flow through allreduce, grouped_allreduce, allgather and broadcast."""
+"""Gradients flow through allreduce, grouped_allreduce, allgather and broadcast (Horovod's definitions)."""
 
 import torch
 
@@ -35,8 +35,17 @@ def test_allgather_gradient(rank, size):
     w = torch.arange(float(y.numel())).reshape(y.shape)  # the same on every rank
     (y * w).sum().backward()
     offset = sum(r + 1 for r in range(rank))
-    # every rank's loss depends on this rank's rows: the gradient is the sum over ranks
-    assert torch.equal(x.grad, w[offset:offset + rank + 1] * size)
+    # Horovod's definition: this rank's rows of the output gradients averaged over the ranks
+    # (here every rank's is w)
+    assert torch.equal(x.grad, w[offset:offset + rank + 1])
+
+
+def test_allgather_gradient_averages_differing_gradients(rank, size):
+    x = torch.ones(2, 3, requires_grad=True)
+    y = hvd.allgather(x, name="grad.allgather.differing")
+    (y * (rank + 1)).sum().backward()  # rank r's output gradient is r + 1 everywhere
+    mean = sum(r + 1 for r in range(size)) / size
+    assert torch.equal(x.grad, torch.full((2, 3), mean))
 
 
 def test_broadcast_gradient(rank, size):
@@ -46,7 +55,8 @@ def test_broadcast_gradient(rank, size):
         assert torch.equal(y.detach(), torch.full((2, 3), float(root)))
         w = torch.arange(6.).reshape(2, 3)
         (y * w).sum().backward()
-        expected = w * size if rank == root else torch.zeros(2, 3)
+        # Horovod's definition: the root gets the output gradients averaged over the ranks
+        expected = w if rank == root else torch.zeros(2, 3)
         assert torch.equal(x.grad, expected)
 
 
@@ -56,4 +66,5 @@ def test_gradient_through_a_chain(rank, size):
     gathered = hvd.allgather(x)                 # [1, 2, ..., size]
     total = hvd.allreduce(gathered.sum(), op=hvd.Average)
     total.backward()
-    assert torch.equal(x.grad, torch.tensor([float(size)]))
+    # d total / d gathered = 1 on every rank; allgather's gradient averages it over the ranks
+    assert torch.equal(x.grad, torch.tensor([1.0]))

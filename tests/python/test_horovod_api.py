@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -105,8 +106,14 @@ def test_join_uneven_steps(rank, size):
         torch.testing.assert_close(p, q)
 
 
-def test_join_without_optimizer_is_a_barrier_returning_the_last_rank(size):
+def test_join_without_optimizer_is_a_barrier_returning_the_last_rank(rank, size):
+    hvd.barrier()
+    time.sleep(0.4 * rank)  # the ranks join in rank order
     assert hvd.join() == size - 1
+    # Joining together: some rank is the last, the same one on every rank.
+    last = hvd.join()
+    assert 0 <= last < size
+    assert hvd.allgather_object(last, name="join.same") == [last] * size
 
 
 def test_sync_batch_norm_matches_batch_norm_on_the_global_batch(rank, size):
@@ -206,6 +213,8 @@ def test_horovod_environment_mapping():
     extra, ignored = _runtime.horovod_environment(env)
     assert extra == {"MGS_FUSION_THRESHOLD_BYTES": "1024", "MGS_LOG_LEVEL": "warn"}  # MGS_* set wins
     assert ignored == ["HOROVOD_AUTOTUNE"]
+    extra, ignored = _runtime.horovod_environment({"HOROVOD_TIMELINE": "DYNAMIC", "HOROVOD_DYNAMIC_PROCESS_SETS": "1"})
+    assert extra == {} and ignored == ["HOROVOD_TIMELINE"]  # DYNAMIC is start_timeline()'s switch, not a file
 
 
 SCRIPT = textwrap.dedent("""

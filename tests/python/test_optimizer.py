@@ -257,7 +257,8 @@ def test_broadcast_parameters_and_optimizer_state(rank, opt_name, non_root_state
     loss_of(model, *rank_batch(rank, 9)).backward()
     dist.step()
     assert_same_on_all_ranks(model.state_dict(), "bcast.params.after")
-    assert_same_on_all_ranks(dist.state_dict(), "bcast.optstate.after")
+    # (state_dict()'s "mgs" entry is this rank's own: its rank and residuals)
+    assert_same_on_all_ranks({k: v for k, v in dist.state_dict().items() if k != "mgs"}, "bcast.optstate.after")
 
 
 def test_broadcast_optimizer_state_clears_state_the_root_does_not_have(rank):

@@ -119,8 +119,28 @@ def _declare(lib):
         "mgs_built_with_cuda": (c_int, []),
         "mgs_built_with_nccl": (c_int, []),
     }
+    p_float = ctypes.c_void_p  # float*: an address (int or c_void_p), as the tests and adapters pass it
     optional = {  # newer entry points: the bindings work without them
         "mgs_get_stats": (c_int, [ctypes.POINTER(MgsStats), ctypes.c_size_t]),
+        # process sets, alltoall, reducescatter, join
+        "mgs_allreduce_ps_async": (
+            c_int, [c_char_p, p_tensor, p_tensor, c_int, c_double, c_double, c_uint32, c_int32, p_handle]),
+        "mgs_allgather_ps_async": (c_int, [c_char_p, p_tensor, c_int32, p_handle]),
+        "mgs_broadcast_ps_async": (c_int, [c_char_p, p_tensor, c_int, c_int32, p_handle]),
+        "mgs_barrier_ps": (c_int, [c_int32]),
+        "mgs_alltoall_async": (c_int, [c_char_p, p_tensor, ctypes.POINTER(ctypes.c_int64), c_int32, p_handle]),
+        "mgs_reducescatter_async": (
+            c_int, [c_char_p, p_tensor, p_tensor, c_int, c_double, c_double, c_int32, p_handle]),
+        "mgs_process_set_add": (c_int, [ctypes.POINTER(c_int32), c_int32, ctypes.POINTER(c_int32)]),
+        "mgs_process_set_remove": (c_int, [c_int32]),
+        "mgs_process_set_size": (c_int, [c_int32, ctypes.POINTER(c_int32)]),
+        "mgs_process_set_rank": (c_int, [c_int32, ctypes.POINTER(c_int32)]),
+        "mgs_process_set_ranks": (c_int, [c_int32, ctypes.POINTER(c_int32)]),
+        "mgs_join": (c_int, [ctypes.POINTER(c_int32)]),
+        "mgs_residual_copy": (c_int, [c_char_p, p_float, ctypes.c_size_t]),
+        "mgs_residual_restore": (c_int, [c_char_p, p_float, ctypes.c_size_t]),
+        "mgs_sparse_state_copy": (c_int, [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
+        "mgs_sparse_state_restore": (c_int, [ctypes.c_void_p, ctypes.c_size_t]),
     }
     for name, (restype, argtypes) in list(sigs.items()) + list(optional.items()):
         try:

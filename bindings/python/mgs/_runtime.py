@@ -76,7 +76,9 @@ HOROVOD_TWINS = {
 # Set by launchers or harmless for mgs: not worth a warning.
 _HOROVOD_QUIET = {"HOROVOD_HOSTNAME", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
                   "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE", "HOROVOD_WITH_PYTORCH", "HOROVOD_WITH_TENSORFLOW",
-                  "HOROVOD_WITH_MPI", "HOROVOD_WITHOUT_GLOO", "HOROVOD_WITHOUT_MXNET"}
+                  "HOROVOD_WITH_MPI", "HOROVOD_WITHOUT_GLOO", "HOROVOD_WITHOUT_MXNET",
+                  # mgs always lets process sets be added and removed after init()
+                  "HOROVOD_DYNAMIC_PROCESS_SETS"}
 _horovod_reported = False
 
 
@@ -87,7 +89,8 @@ def horovod_environment(environ):
         if not name.startswith("HOROVOD_") or name in _HOROVOD_QUIET:
             continue
         twin = HOROVOD_TWINS.get(name)
-        if twin is None:
+        # HOROVOD_TIMELINE=DYNAMIC is a switch for start_timeline(), which mgs lacks, not a file name.
+        if twin is None or (name == "HOROVOD_TIMELINE" and environ[name] == "DYNAMIC"):
             ignored.append(name)
         elif twin[0] not in environ:
             extra[twin[0]] = twin[1](environ[name])
@@ -103,11 +106,22 @@ _cross = None  # (cross_rank, cross_size, is_homogeneous), computed once per ini
 # without asking the runtime again, which may already have shut down (another
 # rank finished first) while this rank still unpacks its last allgather.
 _world_size = None
+# The MGS_* settings of the running runtime's job that decide what a sparse
+# step selects, as the environment held them at mgs_init (which read them):
+# a checkpoint records them, a resumed job is warned where its own differ.
+SPARSE_SETTINGS = ("MGS_COMPRESSOR", "MGS_DENSITY", "MGS_ERROR_FEEDBACK", "MGS_EXCHANGE", "MGS_WARMUP_STEPS",
+                   "MGS_MIN_SPARSE_ELEMENTS", "MGS_DENSE_FALLBACK", "MGS_PLANNER")
+_init_settings = {}
+
+
+def init_settings():
+    """The SPARSE_SETTINGS that were set when the runtime was last initialised ({} before init())."""
+    return dict(_init_settings)
 
 
 def init(adapter, comm=None):
     """Start the runtime on every rank (collective); a no-op while it runs. `adapter` names the caller."""
-    global _atexit_registered, _cross, _horovod_reported, _world_size
+    global _atexit_registered, _cross, _horovod_reported, _world_size, _init_settings
     if comm is not None:
         raise ValueError(f"{adapter}.init(): mgs runs on MPI_COMM_WORLD; a communicator cannot be given")
     L = lib()
@@ -133,6 +147,7 @@ def init(adapter, comm=None):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+    settings = {k: os.environ[k] for k in SPARSE_SETTINGS if k in os.environ}
     if status != 0:
         error = L.error(status, L.last_error(), at_enqueue=True)
         if extra:
@@ -145,6 +160,7 @@ def init(adapter, comm=None):
         atexit.register(shutdown)
         _atexit_registered = True
     _world_size = size()
+    _init_settings = settings
     _cross = _compute_cross()
 
 
@@ -225,17 +241,78 @@ def is_homogeneous():
     return _cross_value(2)
 
 
-def barrier():
-    """Block until every rank has called barrier()."""
+def barrier(process_set=0):
+    """Block until every rank (of process set id `process_set`) has called barrier()."""
     L = lib()
-    L.check(L.mgs_barrier())
+    L.check(L.mgs_barrier_ps(int(process_set)) if process_set else L.mgs_barrier())
+
+
+def join():
+    """Horovod's join(): serve the other ranks' allreduces until every rank joined; the last rank to join."""
+    L = lib()
+    last = ctypes.c_int32(-1)
+    L.check(L.mgs_join(ctypes.byref(last)))
+    return last.value
+
+
+# ------------------------------------------------------------- process sets --
+
+def add_process_set(ranks):
+    """Collective over every rank: a new process set of `ranks`; returns its id."""
+    L = lib()
+    arr = (ctypes.c_int32 * max(len(ranks), 1))(*ranks)
+    out = ctypes.c_int32(0)
+    L.check(L.mgs_process_set_add(arr, len(ranks), ctypes.byref(out)))
+    return out.value
+
+
+def remove_process_set(set_id):
+    """Collective over every rank: remove process set `set_id`."""
+    L = lib()
+    L.check(L.mgs_process_set_remove(int(set_id)))
+
+
+def process_set_ranks(set_id):
+    """The world ranks of process set `set_id`, ascending."""
+    L = lib()
+    n = ctypes.c_int32(0)
+    L.check(L.mgs_process_set_size(int(set_id), ctypes.byref(n)))
+    arr = (ctypes.c_int32 * max(n.value, 1))()
+    L.check(L.mgs_process_set_ranks(int(set_id), arr))
+    return list(arr[:n.value])
 
 
 def mpi_built():
     return True
 
 
+def mpi_enabled():
+    """True: mgs always communicates over MPI."""
+    return True
+
+
+def mpi_threads_supported():
+    """False: mgs initialises MPI with MPI_THREAD_SERIALIZED, so the application must not call MPI itself."""
+    return False
+
+
 def gloo_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def rocm_built():
     return False
 
 
@@ -253,12 +330,16 @@ def nccl_built():
 _noname = {}
 
 
-def full_name(kind, name):
-    """The runtime's name for an op of `kind` named `name` (None: the next unnamed one)."""
+def full_name(kind, name, process_set=0):
+    """The runtime's name for an op of `kind` named `name` (None: the next unnamed one).
+
+    Unnamed ops are counted per kind and process set, so ops of a set do not
+    shift the numbers of other sets' (the runtime keeps each set's names apart).
+    """
     if name is None:
         with _lock:
-            n = _noname.get(kind, 0)
-            _noname[kind] = n + 1
+            n = _noname.get((kind, process_set), 0)
+            _noname[(kind, process_set)] = n + 1
         return f"{kind}.noname.{n}"
     return f"{kind}.{name}"
 
@@ -293,21 +374,41 @@ def _enqueue(fn, *args):
     return handle.value
 
 
-def enqueue_allreduce(name, inp, out, op, prescale_factor=1.0, postscale_factor=1.0, flags=0):
+def enqueue_allreduce(name, inp, out, op, prescale_factor=1.0, postscale_factor=1.0, flags=0, process_set=0):
     """Start a Sum/Average allreduce of CTensor `inp` into CTensor `out`; returns the C handle."""
     L = lib()
+    if process_set:
+        return _enqueue(L.mgs_allreduce_ps_async, name.encode(), inp.ref(), out.ref(), int(op),
+                        float(prescale_factor), float(postscale_factor), int(flags), int(process_set))
     return _enqueue(L.mgs_allreduce_async, name.encode(), inp.ref(), out.ref(), int(op), float(prescale_factor),
                     float(postscale_factor), int(flags))
 
 
-def enqueue_allgather(name, inp):
+def enqueue_allgather(name, inp, process_set=0):
     L = lib()
+    if process_set:
+        return _enqueue(L.mgs_allgather_ps_async, name.encode(), inp.ref(), int(process_set))
     return _enqueue(L.mgs_allgather_async, name.encode(), inp.ref())
 
 
-def enqueue_broadcast(name, tensor, root_rank):
+def enqueue_broadcast(name, tensor, root_rank, process_set=0):
     L = lib()
+    if process_set:
+        return _enqueue(L.mgs_broadcast_ps_async, name.encode(), tensor.ref(), int(root_rank), int(process_set))
     return _enqueue(L.mgs_broadcast_async, name.encode(), tensor.ref(), int(root_rank))
+
+
+def enqueue_alltoall(name, inp, splits, process_set=0):
+    """Start an alltoall of CTensor `inp`; `splits`: rows to each rank of the set (None: equal parts)."""
+    L = lib()
+    arr = None if splits is None else (ctypes.c_int64 * max(len(splits), 1))(*splits)
+    return _enqueue(L.mgs_alltoall_async, name.encode(), inp.ref(), arr, int(process_set))
+
+
+def enqueue_reducescatter(name, inp, out, op, prescale_factor=1.0, postscale_factor=1.0, process_set=0):
+    L = lib()
+    return _enqueue(L.mgs_reducescatter_async, name.encode(), inp.ref(), out.ref(), int(op), float(prescale_factor),
+                    float(postscale_factor), int(process_set))
 
 
 def poll(handle):
@@ -329,12 +430,15 @@ def release(handle):
     lib().mgs_release(handle)
 
 
-def allgather_output(handle):
-    """(output shape, every rank's first dimension) of a completed allgather."""
+def allgather_output(handle, ranks=None):
+    """(output shape, every rank's first dimension) of a completed allgather or alltoall.
+
+    `ranks`: how many ranks took part (the process set's size; None: the world).
+    """
     L = lib()
     ndim, shape = ctypes.c_int32(0), (ctypes.c_int64 * _abi.MGS_MAX_DIMS)()
     L.check(L.mgs_allgather_output_shape(handle, ctypes.byref(ndim), shape))
-    sizes = (ctypes.c_int64 * world_size())()
+    sizes = (ctypes.c_int64 * (ranks or world_size()))()
     L.check(L.mgs_allgather_rank_sizes(handle, sizes))
     return list(shape[:ndim.value]), [int(s) for s in sizes]
 
@@ -343,3 +447,56 @@ def allgather_copy(handle, out):
     """Copy a completed allgather's output into CTensor `out`."""
     L = lib()
     L.check(L.mgs_allgather_copy_output(handle, out.ref()))
+
+
+# ------------------------------------------------------------- checkpoints --
+# Error-feedback residuals (one float32 per gradient element, per rank) and the
+# rest of the sparse pipeline's progress (mgs_sparse_state_copy: the step
+# counter and the agreed-index leaders), read and restored between steps.
+
+def _checkpoint_entry(fn_name):
+    L = lib()
+    fn = getattr(L.cdll, fn_name, None)
+    if fn is None:
+        raise RuntimeError(f"{L.path} has no {fn_name}: it is older than these bindings; rebuild libmgs")
+    return L, fn
+
+
+def residual_copy(name, address, n):
+    """Copy this rank's residual of the runtime tensor `name` (n float32) to host memory at `address`.
+
+    Returns False where the tensor has no residual (never sparsified on this rank: a dense job, a tensor
+    under MGS_MIN_SPARSE_ELEMENTS, no step yet); raises for any other error.
+    """
+    L, fn = _checkpoint_entry("mgs_residual_copy")
+    status = fn(name.encode(), address, int(n))
+    if status == 0:
+        return True
+    message = L.last_error()
+    if "has no residual" in message:
+        return False
+    raise L.error(status, message, at_enqueue=True)
+
+
+def residual_restore(name, address, n):
+    """Make n float32 at host `address` this rank's residual of the runtime tensor `name`."""
+    L, fn = _checkpoint_entry("mgs_residual_restore")
+    L.check(fn(name.encode(), address, int(n)))
+
+
+def sparse_state():
+    """This rank's sparse pipeline progress (step counter, agreed leaders) as bytes (mgs_sparse_state_copy)."""
+    L, fn = _checkpoint_entry("mgs_sparse_state_copy")
+    size = ctypes.c_size_t(0)
+    L.check(fn(None, 0, ctypes.byref(size)))
+    buf = ctypes.create_string_buffer(max(size.value, 1))
+    L.check(fn(buf, size.value, ctypes.byref(size)))
+    return buf.raw[:size.value]
+
+
+def restore_sparse_state(data):
+    """Restore what sparse_state() returned (mgs_sparse_state_restore); takes effect from the next step."""
+    L, fn = _checkpoint_entry("mgs_sparse_state_restore")
+    data = bytes(data)
+    buf = ctypes.create_string_buffer(data, len(data)) if data else None
+    L.check(fn(buf, len(data)))

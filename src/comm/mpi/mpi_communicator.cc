@@ -358,6 +358,36 @@ Status MpiCommunicator::allgatherv(const void* send, size_t send_bytes, void* re
   return mpiWait(&req, wait_);
 }
 
+Status MpiCommunicator::alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                                  const std::vector<size_t>& recv_bytes) {
+  MGS_ENSURE(send_bytes.size() == static_cast<size_t>(size_) && recv_bytes.size() == static_cast<size_t>(size_),
+             kInternal, "alltoallv: one count per rank is needed");
+  std::vector<int> scounts(size_), sdispls(size_), rcounts(size_), rdispls(size_);
+  size_t stotal = 0, rtotal = 0;
+  for (int r = 0; r < size_; ++r) {
+    sdispls[r] = static_cast<int>(stotal);
+    rdispls[r] = static_cast<int>(rtotal);
+    scounts[r] = static_cast<int>(send_bytes[r]);
+    rcounts[r] = static_cast<int>(recv_bytes[r]);
+    stotal += send_bytes[r];
+    rtotal += recv_bytes[r];
+    // Past int counts and displacements: the generic form (chunked broadcasts).
+    if (!fitsIntCounts(stotal) || !fitsIntCounts(rtotal)) {
+      // Every rank must take the same path: agree on it first.
+      int64_t big = 1;
+      MGS_RETURN_IF_ERROR(allreduce(&big, 1, MGS_INT64, CommOp::kMax));
+      return Communicator::alltoallv(send, send_bytes, recv, recv_bytes);
+    }
+  }
+  int64_t big = 0;
+  MGS_RETURN_IF_ERROR(allreduce(&big, 1, MGS_INT64, CommOp::kMax));
+  if (big) return Communicator::alltoallv(send, send_bytes, recv, recv_bytes);
+  MPI_Request req;
+  MGS_MPI_CHECK(MPI_Ialltoallv(send, scounts.data(), sdispls.data(), MPI_BYTE, recv, rcounts.data(), rdispls.data(),
+                               MPI_BYTE, comm_, &req));
+  return mpiWait(&req, wait_);
+}
+
 Status MpiCommunicator::gatherStrings(const std::string& send, int root, std::vector<std::string>* out) {
   MGS_ENSURE(send.size() <= static_cast<size_t>(INT_MAX), kUnsupported,
              "a negotiation message of " << send.size() << " bytes exceeds MPI's 2 GiB count limit");

@@ -30,9 +30,25 @@ TEST_CASE("every call before mgs_init fails cleanly and names mgs_init", "[capi]
   CHECK(mgs_allgather_async("x", &t, &h) == MGS_ERR_NOT_INITIALIZED);
   CHECK(mgs_broadcast_async("x", &t, 0, &h) == MGS_ERR_NOT_INITIALIZED);
   CHECK(mgs_barrier() == MGS_ERR_NOT_INITIALIZED);
+  CHECK(mgs_alltoall_async("x", &t, nullptr, 0, &h) == MGS_ERR_NOT_INITIALIZED);
+  CHECK(mgs_reducescatter_async("x", &t, &t, MGS_REDUCE_SUM, 1, 1, 0, &h) == MGS_ERR_NOT_INITIALIZED);
+  CHECK(mgs_allreduce_ps_async("x", &t, &t, MGS_REDUCE_SUM, 1, 1, 0, 0, &h) == MGS_ERR_NOT_INITIALIZED);
+  CHECK(mgs_barrier_ps(0) == MGS_ERR_NOT_INITIALIZED);
+  int32_t id = 0, ranks[1] = {0};
+  CHECK(mgs_process_set_add(ranks, 1, &id) == MGS_ERR_NOT_INITIALIZED);
+  CHECK(mgs_process_set_size(0, &id) == MGS_ERR_NOT_INITIALIZED);
+  CHECK(mgs_join(&id) == MGS_ERR_NOT_INITIALIZED);
+  CHECK(std::string(mgs_last_error()).find("mgs_init()") != std::string::npos);
   CHECK(mgs_wait(1) == MGS_ERR_NOT_INITIALIZED);
   CHECK(mgs_release(1) == MGS_ERR_NOT_INITIALIZED);
   CHECK(std::string(mgs_handle_error(1)).empty());
+  CHECK(mgs_residual_copy("x", &x, 1) == MGS_ERR_NOT_INITIALIZED);
+  CHECK(mgs_residual_restore("x", &x, 1) == MGS_ERR_NOT_INITIALIZED);
+  size_t state_size = 7;
+  CHECK(mgs_sparse_state_copy(nullptr, 0, &state_size) == MGS_ERR_NOT_INITIALIZED);
+  CHECK(state_size == 7);
+  CHECK(mgs_sparse_state_restore("x", 1) == MGS_ERR_NOT_INITIALIZED);
+  CHECK(std::string(mgs_last_error()).find("mgs_init()") != std::string::npos);
   CHECK(mgs_shutdown() == MGS_SUCCESS);  // harmless
   CHECK(std::string(mgs_last_error()).empty());
 }

@@ -207,6 +207,8 @@ struct WorldOptions {
   int no_stage_rank = -1;  // this rank cannot make a device stage
   bool drain = false;      // finish each step with drain() (waits) instead of polling
   bool calibrate = false;  // MGS_CALIBRATION=auto (else off)
+  std::string exchange = "allgather";
+  int node_size = 0;
 };
 
 const std::vector<std::pair<std::string, size_t>> kTensors = {{"w.a", 300}, {"w.b", 200}};
@@ -238,7 +240,8 @@ void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> worl
   config.density = 0.05;
   config.min_sparse_elements = 1;
   config.calibration = wo.calibrate ? "auto" : "off";
-  config.exchange = "allgather";
+  config.exchange = wo.exchange;
+  config.node_size = wo.node_size;
   config.dense_fallback = false;
   config.profile_steps = 1000;  // layer-wise buckets throughout
   config.replan_tolerance = 0;
@@ -339,7 +342,10 @@ std::vector<RankLog> runWorld(const WorldOptions& wo) {
   std::vector<std::thread> threads;
   for (int r = 0; r < wo.P; ++r) threads.emplace_back([&, r] { runRank(wo, r, world, dworld, &logs[r]); });
   for (auto& t : threads) t.join();
-  for (const auto& l : logs) REQUIRE(l.error.empty());
+  for (const auto& l : logs) {
+    INFO(l.error);
+    REQUIRE(l.error.empty());
+  }
   return logs;
 }
 
@@ -582,5 +588,34 @@ TEST_CASE("device buckets: calibration times the selection where it runs, the sl
     wo.calibrate = false;
     const auto logs = runWorld(wo);
     for (const auto& l : logs) REQUIRE(l.c_s == l.c_s_calibrated);
+  }
+}
+
+TEST_CASE("device buckets: agreed buckets of CUDA tensors never start a device bucket", "[core][device_bucket]") {
+  // Device buckets are the allgather exchange's: a bucket of CUDA tensors
+  // that goes by another exchange takes the local stage's route (staged
+  // through host memory). Here the "CUDA" tensors are host memory, which the
+  // staging copy refuses without a GPU, so each bucket fails; what is checked
+  // is the route (no device bucket started, none counted) and that every
+  // rank takes the same verdict. (The hierarchical exchange needs a
+  // communicator that splits, which the thread communicator cannot.)
+  for (const std::string exchange : {"agreed"}) {
+    WorldOptions wo;
+    wo.P = 4;
+    wo.steps = 1;
+    wo.exchange = exchange;
+    wo.node_size = 2;
+    const std::vector<RankLog> d = runWorld(wo);
+    for (int r = 0; r < wo.P; ++r) {
+      INFO(exchange << ", rank " << r);
+      REQUIRE(d[r].device_buckets == 0);
+      REQUIRE(d[r].starts == 0);
+      REQUIRE(d[r].statuses.size() == kTensors.size());
+      for (size_t i = 0; i < d[r].statuses.size(); ++i) {
+        INFO("entry " << i << ": " << d[r].statuses[i].toString());
+        REQUIRE(d[r].statuses[i].code() == d[0].statuses[i].code());
+        REQUIRE(d[r].statuses[i].message().find("incomplete job") == std::string::npos);
+      }
+    }
   }
 }

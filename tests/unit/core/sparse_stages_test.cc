@@ -16,6 +16,7 @@
 #include "core/device.h"
 #include "core/nonfinite.h"
 #include "core/scatter_stage.h"
+#include "core/sparse_progress.h"
 #include "../compress/test_util.h"
 #include "core/sparse_block.h"
 
@@ -509,4 +510,45 @@ TEST_CASE("device::createLocalStage: a build without CUDA has no device stage an
   const Status st = device::createLocalStage(LocalStageOptions{}, 0, &s);
   REQUIRE(st.code() == Code::kUnsupported);
   REQUIRE(!s);
+}
+
+// A resumed job continues bitwise only if the agreed buckets' leaders and the
+// step counter come back with the residuals (core/sparse_progress.h,
+// mgs_sparse_state_copy/restore): a fresh runtime starts every agreed bucket
+// at its first leader, and at P = 3 two applied steps give "w" another one.
+TEST_CASE("sparse progress: the agreed leaders and the step counter survive a save and restore",
+          "[core][checkpoint]") {
+  auto world = std::make_shared<ThreadWorld>(3);
+  ThreadCommunicator comm(world, 0);  // only its size is used
+  SparseProgress saved_from;
+  BlockExchange ex(comm, &saved_from);
+  const int first = ex.agreedLeader("w");
+  ex.agreedApplied("w");
+  ex.agreedApplied("w");
+  ex.agreedApplied("v");
+  saved_from.stepBegan(6);  // step 6 ran: a resumed job goes on with step 7
+  CHECK(ex.agreedLeader("w") == (first + 2) % 3);
+  const std::string saved = saved_from.save(3);
+
+  SparseProgress resumed;
+  BlockExchange fresh(comm, &resumed);
+  CHECK(fresh.agreedLeader("w") == first);  // without the restore: the first leader again
+  uint64_t step = 0;
+  CHECK(!resumed.takeRestoredStep(&step));
+  REQUIRE(resumed.restore(saved, 3).ok());
+  CHECK(fresh.agreedLeader("w") == ex.agreedLeader("w"));
+  CHECK(fresh.agreedLeader("v") == ex.agreedLeader("v"));
+  REQUIRE(resumed.takeRestoredStep(&step));
+  CHECK(step == 7);
+  CHECK(!resumed.takeRestoredStep(&step));  // handed over once
+  CHECK(resumed.save(3) == saved);
+
+  // Refused, leaving the state as it was: another world size, other bytes.
+  const Status other = resumed.restore(saved, 4);
+  CHECK(other.code() == Code::kInvalidArgument);
+  CHECK(other.message().find("saved by a job of 3 ranks; this job has 4") != std::string::npos);
+  CHECK(resumed.restore("not a state", 3).code() == Code::kInvalidArgument);
+  CHECK(resumed.restore(saved.substr(0, saved.size() - 1), 3).code() == Code::kInvalidArgument);
+  CHECK(resumed.restore(saved + "x", 3).code() == Code::kInvalidArgument);
+  CHECK(resumed.save(3) == saved);
 }

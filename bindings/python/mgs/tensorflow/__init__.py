@@ -7,6 +7,7 @@ all happen in the runtime. See docs/tensorflow.md.
 """
 
 from .callbacks import BroadcastGlobalVariablesCallback
+from .checkpoint import load_residual_state, residual_state
 from .compression import Compression
 from .functions import allgather_object, broadcast_object, broadcast_variables
 from .gradient_tape import DistributedGradientTape
@@ -21,6 +22,6 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "barrier",
     "cross_rank", "cross_size", "is_homogeneous",
     "allreduce", "grouped_allreduce", "allgather", "broadcast",
-    "broadcast_variables", "broadcast_object", "allgather_object",
+    "broadcast_variables", "broadcast_object", "allgather_object", "residual_state", "load_residual_state",
     "mpi_built", "gloo_built", "cuda_built", "nccl_built",
 ]

@@ -15,9 +15,24 @@ from . import mpi_ops
 from .compression import Compression
 
 
+# The name of a DistributedGradientTape's gradients when it is given none.
+TAPE_NAME = "tape"
+
+
 def _source_name(i, source):
     name = getattr(source, "path", None) or getattr(source, "name", None) or "tensor"
     return f"{i}.{str(name).replace(':', '_')}"
+
+
+def gradient_names(tape_name, i, source):
+    """(key, label, runtime name) of the gradient of source `i` reduced under `tape_name`.
+
+    The label names its ops (an IndexedSlices gradient's allgathers); the runtime name is its dense
+    allreduce's, whose residual a checkpoint keys by `key`, "<index>.<variable name>" (see checkpoint.py).
+    """
+    key = _source_name(i, source)
+    label = f"grad.{tape_name}.{key}"
+    return key, label, f"allreduce.{label}"
 
 
 class _DistributedGradientTape:
@@ -33,7 +48,7 @@ class _DistributedGradientTape:
         self._sparse_as_dense = sparse_as_dense
         self._op = op
         self._predivide = float(gradient_predivide_factor)
-        self._name = name or "tape"
+        self._name = name or TAPE_NAME
 
     def __getattr__(self, attr):
         return getattr(self._tape, attr)
@@ -72,7 +87,7 @@ def reduce_gradients(grads, sources, name, op, compression, sparse_as_dense, pre
     for i, (g, s) in enumerate(zip(grads, sources)):
         if g is None:
             continue
-        label = f"grad.{name}.{_source_name(i, s)}"
+        _, label, full = gradient_names(name, i, s)
         if isinstance(g, tf.IndexedSlices):
             if sparse_as_dense:
                 g = tf.convert_to_tensor(g)
@@ -82,7 +97,7 @@ def reduce_gradients(grads, sources, name, op, compression, sparse_as_dense, pre
         c, ctx = compression.compress(g)
         dense_idx.append(i)
         dense.append(c)
-        names.append(f"allreduce.{label}")
+        names.append(full)
         ctxs.append(ctx)
     if dense:
         reduced = mpi_ops.grouped_allreduce_raw(dense, names, op, pre, post, flags=_abi.MGS_FLAG_SPARSE_OK)

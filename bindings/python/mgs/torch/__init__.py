@@ -13,7 +13,12 @@ from .mpi_ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allgat
                       grouped_allreduce_async_, init, is_initialized, local_rank, local_size, mpi_built,
                       nccl_built, poll, rank, shutdown, size, synchronize)
 from .mpi_ops import sparse_allreduce_async
-from .optimizer import DistributedOptimizer, compression_stats, join, reset_compression_stats
+from .mpi_ops import (HorovodInternalError, ProcessSet, add_process_set, ccl_built, ddl_built, gloo_enabled,
+                      global_process_set, grouped_allgather, grouped_allgather_async, join, mpi_enabled,
+                      mpi_threads_supported, remove_process_set, rocm_built)
+from .scatter_ops import (alltoall, alltoall_async, grouped_reducescatter, grouped_reducescatter_async, reducescatter,
+                          reducescatter_async)
+from .optimizer import DistributedOptimizer, compression_stats, reset_compression_stats
 from .sync_batch_norm import SyncBatchNorm
 
 __all__ = [
@@ -28,4 +33,8 @@ __all__ = [
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
     "compression_stats", "reset_compression_stats",
     "mpi_built", "gloo_built", "cuda_built", "nccl_built",
+    "mpi_enabled", "mpi_threads_supported", "gloo_enabled", "ccl_built", "ddl_built", "rocm_built",
+    "HorovodInternalError", "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
+    "grouped_allgather", "grouped_allgather_async", "alltoall", "alltoall_async", "reducescatter",
+    "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async",
 ]

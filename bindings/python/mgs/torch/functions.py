@@ -95,10 +95,22 @@ def broadcast_optimizer_state(optimizer, root_rank, prefix="optimizer", model=No
     broadcasts into this rank's own state tensors (zeros where it has none).
     `model` is accepted for Horovod compatibility: the optimizer's state_dict
     already names its parameters by position, so the model is not needed.
+    As in Horovod, when the optimizer has no state yet, parameters that require
+    a gradient and have none get a zero gradient (sparse for SparseAdam).
     """
     del model
+    if not optimizer.state:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                    if isinstance(optimizer, torch.optim.SparseAdam):
+                        p.grad = p.grad.to_sparse()
+    # A DistributedOptimizer's residuals are this rank's own: only the wrapped optimizer's state travels.
+    state_of = getattr(optimizer, "_base_state_dict", optimizer.state_dict)
+    load = getattr(optimizer, "_load_base_state_dict", optimizer.load_state_dict)
     own = {}
-    skeleton = _skeleton(optimizer.state_dict(), (), own)
+    skeleton = _skeleton(state_of(), (), own)
     is_root = mpi_ops.rank() == root_rank
     skeleton = broadcast_object(skeleton if is_root else None, root_rank, name=f"{prefix}.skeleton")
     specs = {}
@@ -111,7 +123,7 @@ def broadcast_optimizer_state(optimizer, root_rank, prefix="optimizer", model=No
         tensors[path] = t
     _broadcast_all([(f"{prefix}.{i}", t) for i, t in enumerate(tensors.values())], root_rank)
     if not is_root:
-        optimizer.load_state_dict(_fill(skeleton, (), tensors))
+        load(_fill(skeleton, (), tensors))
 
 
 def _skeleton_specs(obj, path, out):
@@ -133,23 +145,23 @@ def _loads(data):
     return pickle.loads(data.numpy().tobytes())
 
 
-def broadcast_object(obj, root_rank=0, name=None):
-    """root_rank's picklable `obj` on every rank (other ranks' `obj` is ignored)."""
+def broadcast_object(obj, root_rank=0, name=None, process_set=mpi_ops.global_process_set):
+    """root_rank's picklable `obj` on every rank (of `process_set`; other ranks' `obj` is ignored)."""
     base = f"object.{name or 'noname'}"
     is_root = mpi_ops.rank() == root_rank
     payload = _dumps(obj) if is_root else None
     length = torch.tensor([payload.numel() if is_root else 0], dtype=torch.int64)
-    mpi_ops.broadcast_(length, root_rank, name=f"{base}.length")
+    mpi_ops.broadcast_(length, root_rank, name=f"{base}.length", process_set=process_set)
     if not is_root:
         payload = torch.empty(int(length.item()), dtype=torch.uint8)
-    mpi_ops.broadcast_(payload, root_rank, name=f"{base}.payload")
+    mpi_ops.broadcast_(payload, root_rank, name=f"{base}.payload", process_set=process_set)
     return obj if is_root else _loads(payload)
 
 
-def allgather_object(obj, name=None):
-    """A list with every rank's picklable `obj`, in rank order."""
+def allgather_object(obj, name=None, process_set=mpi_ops.global_process_set):
+    """A list with every rank's (of `process_set`) picklable `obj`, in rank order."""
     base = f"object.{name or 'noname'}"
-    gathered, sizes = mpi_ops._allgather_with_sizes(_dumps(obj), name=base)
+    gathered, sizes = mpi_ops._allgather_with_sizes(_dumps(obj), name=base, process_set=process_set)
     out, offset = [], 0
     for n in sizes:
         out.append(_loads(gathered.narrow(0, offset, n)))

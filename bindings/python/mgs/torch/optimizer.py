@@ -8,16 +8,16 @@ MGS_COMPRESSOR other than "none" the runtime sparsifies and merges them.
 """
 
 import contextlib
-import itertools
 import os
 import threading
 import warnings
-import weakref
 
 import torch
 
 from .. import _abi
+from .. import _checkpoint
 from .. import _lib
+from .. import _runtime
 from . import mpi_ops
 from .compression import Compression
 
@@ -130,58 +130,29 @@ def reset_compression_stats():
 
 # ---------------------------------------------------------------- optimizer --
 
-# Live DistributedOptimizers by id (ids count up in creation order, the same on
-# every rank): join() takes part in their steps for a rank that ran out of data.
-_live = weakref.WeakValueDictionary()
-_ids = itertools.count()
-# Every step's join exchange (an allgather of one int64 per rank) carries the id
-# of the optimizer stepping (>= 0) from training ranks, or one of these.
-_JOINED, _JOINING = -1, -2
-_JOIN_NAME = "mgs.join"
-
-
-def _join_exchange(state):
-    """Every rank's join state (a list in rank order)."""
-    return mpi_ops.synchronize(
-        mpi_ops.allgather_async(torch.tensor([state], dtype=torch.int64), name=_JOIN_NAME)).tolist()
-
-
-def join(device=-1):
-    """Horovod's join(): call when this rank has no more data; returns the rank that joined last.
-
-    Until every rank has joined, this rank takes part in the other ranks'
-    DistributedOptimizer steps with zero gradients, so their allreduces
-    complete; with op=Average the zeros count in the average, as in Horovod.
-    Only DistributedOptimizer steps are covered: another collective issued by a
-    rank still training waits for this rank. `device` is accepted for Horovod
-    compatibility (mgs needs none here).
-    """
-    del device
-    state = _JOINING
-    while True:
-        states = _join_exchange(state)
-        training = [s for s in states if s >= 0]
-        if not training:
-            return max(r for r, s in enumerate(states) if s == _JOINING)
-        state = _JOINED
-        opt = _live.get(training[0])
-        if opt is None or any(s != training[0] for s in training):
-            raise RuntimeError(f"mgs.torch.join() on rank {mpi_ops.rank()}: the ranks still training step "
-                               f"optimizers {sorted(set(training))}, which this rank "
-                               + ("does not have" if opt is None else "cannot mirror together"))
-        opt._zero_step()
+# state_dict()'s entry for this rank's error-feedback state, and its layout's version.
+_CHECKPOINT_KEY = "mgs"
+_CHECKPOINT_VERSION = _checkpoint.VERSION
+# How load_state_dict()'s errors name things (the checks are mgs._checkpoint's, shared with mgs.tensorflow).
+_CHECKPOINT_WORDING = _checkpoint.Wording(
+    api="DistributedOptimizer.load_state_dict()", container="state_dict", entry=f"the '{_CHECKPOINT_KEY}' entry",
+    kind="tensor", owner="a parameter of this optimizer with a dense gradient", owners="its parameters",
+    unknown_hint="was it saved from another model or with other named_parameters?", target="the parameter",
+    drop_hint=f"drop the '{_CHECKPOINT_KEY}' entry to start the residuals from zero")
 
 
 class _DistributedOptimizer:
     """Mixed in before the wrapped optimizer's class; see DistributedOptimizer()."""
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, sparse, sparse_as_dense):
+                 gradient_predivide_factor, sparse, sparse_as_dense, process_set=mpi_ops.global_process_set):
         super().__init__(params)
         self._sparse_as_dense = sparse_as_dense
         self._sparse_grads = set()  # params whose last gradient was a sparse tensor (nn.Embedding(sparse=True))
-        self._id = next(_ids)
-        _live[self._id] = self
+        self._densified = {}        # param -> sparse_dim of its sparse gradient, reduced dense (sparse_as_dense)
+        # Gradients are averaged over this process set; a rank outside it steps on its own gradients.
+        self._process_set = process_set
+        self._set_id = mpi_ops._sid(process_set)
         self._compression = compression
         self._op = op
         self._predivide = gradient_predivide_factor
@@ -252,6 +223,8 @@ class _DistributedOptimizer:
         return 1.0, 1.0
 
     def _allreduce_grad_async(self, p):
+        if not self._process_set.included():
+            return None, None, None  # outside the process set: this rank's own gradient is used
         if p.grad is None:
             # No gradient on this rank (e.g. an unused head): other ranks may have one, so
             # take part with zeros; skipping would leave them waiting for this name.
@@ -263,30 +236,35 @@ class _DistributedOptimizer:
         pre, post = self._scales()
         if p.grad.is_sparse:
             if self._sparse_as_dense:
+                self._densified[p] = p.grad.sparse_dim()  # made sparse again after the reduction (SparseAdam)
                 p.grad = p.grad.to_dense()
             else:
                 # Horovod's sparse allreduce (allgather of indices and values); the dense
                 # compressors and MGS_COMPRESSOR do not apply to it.
                 self._sparse_grads.add(p)
                 handle = mpi_ops.sparse_allreduce_async(p.grad, f"grad.{self._parameter_names[p]}", self._op,
-                                                        pre, post)
+                                                        pre, post, self._process_set)
                 values = p.grad.coalesce().values()
                 _stats.add_tensor(values, values)
                 return handle, "sparse", None
         sent, ctx = self._compression.compress(p.grad)
         handle = mpi_ops._allreduce_async(sent, sent, f"allreduce.{self._parameter_names[p]}", self._op,
-                                          pre, post, self._flags)
+                                          pre, post, self._flags, self._set_id)
         _stats.add_tensor(p.grad, sent)
         return handle, ctx, sent
 
     def synchronize(self):
         """Wait for every gradient's allreduce (enqueueing those not yet started) and set p.grad."""
+        if not self._process_set.included():
+            self._handles.clear()
+            for p in self._requires_update:
+                self._allreduce_delay[p] = self.backward_passes_per_step
+            self._synchronized = True
+            return
         for p in self._requires_update:
             entry = self._handles.get(p)
             if entry is None or entry[0] is None:
                 self._handles[p] = self._allreduce_grad_async(p)
-        # This step's join exchange: a rank in join() takes part in the step when it sees it.
-        join_handle = mpi_ops.allgather_async(torch.tensor([self._id], dtype=torch.int64), name=_JOIN_NAME)
         error = None
         for p, (handle, ctx, _) in self._handles.items():
             try:
@@ -295,37 +273,16 @@ class _DistributedOptimizer:
                     p.grad = output
                 elif output is not p.grad:
                     p.grad.set_(self._compression.decompress(output, ctx))
+                if p in self._densified:
+                    p.grad = p.grad.to_sparse(self._densified.pop(p))
             except Exception as e:  # noqa: BLE001 - wait for all (they use live buffers), then raise
                 error = error or e
             self._allreduce_delay[p] = self.backward_passes_per_step
         self._handles.clear()
         self._synchronized = True
         _stats.add_step()
-        try:
-            mpi_ops.synchronize(join_handle)
-        except Exception as e:  # noqa: BLE001
-            error = error or e
         if error is not None:
             raise error
-
-    def _zero_step(self):
-        """One step's allreduces with zero gradients, for a rank in join(); the results are dropped."""
-        saved = {p: p.grad for p in self._requires_update}
-        try:
-            for p in self._requires_update:
-                p.grad = None
-            handles = [self._allreduce_grad_async(p)[0] for p in self._requires_update]
-            error = None
-            for h in handles:
-                try:
-                    mpi_ops.synchronize(h)
-                except Exception as e:  # noqa: BLE001 - wait for all (they use live buffers), then raise
-                    error = error or e
-            if error is not None:
-                raise error
-        finally:
-            for p, g in saved.items():
-                p.grad = g
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -346,6 +303,124 @@ class _DistributedOptimizer:
         self._synchronized = False
         return super().step(closure)
 
+    # ------------------------------------------------------- checkpoints --
+
+    def state_dict(self):
+        """The wrapped optimizer's state_dict plus, under "mgs", this rank's error-feedback state.
+
+        "mgs" holds this rank's residual of every sparsified gradient (CPU float32 tensors shaped like
+        their parameters, by parameter name), the rank, the world size, the sparse settings and the
+        runtime's step counter and agreed-index leaders (mgs_sparse_state_copy). Residuals differ per
+        rank: every rank saves its own. Call it between steps (not between backward() and step()).
+        """
+        state = super().state_dict()
+        mgs_state = self._mgs_state_dict()
+        if mgs_state is not None:
+            state[_CHECKPOINT_KEY] = mgs_state
+        return state
+
+    def load_state_dict(self, state_dict):
+        """Load a state_dict(): the wrapped optimizer's state, and this rank's residuals from its "mgs" entry.
+
+        The "mgs" entry is checked first (the same world size, this rank's own, every residual naming a
+        parameter of this optimizer with the parameter's shape): a mismatch raises ValueError naming the
+        rank and the tensor, and nothing is loaded. Without an "mgs" entry (a plain torch optimizer's
+        state_dict) the residuals start from zero, with a warning when a compressor is set. Call it
+        between steps, on every rank with the state that rank saved.
+        """
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"load_state_dict expects a dict, got {type(state_dict).__name__}")
+        state_dict = dict(state_dict)
+        saved = state_dict.pop(_CHECKPOINT_KEY, None)
+        self._check_settled("load_state_dict()")
+        if saved is not None:
+            self._check_mgs_state(saved)
+        super().load_state_dict(state_dict)
+        self._restore_mgs_state(saved)
+
+    def _base_state_dict(self):
+        """The wrapped optimizer's own state_dict (no residuals): what every rank may share."""
+        return super().state_dict()
+
+    def _load_base_state_dict(self, state_dict):
+        """Load the wrapped optimizer's own state, leaving the residuals as they are."""
+        state_dict = dict(state_dict)
+        state_dict.pop(_CHECKPOINT_KEY, None)
+        return super().load_state_dict(state_dict)
+
+    def _check_settled(self, what):
+        in_flight = sorted(self._parameter_names[p] for p, entry in self._handles.items() if entry[0] is not None)
+        if in_flight:
+            raise AssertionError(f"{what} was called after loss.backward() but before optimizer.step() or "
+                                 f"optimizer.synchronize(): the gradients of {', '.join(in_flight[:5])}"
+                                 f"{', ...' if len(in_flight) > 5 else ''} are still being reduced, so their "
+                                 "residuals are not settled; call it between steps")
+
+    def _residual_params(self):
+        """(parameter, its name, the runtime's name of its gradient) for gradients that may have a residual."""
+        return [(p, self._parameter_names[p], f"allreduce.{self._parameter_names[p]}")
+                for p in self._requires_update if p not in self._sparse_grads and p.dtype.is_floating_point]
+
+    def _mgs_state_dict(self):
+        self._check_settled("state_dict()")
+        try:
+            rank, size = mpi_ops.rank(), _runtime.world_size()
+        except _lib.MgsValueError:
+            warnings.warn("DistributedOptimizer.state_dict(): mgs is not running on this rank (init() not called, "
+                          "or shut down), so the error-feedback residuals are not in this state_dict; a job "
+                          "resumed from it starts them from zero", RuntimeWarning, stacklevel=3)
+            return None
+        residuals = {}
+        for p, name, runtime_name in self._residual_params():
+            buf = torch.empty(p.numel(), dtype=torch.float32)
+            if _runtime.residual_copy(runtime_name, buf.data_ptr(), buf.numel()):
+                residuals[name] = buf.view(p.shape)
+        blob = _runtime.sparse_state()
+        return {
+            "version": _CHECKPOINT_VERSION,
+            "rank": rank,
+            "world_size": size,
+            "settings": _runtime.init_settings(),
+            "residuals": residuals,
+            # Bytes as a uint8 tensor: loadable with torch.load(weights_only=True).
+            "sparse_state": torch.frombuffer(bytearray(blob), dtype=torch.uint8) if blob else
+            torch.empty(0, dtype=torch.uint8),
+        }
+
+    def _check_mgs_state(self, saved):
+        """ValueError, naming this rank and the tensor, if `saved` cannot be this rank's state in this job."""
+        _checkpoint.check(saved, _CHECKPOINT_WORDING, {name: tuple(p.shape) for p, name, _ in self._residual_params()},
+                          lambda t: None if torch.is_tensor(t) and t.dtype == torch.float32 else
+                          (t.dtype if torch.is_tensor(t) else type(t).__name__),
+                          lambda b: torch.is_tensor(b) and b.dtype == torch.uint8 and b.dim() == 1, stacklevel=4)
+
+    def _restore_mgs_state(self, saved):
+        """Residuals from a checked `saved` (None: zeros), then the runtime's step counter and leaders."""
+        try:
+            mpi_ops.rank()
+        except _lib.MgsValueError:
+            return  # not running: nothing held, nothing to clear (a saved state was refused by the check)
+        residuals = saved["residuals"] if saved is not None else {}
+        if saved is None and (_runtime.init_settings().get("MGS_COMPRESSOR") or "none") != "none":
+            warnings.warn(f"DistributedOptimizer.load_state_dict() on rank {mpi_ops.rank()}: the state_dict has no "
+                          f"'{_CHECKPOINT_KEY}' entry (a plain torch optimizer state), so the error-feedback "
+                          "residuals start from zero: the gradient they held is not sent", RuntimeWarning,
+                          stacklevel=3)
+        for p, name, runtime_name in self._residual_params():
+            t = residuals.get(name)
+            if t is not None:
+                t = t.detach().to(dtype=torch.float32, device="cpu").contiguous().reshape(-1)
+                _runtime.residual_restore(runtime_name, t.data_ptr(), t.numel())
+                continue
+            # Not in the checkpoint: zero, as in a job that never sparsified it (only if it holds one now).
+            buf = torch.empty(p.numel(), dtype=torch.float32)
+            if _runtime.residual_copy(runtime_name, buf.data_ptr(), buf.numel()):
+                buf.zero_()
+                _runtime.residual_restore(runtime_name, buf.data_ptr(), buf.numel())
+        # (A state without residuals may come from a job of another size: its counters do not apply then.)
+        if saved is not None and saved.get("world_size") == _runtime.world_size():
+            _runtime.restore_sparse_state(saved["sparse_state"].numpy().tobytes())
+
     def zero_grad(self, *args, **kwargs):
         if self._handles:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
@@ -356,7 +431,8 @@ class _DistributedOptimizer:
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=mpi_ops.Average, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False, sparse=True):
+                         num_groups=0, groups=None, sparse_as_dense=False, sparse=True,
+                         process_set=mpi_ops.global_process_set):
     """Wrap a torch optimizer so that step() applies gradients averaged (or summed) over all ranks.
 
     optimizer: any torch.optim.Optimizer; the result is an instance of the same class
@@ -374,6 +450,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         by default they are allgathered as (indices, values), as in Horovod.
     sparse: enqueue gradients with MGS_FLAG_SPARSE_OK, so they are sparsified when
         MGS_COMPRESSOR is not "none" (the default compressor is exact and dense).
+    process_set: average the gradients over this process set only (they are then
+        reduced exactly); on a rank outside it, step() uses the rank's own gradients.
     """
     if backward_passes_per_step < 1:
         raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
@@ -387,10 +465,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("gradient_predivide_factor needs op=Average")
     base = optimizer.__class__
     cls = type(base.__name__, (_DistributedOptimizer, base), {})
+    mpi_ops._sid(process_set)  # a removed or unregistered set fails here
     wrapped = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-                  gradient_predivide_factor, sparse, sparse_as_dense)
+                  gradient_predivide_factor, sparse, sparse_as_dense, process_set)
     if optimizer.state:
-        wrapped.load_state_dict(optimizer.state_dict())
+        wrapped._load_base_state_dict(optimizer.state_dict())
     return wrapped
 
 

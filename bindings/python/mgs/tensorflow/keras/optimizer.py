@@ -1,8 +1,11 @@
 """DistributedOptimizer for Keras 3 optimizers: apply() reduces the gradients over all ranks first."""
 
-from .. import mpi_ops
+from .. import checkpoint, mpi_ops
 from ..compression import Compression
 from ..gradient_tape import reduce_gradients
+
+# The name of a DistributedOptimizer's gradients when it is given none.
+KERAS_NAME = "keras"
 
 
 class _DistributedKerasOptimizer:
@@ -22,7 +25,39 @@ class _DistributedKerasOptimizer:
         # Saved models hold the wrapped optimizer's own config: they load without mgs.
         return super().get_config()
 
+    # ------------------------------------------------------- checkpoints --
 
+    def get_residual_state(self, variables=None):
+        """This rank's error-feedback state: the residuals of the gradients this optimizer reduced, and the
+        runtime's sparse progress (a dict of numpy arrays, ints and strings; see
+        mgs.tensorflow.residual_state). Residuals are keyed "<index>.<variable path>" over `variables`
+        (None: the variables the optimizer was built with, which model.fit uses). Every rank saves its own.
+        Call it eagerly, between steps (e.g. in a callback's on_epoch_end)."""
+        return checkpoint.save(self._mgs_entries(variables, "get_residual_state()"),
+                               "DistributedOptimizer.get_residual_state()")
+
+    def set_residual_state(self, state, variables=None):
+        """Restore a get_residual_state() of this rank (state=None: residuals start from zero).
+
+        The optimizer must be built (model.fit builds it; or optimizer.build(model.trainable_variables))
+        unless `variables` is given. The state is checked first (same world size, this rank's own, every
+        residual naming one of the variables with its shape): a mismatch raises ValueError naming the rank
+        and the tensor, and nothing is loaded. Call it eagerly, between steps, on every rank with the
+        state that rank saved."""
+        checkpoint.load(state, self._mgs_entries(variables, "set_residual_state()"),
+                        checkpoint.wording("DistributedOptimizer.set_residual_state()",
+                                           "a trainable variable of this optimizer", "its variables",
+                                           "was it saved from another model, or is this model built otherwise "
+                                           "(Keras names unnamed layers in creation order)?"))
+
+    def _mgs_entries(self, variables, what):
+        if variables is None:
+            if not self.built:
+                raise ValueError(f"DistributedOptimizer.{what}: the optimizer is not built yet, so its variables "
+                                 "are not known: call optimizer.build(model.trainable_variables) first (model.fit "
+                                 "builds it), or pass variables=")
+            variables = self._trainable_variables
+        return checkpoint.entries(list(variables), self._mgs_settings[0])
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
@@ -36,7 +71,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     MGS_COMPRESSOR), IndexedSlices are allgathered unless sparse_as_dense.
     backward_passes_per_step > 1 maps to Keras's own gradient_accumulation_steps
     (the reduction then runs every step on the step's gradients). num_groups and
-    groups are accepted; mgs's planner forms the buckets.
+    groups are accepted; mgs's planner forms the buckets. get_residual_state() and
+    set_residual_state() carry this rank's error-feedback residuals in a checkpoint.
     """
     if not hasattr(optimizer, "apply") or not hasattr(optimizer, "get_config"):
         raise TypeError(f"mgs.tensorflow.keras.DistributedOptimizer needs a Keras 3 optimizer, got "
@@ -54,7 +90,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if backward_passes_per_step > 1:
         config["gradient_accumulation_steps"] = backward_passes_per_step
     wrapped = cls.from_config(config)
-    wrapped._mgs_settings = (name or "keras", op, compression, sparse_as_dense, float(gradient_predivide_factor))
+    wrapped._mgs_settings = (name or KERAS_NAME, op, compression, sparse_as_dense, float(gradient_predivide_factor))
     del average_aggregated_gradients, device_dense, device_sparse  # Horovod knobs with no meaning here
     return wrapped
 

@@ -1,0 +1,121 @@
+#include "core/process_set_runner.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+#include "common/logging.h"
+
+namespace mgs {
+
+void ProcessSetRunner::run(std::vector<ReadyOp>& ready, Executor& global) {
+  std::vector<ReadyOp> world_ops, changes;
+  std::map<int32_t, std::vector<ReadyOp>> by_set;
+  for (auto& op : ready) {
+    const OpType t = op.req.sig.type;
+    if (t == OpType::kProcessSetAdd || t == OpType::kProcessSetRemove)
+      changes.push_back(std::move(op));
+    else if (op.req.sig.process_set == 0)
+      world_ops.push_back(std::move(op));
+    else
+      by_set[op.req.sig.process_set].push_back(std::move(op));
+  }
+  global.run(world_ops);
+  for (auto& [id, ops] : by_set) {
+    auto it = sets_.find(id);
+    if (it == sets_.end()) {
+      for (auto& op : ops)
+        complete_(op.req, op.status.ok() ? Status(Code::kInternal, "tensor '" + op.req.name +
+                                                                       "': its process set is not known on rank " +
+                                                                       std::to_string(world_.rank()))
+                                         : op.status);
+      continue;
+    }
+    it->second.exec->run(ops);
+  }
+  poll();
+  for (auto& op : changes) {
+    Status st = op.status;
+    if (st.ok()) st = op.req.sig.type == OpType::kProcessSetAdd ? add(op.req) : remove(op.req);
+    complete_(op.req, st);
+  }
+}
+
+void ProcessSetRunner::poll() {
+  for (auto& [id, set] : sets_) set.exec->poll();
+}
+
+void ProcessSetRunner::drain() {
+  for (auto& [id, set] : sets_) set.exec->drain();
+}
+
+void ProcessSetRunner::failInFlight(const Status& st) {
+  for (auto& [id, set] : sets_) set.exec->failInFlight(st);
+}
+
+bool ProcessSetRunner::idle() const {
+  return std::all_of(sets_.begin(), sets_.end(), [](const auto& s) { return s.second.exec->idle(); });
+}
+
+Status ProcessSetRunner::add(Request& req) {
+  const std::vector<int32_t>& ranks = req.sig.ranks;
+  // The table is the same on every rank here, so is this verdict.
+  const int32_t existing = table_.find(ranks);
+  if (existing >= 0) {
+    ProcessSetInfo info;
+    table_.get(existing, &info);
+    return Status(Code::kInvalidArgument, ProcessSetTable::describe(info) + " has these ranks already");
+  }
+  const bool member = std::binary_search(ranks.begin(), ranks.end(), world_.rank());
+  std::unique_ptr<Communicator> sub;
+  Status st = world_.split(member ? 0 : -1, world_.rank(), &sub);
+  if (!st.ok()) return Status(st.code(), "creating the process set's communicator: " + st.message());
+  const int32_t id = table_.add(ranks);
+  if (member) {
+    Set set;
+    set.comm = std::move(sub);
+    set.exec = std::make_unique<Executor>(*set.comm, config_, timeline_, nullptr, complete_, nullptr);
+    sets_.emplace(id, std::move(set));
+  }
+  req.handle->value = id;
+  MGS_LOG_DEBUG("added process set {}", id);
+  return Status::OK();
+}
+
+Status ProcessSetRunner::remove(Request& req) {
+  const int32_t id = req.sig.root;
+  ProcessSetInfo info;
+  if (id == 0) return Status(Code::kInvalidArgument, "the global process set (0) cannot be removed");
+  if (!table_.get(id, &info))
+    return Status(Code::kInvalidArgument, "process set " + std::to_string(id) + " does not exist (never added, or removed)");
+  // Ops of the set that have not run yet on some rank: removing the set would
+  // leave them waiting forever, so the removal fails on every rank instead.
+  const std::string mine = controller_.pendingInSet(id);
+  int32_t flag = mine.empty() ? 0 : 1;
+  std::vector<int32_t> flags(static_cast<size_t>(world_.size()));
+  MGS_RETURN_IF_ERROR(world_.allgather(&flag, sizeof flag, flags.data()));
+  std::string busy;
+  int nbusy = 0;
+  for (size_t r = 0; r < flags.size(); ++r)
+    if (flags[r]) {
+      busy += (busy.empty() ? "" : ", ") + std::to_string(r);
+      ++nbusy;
+    }
+  if (!busy.empty())
+    return Status(Code::kInvalidArgument,
+                  ProcessSetTable::describe(info) + " cannot be removed: " +
+                      (nbusy == 1 ? "rank " + busy + " has" : "ranks " + busy + " have") +
+                      " operations in it that have not run yet" +
+                      (mine.empty() ? std::string() : " (here: tensor '" + mine + "')") +
+                      "; synchronize them before removing the set");
+  auto it = sets_.find(id);
+  if (it != sets_.end()) {
+    it->second.exec->drain();
+    sets_.erase(it);
+  }
+  table_.remove(id);
+  controller_.forgetSet(id);
+  MGS_LOG_DEBUG("removed process set {}", id);
+  return Status::OK();
+}
+
+}  // namespace mgs
