@@ -119,16 +119,20 @@ def test_allgather_and_broadcast_are_differentiable(rank, size, graph):
         with tf.GradientTape(persistent=True) as tape:
             gathered = hvd_tf.allgather(x, name=f"diff.allgather.{graph}")
             weights = tf.cast(tf.range(tf.shape(gathered)[0])[:, None] + 1, tf.float32)
-            loss_g = tf.reduce_sum(gathered * weights)
-            loss_b = tf.reduce_sum(hvd_tf.broadcast(x[:1] * 2.0, root_rank=0, name=f"diff.bcast.{graph}"))
+            loss_g = tf.reduce_sum(gathered * weights * float(rank + 1))
+            loss_b = tf.reduce_sum(hvd_tf.broadcast(x[:1] * 2.0, root_rank=0, name=f"diff.bcast.{graph}")
+                                   * float(rank + 1))
         return tape.gradient(loss_g, x), tape.gradient(loss_b, x)
     g_gather, g_bcast = tf.function(grads)() if graph else grads()
+    # Horovod's definitions: this rank's rows of the output gradient averaged over the ranks; for a
+    # broadcast, the output gradient averaged over the ranks on the root, zero elsewhere.
+    mean = sum(r + 1 for r in range(size)) / size
     offset = sum(r + 1 for r in range(rank))
-    expected = size * (np.arange(offset, offset + rank + 1, dtype=np.float32)[:, None] + 1) * np.ones((1, 2))
+    expected = mean * (np.arange(offset, offset + rank + 1, dtype=np.float32)[:, None] + 1) * np.ones((1, 2))
     np.testing.assert_allclose(g_gather.numpy(), expected)
     want_b = np.zeros((rank + 1, 2), np.float32)
     if rank == 0:
-        want_b[0] = 2.0 * size
+        want_b[0] = 2.0 * mean
     np.testing.assert_allclose(g_bcast.numpy(), want_b)
 
 

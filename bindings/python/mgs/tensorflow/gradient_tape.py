@@ -5,7 +5,9 @@ with MGS_COMPRESSOR other than "none" the runtime sparsifies and merges them
 (error feedback included). tf.IndexedSlices gradients (embeddings) are
 allgathered, as in Horovod. Each gradient's name comes from its source
 variable (position and name), so it is the same at every step: the runtime
-recognises a step by a gradient name recurring.
+recognises a step by a gradient name recurring. With `process_set=` the
+gradients are reduced over that set only (exactly: the runtime sparsifies the
+global set alone), and a rank outside the set keeps its own gradients.
 """
 
 import tensorflow as tf
@@ -39,7 +41,7 @@ class _DistributedGradientTape:
     """Wraps a tf.GradientTape; every attribute but gradient() is the wrapped tape's."""
 
     def __init__(self, tape, compression=Compression.none, sparse_as_dense=False, op=mpi_ops.Average,
-                 gradient_predivide_factor=1.0, name=None):
+                 gradient_predivide_factor=1.0, name=None, process_set=mpi_ops.global_process_set):
         op = mpi_ops._resolve_op(op, None)
         if op not in (mpi_ops.Sum, mpi_ops.Average):
             raise ValueError(f"gradients can be reduced with Sum or Average, not {mpi_ops._runtime.op_name(op)}")
@@ -49,6 +51,7 @@ class _DistributedGradientTape:
         self._op = op
         self._predivide = float(gradient_predivide_factor)
         self._name = name or TAPE_NAME
+        self._process_set = mpi_ops.process_set_and_id(process_set)[0]  # a removed or unregistered set fails here
 
     def __getattr__(self, attr):
         return getattr(self._tape, attr)
@@ -71,12 +74,17 @@ class _DistributedGradientTape:
 
     def _allreduce(self, grads, sources):
         return reduce_gradients(grads, sources, self._name, self._op, self._compression, self._sparse_as_dense,
-                                self._predivide)
+                                self._predivide, self._process_set)
 
 
-def reduce_gradients(grads, sources, name, op, compression, sparse_as_dense, predivide):
-    """Gradients (None allowed) reduced over all ranks, named after their sources; shared with Keras."""
-    if mpi_ops.size() == 1 and op == mpi_ops.Average and predivide == 1.0:
+def reduce_gradients(grads, sources, name, op, compression, sparse_as_dense, predivide,
+                     process_set=mpi_ops.global_process_set):
+    """Gradients (None allowed) reduced over the ranks of `process_set`, named after their sources; shared
+    with Keras. A rank outside the set gets its own gradients back."""
+    process_set, set_id = mpi_ops.process_set_and_id(process_set)
+    if not process_set.included():
+        return list(grads)
+    if process_set.size() == 1 and op == mpi_ops.Average and predivide == 1.0:
         return list(grads)
     # Horovod's gradient_predivide_factor: scale by 1/f before the sum, f/size after (Average).
     pre, post = 1.0, 1.0
@@ -92,7 +100,7 @@ def reduce_gradients(grads, sources, name, op, compression, sparse_as_dense, pre
             if sparse_as_dense:
                 g = tf.convert_to_tensor(g)
             else:
-                out[i] = mpi_ops._allreduce_indexed_slices(g, label, op, pre, post)
+                out[i] = mpi_ops._allreduce_indexed_slices(g, label, op, pre, post, set_id)
                 continue
         c, ctx = compression.compress(g)
         dense_idx.append(i)
@@ -100,7 +108,8 @@ def reduce_gradients(grads, sources, name, op, compression, sparse_as_dense, pre
         names.append(full)
         ctxs.append(ctx)
     if dense:
-        reduced = mpi_ops.grouped_allreduce_raw(dense, names, op, pre, post, flags=_abi.MGS_FLAG_SPARSE_OK)
+        reduced = mpi_ops.grouped_allreduce_raw(dense, names, op, pre, post, flags=_abi.MGS_FLAG_SPARSE_OK,
+                                                process_set=set_id)
         for i, r, ctx in zip(dense_idx, reduced, ctxs):
             out[i] = compression.decompress(r, ctx)
     return out
@@ -108,7 +117,7 @@ def reduce_gradients(grads, sources, name, op, compression, sparse_as_dense, pre
 
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=Compression.none,
                             sparse_as_dense=False, op=mpi_ops.Average, gradient_predivide_factor=1.0,
-                            name=None):
+                            num_groups=0, groups=None, process_set=mpi_ops.global_process_set, name=None):
     """Horovod's DistributedGradientTape: `tape.gradient(...)` returns gradients reduced over all ranks.
 
         with tf.GradientTape() as tape:
@@ -117,6 +126,11 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compres
         grads = tape.gradient(loss, model.trainable_variables)
 
     Works eagerly and inside tf.function. `name` distinguishes several tapes
-    used in one step (their gradients need distinct names).
+    used in one step (their gradients need distinct names). `process_set`:
+    reduce over that set only; a rank outside it gets its own gradients.
+    num_groups and groups are accepted; mgs's planner forms the buckets.
     """
-    return _DistributedGradientTape(gradtape, compression, sparse_as_dense, op, gradient_predivide_factor, name)
+    if num_groups and groups is not None:
+        raise ValueError("give num_groups or groups, not both")
+    return _DistributedGradientTape(gradtape, compression, sparse_as_dense, op, gradient_predivide_factor, name,
+                                    process_set)

@@ -11,14 +11,15 @@ KERAS_NAME = "keras"
 class _DistributedKerasOptimizer:
     """Mixed in before the wrapped optimizer's class; see DistributedOptimizer()."""
 
-    _mgs_settings = None  # (name, op, compression, sparse_as_dense, predivide), set per instance
+    _mgs_settings = None  # (name, op, compression, sparse_as_dense, predivide, process_set), set per instance
 
     def apply(self, grads, trainable_variables=None):
         # Keras 3's apply_gradients() and model.fit's train step both come here.
         variables = trainable_variables if trainable_variables is not None else self._trainable_variables
         grads = list(grads)
-        name, op, compression, sparse_as_dense, predivide = self._mgs_settings
-        reduced = reduce_gradients(grads, list(variables), name, op, compression, sparse_as_dense, predivide)
+        name, op, compression, sparse_as_dense, predivide, process_set = self._mgs_settings
+        reduced = reduce_gradients(grads, list(variables), name, op, compression, sparse_as_dense, predivide,
+                                   process_set)
         return super().apply(reduced, trainable_variables)
 
     def get_config(self):
@@ -63,7 +64,7 @@ class _DistributedKerasOptimizer:
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
                          sparse_as_dense=False, gradient_predivide_factor=1.0, op=mpi_ops.Average,
                          backward_passes_per_step=1, average_aggregated_gradients=False, num_groups=0,
-                         groups=None):
+                         groups=None, process_set=mpi_ops.global_process_set):
     """Horovod's hvd.DistributedOptimizer for a Keras 3 optimizer (an instance of the same class).
 
     Gradients are averaged (op=Average) or summed over ranks before the update;
@@ -73,6 +74,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     (the reduction then runs every step on the step's gradients). num_groups and
     groups are accepted; mgs's planner forms the buckets. get_residual_state() and
     set_residual_state() carry this rank's error-feedback residuals in a checkpoint.
+    process_set: reduce over that set only (exactly); a rank outside it applies its own gradients.
     """
     if not hasattr(optimizer, "apply") or not hasattr(optimizer, "get_config"):
         raise TypeError(f"mgs.tensorflow.keras.DistributedOptimizer needs a Keras 3 optimizer, got "
@@ -84,13 +86,15 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
     if num_groups and groups is not None:
         raise ValueError("give num_groups or groups, not both")
+    process_set = mpi_ops.process_set_and_id(process_set)[0]  # a removed or unregistered set fails here
     base = type(optimizer)
     cls = type(base.__name__, (_DistributedKerasOptimizer, base), {})
     config = optimizer.get_config()
     if backward_passes_per_step > 1:
         config["gradient_accumulation_steps"] = backward_passes_per_step
     wrapped = cls.from_config(config)
-    wrapped._mgs_settings = (name or KERAS_NAME, op, compression, sparse_as_dense, float(gradient_predivide_factor))
+    wrapped._mgs_settings = (name or KERAS_NAME, op, compression, sparse_as_dense, float(gradient_predivide_factor),
+                             process_set)
     del average_aggregated_gradients, device_dense, device_sparse  # Horovod knobs with no meaning here
     return wrapped
 
