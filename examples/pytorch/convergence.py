@@ -33,6 +33,10 @@ def parse_args():
     p.add_argument("--error-feedback", nargs="*", type=int, default=[1, 0], choices=[0, 1])
     p.add_argument("--exchange", choices=["allgather", "agreed", "hierarchical", "auto"],
                    help="MGS_EXCHANGE for the sparse runs (labelled with it); unset: the runtime's default")
+    p.add_argument("--dgc", nargs="*", default=["plain"], metavar="VARIANT",
+                   help="DGC variants of every sparse run: 'plain' (none), or '+'-joined parts of "
+                        "mc (momentum correction, masking off), mask (momentum correction with masking), "
+                        "clipX (local clipping at norm X), warmupN (MGS_WARMUP_STEPS=N); e.g. mask+clip2")
     p.add_argument("--out", type=Path, default=Path("convergence-results"))
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--replot", type=Path, metavar="RESULTS_JSON",
@@ -49,17 +53,37 @@ def configurations(args):
     for selector in args.selectors:
         for density in args.densities:
             for ef in args.error_feedback:
-                config = {"label": f"{selector} rho={density:g} ef={ef}", "MGS_COMPRESSOR": selector,
-                          "MGS_DENSITY": f"{density:g}", "MGS_ERROR_FEEDBACK": str(ef)}
-                if args.exchange:
-                    config["label"] += f" {args.exchange}"
-                    config["MGS_EXCHANGE"] = args.exchange
-                yield config
+                for variant in args.dgc:
+                    config = {"label": f"{selector} rho={density:g} ef={ef}", "MGS_COMPRESSOR": selector,
+                              "MGS_DENSITY": f"{density:g}", "MGS_ERROR_FEEDBACK": str(ef)}
+                    if args.exchange:
+                        config["label"] += f" {args.exchange}"
+                        config["MGS_EXCHANGE"] = args.exchange
+                    if variant != "plain":
+                        config["label"] += f" {variant}"
+                        config.update(dgc_settings(variant))
+                    yield config
+
+
+def dgc_settings(variant):
+    """train_digits.py arguments ("args") and MGS_* of a --dgc variant such as 'mask+clip2+warmup50'."""
+    out, args = {}, []
+    for part in variant.split("+"):
+        if part in ("mc", "mask"):
+            args += ["--momentum-correction"] + (["--no-masking"] if part == "mc" else [])
+        elif part.startswith("clip"):
+            args += ["--clip-norm", part[len("clip"):]]
+        elif part.startswith("warmup"):
+            out["MGS_WARMUP_STEPS"] = part[len("warmup"):]
+        else:
+            raise SystemExit(f"--dgc: unknown part {part!r} in {variant!r}")
+    out["args"] = args
+    return out
 
 
 def run(args, config, json_path):
     env = dict(os.environ)
-    for key in ("MGS_COMPRESSOR", "MGS_DENSITY", "MGS_ERROR_FEEDBACK", "MGS_EXCHANGE"):
+    for key in ("MGS_COMPRESSOR", "MGS_DENSITY", "MGS_ERROR_FEEDBACK", "MGS_EXCHANGE", "MGS_WARMUP_STEPS"):
         env.pop(key, None)
     env.update({k: v for k, v in config.items() if k.startswith("MGS_")})
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
@@ -68,7 +92,7 @@ def run(args, config, json_path):
     sep = ["--"] if Path(launcher[0]).name == "mgsrun" else []
     cmd = launcher + ["-np", str(args.np)] + sep + [
         args.python, str(HERE / "train_digits.py"), "--epochs", str(args.epochs), "--seed", str(args.seed),
-        "--json", str(json_path)] + args.extra
+        "--json", str(json_path)] + config.get("args", []) + args.extra
     start = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:

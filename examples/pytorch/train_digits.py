@@ -30,6 +30,10 @@ def parse_args():
     p.add_argument("--lr", type=float, default=0.02, help="per rank; scaled by the number of ranks")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--fp16", action="store_true", help="send gradients as float16 (Compression.fp16)")
+    p.add_argument("--momentum-correction", action="store_true",
+                   help="DGC momentum correction (DistributedOptimizer(momentum_correction=True))")
+    p.add_argument("--no-masking", action="store_true", help="with --momentum-correction: momentum_masking=False")
+    p.add_argument("--clip-norm", type=float, help="DGC local gradient clipping (local_clip_norm)")
     p.add_argument("--json", metavar="PATH", help="rank 0 writes the per-epoch metrics here")
     p.add_argument("--min-accuracy", type=float, default=None,
                    help="exit with status 1 if the final test accuracy is below this (for CI)")
@@ -92,7 +96,9 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * size, momentum=0.9)
     optimizer = hvd.DistributedOptimizer(
         optimizer, named_parameters=model.named_parameters(),
-        compression=hvd.Compression.fp16 if args.fp16 else hvd.Compression.none)
+        compression=hvd.Compression.fp16 if args.fp16 else hvd.Compression.none,
+        momentum_correction=args.momentum_correction,
+        momentum_masking=(not args.no_masking) if args.momentum_correction else None, local_clip_norm=args.clip_norm)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs)

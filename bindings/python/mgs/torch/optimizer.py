@@ -18,6 +18,7 @@ from .. import _abi
 from .. import _checkpoint
 from .. import _lib
 from .. import _runtime
+from . import _dgc
 from . import mpi_ops
 from .compression import Compression
 
@@ -145,8 +146,14 @@ class _DistributedOptimizer:
     """Mixed in before the wrapped optimizer's class; see DistributedOptimizer()."""
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, sparse, sparse_as_dense, process_set=mpi_ops.global_process_set):
+                 gradient_predivide_factor, sparse, sparse_as_dense, process_set=mpi_ops.global_process_set,
+                 momentum_correction=False, momentum_masking=True, local_clip_norm=None):
         super().__init__(params)
+        # DGC's rank-local techniques (_dgc.py): velocity before the exchange, and local clipping.
+        self._mc = _dgc.MomentumCorrection(momentum_masking) if momentum_correction else None
+        self._local_clip_norm = local_clip_norm
+        self._clip_ready = 0         # parameters whose last backward pass of this step ran (local clipping)
+        self._param_group_of = {}    # param -> its param group (momentum correction)
         self._sparse_as_dense = sparse_as_dense
         self._sparse_grads = set()  # params whose last gradient was a sparse tensor (nn.Embedding(sparse=True))
         self._densified = {}        # param -> sparse_dim of its sparse gradient, reduced dense (sparse_as_dense)
@@ -210,11 +217,27 @@ class _DistributedOptimizer:
                     "gradients were computed more than backward_passes_per_step times before step(); "
                     "increase backward_passes_per_step to accumulate gradients locally")
             self._allreduce_delay[p] -= 1
-            if self._allreduce_delay[p] == 0:
+            if self._allreduce_delay[p] == 0 and self._local_clip_norm is None:
                 self._handles[p] = self._allreduce_grad_async(p)
             else:
                 self._handles[p] = (None, None, None)
+                if self._allreduce_delay[p] == 0 and self._local_clip_norm is not None:
+                    self._clip_ready += 1
+                    if self._clip_ready == len(self._requires_update):
+                        self._start_clipped()
         return hook
+
+    def _start_clipped(self):
+        """Local clipping: the norm needs every gradient of this rank, so the allreduces start when the
+        last one is ready (or in synchronize(), for parameters without a gradient), not one by one."""
+        pending = [p for p in self._requires_update if self._handles.get(p, (None,))[0] is None]
+        if not pending:
+            return  # started by the last hook already
+        if self._process_set.included():
+            # Every gradient is still here (none started), so this is the norm of all of them.
+            _dgc.clip_local(pending, self._local_clip_norm, self._process_set.size())
+        for p in pending:
+            self._handles[p] = self._allreduce_grad_async(p)
 
     def _scales(self):
         if self._op == mpi_ops.Average:
@@ -241,12 +264,18 @@ class _DistributedOptimizer:
             else:
                 # Horovod's sparse allreduce (allgather of indices and values); the dense
                 # compressors and MGS_COMPRESSOR do not apply to it.
+                if self._mc_group(p) is not None:
+                    raise ValueError(f"momentum_correction=True: the gradient of {self._parameter_names[p]} is "
+                                     "sparse (nn.Embedding(sparse=True)); pass sparse_as_dense=True")
                 self._sparse_grads.add(p)
                 handle = mpi_ops.sparse_allreduce_async(p.grad, f"grad.{self._parameter_names[p]}", self._op,
                                                         pre, post, self._process_set)
                 values = p.grad.coalesce().values()
                 _stats.add_tensor(values, values)
                 return handle, "sparse", None
+        group = self._mc_group(p)
+        if group is not None:
+            self._mc.velocity_into_grad(p, group, f"allreduce.{self._parameter_names[p]}")
         sent, ctx = self._compression.compress(p.grad)
         handle = mpi_ops._allreduce_async(sent, sent, f"allreduce.{self._parameter_names[p]}", self._op,
                                           pre, post, self._flags, self._set_id)
@@ -257,16 +286,20 @@ class _DistributedOptimizer:
         """Wait for every gradient's allreduce (enqueueing those not yet started) and set p.grad."""
         if not self._process_set.included():
             self._handles.clear()
+            self._clip_ready = 0
             for p in self._requires_update:
                 self._allreduce_delay[p] = self.backward_passes_per_step
             self._synchronized = True
             return
+        if self._local_clip_norm is not None:
+            self._start_clipped()
         for p in self._requires_update:
             entry = self._handles.get(p)
             if entry is None or entry[0] is None:
                 self._handles[p] = self._allreduce_grad_async(p)
         error = None
         for p, (handle, ctx, _) in self._handles.items():
+            ok = False
             try:
                 output = mpi_ops.synchronize(handle)
                 if isinstance(ctx, str) and ctx == "sparse":
@@ -275,10 +308,14 @@ class _DistributedOptimizer:
                     p.grad.set_(self._compression.decompress(output, ctx))
                 if p in self._densified:
                     p.grad = p.grad.to_sparse(self._densified.pop(p))
+                ok = True
             except Exception as e:  # noqa: BLE001 - wait for all (they use live buffers), then raise
                 error = error or e
+            if self._mc is not None:
+                self._mc.finish(p, f"allreduce.{self._parameter_names[p]}", p.grad, ok)
             self._allreduce_delay[p] = self.backward_passes_per_step
         self._handles.clear()
+        self._clip_ready = 0
         self._synchronized = True
         _stats.add_step()
         if error is not None:
@@ -301,7 +338,39 @@ class _DistributedOptimizer:
                               "'with optimizer.skip_synchronize(): optimizer.step()'.")
             self.synchronize()
         self._synchronized = False
-        return super().step(closure)
+        if self._mc is None or not self._process_set.included():
+            return super().step(closure)
+        return self._step_momentum_corrected(closure)
+
+    def _mc_group(self, p):
+        """p's param group when momentum correction runs for p on this rank, else None."""
+        if self._mc is None or not self._process_set.included():
+            return None
+        group = self._param_group_of.get(p)
+        if group is None:
+            self._param_group_of = {q: g for g in self.param_groups for q in g["params"]}
+            group = self._param_group_of.get(p)
+        return group if group is not None and _dgc.MomentumCorrection.active(group) else None
+
+    def _step_momentum_corrected(self, closure):
+        """SGD's step on the averaged velocities: momentum (already in them) and weight decay (applied
+        here, with its own momentum buffer, as in DGC) switched off in the wrapped SGD for this call."""
+        saved = []
+        for group in self.param_groups:
+            if not _dgc.MomentumCorrection.active(group):
+                continue
+            for p in group["params"]:
+                if p.grad is not None and not p.grad.is_sparse:
+                    term = self._mc.weight_decay_term(p, group, self.state[p])
+                    if term is not None:
+                        p.grad.add_(term)
+            saved.append((group, group["momentum"], group["weight_decay"], group["nesterov"]))
+            group.update(momentum=0, weight_decay=0, nesterov=False)
+        try:
+            return super().step(closure)
+        finally:
+            for group, momentum, weight_decay, nesterov in saved:
+                group.update(momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
 
     # ------------------------------------------------------- checkpoints --
 
@@ -376,7 +445,7 @@ class _DistributedOptimizer:
             if _runtime.residual_copy(runtime_name, buf.data_ptr(), buf.numel()):
                 residuals[name] = buf.view(p.shape)
         blob = _runtime.sparse_state()
-        return {
+        state = {
             "version": _CHECKPOINT_VERSION,
             "rank": rank,
             "world_size": size,
@@ -386,6 +455,11 @@ class _DistributedOptimizer:
             "sparse_state": torch.frombuffer(bytearray(blob), dtype=torch.uint8) if blob else
             torch.empty(0, dtype=torch.uint8),
         }
+        if self._mc is not None:
+            # Momentum correction's velocities: this rank's own, like the residuals.
+            state["velocities"] = {self._parameter_names[p]: u.detach().to("cpu", copy=True)
+                                   for p, u in self._mc.velocity.items()}
+        return state
 
     def _check_mgs_state(self, saved):
         """ValueError, naming this rank and the tensor, if `saved` cannot be this rank's state in this job."""
@@ -393,6 +467,14 @@ class _DistributedOptimizer:
                           lambda t: None if torch.is_tensor(t) and t.dtype == torch.float32 else
                           (t.dtype if torch.is_tensor(t) else type(t).__name__),
                           lambda b: torch.is_tensor(b) and b.dtype == torch.uint8 and b.dim() == 1, stacklevel=4)
+        velocities = saved.get("velocities", {})
+        by_name = {name: p for p, name in self._parameter_names.items()}
+        for name, u in (velocities.items() if isinstance(velocities, dict) else [(None, velocities)]):
+            p = by_name.get(name)
+            if p is None or not torch.is_tensor(u) or tuple(u.shape) != tuple(p.shape):
+                raise ValueError(f"DistributedOptimizer.load_state_dict() on rank {mpi_ops.rank()}: the "
+                                 f"'{_CHECKPOINT_KEY}' entry's momentum-correction velocity {name!r} is not a tensor "
+                                 "shaped like a parameter of this optimizer")
 
     def _restore_mgs_state(self, saved):
         """Residuals from a checked `saved` (None: zeros), then the runtime's step counter and leaders."""
@@ -401,6 +483,12 @@ class _DistributedOptimizer:
         except _lib.MgsValueError:
             return  # not running: nothing held, nothing to clear (a saved state was refused by the check)
         residuals = saved["residuals"] if saved is not None else {}
+        if self._mc is not None:
+            by_name = {name: p for p, name in self._parameter_names.items()}
+            saved_u = (saved or {}).get("velocities", {})
+            self._mc.velocity = {by_name[n]: u.detach().to(by_name[n].device, by_name[n].dtype, copy=True)
+                                 for n, u in saved_u.items()}
+            self._mc.forget_residuals()
         if saved is None and (_runtime.init_settings().get("MGS_COMPRESSOR") or "none") != "none":
             warnings.warn(f"DistributedOptimizer.load_state_dict() on rank {mpi_ops.rank()}: the state_dict has no "
                           f"'{_CHECKPOINT_KEY}' entry (a plain torch optimizer state), so the error-feedback "
@@ -432,7 +520,8 @@ class _DistributedOptimizer:
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=mpi_ops.Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False, sparse=True,
-                         process_set=mpi_ops.global_process_set):
+                         process_set=mpi_ops.global_process_set, momentum_correction=False, momentum_masking=None,
+                         local_clip_norm=None):
     """Wrap a torch optimizer so that step() applies gradients averaged (or summed) over all ranks.
 
     optimizer: any torch.optim.Optimizer; the result is an instance of the same class
@@ -452,6 +541,22 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         MGS_COMPRESSOR is not "none" (the default compressor is exact and dense).
     process_set: average the gradients over this process set only (they are then
         reduced exactly); on a rank outside it, step() uses the rank's own gradients.
+
+    DGC's techniques (Lin et al. 2018; docs/convergence.md measures them). Off by default: without a
+    compressor they change nothing worth their cost, and the wrapped optimizer then behaves as in
+    Horovod. MGS_WARMUP_STEPS (the runtime's density warm-up) is the fourth.
+    momentum_correction: for torch.optim.SGD with momentum (Nesterov and weight decay included;
+        dampening and maximize are refused): each rank keeps its velocity u = m*u + g and hands u to
+        the allreduce, so the error-feedback residual accumulates velocity; step() applies the averaged
+        result with SGD's momentum off for that step and weight decay applied locally with its own
+        momentum buffer. With every entry delivered (no compressor, density 1) the update equals SGD's.
+        Any other optimizer: ValueError. The velocity is this rank's own, saved in state_dict()'s "mgs".
+    momentum_masking: with momentum_correction, clear u where an entry was sent this step (its
+        residual became exactly 0 while its accumulated value was not). None (default): on with
+        momentum_correction; True without it: ValueError.
+    local_clip_norm: clip this rank's gradients (total 2-norm, before momentum and error feedback
+        accumulate them) to local_clip_norm / sqrt(ranks), DGC's local clipping. None: off. The norm
+        needs every gradient, so with it the allreduces start when backward has ended, not during it.
     """
     if backward_passes_per_step < 1:
         raise ValueError(f"backward_passes_per_step must be >= 1, got {backward_passes_per_step}")
@@ -463,11 +568,20 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     _check_groups(optimizer, num_groups, groups)
     if gradient_predivide_factor != 1.0 and op != mpi_ops.Average:
         raise ValueError("gradient_predivide_factor needs op=Average")
+    if momentum_correction:
+        _dgc.check_supported(optimizer)
+    elif momentum_masking:
+        raise ValueError("momentum_masking=True needs momentum_correction=True (it clears DGC's velocity)")
+    if local_clip_norm is not None and not local_clip_norm > 0:
+        raise ValueError(f"local_clip_norm must be > 0 (or None: no clipping), got {local_clip_norm!r}")
     base = optimizer.__class__
     cls = type(base.__name__, (_DistributedOptimizer, base), {})
     mpi_ops._sid(process_set)  # a removed or unregistered set fails here
     wrapped = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-                  gradient_predivide_factor, sparse, sparse_as_dense, process_set)
+                  gradient_predivide_factor, sparse, sparse_as_dense, process_set,
+                  momentum_correction=bool(momentum_correction),
+                  momentum_masking=momentum_masking is None or bool(momentum_masking),
+                  local_clip_norm=local_clip_norm)
     if optimizer.state:
         wrapped._load_base_state_dict(optimizer.state_dict())
     return wrapped

@@ -1,0 +1,145 @@
+"""DGC's rank-local techniques for DistributedOptimizer (Lin et al., ICLR 2018, "Deep Gradient
+Compression", sections 3.2-3.3; /work/shared/algorithms.md 8.3 has the reference code's order).
+
+Momentum correction: with sparsified gradients, momentum applied after the exchange only ever sees
+the few entries that were sent, so delayed entries lose their momentum. DGC moves momentum before
+the exchange instead: each rank keeps its velocity u = m*u + g (Nesterov: u = m*(u + g), sending
+u + g) and hands u to the sparse allreduce, so the runtime's error-feedback residual accumulates
+velocity (v = v + u in the paper); the optimizer applies the averaged result with its own momentum
+off. Weight decay does not need the exchange (the parameters are the same on every rank): it is
+kept out of u and gets its own momentum buffer, applied locally, as DGC's optimizer does. At
+density 1 (and without a compressor) the update is exactly torch.optim.SGD's momentum update.
+
+Momentum factor masking: after the exchange, u is cleared where the entry was sent, so that a
+delayed entry's old velocity does not keep pushing after it was applied. The runtime does not
+report the selection; an entry was sent where this rank's residual is now exactly 0 while what it
+accumulated (u + the residual before) was not. The residual after the exchange is read once per
+step (mgs_residual_copy) and kept as the next step's "before", so one copy per tensor and step is
+all it costs. A tensor whose residual is 0 everywhere afterwards was delivered whole (a dense
+fallback bucket, density 1, a hierarchical non-leader) and keeps its velocity, as DGC treats an
+uncompressed tensor; a tensor without a residual (dense job, under MGS_MIN_SPARSE_ELEMENTS) too.
+
+This module holds the per-parameter state; the optimizer (optimizer.py) calls it.
+"""
+
+import torch
+
+from .. import _runtime
+
+# The optimizer momentum correction supports: the update rule below is torch.optim.SGD's.
+SUPPORTED = torch.optim.SGD
+
+
+def check_supported(optimizer):
+    """ValueError unless `optimizer` is a torch.optim.SGD whose groups momentum correction can run."""
+    if type(optimizer) is not SUPPORTED:
+        raise ValueError(
+            f"momentum_correction=True needs a torch.optim.SGD, got {type(optimizer).__module__}."
+            f"{type(optimizer).__qualname__}: DGC's momentum correction rewrites SGD's momentum update and "
+            "is not defined for other optimizers; pass momentum_correction=False")
+    for i, group in enumerate(optimizer.param_groups):
+        if group.get("dampening", 0) != 0:
+            raise ValueError(f"momentum_correction=True: param_groups[{i}] has dampening="
+                             f"{group['dampening']}; DGC's velocity has no dampening (use dampening=0)")
+        if group.get("maximize", False):
+            raise ValueError(f"momentum_correction=True: param_groups[{i}] has maximize=True, which it does "
+                             "not support")
+
+
+class MomentumCorrection:
+    """Per-parameter DGC state of one rank: velocity u, the last residual, the weight-decay buffer.
+
+    The velocity is this rank's own (like the residual): it is not broadcast and is checkpointed in
+    the "mgs" entry of state_dict(). Threading: velocity() runs in the autograd hook (backward's
+    thread), masked()/apply_step() in the thread that calls step(); never at the same time for one
+    parameter (step() waits for the hooks' allreduces).
+    """
+
+    def __init__(self, masking):
+        self.masking = masking
+        self.velocity = {}    # param -> u (committed after a finished exchange)
+        self._pending = {}    # param -> (u_next, accumulated != 0 or None), between hook and synchronize
+        self._residual = {}   # param -> this rank's residual after the last exchange (fp32, flat)
+
+    @staticmethod
+    def active(group):
+        return group.get("momentum", 0) != 0
+
+    def velocity_into_grad(self, p, group, runtime_name):
+        """Replace p.grad by what DGC sends for it this step, remembering u_next until the exchange ends."""
+        m, g = group["momentum"], p.grad
+        u = self.velocity.get(p)
+        if group.get("nesterov", False):
+            u_next = (g if u is None else g + u).mul(m)
+            send = u_next + g
+        else:
+            u_next = g.clone() if u is None else torch.add(g, u, alpha=m)
+            send = u_next
+        nonzero = None
+        if self.masking and p.dtype.is_floating_point:
+            before = self._residual_before(p, runtime_name)
+            acc = send if before is None else send.float() + before.to(send.device).view_as(send)
+            nonzero = acc.ne(0)
+        self._pending[p] = (u_next, nonzero)
+        p.grad.copy_(send)
+
+    def _residual_before(self, p, runtime_name):
+        r = self._residual.get(p)
+        if r is None:
+            r = torch.empty(p.numel(), dtype=torch.float32)
+            if not _runtime.residual_copy(runtime_name, r.data_ptr(), r.numel()):
+                return None
+            self._residual[p] = r
+        return r
+
+    def finish(self, p, runtime_name, output, ok):
+        """After p's exchange: commit u_next (unless it failed or is not finite) and mask it."""
+        u_next, nonzero = self._pending.pop(p, (None, None))
+        if u_next is None:
+            return
+        if not ok or not bool(torch.isfinite(output).all()):
+            # A skipped step (loss scaling, MGS_NONFINITE=propagate): the runtime kept its residual,
+            # so this rank keeps its velocity too.
+            return
+        self.velocity[p] = u_next
+        if nonzero is None:
+            return
+        after = torch.empty(p.numel(), dtype=torch.float32)
+        if not _runtime.residual_copy(runtime_name, after.data_ptr(), after.numel()):
+            self._residual.pop(p, None)  # not sparsified this step: a dense tensor keeps its velocity
+            return
+        self._residual[p] = after
+        zero = after.eq(0)
+        if bool(zero.all()):
+            return  # delivered whole: treated as DGC treats an uncompressed tensor
+        u_next.masked_fill_(zero.to(u_next.device).view_as(u_next) & nonzero, 0)
+
+    def forget_residuals(self):
+        """The runtime's residuals were replaced (load_state_dict): read them again next step."""
+        self._residual.clear()
+
+    def discard_pending(self):
+        self._pending.clear()
+
+    def weight_decay_term(self, p, group, state):
+        """DGC's local weight decay with its own momentum buffer: what to add to the averaged p.grad."""
+        wd, m = group.get("weight_decay", 0), group["momentum"]
+        if wd == 0:
+            return None
+        d = p.detach().mul(wd)
+        buf = state.get("mgs_weight_decay_buffer")
+        if buf is None:
+            buf = d.clone()
+        else:
+            buf.mul_(m).add_(d)
+        state["mgs_weight_decay_buffer"] = buf
+        return d.add_(buf, alpha=m) if group.get("nesterov", False) else buf
+
+
+def clip_local(params, max_norm, world_size):
+    """DGC's local clipping: scale this rank's gradients so their total 2-norm is at most
+    max_norm / sqrt(world_size) (torch.nn.utils.clip_grad_norm_'s rule). Returns the norm before."""
+    grads = [p for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    return float(torch.nn.utils.clip_grad_norm_(grads, max_norm / world_size ** 0.5))

@@ -1,0 +1,291 @@
+"""DGC's techniques in DistributedOptimizer: momentum correction, momentum factor masking, local clipping.
+
+The model is one sparsified weight W (4096 elements, MGS_MIN_SPARSE_ELEMENTS) and one dense bias b,
+with loss sum(W*G) + sum(b*h), so each rank's gradient is exactly the G, h the test chose. Every value
+is a small dyadic rational (k/64 with distinct k) and momentum, learning rate and 1/ranks are powers
+of two, so every sum is exact in float32 whatever its order: the runtime's result must equal the
+hand-computed DGC update bit for bit, on 2 or 4 ranks. Each rank computes every rank's gradients from
+seeds, so the reference needs no collective.
+
+The sparse tests restart mgs with topk (allgather exchange, one bucket) and restore the suite's
+runtime afterwards, as test_checkpoint.py does.
+"""
+
+import contextlib
+import math
+import os
+
+import pytest
+import torch
+from torch import nn
+
+import mgs.torch as hvd
+from mgs import _runtime
+
+N = 4096  # W's elements: the smallest sparsified tensor
+LR, M = 0.25, 0.5
+
+
+@contextlib.contextmanager
+def runtime(**env):
+    """mgs restarted with `env` (MGS_* variables) for the test; the suite's runtime back afterwards."""
+    saved = {k: os.environ.get(k) for k in env}
+    hvd.shutdown()
+    os.environ.update(env)
+    try:
+        hvd.init()
+        yield
+        hvd.barrier()
+    finally:
+        hvd.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        hvd.init()
+
+
+def topk_runtime(density):
+    return runtime(MGS_COMPRESSOR="topk", MGS_DENSITY=str(density), MGS_CALIBRATION="off", MGS_DENSE_FALLBACK="0",
+                   MGS_PLANNER="single", MGS_EXCHANGE="allgather")
+
+
+class Linear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(7)
+        self.w = nn.Parameter(dyadic(g, N).view(64, 64))
+        self.b = nn.Parameter(dyadic(g, 8))
+
+    def loss(self, gw, gb):
+        return (self.w * gw).sum() + (self.b * gb).sum()
+
+
+def dyadic(g, n):
+    """n values +-k/64 with distinct k in 1..n (distinct magnitudes, exact in float32)."""
+    k = (torch.randperm(n, generator=g) + 1).float() / 64
+    return torch.where(torch.rand(n, generator=g) < 0.5, -k, k)
+
+
+def grads(rank, step, rep=0):
+    g = torch.Generator().manual_seed(1000 * step + 10 * rank + rep)
+    return dyadic(g, N).view(64, 64), dyadic(g, 8)
+
+
+def make(opt_kwargs=None, **dist_kwargs):
+    model = Linear()
+    opt = torch.optim.SGD(model.parameters(), **{"lr": LR, **(opt_kwargs or {"momentum": M})})
+    return model, hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), **dist_kwargs)
+
+
+def residual(name):
+    out = torch.empty(N, dtype=torch.float32)
+    return out if _runtime.residual_copy(f"allreduce.{name}", out.data_ptr(), N) else None
+
+
+def dgc_reference(steps, size, k, masking=True):
+    """DGC by hand (algorithms.md 8.3, non-Nesterov): per rank u = m*u + g, v = v + u, send v's top k
+    by magnitude, clear v and (masking) u there; W -= lr * mean of what was sent. The bias is dense:
+    u = m*u + g, all of u sent. Returns W, b, this rank's u and v after every step."""
+    model = Linear()
+    w, b = model.w.detach().clone().view(-1), model.b.detach().clone()
+    u = [torch.zeros(N) for _ in range(size)]
+    v = [torch.zeros(N) for _ in range(size)]
+    ub = [torch.zeros(8) for _ in range(size)]
+    out = []
+    for s in range(steps):
+        total, total_b = torch.zeros(N), torch.zeros(8)
+        for r in range(size):
+            gw, gb = grads(r, s)
+            u[r] = M * u[r] + gw.view(-1)
+            v[r] = v[r] + u[r]
+            mags = v[r].abs().sort(descending=True).values
+            assert k == N or mags[k - 1] > mags[k], "a tie at the k-th entry: choose other values"
+            idx = v[r].abs().topk(k).indices
+            total[idx] += v[r][idx]
+            v[r][idx] = 0
+            if masking and k < N:
+                u[r][idx] = 0
+            ub[r] = M * ub[r] + gb
+            total_b += ub[r]
+        w = w - LR * (total / size)
+        b = b - LR * (total_b / size)
+        out.append((w.clone(), b.clone(), [x.clone() for x in u], [x.clone() for x in v]))
+    return out
+
+
+def run_steps(model, opt, steps, bpps=1, after_step=None):
+    for s in range(steps):
+        opt.zero_grad()
+        for rep in range(bpps):
+            gw, gb = grads(hvd.rank(), s, rep) if bpps > 1 else grads(hvd.rank(), s)
+            model.loss(gw, gb).backward()
+        opt.step()
+        if after_step is not None:
+            after_step(s)
+
+
+@pytest.mark.parametrize("masking", [True, False])
+def test_momentum_correction_matches_dgc_by_hand_at_low_density(masking):
+    steps, density = 4, 0.01
+    k = int(N * density)
+    ref = dgc_reference(steps, hvd.size(), k, masking)
+    with topk_runtime(density):
+        model, opt = make(momentum_correction=True, momentum_masking=masking)
+
+        def check(s):
+            w, b, u, v = ref[s]
+            r = hvd.rank()
+            assert torch.equal(model.w.detach().view(-1), w), f"step {s}: W differs from DGC by hand"
+            assert torch.equal(model.b.detach(), b), f"step {s}: the dense bias differs"
+            assert torch.equal(opt._mc.velocity[model.w].view(-1), u[r]), f"step {s}: velocity differs"
+            assert torch.equal(residual("w"), v[r]), f"step {s}: the residual is not DGC's v"
+        run_steps(model, opt, steps, after_step=check)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense-runtime", "topk-density-1"])
+@pytest.mark.parametrize("sgd", [
+    {"momentum": M},
+    {"momentum": M, "nesterov": True},
+    {"momentum": M, "weight_decay": 0.5},
+    {"momentum": M, "weight_decay": 0.5, "nesterov": True},
+], ids=["momentum", "nesterov", "weight-decay", "nesterov-weight-decay"])
+def test_momentum_correction_at_density_one_is_sgd_with_momentum(sparse, sgd):
+    """Every entry delivered: the update is torch.optim.SGD's on the averaged gradients, bit for bit."""
+    steps, size = 3, hvd.size()
+    ref = Linear()
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=LR, **sgd)
+    for s in range(steps):
+        ref_opt.zero_grad()
+        gs = [grads(r, s) for r in range(size)]
+        ref.w.grad = sum(g[0] for g in gs) / size
+        ref.b.grad = sum(g[1] for g in gs) / size
+        ref_opt.step()
+    with (topk_runtime(1.0) if sparse else contextlib.nullcontext()):
+        model, opt = make(sgd, momentum_correction=True)
+        run_steps(model, opt, steps)
+        if sparse:
+            assert residual("w") is not None and residual("w").count_nonzero() == 0
+    assert torch.equal(model.w.detach(), ref.w.detach())
+    assert torch.equal(model.b.detach(), ref.b.detach())
+
+
+def test_masking_clears_exactly_the_sent_entries():
+    """Sent = the residual became 0 where what was accumulated (velocity + residual before) was not."""
+    with topk_runtime(0.01):
+        model, opt = make(momentum_correction=True)
+        before = torch.zeros(N)
+        u = torch.zeros(N)
+        for s in range(3):
+            gw, gb = grads(hvd.rank(), s)
+            u_next = M * u + gw.view(-1)
+            acc = u_next + before
+            opt.zero_grad()
+            model.loss(gw, gb).backward()
+            opt.step()
+            after = residual("w")
+            sent = (after == 0) & (acc != 0)
+            assert int(sent.sum()) == int(N * 0.01)  # topk: exactly k entries of this rank
+            got = opt._mc.velocity[model.w].view(-1)
+            assert torch.equal(got[sent], torch.zeros(int(sent.sum())))
+            assert torch.equal(got[~sent], u_next[~sent]), "an entry that was not sent lost its velocity"
+            # Conservation: what came in (velocity + residual before) = what was sent + what is kept.
+            assert torch.equal(acc[~sent], after[~sent])
+            u, before = got.clone(), after
+
+
+def test_conservation_with_two_backward_passes():
+    """backward_passes_per_step=2: the velocity takes the accumulated gradient; every rank's
+    (velocity handed + residual before - residual after), summed over ranks, is ranks * the average."""
+    size = hvd.size()
+    with topk_runtime(0.01):
+        model, opt = make(momentum_correction=True, backward_passes_per_step=2)
+        u, before = torch.zeros(N), torch.zeros(N)
+        for s in range(3):
+            opt.zero_grad()
+            g_sum = torch.zeros(N)
+            for rep in range(2):
+                gw, gb = grads(hvd.rank(), s, rep)
+                g_sum += gw.view(-1)
+                model.loss(gw, gb).backward()
+            u_next = M * u + g_sum
+            opt.synchronize()
+            average = model.w.grad.detach().view(-1).clone()
+            after = residual("w")
+            sent_here = u_next + before - after
+            assert torch.equal(sent_here[after != 0], torch.zeros(int((after != 0).sum())))
+            total = sum(hvd.allgather(sent_here.view(1, -1), name=f"dgc.sent.{s}"))
+            assert torch.equal(total / size, average)
+            with opt.skip_synchronize():
+                opt.step()
+            u, before = opt._mc.velocity[model.w].view(-1).clone(), after
+
+
+@pytest.mark.parametrize("bpps", [1, 2])
+def test_local_clipping_scales_the_norm_to_max_norm_over_sqrt_ranks(bpps):
+    """Each rank's gradients (all of them, summed over the backward passes) are scaled to total norm
+    max_norm / sqrt(ranks) when above it (torch's clip_grad_norm_ rule), before the exchange."""
+    size, max_norm = hvd.size(), 3.0
+    limit = max_norm / math.sqrt(size)
+    scaled, expected_w, expected_b = [], torch.zeros(N), torch.zeros(8)
+    for r in range(size):
+        gw = sum(grads(r, 0, rep)[0] for rep in range(bpps)) if bpps > 1 else grads(r, 0)[0]
+        gb = sum(grads(r, 0, rep)[1] for rep in range(bpps)) if bpps > 1 else grads(r, 0)[1]
+        if r == 0:  # rank 0's gradient is under the limit: not scaled
+            gw, gb = gw / (gw.norm() * 4), gb * 0
+        norm = torch.cat([gw.view(-1), gb]).norm()
+        coef = min(1.0, float(limit / (norm + 1e-6)))
+        scaled.append(coef)
+        expected_w += gw.view(-1) * coef
+        expected_b += gb * coef
+    model, opt = make({"lr": 1.0}, local_clip_norm=max_norm, backward_passes_per_step=bpps)
+    w0, b0 = model.w.detach().clone().view(-1), model.b.detach().clone()
+    opt.zero_grad()
+    for rep in range(bpps):
+        gw, gb = grads(hvd.rank(), 0, rep) if bpps > 1 else grads(hvd.rank(), 0)
+        if hvd.rank() == 0:
+            full = sum(grads(0, 0, q)[0] for q in range(bpps)) if bpps > 1 else grads(0, 0)[0]
+            gw, gb = gw / (full.norm() * 4), gb * 0
+        model.loss(gw, gb).backward()
+    opt.synchronize()
+    assert scaled[0] == 1.0 and all(c < 1.0 for c in scaled[1:])
+    torch.testing.assert_close(model.w.grad.view(-1), expected_w / size, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(model.b.grad, expected_b / size, rtol=1e-6, atol=1e-7)
+    with opt.skip_synchronize():
+        opt.step()
+    torch.testing.assert_close(model.w.detach().view(-1), w0 - expected_w / size, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(model.b.detach(), b0 - expected_b / size, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("optimizer", [
+    lambda ps: torch.optim.Adam(ps, lr=0.1),
+    lambda ps: torch.optim.RMSprop(ps, lr=0.1, momentum=0.9),
+])
+def test_momentum_correction_refuses_other_optimizers(optimizer):
+    model = Linear()
+    opt = optimizer(model.parameters())
+    with pytest.raises(ValueError, match=type(opt).__name__):
+        hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), momentum_correction=True)
+
+
+def test_momentum_correction_refuses_what_it_cannot_compute():
+    model = Linear()
+    with pytest.raises(ValueError, match="dampening"):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, dampening=0.1),
+                                 momentum_correction=True)
+    with pytest.raises(ValueError, match="momentum_masking=True needs momentum_correction"):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), momentum_masking=True)
+    with pytest.raises(ValueError, match="local_clip_norm"):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), local_clip_norm=0)
+
+
+def test_velocity_is_saved_and_restored_per_rank():
+    model, opt = make(momentum_correction=True)
+    run_steps(model, opt, 2)
+    state = opt.state_dict()
+    u = state["mgs"]["velocities"]["w"]
+    assert torch.equal(u, opt._mc.velocity[model.w])
+    model2, opt2 = make(momentum_correction=True)
+    opt2.load_state_dict(state)
+    assert torch.equal(opt2._mc.velocity[model2.w], u)
