@@ -71,6 +71,23 @@ def test_alltoall_errors(rank, size):
         hvd.alltoall(t, name="a2a.err.shape")
 
 
+def test_alltoall_bad_splits_on_one_rank_fail_every_rank(rank, size):
+    # Only rank 0's splits are wrong: it raises its own error, and the others
+    # fail naming the tensor instead of waiting for an alltoall that never comes.
+    splits = torch.ones(size + 1 if rank == 0 else size, dtype=torch.int32)
+    if rank == 0:
+        with pytest.raises(ValueError, match="one split per rank"):
+            hvd.alltoall(torch.ones(size), splits, name="a2a.err.one_rank")
+    elif size > 1:
+        with pytest.raises(RuntimeError, match="a2a.err.one_rank"):
+            hvd.alltoall(torch.ones(size), splits, name="a2a.err.one_rank")
+    # The name is free again and the ranks still agree.
+    out, received = hvd.alltoall(torch.full((size,), float(rank)), torch.ones(size, dtype=torch.int32),
+                                 name="a2a.err.one_rank")
+    assert torch.equal(out, torch.arange(size, dtype=torch.float32))
+    assert received.tolist() == [1] * size
+
+
 def rows_of(d0, size):
     return [d0 // size + (1 if q < d0 % size else 0) for q in range(size)]
 

@@ -27,19 +27,46 @@ def _splits_list(splits, n):
     return splits
 
 
+def _refuse_everywhere(full_name, tensor, sid):
+    """This rank refuses its alltoall (bad splits, a scalar): submit an empty one of another dtype under
+    the same name and wait for it, so that ranks whose input was fine fail with the runtime's report of the
+    disagreement (naming the tensor and the ranks) instead of waiting forever. Where every rank refused
+    alike, the stand-ins agree and complete. The caller then raises its own error."""
+    try:
+        sent = _tensor.as_bytes(tensor.detach().contiguous()).dtype
+    except Exception:  # noqa: BLE001 - a dtype mgs cannot even view as bytes
+        sent = tensor.dtype
+    stand_in = torch.empty(0, dtype=torch.int64 if sent == torch.uint8 else torch.uint8)
+    try:
+        handle = _runtime.enqueue_alltoall(full_name, _describe(stand_in)[0], None, sid)
+    except Exception:  # noqa: BLE001 - the name is in flight or the runtime is down: nothing to unblock
+        return
+    try:
+        _runtime.wait(handle)
+    except Exception:  # noqa: BLE001 - expected where other ranks sent real data
+        pass
+    finally:
+        _runtime.release(handle)
+
+
 def _alltoall_async(tensor, splits, full_name, sid, splits_like=None):
-    if tensor.dim() == 0:
-        raise ValueError("alltoall needs a tensor with at least one dimension (it splits the first)")
-    n = _process_sets.set_size(sid)
-    parts = _splits_list(splits, n)
-    dtype, work = tensor.dtype, tensor.contiguous()
-    raw = _tensor.as_bytes(work)
-    # A 1-D tensor viewed as bytes has its first dimension scaled by the element size.
-    scale = raw.shape[0] // work.shape[0] if work.dim() == 1 and work.shape[0] and raw is not work else 1
-    if raw is not work and work.dim() == 1 and work.shape[0] == 0:
-        scale = work.element_size()
-    descs = _describe(raw)
-    handle = _runtime.enqueue_alltoall(full_name, descs[0], None if parts is None else [p * scale for p in parts], sid)
+    try:
+        if tensor.dim() == 0:
+            raise ValueError("alltoall needs a tensor with at least one dimension (it splits the first)")
+        n = _process_sets.set_size(sid)
+        parts = _splits_list(splits, n)
+        dtype, work = tensor.dtype, tensor.contiguous()
+        raw = _tensor.as_bytes(work)
+        # A 1-D tensor viewed as bytes has its first dimension scaled by the element size.
+        scale = raw.shape[0] // work.shape[0] if work.dim() == 1 and work.shape[0] and raw is not work else 1
+        if raw is not work and work.dim() == 1 and work.shape[0] == 0:
+            scale = work.element_size()
+        descs = _describe(raw)
+        handle = _runtime.enqueue_alltoall(full_name, descs[0], None if parts is None else [p * scale for p in parts],
+                                           sid)
+    except ValueError:
+        _refuse_everywhere(full_name, tensor, sid)
+        raise
     like = splits if torch.is_tensor(splits) else splits_like
 
     def finish(h, pending):
