@@ -17,6 +17,7 @@
 namespace mgs::device {
 
 bool builtWithCuda() { return true; }
+uint64_t hostSyncs() { return cuda::hostSyncs(); }
 int visibleDevices() { return cuda::deviceCount(); }
 #ifdef MGS_WITH_NCCL
 bool builtWithNccl() { return true; }

@@ -70,8 +70,24 @@ for np in $sizes; do
     # A job's end is part of the job: any rank's traceback or error line is counted.
     errors=$(grep -c -E 'Traceback|Error|error:|MGS_ERR' "$err" || true)
     [ "$errors" -gt 0 ] && { echo "gpu_train: $system printed $errors error lines:" >&2; grep -m 5 -E 'Traceback|Error|error:|MGS_ERR' "$err" >&2; }
+    # A path nobody checks did not run: mgs-sparse's CUDA buckets must stay
+    # on the GPU (device buckets over NCCL at 1 rank, GPU selection with
+    # compact blocks over MPI at 2), never staged through the host.
+    if [ "$system" = mgs-sparse ]; then
+      want=path_resident_buckets
+      [ "$np" -eq 1 ] && want=path_device_buckets
+      if ! echo "$line" | "$PY" -c "
+import json, sys
+p = json.load(sys.stdin).get('mgs_paths') or {}
+print('gpu_train: mgs-sparse np $np paths:', p, file=sys.stderr)
+sys.exit(0 if (p.get('$want') or 0) > 0 and p.get('path_staged_buckets') == 0 else 1)"; then
+        echo "gpu_train: PATH CHECK FAILED: mgs-sparse at np $np did not run on $want (or staged buckets through the host)" >&2
+        path_failed=1
+      fi
+    fi
     echo "$line" | "$PY" -c "import json,sys; d=json.load(sys.stdin); d.update(rate='gpu-np$np', setting='$np rank(s) on one $gpu', rep=1, name='$system', stderr_error_lines=$errors, build='$build'); print(json.dumps(d))" >>"$out"
   done
 done
 rm -f "$err"
 "$PY" "$root/bench/train/summarize.py" "$out"
+[ "${path_failed:-0}" -eq 0 ] || { echo "gpu_train: a path check failed (above)" >&2; exit 1; }

@@ -183,6 +183,17 @@ def cpu_by_name(before, after, steps):
     return {k: round(v, 4) for k, v in out.items() if v > 0}
 
 
+def bucket_paths(args):
+    """Which path mgs's buckets took on this rank (mgs_get_stats), or None for other systems."""
+    if args.system != "mgs":
+        return None
+    import mgs
+    rs = mgs.runtime_stats() or {}
+    keys = ("path_host_buckets", "path_staged_buckets", "path_resident_buckets", "path_device_buckets",
+            "cuda_nccl_ops", "cuda_staged_ops", "device_host_syncs", "sparse_buckets", "sparse_dense_buckets")
+    return {k: rs.get(k) for k in keys}
+
+
 def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
@@ -221,6 +232,7 @@ def main():
     measured = times[first:]
     per_thread = cpu_by_name(threads_before, threads_after, thread_steps)
     s = stats()
+    paths = bucket_paths(args)
     finish()
     if rank == 0:
         n_params = sum(p.numel() for p in model.parameters())
@@ -232,7 +244,7 @@ def main():
                           "loss": [round(v, 4) for v in losses],
                           "cpu_s_per_step": statistics.median(cpu[first:]),
                           "thread_cpu_s_per_step": per_thread,
-                          "mgs_stats": s}), flush=True)
+                          "mgs_stats": s, "mgs_paths": paths}), flush=True)
     return 0
 
 

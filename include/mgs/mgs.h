@@ -406,6 +406,23 @@ typedef struct mgs_stats {
                                        coordinator went on meanwhile) */
   uint64_t plan_trials;           /**< candidate merge plans run on trial so far (MGS_PLAN_TRIAL_STEPS);
                                        plan_buckets follows each candidate while they run */
+  /* Which path each finished bucket of the sparse pipeline (sparse or dense, every exchange) took;
+     the four sum to sparse_buckets + sparse_dense_buckets, their bytes to sparse_bytes_sent. */
+  uint64_t path_host_buckets;     /**< host tensors: fused, selected and exchanged in host memory */
+  uint64_t path_staged_buckets;   /**< CUDA tensors copied to host memory and selected on the CPU (the slow
+                                       fallback: MGS_EXCHANGE=agreed/hierarchical, no device stage, or a
+                                       library built without CUDA) */
+  uint64_t path_resident_buckets; /**< CUDA tensors selected on their GPU; only the compact (value, index)
+                                       block crossed to the host for MPI */
+  uint64_t path_device_buckets;   /**< the whole bucket on the GPU: selection, NCCL allgather and scatter */
+  uint64_t path_host_bytes;       /**< bytes this rank sent for path_host_buckets */
+  uint64_t path_staged_bytes;     /**< ... for path_staged_buckets */
+  uint64_t path_resident_bytes;   /**< ... for path_resident_buckets */
+  uint64_t path_device_bytes;     /**< ... for path_device_buckets */
+  uint64_t cuda_nccl_ops;         /**< other collectives of CUDA tensors (dense allreduce, broadcast) run on NCCL */
+  uint64_t cuda_staged_ops;       /**< ... staged through host memory for MPI */
+  uint64_t device_host_syncs;     /**< times the runtime blocked the host on a GPU (stream/event syncs, blocking
+                                       copies), process-wide; 0 without CUDA */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

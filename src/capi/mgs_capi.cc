@@ -403,6 +403,17 @@ mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
     s.sparse_agreed_buckets = sp.agreed_buckets;
     s.sparse_in_flight_max = sp.in_flight_max;
     s.plan_trials = sp.plan_trials;
+    s.path_host_buckets = sp.path_buckets[static_cast<int>(mgs::BucketPath::kHost)];
+    s.path_staged_buckets = sp.path_buckets[static_cast<int>(mgs::BucketPath::kStaged)];
+    s.path_resident_buckets = sp.path_buckets[static_cast<int>(mgs::BucketPath::kResident)];
+    s.path_device_buckets = sp.path_buckets[static_cast<int>(mgs::BucketPath::kDevice)];
+    s.path_host_bytes = sp.path_bytes[static_cast<int>(mgs::BucketPath::kHost)];
+    s.path_staged_bytes = sp.path_bytes[static_cast<int>(mgs::BucketPath::kStaged)];
+    s.path_resident_bytes = sp.path_bytes[static_cast<int>(mgs::BucketPath::kResident)];
+    s.path_device_bytes = sp.path_bytes[static_cast<int>(mgs::BucketPath::kDevice)];
+    s.cuda_nccl_ops = n.cuda_nccl_ops;
+    s.cuda_staged_ops = n.cuda_staged_ops;
+    s.device_host_syncs = n.device_host_syncs;
     std::memcpy(stats, &s, std::min(size, sizeof s));
     return Status::OK();
   });
@@ -466,6 +477,6 @@ mgs_status_t mgs_sparse_state_restore(const void* data, size_t size) {
 
 const char* mgs_version(void) { return MGS_VERSION_STRING; }
 int mgs_built_with_cuda(void) { return mgs::device::builtWithCuda() ? 1 : 0; }
-int mgs_built_with_nccl(void) { return 0; }
+int mgs_built_with_nccl(void) { return mgs::device::builtWithNccl() ? 1 : 0; }
 
 }  // extern "C"

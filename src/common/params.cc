@@ -224,6 +224,18 @@ std::vector<ParamSpec> buildSpecs() {
                        "first step of each left out) is kept if it is at least 3% faster than the dynamic "
                        "program's. 0 or 1 keeps the dynamic program's plan untried.",
                        &Config::plan_trial_steps));
+  // Whether every rank plans (and profiles, trials, re-plans) or runs a saved
+  // plan: all ranks must take the same branch. Rank 0 reads the file and
+  // broadcasts it, so only rank 0 needs to see it.
+  s.push_back(textParam("MGS_PLAN_FILE", "path", "", "a file path (read when it exists, else written)", false, kSame,
+                        "Reproducible sparse runs. If the file does not exist, the job plans as usual and rank 0 "
+                        "writes each merge plan it settles on there (bucket members, each bucket's exchange, "
+                        "the settings, ranks and library version; replaced atomically). If it exists, every "
+                        "rank runs that plan from the first step: no profiling, trials or re-planning, the "
+                        "exchanges from the file; init fails on every rank when the file does not fit the job "
+                        "(ranks, settings, version), and the first sparse operation fails when a tensor's name "
+                        "or size is not the file's (docs/planner.md, 'Reproducible runs').",
+                        &Config::plan_file));
   // Decides whether a bucket fails or completes with NaN outputs: every rank
   // must decide alike, or some would fail while others apply the step.
   s.push_back(enumParam("MGS_NONFINITE", "propagate", {"propagate", "error"}, kSame,

@@ -46,6 +46,24 @@ double BucketSchedule::currentDensity() const {
 
 void BucketSchedule::submit(std::vector<Request> reqs) {
   for (auto& req : reqs) {
+    if (pinned_) {
+      // A loaded plan runs only the job it was made for (names and sizes
+      // are negotiated: every rank refuses the same request).
+      const auto pe = pinned_elements_.find(req.name);
+      if (!refused_.ok()) {
+        if (fail_) fail_(req, refused_);
+        continue;
+      }
+      if (pe == pinned_elements_.end()) {
+        refuse(req, "sparse tensor '" + req.name + "' is not in its plan");
+        continue;
+      }
+      if (pe->second != static_cast<int64_t>(req.input.numel())) {
+        refuse(req, "sparse tensor '" + req.name + "' has " + std::to_string(req.input.numel()) +
+                        " elements, the plan's has " + std::to_string(pe->second));
+        continue;
+      }
+    }
     if (seen_.count(req.name)) onStepBoundary();
     if (seen_.empty()) {
       // A step begins. A restored step counter (a resumed checkpoint,
@@ -63,7 +81,7 @@ void BucketSchedule::submit(std::vector<Request> reqs) {
     seen_.insert(req.name);
     elements_[req.name] = static_cast<int64_t>(req.input.numel());
     const uint64_t profiled = step_ - profile_start_;
-    if (comm_.rank() == 0 && (!have_plan_ || online_.enabled()) &&
+    if (comm_.rank() == 0 && !pinned_ && (!have_plan_ || online_.enabled()) &&
         profiled < static_cast<uint64_t>(config_.profile_steps)) {
       if (profile_.size() <= profiled) profile_.resize(profiled + 1);
       profile_[profiled].emplace_back(req.name, req.enqueued);
@@ -98,6 +116,15 @@ void BucketSchedule::endCycle(bool nothing_ready) {
   idle_cycles_ = (holding() && nothing_ready) ? idle_cycles_ + 1 : 0;
   if (idle_cycles_ >= idleFlushCycles()) {
     MGS_LOG_DEBUG("running partially filled buckets after {} idle cycles", idle_cycles_);
+    if (pinned_ && !idle_flush_warned_ && comm_.rank() == 0) {
+      // The one timed decision left: which members a bucket holds when it
+      // has waited a second for the rest.
+      idle_flush_warned_ = true;
+      MGS_LOG_WARN(
+          "MGS_PLAN_FILE: a bucket ran partially filled after {} idle cycles (its other gradients came later or "
+          "never); a run where they come sooner sends it whole, so runs may differ from here on",
+          idle_cycles_);
+    }
     flushPartialBuckets();
     idle_cycles_ = 0;
   }
@@ -107,6 +134,20 @@ void BucketSchedule::onStepBoundary() {
   // A bucket whose members did not all arrive this step runs with what it
   // has, so a tensor skipped by the framework cannot hold the others forever.
   flushPartialBuckets();
+  if (pinned_ && !pinned_checked_ && comm_.rank() == 0) {
+    // Not an error: the step still runs the same way in every run. But a
+    // bucket short of a member waits for the idle flush every step.
+    pinned_checked_ = true;
+    std::string missing;
+    size_t count = 0;
+    for (const auto& [name, elements] : pinned_elements_)
+      if (!seen_.count(name) && ++count <= 3) missing += (missing.empty() ? "'" : ", '") + name + "'";
+    if (count)
+      MGS_LOG_WARN(
+          "MGS_PLAN_FILE={}: {} tensor(s) of its plan were not submitted in the first step ({}{}): is this "
+          "the model that wrote it?",
+          config_.plan_file, count, missing, count > 3 ? ", ..." : "");
+  }
   ++step_;
   ++stats_.steps;
   seen_.clear();
@@ -150,7 +191,7 @@ void BucketSchedule::checkPlan() {
   // Every rank reaches this boundary at the same point of the negotiated
   // order, and active-or-not depends only on collective state: so every rank
   // runs the allreduce below, or none does.
-  if (!have_plan_ || !online_.enabled() || !online_.havePrediction() ||
+  if (pinned_ || !have_plan_ || !online_.enabled() || !online_.havePrediction() ||
       static_cast<int64_t>(step_) <= config_.warmup_steps) {
     online_.discardStep();
     return;
@@ -186,6 +227,7 @@ void BucketSchedule::checkPlan() {
 }
 
 void BucketSchedule::setSelectionModel(const plan::SparsifyModel& m) {
+  if (pinned_) return;  // the plan file's model decides, not a measurement
   cost_.sparsify = m;
   if (online_.haveBase()) {
     plan::CostModel base = online_.base();
@@ -339,6 +381,7 @@ Status BucketSchedule::replan(bool with_trials) {
   }
   ++stats_.plans;
   applyPlan(cands.front());
+  if (cands.size() == 1) savePlan(cands.front());
   if (cands.size() > 1) {
     trials_ = std::move(cands);
     trial_ = 0;
@@ -424,6 +467,7 @@ void BucketSchedule::trialBoundary() {
   // failure surfaces in the next negotiation.
   if (!st.ok()) MGS_LOG_ERROR("merge plan trials: {}; keeping the first plan", st.toString());
   applyPlan(trials_[best]);
+  savePlan(trials_[best]);
   trials_.clear();
   trial_s_.clear();
 }

@@ -30,6 +30,13 @@
 // boundaries (the first under each candidate left out) and broadcasts which
 // was fastest (least of its steps; the DP plan unless beaten by 3 %), which
 // every rank then keeps.
+//
+// MGS_PLAN_FILE (plan/plan_file.h): a job that finds the file runs its plan
+// from the first step, with the file's exchange per bucket, and never
+// profiles, tries or re-plans (nothing timed decides anything); a job that
+// does not find it plans as above and rank 0 writes every plan it settles
+// on there. Rank 0 reads the file and broadcasts it, so every rank takes the
+// same branch and the same plan.
 #pragma once
 
 #include <functional>
@@ -48,6 +55,7 @@
 #include "core/sparse_progress.h"
 #include "core/sparse_stats.h"
 #include "plan/cost_model.h"
+#include "plan/plan_file.h"
 
 namespace mgs {
 
@@ -72,6 +80,20 @@ class BucketSchedule {
   // replacing calibration's CPU figure in the model and in the online
   // refit's base. Identical on every rank (max-reduced by the caller).
   void setSelectionModel(const plan::SparsifyModel& m);
+
+  // MGS_PLAN_FILE (collective; after setCostModel, before any submit). Set:
+  // rank 0 reads the file and broadcasts it; a file that does not fit the
+  // job (ranks, settings, library) fails on every rank, naming the cause.
+  // `fail` completes a request the loaded plan refuses (a tensor it does
+  // not have, or of another size); unset: nothing happens.
+  Status usePlanFile(std::function<void(Request&, Status)> fail);
+  // Allgather, agreed, dense or hierarchical for a bucket of `members` (n
+  // elements) at `density`: the plan file's exchange for a whole bucket at
+  // MGS_DENSITY, else the cost model's choice (pickExchange). The same on
+  // every rank.
+  plan::Exchange exchangeFor(const std::vector<Request>& members, size_t n, double density) const;
+  // Running a plan loaded from MGS_PLAN_FILE.
+  bool pinned() const { return pinned_; }
 
   // Ready sparse requests, in negotiated order.
   void submit(std::vector<Request> reqs);
@@ -113,6 +135,13 @@ class BucketSchedule {
     std::string label;                             // for rank 0's log
   };
   void applyPlan(const PlanChoice& p);
+  // Rank 0, MGS_PLAN_FILE without a file at init: write the plan the job
+  // settled on (write a temporary file, then rename it over the old one).
+  void savePlan(const PlanChoice& p);
+  // A loaded plan refuses `req` (unknown name or size): fail it, and from
+  // now on every sparse request, on every rank alike (the check sees the
+  // negotiated order and sizes, identical everywhere).
+  void refuse(Request& req, const std::string& why);
   // At a step boundary while candidates are on trial: time the step, move
   // to the next candidate, or pick the fastest (collective at the end).
   void trialBoundary();
@@ -145,6 +174,14 @@ class BucketSchedule {
   int64_t trial_steps_ = 0;
   std::vector<double> trial_s_;
   Clock::time_point last_boundary_{};
+  // MGS_PLAN_FILE: write mode (rank 0 saves each settled plan), or the
+  // loaded plan (pinned_), each bucket's exchange, the first step's names.
+  bool save_plan_ = false, pinned_ = false;
+  std::vector<plan::Exchange> pinned_exchange_;
+  std::unordered_map<std::string, int64_t> pinned_elements_;
+  std::function<void(Request&, Status)> fail_;
+  Status refused_;
+  bool idle_flush_warned_ = false, pinned_checked_ = false;
   // Rank 0: the coordinator thread's scheduler totals after the first profiled step
   // (host_load.h): the plan's host_steal is measured from there.
   ThreadSchedule sched_mark_;

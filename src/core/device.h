@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "comm/communicator.h"
@@ -19,6 +20,9 @@ namespace mgs::device {
 
 bool builtWithCuda();
 bool builtWithNccl();
+// Times runtime code blocked the host on a GPU (stream or event syncs,
+// blocking copies), process-wide; 0 without CUDA.
+uint64_t hostSyncs();
 // CUDA devices visible to this process (0 without CUDA, a driver or a device).
 int visibleDevices();
 // kUnsupported / kCuda with a clear message if `t` cannot be served here.

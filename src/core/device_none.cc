@@ -14,6 +14,7 @@ Status noCuda() {
 
 bool builtWithCuda() { return false; }
 bool builtWithNccl() { return false; }
+uint64_t hostSyncs() { return 0; }
 int visibleDevices() { return 0; }
 Status checkUsable(const TensorDesc& t) { return t.onCuda() ? noCuda() : Status::OK(); }
 Status waitReady(const TensorDesc& t) { return t.onCuda() ? noCuda() : Status::OK(); }

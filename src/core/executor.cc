@@ -50,12 +50,14 @@ void Executor::run(std::vector<ReadyOp>& ops) {
     for (size_t i : idx) group.push_back(ok[i]);
     Request& first = *group[0];
     Status st;
+    bool nccl = false;  // a CUDA tensor's collective ran on the device communicator
     switch (first.sig.type) {
       case OpType::kAllreduce:
         if (!first.sig.on_cuda) {
           if (startInFlight(group, &st)) continue;  // completed by poll()
           st = allreduceGroup(group);
         } else if (device::DeviceComm* dc = ncclFor(first)) {
+          nccl = true;
           st = allreduceNccl(first, *dc);
         } else {
           st = allreduceCuda(first);
@@ -65,9 +67,10 @@ void Executor::run(std::vector<ReadyOp>& ops) {
         st = allgather(first);
         break;
       case OpType::kBroadcast:
-        if (device::DeviceComm* dc = first.sig.on_cuda ? ncclFor(first) : nullptr)
+        if (device::DeviceComm* dc = first.sig.on_cuda ? ncclFor(first) : nullptr) {
+          nccl = true;
           st = broadcastNccl(first, *dc);
-        else
+        } else
           st = broadcast(first);
         break;
       case OpType::kAlltoall:
@@ -84,6 +87,8 @@ void Executor::run(std::vector<ReadyOp>& ops) {
         st = Status(Code::kInternal, "process set changes run in ProcessSetRunner, not on an executor");
         break;
     }
+    if (cuda_nccl_ && first.sig.on_cuda && first.sig.type != OpType::kBarrier && first.sig.type != OpType::kJoin)
+      (nccl ? cuda_nccl_ : cuda_staged_)->fetch_add(1, std::memory_order_relaxed);
     if (!st.ok())
       st = Status(st.code(), "rank " + std::to_string(comm_.rank()) + ", " + opTypeName(first.sig.type) +
                                  " of tensor '" + first.name + "': " + st.message());

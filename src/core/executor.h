@@ -4,6 +4,8 @@
 // buckets (merge plan + selectors) plug in here as another kind of group.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -36,6 +38,14 @@ class Executor {
         complete_(std::move(complete)),
         backend_(backend) {}
 
+  // Collectives of CUDA tensors by the path they took: NCCL on the device,
+  // or staged through host memory for MPI (the slow path). Read by other
+  // threads (mgs_get_stats).
+  void countCudaPaths(std::atomic<uint64_t>* nccl, std::atomic<uint64_t>* staged) {
+    cuda_nccl_ = nccl;
+    cuda_staged_ = staged;
+  }
+
   void run(std::vector<ReadyOp>& ops);
   // Completes the allreduces in flight that have finished (every cycle, and
   // from the communicator's wait hook while negotiating).
@@ -55,6 +65,7 @@ class Executor {
   static constexpr size_t kInFlightMaxBytes = size_t{64} << 10;
 
  private:
+  std::atomic<uint64_t>*cuda_nccl_ = nullptr, *cuda_staged_ = nullptr;
   // A host allreduce in flight: its requests (moved out of the cycle's ops),
   // the buffer being reduced, and how to write the outputs.
   struct InFlight {

@@ -140,6 +140,7 @@ struct LocalOutcome {
   size_t reported = 0;              // the selector's count even if it failed (the timeline)
   bool selected = false;            // the selector ran
   bool inputs_zeroed = false;       // every member's input (= output) is now zero (LocalJob::zero_inputs)
+  bool resident = false;            // a resident (device) stage ran it (RoutedLocalStage), not the host stage
   // For the timeline and the online cost model.
   std::chrono::steady_clock::time_point fuse_end, select_begin, select_end;
 };

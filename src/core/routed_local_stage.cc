@@ -101,6 +101,7 @@ void RoutedLocalStage::run(const LocalJob& job, LocalOutcome* out) {
   auto slab = std::make_unique<Slab>();
   if (resident_ && !job.acc_in && resident_->accepts(job)) {
     resident_->run(job, out);
+    out->resident = true;
     ++resident_runs_;
     slab->resident = true;
   } else {

@@ -157,6 +157,11 @@ class RoutedLocalStage final : public LocalStage {
   // Device buckets. prepareDevice makes the resident stage if none exists yet
   // (the factory, with `job`) and says whether it runs device buckets.
   bool prepareDevice(const LocalJob& job);
+  // Makes the resident stage if none exists yet; whether there is one.
+  bool prepareResident(const LocalJob& job) {
+    makeResident(job);
+    return resident_ != nullptr;
+  }
   // The resident stage's startBucket; the slab is wrapped for settle().
   // Residuals of these members stay (or move) where the resident stage
   // keeps them.

@@ -222,6 +222,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
   // (device buckets, sparse_device.cc); forCuda() creates it under auto.
   sparse.setDeviceComm([b = backend.get()]() -> device::DeviceComm* { return b ? b->forCuda() : nullptr; });
   Executor executor(*comm, config_, timeline.get(), &sparse, complete, backend.get());
+  executor.countCudaPaths(&cuda_nccl_ops_, &cuda_staged_ops_);
   ProcessSetRunner set_runner(*comm, config_, timeline.get(), complete, sets_, controller);
   // Requests of a process set removed after they were enqueued fail here,
   // on this rank alone (every rank has removed it by now).
@@ -370,6 +371,9 @@ NegotiationStats Runtime::negotiationStats() const {
   s.ops_completed = ops_completed_;
   s.bytes_reduced = bytes_reduced_;
   s.cached_names = cached_names_;
+  s.cuda_nccl_ops = cuda_nccl_ops_;
+  s.cuda_staged_ops = cuda_staged_ops_;
+  s.device_host_syncs = device::hostSyncs();
   return s;
 }
 

@@ -47,6 +47,9 @@ struct NegotiationStats {
   uint64_t bytes_reduced = 0;
   uint64_t cached_names = 0;  // names in the negotiation cache (bounded)
   uint64_t idle_cycles = 0;   // cycles with nothing pending on this rank (these wait longer)
+  uint64_t cuda_nccl_ops = 0;    // collectives of CUDA tensors run on the device communicator (NCCL)
+  uint64_t cuda_staged_ops = 0;  // ... staged through host memory for MPI
+  uint64_t device_host_syncs = 0;  // times runtime code blocked the host on the GPU (process-wide)
 };
 
 class Runtime {
@@ -143,6 +146,7 @@ class Runtime {
   // Written by the coordinator, read by anyone.
   std::atomic<uint64_t> idle_cycles_{0}, cycles_{0}, fast_cycles_{0}, slow_cycles_{0}, ops_completed_{0}, bytes_reduced_{0};
   std::atomic<uint64_t> cached_names_{0};
+  std::atomic<uint64_t> cuda_nccl_ops_{0}, cuda_staged_ops_{0};
   std::atomic<double> negotiation_s_{0};
   mutable std::mutex stats_mu_;
   SparseStats sparse_stats_;

@@ -59,6 +59,7 @@ void SparsePipeline::startAgreed(std::vector<Request>& members, size_t n, size_t
   f.n = n;
   f.k = k;
   f.local = local_out.status;
+  f.path = pathOf(f.members, local_out);
   f.acc = std::move(local_out.slab);
   Agreed& a = f.ag;
   a.leader = leader;
@@ -261,6 +262,7 @@ void SparsePipeline::finishAgreed(InFlight& f) {
     stats_.target += f.k;
     // Payload this rank puts on the wire: its values, and the indices if it leads.
     stats_.bytes_sent += 4 * a.count + (comm_.rank() == a.leader ? 4 * a.count : 0);
+    countPath(f.path, 1, 4 * a.count + (comm_.rank() == a.leader ? 4 * a.count : 0));
     commit = true;  // every rank's values are in the sum, whatever writing this rank's outputs did
   } else if (!a.other_error && propagateNonFinite()) {
     // Loss scaling, as the allgather's finishSparse: every output NaN on

@@ -17,6 +17,22 @@
 
 namespace mgs {
 
+bool SparsePipeline::residentEverywhere(const std::vector<Request>& members, size_t n) {
+  if (resident_everywhere_ < 0) {
+    // Once, at the first CUDA bucket (negotiated: every rank is here).
+    LocalJob probe;
+    probe.members = &members;
+    probe.n = n;
+    int32_t mine = local_->prepareResident(probe) ? 1 : 0;
+    const Status st = comm_.allreduce(&mine, 1, MGS_INT32, CommOp::kMin);
+    resident_everywhere_ = st.ok() && mine == 1 ? 1 : 0;
+    if (!st.ok())
+      MGS_LOG_WARN("rank {}: agreeing on GPU selection failed ({}); the cost model picks the exchange of CUDA buckets",
+                   comm_.rank(), st.message());
+  }
+  return resident_everywhere_ == 1;
+}
+
 bool SparsePipeline::deviceBucket(const std::vector<Request>& members, const LocalJob& job) {
   if (!device_comm_ || device_buckets_ == 0) return false;
   // on_cuda is negotiated: every rank takes the same branch here.
@@ -53,6 +69,7 @@ void SparsePipeline::startDevice(std::vector<Request>& members, size_t n, size_t
   device::DeviceComm* dc = device_comm_();
   InFlight f;
   f.device = true;
+  f.path = BucketPath::kDevice;
   f.n = n;
   f.k = k;
   f.ex.cap = cap;
@@ -104,7 +121,7 @@ void SparsePipeline::finishDevice(InFlight& f) {
   online_.exchanged(OnlineCost::kAllgather, double(f.ex.blockBytes()) * comm_.size(), f.ex.started, now);
   if (timeline_)
     for (auto& m : f.members)
-      timeline_->span(m.name, "DEVICE_BUCKET", f.ex.started, now, "{\"cap\":" + std::to_string(f.ex.cap) + "}");
+      timeline_->span(m.name, "DEVICE_BUCKET", f.ex.started, now, "{\"cap\":" + std::to_string(f.ex.cap) + ",\"path\":\"device\"}");
   if (st.ok()) st = deviceVerdict(f, r);
   if (st.ok() && !f.local.ok() && !f.skipped) st = f.local;
   // Before the handles complete, as finishOldest: commit exactly when every
@@ -147,6 +164,7 @@ Status SparsePipeline::deviceVerdict(InFlight& f, const DeviceBucketResult& r) {
   stats_.selected += f.count;
   stats_.target += f.k;
   stats_.bytes_sent += 8 * f.count;
+  countPath(BucketPath::kDevice, 1, 8 * f.count);
   return Status::OK();
 }
 

@@ -27,6 +27,7 @@ void SparsePipeline::startSparse(std::vector<Request>& members, size_t n, size_t
   f.count = local.count;
   f.k = k;
   f.local = local.status;
+  f.path = pathOf(f.members, local);
   f.acc = std::move(local.slab);
   f.ex.cap = cap;
   f.ex.send = std::move(block);
@@ -119,6 +120,7 @@ Status SparsePipeline::finishSparse(InFlight& f) {
   stats_.selected += f.count;
   stats_.target += f.k;
   stats_.bytes_sent += 8 * f.count;
+  countPath(f.path, 1, 8 * f.count);
   return st;
 }
 
@@ -141,6 +143,7 @@ Status SparsePipeline::exchangeDense(std::vector<Request>& members, size_t n, fl
     for (auto& m : members) timeline_->span(m.name, "ALLREDUCE_DENSE_BUCKET", t0, Clock::now());
   ++stats_.dense_buckets;
   stats_.bytes_sent += 4 * n;
+  countPath(pathOf(members, LocalOutcome()), 1, 4 * n);  // the dense bucket's acc is host memory
   std::string failed;
   bool other_error = false;
   for (int r = 0; r < P; ++r) {

@@ -151,6 +151,7 @@ void SparsePipeline::startHierarchical(std::vector<Request>& members, size_t n, 
   f.members = std::move(members);
   f.n = n;
   f.local = local_out.status;
+  f.path = pathOf(f.members, local_out);
   Hier& h = f.hr;
   h.lead = node_comm_->rank() == 0;
   h.bad_member = local_out.bad_member;
@@ -249,6 +250,7 @@ void SparsePipeline::hierSumArrived(InFlight& f) {
   f.ex.recv = exchange_.takeBuffer(bb * nodes_);
   if (!h.lead) {
     stats_.bytes_sent += 4 * n;
+    countPath(f.path, 0, 4 * n);
     Communicator& bcast = node_bcast_comm_ ? *node_bcast_comm_ : *node_comm_;
     h.phase = Hier::kNodeBcast;
     h.status = bcast.startBroadcast(f.ex.recv.data(), bb * nodes_, 0, &h.op);
@@ -278,6 +280,7 @@ void SparsePipeline::hierSumArrived(InFlight& f) {
       for (auto& m : f.members) timeline_->span(m.name, "SELECT", o.select_begin, o.select_end);
     stats_.selected += o.count;
     stats_.bytes_sent += 8 * o.count;
+    countPath(f.path, 0, 8 * o.count);
   } else {
     // Some rank of this node failed: a failure code instead of a block.
     block::AllgatherBlock(f.ex.send.data(), f.ex.cap).finish(block::failureCode(acc[n + 1] != 0.0f ? -1 : 0));
@@ -337,6 +340,7 @@ void SparsePipeline::finishHier(InFlight& f) {
     if (timeline_)
       for (auto& m : members) timeline_->span(m.name, "SCATTER_ADD", t0, Clock::now());
     ++stats_.buckets;
+    countPath(f.path, 1, 0);
     stats_.target += f.k;
     // Every rank's contribution was delivered, whatever writing this rank's
     // outputs did: the residuals commit on every rank.

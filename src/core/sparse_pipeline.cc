@@ -103,6 +103,9 @@ Status SparsePipeline::create(Communicator& comm, const Config& config, Residual
       }
     }
     p->schedule_.setCostModel(cost);
+    // MGS_PLAN_FILE (collective): a saved plan replaces profiling and planning.
+    SparsePipeline* q = p.get();
+    MGS_RETURN_IF_ERROR(p->schedule_.usePlanFile([q](Request& r, Status st) { q->complete_(r, std::move(st)); }));
   }
   *out = std::move(p);
   return Status::OK();
@@ -178,6 +181,42 @@ void SparsePipeline::calibrateDeviceSelection(std::vector<Request>& members, siz
   schedule_.setSelectionModel(m);
 }
 
+plan::Exchange SparsePipeline::chooseExchange(std::vector<Request>& members, size_t n, double density) {
+  const int P = comm_.size();
+  // on_cuda is negotiated: every rank takes the same branch.
+  const bool cuda_bucket =
+      std::all_of(members.begin(), members.end(), [](const Request& m) { return m.sig.on_cuda; });
+  if (cuda_bucket && config_.exchange == "auto" && P > 1) {
+    // A bucket of CUDA tensors that can run as a device bucket (NCCL, every
+    // rank with a device stage: deviceBucket agrees on that once) takes the
+    // allgather, the exchange with a device path: the agreed and
+    // hierarchical exchanges would stage the gradients through host memory
+    // and select them on the CPU, whatever the MPI-calibrated cost model
+    // says (it prices host collectives, not NCCL). Dense only where the 1/P
+    // rule says sparse cannot pay (then through host memory too).
+    LocalJob probe;
+    probe.members = &members;
+    probe.n = n;
+    // Without device buckets (no NCCL), a resident stage on every rank
+    // still selects on the GPU, and only the compact blocks cross to the
+    // host; only the allgather has that path too.
+    if (deviceBucket(members, probe) || residentEverywhere(members, n)) {
+      if (config_.dense_fallback && density * P >= 1.0) return plan::Exchange::kDense;
+      return plan::Exchange::kAllgather;
+    }
+  }
+  if (cuda_bucket && !cuda_exchange_warned_ && device_comm_ && P > 1 &&
+      (config_.exchange == "agreed" || config_.exchange == "hierarchical")) {
+    cuda_exchange_warned_ = true;
+    MGS_LOG_WARN(
+        "rank {}: MGS_EXCHANGE={} has no device path: sparse buckets of CUDA tensors are staged through host memory "
+        "and selected on the CPU (MGS_EXCHANGE=auto or allgather keeps them on the GPU)",
+        comm_.rank(), config_.exchange);
+  }
+  // The cost model's choice, or the plan file's (MGS_PLAN_FILE).
+  return schedule_.exchangeFor(members, n, density);
+}
+
 void SparsePipeline::runBucket(std::vector<Request>& members) {
   if (members.empty()) return;
   const auto t0 = Clock::now();
@@ -190,8 +229,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   const int P = comm_.size();
   const std::string name = bucketName(members);
   // Allgather, agreed or dense: the same choice on every rank.
-  const plan::Exchange exchange =
-      pickExchange(config_, P, schedule_.haveCost() ? &schedule_.cost() : nullptr, n, density);
+  const plan::Exchange exchange = chooseExchange(members, n, density);
   const bool dense = exchange == plan::Exchange::kDense, agreed = exchange == plan::Exchange::kAgreed;
   const bool hier = exchange == plan::Exchange::kHierarchical;
   // The agreed exchange's leader (the same on every rank); only it selects.
@@ -241,7 +279,8 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   LocalOutcome out;
   local_->run(job, &out);
   if (timeline_) {
-    for (auto& m : members) timeline_->span(m.name, "FUSE", t0, out.fuse_end);
+    const std::string path_arg = std::string("{\"path\":\"") + bucketPathName(pathOf(members, out)) + "\"}";
+    for (auto& m : members) timeline_->span(m.name, "FUSE", t0, out.fuse_end, path_arg);
     if (out.selected)
       for (auto& m : members)
         timeline_->span(m.name, "SELECT", out.select_begin, out.select_end,
@@ -269,6 +308,13 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
     return;
   }
   startSparse(members, n, cap, k, out, std::move(block));
+}
+
+BucketPath SparsePipeline::pathOf(const std::vector<Request>& members, const LocalOutcome& out) {
+  if (out.resident) return BucketPath::kResident;
+  for (const auto& m : members)
+    if (m.sig.on_cuda) return BucketPath::kStaged;
+  return BucketPath::kHost;
 }
 
 void SparsePipeline::publishStats() {

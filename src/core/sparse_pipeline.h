@@ -128,12 +128,23 @@ class SparsePipeline {
   // The options of every selector this pipeline makes (one per density).
   compress::SelectorOptions selectorOptions(double density) const;
   void publishStats();
+  // The bucket's exchange (the same on every rank): a CUDA bucket that can
+  // run on the device takes an exchange that has a device path.
+  plan::Exchange chooseExchange(std::vector<Request>& members, size_t n, double density);
+  bool cuda_exchange_warned_ = false;
+  // Where a bucket ran that the local stage served (not a device bucket).
+  static BucketPath pathOf(const std::vector<Request>& members, const LocalOutcome& out);
+  void countPath(BucketPath p, uint64_t buckets, uint64_t bytes) {
+    stats_.path_buckets[static_cast<int>(p)] += buckets;
+    stats_.path_bytes[static_cast<int>(p)] += bytes;
+  }
 
   // The fixed-block allgather (sparse_exchange.cc).
   struct InFlight {
     std::vector<Request> members;
     size_t n = 0, count = 0, k = 0;
     Status local;
+    BucketPath path = BucketPath::kHost;  // where its gradients were fused and selected (stats, timeline)
     bool skipped = false;            // a non-finite step under MGS_NONFINITE=propagate
     bool delivered = false;          // every rank scattered every rank's selection
     std::unique_ptr<LocalSlab> acc;  // this step's residual, committed on success
@@ -306,6 +317,8 @@ class SparsePipeline {
   std::function<device::DeviceComm*()> device_comm_;
   int device_buckets_ = -1;  // -1: not agreed yet; 0: never; 1: device buckets run
   int device_hint_ = -1;     // the device communicator's device: where the resident stage is made
+  int resident_everywhere_ = -1;  // -1: not agreed yet; else whether every rank has a resident stage
+  bool residentEverywhere(const std::vector<Request>& members, size_t n);
 };
 
 }  // namespace mgs

@@ -19,6 +19,28 @@ struct SparseStats {
   uint64_t plans = 0;           // plans computed
   uint64_t plan_trials = 0;     // candidate plans run on trial (MGS_PLAN_TRIAL_STEPS)
   uint64_t in_flight_max = 0;   // most buckets in flight at once
+  // Which path each finished bucket (sparse or dense) took, and the bytes
+  // this rank sent on it (BucketPath). Their sums are buckets + dense_buckets
+  // and bytes_sent.
+  uint64_t path_buckets[4] = {0, 0, 0, 0};
+  uint64_t path_bytes[4] = {0, 0, 0, 0};
 };
+
+// Where a bucket's gradients lived while it was fused, selected and exchanged.
+enum class BucketPath : int {
+  kHost = 0,      // host tensors, host selection, MPI
+  kStaged = 1,    // CUDA tensors copied to host memory, host selection, MPI (the slow fallback)
+  kResident = 2,  // CUDA tensors selected on their GPU; only the compact block crossed to the host for MPI
+  kDevice = 3,    // the whole bucket on the GPU: selection, NCCL exchange and scatter (no host copy, no sync)
+};
+inline const char* bucketPathName(BucketPath p) {
+  switch (p) {
+    case BucketPath::kHost: return "host";
+    case BucketPath::kStaged: return "staged";
+    case BucketPath::kResident: return "resident";
+    case BucketPath::kDevice: return "device";
+  }
+  return "?";
+}
 
 }  // namespace mgs

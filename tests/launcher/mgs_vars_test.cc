@@ -18,7 +18,7 @@ TEST_CASE("every MGS_* parameter has a flag derived from its name", "[launcher]"
   }
   for (const char* f : {"compressor", "density", "planner", "fusion-threshold-bytes", "min-sparse-elements", "backend",
                         "error-feedback", "warmup-steps", "profile-steps", "cycle-time-ms", "timeline", "log-level",
-                        "stall-warning-s", "stall-abort-s", "calibration"}) {
+                        "stall-warning-s", "stall-abort-s", "calibration", "plan-file"}) {
     INFO(f);
     CHECK(flags.count(f) == 1);
   }

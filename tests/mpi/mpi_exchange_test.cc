@@ -135,6 +135,32 @@ void runSteps(bool agreed, const std::vector<int64_t>& sizes = {5000, 20000, 409
   }
 }
 
+// Host tensors: every finished bucket, whatever its exchange, is counted on
+// the host path with all its bytes; nothing on the GPU paths, no host sync.
+void checkHostPaths() {
+  mgs_stats_t st{};
+  EXPECT_OK(mgs_get_stats(&st, sizeof st));
+  const uint64_t all = st.sparse_buckets + st.sparse_dense_buckets;
+  EXPECT(all > 0 && st.path_host_buckets == all, "host path %llu of %llu buckets", (unsigned long long)st.path_host_buckets,
+         (unsigned long long)all);
+  EXPECT(st.path_staged_buckets == 0 && st.path_resident_buckets == 0 && st.path_device_buckets == 0,
+         "GPU paths counted for host tensors: staged %llu resident %llu device %llu",
+         (unsigned long long)st.path_staged_buckets, (unsigned long long)st.path_resident_buckets,
+         (unsigned long long)st.path_device_buckets);
+  EXPECT(st.path_host_bytes == st.sparse_bytes_sent && st.path_staged_bytes + st.path_resident_bytes +
+                                                               st.path_device_bytes ==
+                                                           0,
+         "path bytes: host %llu of %llu sent", (unsigned long long)st.path_host_bytes,
+         (unsigned long long)st.sparse_bytes_sent);
+  EXPECT(st.cuda_nccl_ops == 0 && st.cuda_staged_ops == 0 && st.device_host_syncs == 0,
+         "CUDA counters for a host-only job: nccl %llu staged %llu syncs %llu", (unsigned long long)st.cuda_nccl_ops,
+         (unsigned long long)st.cuda_staged_ops, (unsigned long long)st.device_host_syncs);
+#ifdef MGS_EXPECT_NCCL
+  EXPECT(mgs_built_with_nccl() == MGS_EXPECT_NCCL, "mgs_built_with_nccl() %d, the build found NCCL: %d",
+         mgs_built_with_nccl(), MGS_EXPECT_NCCL);
+#endif
+}
+
 std::vector<uint64_t> exchangeCounts() {
   mgs_stats_t st{};
   EXPECT_OK(mgs_get_stats(&st, sizeof st));
@@ -345,6 +371,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   it->second();
+  checkHostPaths();
   const int rc = mpitest::finish();
   mgs_shutdown();
   return rc;

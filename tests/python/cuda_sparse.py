@@ -56,6 +56,8 @@ for step in range(30):
         if model is gpu_model:
             losses.append(loss.item())
 stats = hvd.compression_stats()
+import mgs  # noqa: E402
+paths = mgs.runtime_stats() or {}
 
 gpu_params = torch.cat([p.detach().flatten() for p in gpu_model.parameters()])
 cpu_params = torch.cat([p.detach().flatten() for p in cpu_model.parameters()])
@@ -73,6 +75,20 @@ if not apart <= 0.02 * moved:
     errors.append(f"GPU twin {apart:.3e} from the CPU twin, more than 2% of {moved:.3e}")
 if not last < 0.9 * first:
     errors.append(f"loss did not fall: {first:.4f} -> {last:.4f}")
+# A path nobody checks did not run: the GPU twin's buckets stay on the GPU (device buckets with
+# MGS_BACKEND=nccl; GPU selection with compact blocks over MPI otherwise), the CPU twin's on the host,
+# and no bucket of CUDA tensors is staged through host memory.
+print(f"rank {rank}: paths host {paths.get('path_host_buckets')} staged {paths.get('path_staged_buckets')} "
+      f"resident {paths.get('path_resident_buckets')} device {paths.get('path_device_buckets')}; "
+      f"host syncs {paths.get('device_host_syncs')}", flush=True)
+gpu_paths = ("path_device_buckets",) if os.environ.get("MGS_BACKEND") == "nccl" else (
+    "path_resident_buckets", "path_device_buckets")
+if paths.get("path_staged_buckets") != 0:
+    errors.append(f"{paths.get('path_staged_buckets')} buckets of CUDA tensors staged through host memory")
+if not sum(paths.get(k) or 0 for k in gpu_paths) > 0:
+    errors.append(f"no bucket on {' or '.join(gpu_paths)}")
+if not (paths.get("path_host_buckets") or 0) > 0:
+    errors.append("the CPU twin's buckets were not counted on the host path")
 ratio = stats.get("compression_ratio") or 0
 if not ratio >= 10:
     errors.append(f"traffic not sparse: compression_ratio {ratio}")

@@ -56,6 +56,17 @@ class MgsStats(ctypes.Structure):
         ("sparse_agreed_buckets", ctypes.c_uint64),
         ("sparse_in_flight_max", ctypes.c_uint64),
         ("plan_trials", ctypes.c_uint64),
+        ("path_host_buckets", ctypes.c_uint64),
+        ("path_staged_buckets", ctypes.c_uint64),
+        ("path_resident_buckets", ctypes.c_uint64),
+        ("path_device_buckets", ctypes.c_uint64),
+        ("path_host_bytes", ctypes.c_uint64),
+        ("path_staged_bytes", ctypes.c_uint64),
+        ("path_resident_bytes", ctypes.c_uint64),
+        ("path_device_bytes", ctypes.c_uint64),
+        ("cuda_nccl_ops", ctypes.c_uint64),
+        ("cuda_staged_ops", ctypes.c_uint64),
+        ("device_host_syncs", ctypes.c_uint64),
     ]
 
 

@@ -200,6 +200,8 @@ TEST_CASE("settings that steer cross-rank decisions must agree; the others may d
   // MGS_CYCLE_TIME_MS decides when partial sparse buckets flush (issue #12).
   CHECK(mgs::findParam("MGS_CYCLE_TIME_MS")->scope == mgs::Scope::kSameOnAllRanks);
   CHECK(mgs::findParam("MGS_LOG_LEVEL")->scope == mgs::Scope::kPerRank);
+  // MGS_PLAN_FILE decides whether every rank plans or runs a saved plan.
+  CHECK(mgs::findParam("MGS_PLAN_FILE")->scope == mgs::Scope::kSameOnAllRanks);
   // Densities equal to six decimals still differ (the old check compared
   // std::to_string's six digits).
   std::vector<Config> ranks(2);

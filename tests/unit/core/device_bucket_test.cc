@@ -47,6 +47,29 @@ Request hostCopy(const Request& m) {
   return h;
 }
 
+// The outputs as the device writes them from P sealed count blocks: the sum
+// in rank order from +0, each touched entry times float(factor).
+void sumBlocks(const std::vector<Request>& members, const char* recv, int P, size_t cap, size_t n,
+               const std::vector<double>& factors) {
+  const size_t bb = block::allgatherBytes(cap);
+  std::vector<float> sum(n, 0.0f);
+  std::vector<char> touched(n, 0);
+  for (int r = 0; r < P; ++r) {
+    const block::ConstAllgatherBlock b(recv + r * bb, cap);
+    for (size_t j = 0; j < b.header(); ++j) {
+      sum[b.indices()[j]] += b.values()[j];
+      touched[b.indices()[j]] = 1;
+    }
+  }
+  size_t off = 0;
+  for (size_t m = 0; m < members.size(); ++m) {
+    float* o = static_cast<float*>(members[m].output.data);
+    const float f = static_cast<float>(factors[m]);
+    for (size_t i = 0; i < members[m].output.numel(); ++i, ++off)
+      o[i] = touched[off] && f != 1.0f ? sum[off] * f : sum[off];
+  }
+}
+
 // A device bucket run on the host: the local part at start, the exchange
 // started on the "device communicator", the verdict and the scatter once the
 // exchange is done (as the device does: any failure code, no output written;
@@ -116,22 +139,7 @@ class StandInPending final : public PendingDeviceBucket {
       res.nan_written = true;
       return;
     }
-    std::vector<float> sum(n, 0.0f);
-    std::vector<char> touched(n, 0);
-    for (int r = 0; r < P; ++r) {
-      const block::ConstAllgatherBlock b(recv.data() + r * bb, cap);
-      for (size_t j = 0; j < b.header(); ++j) {
-        sum[b.indices()[j]] += b.values()[j];
-        touched[b.indices()[j]] = 1;
-      }
-    }
-    size_t off = 0;
-    for (size_t m = 0; m < members.size(); ++m) {
-      float* o = static_cast<float*>(members[m].output.data);
-      const float f = static_cast<float>(factors[m]);
-      for (size_t i = 0; i < members[m].output.numel(); ++i, ++off)
-        o[i] = touched[off] && f != 1.0f ? sum[off] * f : sum[off];
-    }
+    sumBlocks(members, recv.data(), P, cap, n, factors);
     res.written = true;
   }
 };
@@ -150,9 +158,38 @@ class DeviceStandIn final : public test::StandInStage {
     return Status::OK();
   }
 
-  bool accepts(const LocalJob&) const override { return false; }  // device buckets only
-  void run(const LocalJob& job, LocalOutcome* out) override { inner_->run(job, out); }
-  bool runsDeviceBuckets() const override { return true; }
+  // Device buckets only; or (resident_only: a GPU without NCCL) the
+  // allgather's local stage, the compact block going to MPI.
+  bool resident_only = false;
+  bool accepts(const LocalJob& job) const override {
+    return resident_only && job.dense_acc == nullptr && !job.index_block && job.acc_in == nullptr;
+  }
+  void run(const LocalJob& job, LocalOutcome* out) override {
+    ++runs;
+    // "On the device": the host stage on host views of the CUDA tensors.
+    std::vector<Request> views;
+    for (const auto& m : *job.members) views.push_back(hostCopy(m));
+    LocalJob j = job;
+    j.members = &views;
+    const Status st = adopt(*job.members);  // the residuals move "to the device" with the bucket
+    if (!st.ok()) {
+      *out = LocalOutcome();
+      out->status = st;
+      return;
+    }
+    inner_->run(j, out);
+  }
+  int runs = 0;
+  bool runsDeviceBuckets() const override { return !resident_only; }
+  // resident_only: the received blocks' scatter into the "CUDA" outputs.
+  bool acceptsScatter(const std::vector<Request>&) const override { return resident_only; }
+  Status scatterBlocks(const std::vector<Request>& members, const char* recv, int P, size_t cap,
+                       const std::vector<double>& factors) override {
+    size_t n = 0;
+    for (const auto& m : members) n += m.output.numel();
+    sumBlocks(members, recv, P, cap, n, factors);
+    return Status::OK();
+  }
   Status startBucket(const DeviceBucketJob& dj, std::unique_ptr<PendingDeviceBucket>* out) override {
     ++starts;
     if (dj.job->block != nullptr) return Status(Code::kInternal, "stand-in: a host block for a device bucket");
@@ -209,6 +246,8 @@ struct WorldOptions {
   bool calibrate = false;  // MGS_CALIBRATION=auto (else off)
   std::string exchange = "allgather";
   int node_size = 0;
+  size_t size_scale = 1;  // every tensor this many times its kTensors size
+  bool resident_only = false;  // CUDA tensors and a resident stage, but no device communicator (MPI only)
 };
 
 const std::vector<std::pair<std::string, size_t>> kTensors = {{"w.a", 300}, {"w.b", 200}};
@@ -227,8 +266,9 @@ struct RankLog {
   std::vector<std::vector<float>> residuals;  // after each step, [step * tensors + t]
   std::vector<std::vector<float>> residuals_before;
   uint64_t device_buckets = 0, host_buckets = 0;
-  int waits = 0, starts = 0;
+  int waits = 0, starts = 0, resident_runs = 0;
   double c_s_calibrated = -1, c_s = -1;  // the model's selection term after init, and at the end
+  SparseStats stats;                     // the pipeline's counters at the end
   std::string error;                     // a REQUIRE-free report of set-up failures
 };
 
@@ -266,6 +306,7 @@ void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> worl
     pipe->setResidentFactory([&, o](const LocalJob&, std::unique_ptr<ResidentLocalStage>* out) -> Status {
       if (rank == wo.no_stage_rank) return Status(Code::kCuda, "stand-in: no device here");
       auto s = std::make_unique<DeviceStandIn>(o);
+      s->resident_only = wo.resident_only;
       standin = s.get();
       *out = std::move(s);
       return Status::OK();
@@ -273,14 +314,14 @@ void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> worl
     dc.comm = std::make_unique<ThreadCommunicator>(dworld, rank);
     dc.stream = &dc;  // any non-null stream
     dc.device = 0;
-    pipe->setDeviceComm([&dc]() { return &dc; });
+    if (!wo.resident_only) pipe->setDeviceComm([&dc]() { return &dc; });
   }
   const size_t T = kTensors.size();
   std::vector<std::vector<float>> grads(T), outs(T);
   for (int step = 0; step < wo.steps; ++step) {
     std::vector<Request> reqs;
     for (size_t t = 0; t < T; ++t) {
-      const size_t n = kTensors[t].second;
+      const size_t n = kTensors[t].second * wo.size_scale;
       grads[t] = gradient(rank, step, t, n);
       if (rank == wo.nan_rank && step == wo.nan_step && t == 0) grads[t][17] = std::nanf("");
       outs[t].assign(n, -7.0f);  // "not written"
@@ -321,7 +362,7 @@ void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> worl
     for (size_t t = 0; t < T; ++t) {
       log->outputs.push_back(outs[t]);
       log->statuses.push_back(done[kTensors[t].first]);
-      std::vector<float> r(kTensors[t].second);
+      std::vector<float> r(kTensors[t].second * wo.size_scale);
       store.read(kTensors[t].first, r.data(), r.size());  // through External wherever it lives
       log->residuals.push_back(r);
     }
@@ -330,9 +371,11 @@ void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> worl
   log->device_buckets = pipe->localStage().deviceBuckets();
   if (pipe->costModel()) log->c_s = pipe->costModel()->sparsify.c_s;
   log->host_buckets = pipe->localStage().hostBuckets();
+  log->stats = pipe->stats();
   if (standin) {
     log->waits = standin->waits;
     log->starts = standin->starts;
+    log->resident_runs = standin->runs;
   }
 }
 
@@ -347,6 +390,19 @@ std::vector<RankLog> runWorld(const WorldOptions& wo) {
     REQUIRE(l.error.empty());
   }
   return logs;
+}
+
+// Every finished bucket counted on exactly one path, `path`, with all the bytes.
+void requireOnePath(const SparseStats& s, BucketPath path, uint64_t buckets) {
+  uint64_t bytes = 0;
+  for (int p = 0; p < 4; ++p) {
+    INFO("path " << bucketPathName(static_cast<BucketPath>(p)));
+    REQUIRE(s.path_buckets[p] == (p == static_cast<int>(path) ? buckets : 0));
+    bytes += s.path_bytes[p];
+  }
+  REQUIRE(s.buckets + s.dense_buckets == buckets);
+  REQUIRE(s.path_bytes[static_cast<int>(path)] == s.bytes_sent);
+  REQUIRE(bytes == s.bytes_sent);
 }
 
 bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
@@ -369,6 +425,10 @@ TEST_CASE("device buckets: no wait in steady state, outputs and residuals bitwis
       REQUIRE(d[r].starts == static_cast<int>(dev.steps * kTensors.size()));
       REQUIRE(d[r].waits == 0);  // finished by polling only: the pipeline never blocked
       REQUIRE(h[r].device_buckets == 0);
+      // What mgs_get_stats reports: every bucket on the device path, or on the host path.
+      requireOnePath(d[r].stats, BucketPath::kDevice, dev.steps * kTensors.size());
+      requireOnePath(h[r].stats, BucketPath::kHost, host.steps * kTensors.size());
+      REQUIRE(d[r].stats.bytes_sent > 0);
       for (size_t i = 0; i < d[r].outputs.size(); ++i) {
         INFO("entry " << i);
         REQUIRE(d[r].statuses[i].ok());
@@ -616,6 +676,78 @@ TEST_CASE("device buckets: agreed buckets of CUDA tensors never start a device b
         REQUIRE(d[r].statuses[i].code() == d[0].statuses[i].code());
         REQUIRE(d[r].statuses[i].message().find("incomplete job") == std::string::npos);
       }
+    }
+  }
+}
+
+TEST_CASE("device buckets: with MGS_EXCHANGE=auto, CUDA buckets take the device path at every P",
+          "[core][device_bucket]") {
+  // Before the cost model exists (the profile steps, here all of them), auto
+  // picks the agreed exchange for P >= 3 on the host; a bucket of CUDA
+  // tensors that can run on the device must not be staged through host
+  // memory for it: it takes the allgather's device path, with the results
+  // of the host path's allgather.
+  for (int P : {3, 4}) {
+    WorldOptions dev, host;
+    dev.P = host.P = P;
+    dev.size_scale = host.size_scale = 1000;  // buckets large enough for the cost model to pick the agreed exchange
+    dev.exchange = "auto";
+    host.device = false;  // host tensors, allgather forced
+    const std::vector<RankLog> d = runWorld(dev), h = runWorld(host);
+    for (int r = 0; r < P; ++r) {
+      INFO("P = " << P << ", rank " << r);
+      REQUIRE(d[r].device_buckets == dev.steps * kTensors.size());
+      REQUIRE(d[r].stats.agreed_buckets == 0);
+      requireOnePath(d[r].stats, BucketPath::kDevice, dev.steps * kTensors.size());
+      for (size_t i = 0; i < d[r].outputs.size(); ++i) {
+        INFO("entry " << i);
+        REQUIRE(d[r].statuses[i].ok());
+        REQUIRE(sameBits(d[r].outputs[i], h[r].outputs[i]));
+        REQUIRE(sameBits(d[r].residuals[i], h[r].residuals[i]));
+      }
+    }
+  }
+}
+
+TEST_CASE("device buckets: host tensors under auto keep the host exchange choice", "[core][device_bucket]") {
+  WorldOptions host;
+  host.P = 4;
+  host.size_scale = 1000;
+  host.device = false;
+  host.exchange = "auto";
+  const std::vector<RankLog> h = runWorld(host);
+  for (int r = 0; r < host.P; ++r) {
+    INFO("rank " << r);
+    REQUIRE(h[r].stats.agreed_buckets == host.steps * kTensors.size());  // auto's choice at P = 4 while profiling
+    requireOnePath(h[r].stats, BucketPath::kHost, host.steps * kTensors.size());
+  }
+}
+
+TEST_CASE("device buckets: without NCCL, CUDA buckets under auto are selected on the GPU, not staged",
+          "[core][device_bucket]") {
+  // A resident stage on every rank but no device communicator (MPI): the
+  // agreed exchange, which auto's cost model picks for these buckets at
+  // P = 4 on the host, would stage the gradients through host memory; the
+  // allgather keeps the selection on the GPU and sends only the block.
+  WorldOptions res, host;
+  res.P = host.P = 4;
+  res.size_scale = host.size_scale = 1000;
+  res.resident_only = true;
+  res.exchange = "auto";
+  host.device = false;  // host tensors, allgather forced
+  const std::vector<RankLog> d = runWorld(res), h = runWorld(host);
+  for (int r = 0; r < res.P; ++r) {
+    INFO("rank " << r);
+    REQUIRE(d[r].starts == 0);
+    REQUIRE(d[r].resident_runs == static_cast<int>(res.steps * kTensors.size()));
+    REQUIRE(d[r].stats.agreed_buckets == 0);
+    requireOnePath(d[r].stats, BucketPath::kResident, res.steps * kTensors.size());
+    for (size_t i = 0; i < d[r].outputs.size(); ++i) {
+      INFO("entry " << i);
+      INFO(d[r].statuses[i].toString());
+      REQUIRE(d[r].statuses[i].ok());
+      REQUIRE(sameBits(d[r].outputs[i], h[r].outputs[i]));
+      REQUIRE(sameBits(d[r].residuals[i], h[r].residuals[i]));
     }
   }
 }
