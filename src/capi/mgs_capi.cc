@@ -7,7 +7,7 @@
 #include <string>
 
 #include "capi/capi_internal.h"
-#include "comm/mpi/mpi_communicator.h"
+#include "comm/world.h"
 #include "common/logging.h"
 #include "common/params.h"
 #include "core/device.h"
@@ -141,7 +141,7 @@ void atExit() {
     hazard = g_exit_hazard;
   }
   rt.reset();
-  mgs::MpiCommunicator::finalizeIfOwned(hazard);
+  mgs::world::finalizeIfOwned(hazard);
 }
 
 Status handleState(mgs_handle_t h, std::shared_ptr<mgs::HandleState>* out) {
@@ -201,7 +201,7 @@ mgs_status_t mgs_init(void) {
     if (g_runtime) keepHazard(*g_runtime);
     g_runtime.reset();  // a previous, stopped runtime
     std::unique_ptr<mgs::Runtime> rt;
-    st = mgs::Runtime::start(config, mgs::MpiCommunicator::create, &rt);
+    st = mgs::Runtime::start(config, mgs::world::create, &rt);
     if (!st.ok()) return st;
     g_runtime = std::move(rt);
     return Status::OK();

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "core/device.h"
+#include "core/device_memory.h"
 #include "core/nonfinite.h"
 #include "core/routed_local_stage.h"
 #include "core/sparse_block.h"

@@ -1,7 +1,7 @@
-// The device interface (core/device.h) in a build without CUDA: CUDA tensors
-// are refused with a clear message (enqueue checks them before they get
-// further). With CUDA, cuda/device_cuda.cc implements the same functions and
-// the top-level CMakeLists.txt links that one instead (MGS_DEVICE_IMPL).
+// The runtime's device interface (core/device.h) in a build without CUDA:
+// no device local stage, no NCCL. With CUDA, cuda/device_cuda.cc implements
+// the same functions and the top-level CMakeLists.txt links that one instead
+// (MGS_DEVICE_IMPL).
 #include "core/device.h"
 
 namespace mgs::device {
@@ -12,20 +12,8 @@ Status noCuda() {
 }
 }  // namespace
 
-bool builtWithCuda() { return false; }
 bool builtWithNccl() { return false; }
-uint64_t hostSyncs() { return 0; }
-int visibleDevices() { return 0; }
-Status checkUsable(const TensorDesc& t) { return t.onCuda() ? noCuda() : Status::OK(); }
-Status waitReady(const TensorDesc& t) { return t.onCuda() ? noCuda() : Status::OK(); }
-Status copyToHost(void*, const TensorDesc&, size_t) { return noCuda(); }
-Status copyFromHost(const TensorDesc&, const void*, size_t) { return noCuda(); }
-Status scale(const TensorDesc&, double) { return noCuda(); }
 Status createLocalStage(const LocalStageOptions&, int, std::unique_ptr<ResidentLocalStage>*) { return noCuda(); }
 Status createNcclComm(Communicator&, double, DeviceComm*) { return noCuda(); }
-Status streamWaitReady(const TensorDesc&, void*) { return noCuda(); }
-Status copyDeviceAsync(const TensorDesc&, const TensorDesc&, void*) { return noCuda(); }
-Status scaleAsync(const TensorDesc&, double, void*) { return noCuda(); }
-Status syncStream(void*) { return noCuda(); }
 
 }  // namespace mgs::device
