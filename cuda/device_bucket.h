@@ -11,7 +11,7 @@
 // the kernels are tested against the CPU reference only on a GPU
 // (tests/gpu/bucket_gpu_test.cc, scripts/gpu_check.sh).
 //
-// Block layout, the wire format of src/core/sparse_exchange.cc:
+// Block layout, the wire format of src/core/sparse_block.h:
 //   [uint64 header | float values[cap] | uint32 indices[cap] | uint64 seal]
 // header = the selected count (<= cap), or a failure code above any count:
 // UINT64_MAX (a failure without details) or UINT64_MAX - 1 - m (non-finite
@@ -38,7 +38,7 @@ class GpuSelector;
 class DeviceBucketEngine;
 
 // ---- Block format (shared with the CPU exchange) -----------------------------
-constexpr uint64_t kBlockSeal = 0x6d67732d626c6b21ull;  // "mgs-blk!", as sparse_exchange.cc
+constexpr uint64_t kBlockSeal = 0x6d67732d626c6b21ull;  // "mgs-blk!", as core/sparse_block.h
 inline size_t bucketBlockBytes(size_t cap) { return 16 + 8 * cap; }
 inline size_t bucketBlockValuesOffset() { return 8; }
 inline size_t bucketBlockIndicesOffset(size_t cap) { return 8 + 4 * cap; }

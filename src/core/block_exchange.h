@@ -5,9 +5,9 @@
 //    block of the same size, started, tested and finished asynchronously so
 //    the coordinator goes on (the next bucket's selection, negotiation);
 //  - the agreed exchange's index block, broadcast by the bucket's leader
-//    (its values' allreduce is run by the pipeline, sparse_agreed.cc);
+//    (its values' allreduce is run by exchange_agreed.cc);
 //  - the per-bucket choice between those, the hierarchical exchange
-//    (sparse_hierarchical.cc: its leaders' blocks are this allgather's) and
+//    (exchange_hierarchical.cc: its leaders' blocks are this allgather's) and
 //    a dense allreduce.
 // Every received block is validated here before anyone reads it: every rank
 // holds the same bytes, so every rank takes the same verdict.
@@ -54,7 +54,7 @@ class BlockExchange {
   struct Allgather {
     size_t cap = 1;
     // Blocks received: 0 means one per rank; the hierarchical exchange
-    // receives one per node (sparse_hierarchical.cc).
+    // receives one per node (exchange_hierarchical.cc).
     int blocks = 0;
     std::vector<char> send, recv;  // one block; P blocks in rank order
     std::unique_ptr<PendingCollective> op;

@@ -219,7 +219,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
     sparse_stats_ = s;
   });
   // CUDA sparse buckets use the device communicator where there is one
-  // (device buckets, sparse_device.cc); forCuda() creates it under auto.
+  // (device buckets, exchange_device.cc); forCuda() creates it under auto.
   sparse.setDeviceComm([b = backend.get()]() -> device::DeviceComm* { return b ? b->forCuda() : nullptr; });
   Executor executor(*comm, config_, timeline.get(), &sparse, complete, backend.get());
   executor.countCudaPaths(&cuda_nccl_ops_, &cuda_staged_ops_);
@@ -243,7 +243,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(config_.cycle_time_ms));
   const std::string me = "rank " + std::to_string(rank_);
   // Every blocking wait of this rank moves the agreed and hierarchical
-  // exchanges' phases on (sparse_agreed.cc: a rank blocked in a collective
+  // exchanges' phases on (exchange_agreed.cc: a rank blocked in a collective
   // must not hold back a phase another rank waits for). While negotiating -- the coordinator's
   // usual wait, between the cycle's own steps -- it also completes what has
   // finished, so a finished exchange is not held for a negotiation round.

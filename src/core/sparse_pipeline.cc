@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <thread>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -40,7 +41,8 @@ SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, Residua
           [this]() -> const compress::Selector& { return selectorFor(config_.density); },
           [this](std::vector<Request>& members) { runBucket(members); }),
       exchange_(comm, progress),
-      scatter_(comm.size()) {
+      scatter_(comm.size()),
+      ctx_(comm, config_, stats_, online_, exchange_, scatter_) {
   schedule_.setProgress(progress);
   // The host stage serves every bucket but those of CUDA tensors that a
   // device stage accepts (routed_local_stage.h); where none can be made,
@@ -61,12 +63,20 @@ SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, Residua
   };
   local_options_ = o;
   local_ = std::make_unique<RoutedLocalStage>(o, std::make_unique<CpuLocalStage>(o), device_stage);
+  ctx_.local = local_.get();
+  ctx_.selector = [this](double density) -> const compress::Selector& { return selectorFor(density); };
+  ctx_.step = [this]() { return schedule_.step(); };
+  ctx_.device_bucket = [this](const std::vector<Request>& members, const LocalJob& job) {
+    return deviceBucket(members, job);
+  };
+  ctx_.device_comm = [this]() { return device_comm_(); };
 }
 
 void SparsePipeline::setResidentFactory(ResidentFactory factory) {
   local_.reset();  // gives the residual store's External slot back first
   local_ = std::make_unique<RoutedLocalStage>(local_options_, std::make_unique<CpuLocalStage>(local_options_),
                                               std::move(factory));
+  ctx_.local = local_.get();
 }
 
 Status SparsePipeline::setupAsync() {
@@ -76,8 +86,8 @@ Status SparsePipeline::setupAsync() {
   // rank blocked in a collective is never the one holding back a phase
   // another rank waits for.
   if (!comm_.asyncCollectives()) return Status::OK();
-  MGS_RETURN_IF_ERROR(comm_.duplicate(&values_comm_));
-  MGS_RETURN_IF_ERROR(comm_.duplicate(&names_comm_));
+  MGS_RETURN_IF_ERROR(comm_.duplicate(&ctx_.values_comm));
+  MGS_RETURN_IF_ERROR(comm_.duplicate(&ctx_.names_comm));
   return Status::OK();
 }
 
@@ -89,12 +99,13 @@ Status SparsePipeline::create(Communicator& comm, const Config& config, Residual
     MGS_RETURN_IF_ERROR(p->setupAsync());
     plan::CostModel cost;
     MGS_RETURN_IF_ERROR(resolveCostModel(comm, config, p->selectorFor(p->config_.density), &cost));
-    MGS_RETURN_IF_ERROR(p->setupNodes());
+    const NodeGroups& nodes = p->ctx_.nodes;
+    MGS_RETURN_IF_ERROR(setupNodes(comm, p->config_, &p->ctx_.nodes));
     // The hierarchical exchange is a candidate only with the job's nodes.
-    cost.ranks_per_node = p->hierarchy_ ? p->ranks_per_node_ : 1;
+    cost.ranks_per_node = nodes.hierarchy ? nodes.ranks_per_node : 1;
     // The same branch on every rank (the model is identical everywhere).
-    if (p->hierarchy_ && config.calibration != "off" && cost.node.segments().empty()) {
-      MGS_RETURN_IF_ERROR(p->measureNodes(&cost));
+    if (nodes.hierarchy && config.calibration != "off" && cost.node.segments().empty()) {
+      MGS_RETURN_IF_ERROR(measureNodes(comm, nodes, &cost));
       // A calibration file gets the node terms too (mgs-plan, later jobs).
       if (config.calibration != "auto" && comm.rank() == 0) {
         std::ofstream f(config.calibration);
@@ -184,8 +195,7 @@ void SparsePipeline::calibrateDeviceSelection(std::vector<Request>& members, siz
 plan::Exchange SparsePipeline::chooseExchange(std::vector<Request>& members, size_t n, double density) {
   const int P = comm_.size();
   // on_cuda is negotiated: every rank takes the same branch.
-  const bool cuda_bucket =
-      std::all_of(members.begin(), members.end(), [](const Request& m) { return m.sig.on_cuda; });
+  const bool cuda_bucket = std::all_of(members.begin(), members.end(), [](const Request& m) { return m.sig.on_cuda; });
   if (cuda_bucket && config_.exchange == "auto" && P > 1) {
     // A bucket of CUDA tensors that can run as a device bucket (NCCL, every
     // rank with a device stage: deviceBucket agrees on that once) takes the
@@ -226,107 +236,83 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
       std::all_of(members.begin(), members.end(), [](const Request& m) { return m.sig.on_cuda; }))
     calibrateDeviceSelection(members, n);
   const double density = schedule_.currentDensity();
-  const int P = comm_.size();
-  const std::string name = bucketName(members);
-  // Allgather, agreed or dense: the same choice on every rank.
+  // The same choice on every rank.
   const plan::Exchange exchange = chooseExchange(members, n, density);
-  const bool dense = exchange == plan::Exchange::kDense, agreed = exchange == plan::Exchange::kAgreed;
-  const bool hier = exchange == plan::Exchange::kHierarchical;
-  // The agreed exchange's leader (the same on every rank); only it selects.
-  const int leader = agreed ? exchange_.agreedLeader(name) : 0;
-  const bool select_here = !agreed || comm_.rank() == leader;
-
-  // The local stage. A local error (staging a CUDA tensor, a non-finite
-  // value) is announced in the collective part, so that every rank takes the
-  // same verdict for the bucket.
-  LocalJob job;
-  job.members = &members;
-  job.n = n;
-  size_t cap = 1;
-  std::vector<char> block;
-  std::vector<float> vals;  // the agreed exchange's values, or the hierarchical one's node sum
-  if (dense) {
-    job.dense_acc = scatter_.denseBuffer(n + P);  // + one verdict slot per rank (exchangeDense)
-  } else if (hier) {
-    // Every rank's acc goes whole into its node's sum; the leader selects
-    // from that sum afterwards (sparse_hierarchical.cc).
-    vals = takeVals(n + kHierFlags);
-    job.dense_acc = vals.data();
-  } else {
-    // cap depends only on n and the density, so every rank sends blocks of
-    // the same size, whatever its local verdict or role.
-    const compress::Selector& sel = selectorFor(density);
-    cap = std::max<size_t>(sel.maxCount(n), 1);
-    block = exchange_.takeBuffer(agreed ? block::indexBytes(cap) : block::allgatherBytes(cap));
-    if (agreed) vals = takeVals(cap + kAgreedFlags);
-    job.select = select_here;
-    job.selector = &sel;
-    job.cap = cap;
-    job.block = select_here ? block.data() : nullptr;  // agreed non-leaders receive the leader's block
-    job.index_block = agreed;
-    job.agreed_values = agreed ? vals.data() : nullptr;
-    job.zero_inputs = agreed;  // its scatter writes every output element
-    job.step = schedule_.step();
-    job.name = name.c_str();
-  }
-  // Device buckets exist for the allgather exchange only; the agreed and
-  // hierarchical exchanges of CUDA buckets run on the local stage's route.
-  if (!dense && !agreed && !hier && deviceBucket(members, job)) {
-    exchange_.giveBuffer(std::move(block));  // the block lives on the device
-    startDevice(members, n, cap, compress::kForDensity(n, density), job);
-    return;
-  }
-  LocalOutcome out;
-  local_->run(job, &out);
-  if (timeline_) {
-    const std::string path_arg = std::string("{\"path\":\"") + bucketPathName(pathOf(members, out)) + "\"}";
-    for (auto& m : members) timeline_->span(m.name, "FUSE", t0, out.fuse_end, path_arg);
-    if (out.selected)
-      for (auto& m : members)
-        timeline_->span(m.name, "SELECT", out.select_begin, out.select_end,
-                        "{\"count\":" + std::to_string(out.reported) + ",\"k\":" + std::to_string(out.k) + "}");
-  }
-  if (out.selected)
-    online_.selected(static_cast<int64_t>(n), std::chrono::duration<double>(out.select_end - out.select_begin).count());
-
-  // The collective part: every rank runs it for this bucket.
-  if (hier) {
-    startHierarchical(members, n, density, out, std::move(vals));
-    return;
-  }
-  if (dense) {
-    bool sent = false;
-    Status st = exchangeDense(members, n, job.dense_acc, out.status, out.bad_member, &sent);
-    if (sent) local_->zeroResidual(members);  // everything was delivered, on every rank
-    publishStats();
+  BucketStart b{members, n, density, bucketName(members), t0};
+  // The exchange runs the local stage. A local error (staging a CUDA tensor,
+  // a non-finite value) is announced in its collective part, so that every
+  // rank takes the same verdict for the bucket.
+  std::unique_ptr<BucketExchange> ex;
+  for (const ExchangeEntry& e : exchangeRegistry())
+    if (e.exchange == exchange && (e.claims == nullptr || e.claims(ctx_, b))) {
+      ex = e.start(ctx_, b);
+      break;
+    }
+  if (!ex) {  // a registry without the plan's exchange: the same on every rank
+    const Status st(Code::kInternal, std::string("no exchange registered for ") + plan::exchangeName(exchange));
     for (auto& m : members) complete_(m, st);
     return;
   }
-  const size_t k = compress::kForDensity(n, density);
-  if (agreed) {
-    startAgreed(members, n, cap, leader, k, out, std::move(block), std::move(vals));
+  if (!ex->queued()) {  // it ran to its end (dense; phased ones without nonblocking collectives)
+    complete(*ex);
     return;
   }
-  startSparse(members, n, cap, k, out, std::move(block));
-}
-
-BucketPath SparsePipeline::pathOf(const std::vector<Request>& members, const LocalOutcome& out) {
-  if (out.resident) return BucketPath::kResident;
-  for (const auto& m : members)
-    if (m.sig.on_cuda) return BucketPath::kStaged;
-  return BucketPath::kHost;
+  pushInFlight(std::move(ex));
 }
 
 void SparsePipeline::publishStats() {
   if (publish_) publish_(stats_);
 }
 
+void SparsePipeline::complete(BucketExchange& ex) {
+  const Status st = ex.finish();
+  // Before the handles complete: a caller woken by them reads statistics
+  // that include this bucket, and the next step may enqueue these names.
+  publishStats();
+  for (auto& m : ex.members()) complete_(m, st);
+  ex.release();
+}
+
+void SparsePipeline::pushInFlight(std::unique_ptr<BucketExchange> ex) {
+  const size_t max_in_flight = ex->maxInFlight();
+  const bool counted = ex->countsInFlight();
+  inflight_.push_back(std::move(ex));
+  if (counted) stats_.in_flight_max = std::max<uint64_t>(stats_.in_flight_max, inflight_.size());
+  while (inflight_.size() > max_in_flight) finishOldest();
+  poll();
+}
+
+void SparsePipeline::finishOldest() {
+  if (inflight_.front()->phased()) waitPhasedFront();
+  std::unique_ptr<BucketExchange> ex = std::move(inflight_.front());
+  inflight_.pop_front();
+  complete(*ex);
+}
+
+void SparsePipeline::pumpInFlight() {
+  if (in_pump_ || !ctx_.phasesInFlight()) return;
+  in_pump_ = true;
+  // A bucket's next phase starts only if it started for every earlier
+  // bucket that needs it: the same order on every rank, per communicator.
+  PhaseOrder order;
+  for (auto& ex : inflight_) ex->progress(order);
+  in_pump_ = false;
+}
+
+void SparsePipeline::waitPhasedFront() {
+  auto pause = std::chrono::microseconds(5);
+  while (true) {
+    pumpInFlight();  // tests every phase's collective: MPI progresses them all
+    if (inflight_.front()->ready()) return;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(100));
+  }
+}
+
 void SparsePipeline::poll() {
   pumpInFlight();
   while (!inflight_.empty()) {
-    InFlight& f = inflight_.front();
-    const bool ready = f.agreed() || f.hier() ? f.phasesDone() : (f.device ? deviceReady(f) : exchange_.ready(f.ex));
-    if (!ready) return;
+    if (!inflight_.front()->ready()) return;
     finishOldest();
   }
 }
@@ -337,24 +323,10 @@ void SparsePipeline::drain() {
 
 void SparsePipeline::failHeld(const Status& st) {
   // Exchanges still in flight after a fatal error are abandoned, not waited
-  // for (a peer may be gone): their requests and buffers are left to MPI.
-  for (auto& f : inflight_) {
-    for (auto& m : f.members) complete_(m, st);
-    BlockExchange::abandon(f.ex);
-    if (f.agreed()) {  // leaked like the allgather's: a collective may still write into them
-      (void)f.ag.op.release();
-      new std::vector<char>(std::move(f.ag.block));
-      new std::vector<float>(std::move(f.ag.vals));
-      new std::vector<uint64_t>(std::move(f.ag.codes));
-    }
-    if (f.hier()) {
-      (void)f.hr.op.release();
-      new std::vector<float>(std::move(f.hr.acc));
-      new std::vector<uint64_t>(std::move(f.hr.codes));
-    }
-    // A device bucket's work may still be running on the GPU: its buffers
-    // (slab, blocks) are leaked, never given back to the pool.
-    if (f.dev) (void)f.dev.release();
+  // for (a peer may be gone): each leaks what a collective may still write into.
+  for (auto& ex : inflight_) {
+    for (auto& m : ex->members()) complete_(m, st);
+    ex->abandon();
   }
   inflight_.clear();
   schedule_.failHeld(st, complete_);

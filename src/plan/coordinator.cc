@@ -96,7 +96,7 @@ double coordinatorStep(const std::vector<LayerInfo>& layers, const Groups& group
         notice(g, now);
         continue;
       }
-      // startSparse: start, then wait for the oldest while more than the
+      // SparsePipeline::pushInFlight: start, then wait for the oldest while more than the
       // limit are in flight, then poll.
       t[g].comm_start_s = now;
       const double wire_end = std::max(now + w.wire, last_ag_end + w.wire - w.overlap);

@@ -17,7 +17,7 @@
 //    sparse bucket run to their end on the coordinator (runBucket).
 //  - Allgathers in flight. Up to `max_in_flight` (BlockExchange::kMaxInFlight,
 //    4) stay in flight: starting one more makes the coordinator wait for the
-//    oldest (startSparse). Their transfers share the link and a fraction
+//    oldest (SparsePipeline::pushInFlight). Their transfers share the link and a fraction
 //    `allgather_overlap` of their start-ups overlaps: an allgather ends no
 //    earlier than its start + T_ag, nor than the previous one's end + T_ag -
 //    allgather_overlap x start-up (1: start-ups overlap fully, 0: one after

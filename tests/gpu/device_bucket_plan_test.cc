@@ -35,7 +35,7 @@ std::vector<uint64_t> words(VerdictKind kind, uint64_t malformed, std::vector<ui
 }  // namespace
 
 TEST_CASE("device bucket: block layout is the CPU exchange's", "[gpu_cpu][bucket]") {
-  // sparse_exchange.cc: [header | values[cap] | indices[cap] | seal], 16 + 8 cap bytes.
+  // core/sparse_block.h: [header | values[cap] | indices[cap] | seal], 16 + 8 cap bytes.
   CHECK(bucketBlockBytes(0) == 16);
   CHECK(bucketBlockBytes(1000) == 8016);
   CHECK(bucketBlockValuesOffset() == 8);

@@ -468,8 +468,8 @@ TEST_CASE("device buckets: drain waits for buckets not yet seen done, with the s
   const std::vector<RankLog> d = runWorld(dev), h = runWorld(host);
   for (int r = 0; r < dev.P; ++r) {
     INFO("rank " << r);
-    // The stand-in's first poll of a bucket is "not yet". startDevice polls
-    // the queue once: the step's first bucket is done at the second bucket's
+    // The stand-in's first poll of a bucket is "not yet". Queueing a device
+    // bucket polls the queue once (pushInFlight): the step's first bucket is done at the second bucket's
     // start, the second is seen only once (not done); drain() waits for it.
     REQUIRE(d[r].waits == dev.steps);
     for (size_t i = 0; i < d[r].outputs.size(); ++i) {

@@ -1,4 +1,4 @@
-// The agreed-index exchange (sparse_agreed.cc) with ranks as threads: the
+// The agreed-index exchange (exchange_agreed.cc) with ranks as threads: the
 // result is the average of every rank's accumulator at the leader's indices,
 // identical on every rank; error feedback is exact bitwise (each entry is
 // either contributed whole or kept whole); a malformed index block fails the
