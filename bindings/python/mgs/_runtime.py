@@ -36,6 +36,34 @@ GATHER_OPS = (Min, Max, Product)
 _OP_NAMES = {Sum: "Sum", Average: "Average", Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
 
 
+def resolve_scatter_op(op):
+    """reducescatter's op: Sum or Average (None: Average); NotImplementedError naming any other."""
+    if op is None:
+        return Average
+    if op in (Sum, Average):
+        return op
+    what = "Adasum" if op == Adasum else op_name(op)
+    raise NotImplementedError(f"reducescatter supports op=Sum and op=Average, not {what}")
+
+
+def submit_stand_in(enqueue):
+    """Run the op `enqueue()` starts to its end, ignoring its outcome: a rank that refuses a collective
+    it cannot serve submits an op under the same name that disagrees with the others' (another dtype),
+    so they fail with the runtime's report instead of waiting forever; where every rank refused alike,
+    the stand-ins agree and complete. Nothing happens if it cannot be enqueued (the name in flight,
+    the runtime down)."""
+    try:
+        handle = enqueue()
+    except Exception:  # noqa: BLE001 - nothing to unblock
+        return
+    try:
+        wait(handle)
+    except Exception:  # noqa: BLE001 - expected where other ranks sent real data
+        pass
+    finally:
+        release(handle)
+
+
 def resolve_op(op, average, adapter):
     """The op to run for Horovod's (op=, deprecated average=) pair; ValueError for what mgs cannot do."""
     if average is not None:

@@ -15,7 +15,7 @@ import tensorflow as tf
 from .. import _abi, _process_sets, _runtime
 from .._process_sets import global_process_set
 from .compression import Compression
-from .mpi_ops import (_REDUCIBLE, Adasum, Average, Sum, _Desc, _no_autograph, _Op, allgather_raw, enqueue_all,
+from .mpi_ops import (_REDUCIBLE, Average, Sum, _Desc, _no_autograph, _Op, allgather_raw, enqueue_all,
                       full_name, grad_name, grouped_names, mgs_dtype, process_set_and_id, run_numpy, wait_all,
                       with_gradients)
 
@@ -76,16 +76,7 @@ def _fail_on_every_rank(name, sent_code, process_set):
         stand_in, code = np.empty((0,), np.int64), _abi.MGS_INT64
     else:
         stand_in, code = np.empty((0,), np.uint8), _abi.MGS_UINT8
-    try:
-        handle = _runtime.enqueue_alltoall(name, _Desc(stand_in, code), None, process_set)
-    except Exception:  # noqa: BLE001 - the name is taken or the runtime is down: nothing to unblock
-        return
-    try:
-        _runtime.wait(handle)
-    except Exception:  # noqa: BLE001 - expected when other ranks sent real data
-        pass
-    finally:
-        _runtime.release(handle)
+    _runtime.submit_stand_in(lambda: _runtime.enqueue_alltoall(name, _Desc(stand_in, code), None, process_set))
 
 
 def _alltoall_raw(tensor, splits, name, set_id):
@@ -132,13 +123,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
 
 # ------------------------------------------------------------- reducescatter --
 
-def _resolve_scatter_op(op):
-    if op is None:
-        return Average
-    if op in (Sum, Average):
-        return op
-    what = "Adasum" if op == Adasum else _runtime.op_name(op)
-    raise NotImplementedError(f"reducescatter supports op=Sum and op=Average, not {what}")
+_resolve_scatter_op = _runtime.resolve_scatter_op
 
 
 def _rows_here(d0, process_set):

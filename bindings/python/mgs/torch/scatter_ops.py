@@ -6,7 +6,7 @@ from .. import _process_sets, _runtime
 from .._process_sets import global_process_set
 from . import _tensor
 from .compression import Compression
-from .mpi_ops import (Adasum, Average, Sum, _describe, _full_name, _group_handle, _grouped_names, _register, _sid,
+from .mpi_ops import (Average, Sum, _describe, _full_name, _group_handle, _grouped_names, _register, _sid,
                       allgather_async, synchronize)
 
 
@@ -37,16 +37,7 @@ def _refuse_everywhere(full_name, tensor, sid):
     except Exception:  # noqa: BLE001 - a dtype mgs cannot even view as bytes
         sent = tensor.dtype
     stand_in = torch.empty(0, dtype=torch.int64 if sent == torch.uint8 else torch.uint8)
-    try:
-        handle = _runtime.enqueue_alltoall(full_name, _describe(stand_in)[0], None, sid)
-    except Exception:  # noqa: BLE001 - the name is in flight or the runtime is down: nothing to unblock
-        return
-    try:
-        _runtime.wait(handle)
-    except Exception:  # noqa: BLE001 - expected where other ranks sent real data
-        pass
-    finally:
-        _runtime.release(handle)
+    _runtime.submit_stand_in(lambda: _runtime.enqueue_alltoall(full_name, _describe(stand_in)[0], None, sid))
 
 
 def _alltoall_async(tensor, splits, full_name, sid, splits_like=None):
@@ -121,13 +112,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 # ------------------------------------------------------------ reducescatter --
 
-def _resolve_scatter_op(op):
-    if op is None:
-        return Average
-    if op in (Sum, Average):
-        return op
-    name = "Adasum" if op == Adasum else _runtime.op_name(op)
-    raise NotImplementedError(f"reducescatter supports op=Sum and op=Average, not {name}")
+_resolve_scatter_op = _runtime.resolve_scatter_op
 
 
 def _reducescatter_async(tensor, full_name, op, prescale_factor, postscale_factor, sid):
