@@ -220,9 +220,11 @@ std::vector<ParamSpec> buildSpecs() {
   s.push_back(intParam("MGS_PLAN_TRIAL_STEPS", "3", 0, 1000, "an integer in [0, 1000] (0 or 1 = no trials)", kSame,
                        "With the 'mgs' planner, the first plan after profiling is chosen by measurement: the "
                        "dynamic program's plan and a few uniform cuts (1, 2, 4 and 8 buckets' worth of bytes) "
-                       "each run this many steps, and the one with the shortest step (rank 0's clock, the "
-                       "first step of each left out) is kept if it is at least 3% faster than the dynamic "
-                       "program's. 0 or 1 keeps the dynamic program's plan untried.",
+                       "run in visits of 2 steps (the first left out) over max(2, N-1) rounds, the order "
+                       "reversed every round so that warm-up drift adds the same to each; the one with the "
+                       "shortest mean step (rank 0's clock) is kept if it beats the dynamic program's by 3% "
+                       "and by more than the spread between visits. 0 or 1 keeps the dynamic program's plan "
+                       "untried.",
                        &Config::plan_trial_steps));
   // Whether every rank plans (and profiles, trials, re-plans) or runs a saved
   // plan: all ranks must take the same branch. Rank 0 reads the file and

@@ -384,15 +384,21 @@ Status BucketSchedule::replan(bool with_trials) {
   if (cands.size() == 1) savePlan(cands.front());
   if (cands.size() > 1) {
     trials_ = std::move(cands);
-    trial_ = 0;
+    const int rounds = trialRounds(config_.plan_trial_steps);
+    trial_order_ = trialOrder(trials_.size(), rounds);
+    trial_visit_ = 0;
+    trial_ = trial_order_.front();
     trial_steps_ = 0;
-    trial_s_.assign(trials_.size(), 0.0);
+    trial_samples_.assign(trials_.size(), {});
+    trial_started_.assign(trials_.size(), 0);
+    trial_started_[trial_] = 1;
     stats_.plan_trials += 1;
     if (comm_.rank() == 0) {
       std::string list;
       for (const auto& c : trials_) list += fmt::format("{}{} ({} buckets)", list.empty() ? "" : ", ", c.label, c.groups.size());
-      MGS_LOG_INFO("trying {} merge plans for {} steps each, keeping the fastest: {}", trials_.size(),
-                   config_.plan_trial_steps, list);
+      MGS_LOG_INFO("trying {} merge plans in {} rounds of {} steps each (order reversed every round), keeping the "
+                   "fastest: {}",
+                   trials_.size(), rounds, kTrialVisitSteps, list);
     }
   }
   return Status::OK();
@@ -413,46 +419,42 @@ void BucketSchedule::applyPlan(const PlanChoice& p) {
 void BucketSchedule::trialBoundary() {
   if (trials_.empty()) return;
   const auto now = Clock::now();
-  // The first step under each candidate is left out (its buffers are new).
-  if (comm_.rank() == 0 && trial_steps_ >= 1) {
-    const double s = std::chrono::duration<double>(now - last_boundary_).count();
-    if (trial_s_[trial_] == 0 || s < trial_s_[trial_]) trial_s_[trial_] = s;
-  }
+  // The first step of each visit is left out (the plan's buffers are new).
+  if (comm_.rank() == 0 && trial_steps_ >= 1)
+    trial_samples_[trial_].push_back(std::chrono::duration<double>(now - last_boundary_).count());
   last_boundary_ = now;
-  if (++trial_steps_ < config_.plan_trial_steps) return;
+  if (++trial_steps_ < kTrialVisitSteps) return;
   trial_steps_ = 0;
-  if (++trial_ < trials_.size()) {
-    stats_.plan_trials += 1;
-    applyPlan(trials_[trial_]);
+  if (++trial_visit_ < trial_order_.size()) {
+    const size_t next = trial_order_[trial_visit_];
+    if (next != trial_) {  // at a round's turn the same candidate runs on
+      trial_ = next;
+      if (!trial_started_[trial_]) {
+        trial_started_[trial_] = 1;
+        stats_.plan_trials += 1;
+      }
+      applyPlan(trials_[trial_]);
+    }
     return;
   }
-  // Every candidate ran: rank 0 names the fastest (least of its timed
-  // steps), every rank keeps it. The DP plan (candidate 0) stays unless the
-  // fastest beats it by kTrialMargin: where the candidates differ by less
-  // than the steps' noise (one host, shared memory), a choice by noise would
-  // only make the job's plan, and the exchanges it picks, vary from run to
-  // run (the main job's accuracy moved 1.5 points between two CI runs).
+  // Every visit ran: rank 0 names the plan to keep (plan_trials.h: the
+  // fastest mean step, if it beats the dynamic program's plan by more than
+  // the margin and the spread between visits), every rank keeps it. Where
+  // candidates differ by less than the noise (one host, shared memory), a
+  // choice by noise would only make the job's plan, and the exchanges it
+  // picks, vary from run to run.
   constexpr double kTrialMargin = 0.03;
   std::string text;
   if (comm_.rank() == 0) {
-    size_t best = 0;
-    double best_s = 0;
-    std::string report;
+    std::string why, report;
+    const size_t best = chooseTrial(trial_samples_, kTrialMargin, &why);
     for (size_t i = 0; i < trials_.size(); ++i) {
-      const double s = trial_s_[i];
-      if (s == 0) continue;
-      report += fmt::format("{}{} {:.1f} ms", report.empty() ? "" : ", ", trials_[i].label, s * 1e3);
-      if (best_s == 0 || s < best_s) {
-        best = i;
-        best_s = s;
-      }
+      std::string times;
+      for (double s : trial_samples_[i]) times += fmt::format("{}{:.1f}", times.empty() ? "" : "/", s * 1e3);
+      report += fmt::format("{}{} {} ms", report.empty() ? "" : ", ", trials_[i].label, times.empty() ? "-" : times);
     }
-    if (best != 0 && trial_s_[0] > 0 && best_s > (1.0 - kTrialMargin) * trial_s_[0])
-      best = 0;
-    MGS_LOG_INFO("merge plan trials (step, least of {}): {}; keeping {} ({} buckets; another plan is kept only when "
-                 "{:.0f}% faster than the first)",
-                 std::max<int64_t>(0, config_.plan_trial_steps - 1), report.empty() ? "none timed" : report,
-                 trials_[best].label, trials_[best].groups.size(), kTrialMargin * 100);
+    MGS_LOG_INFO("merge plan trials (timed steps per visit): {}; keeping {} ({} buckets): {}", report,
+                 trials_[best].label, trials_[best].groups.size(), why);
     text = std::to_string(best);
   }
   Status st = comm_.broadcastString(&text, 0);
@@ -469,7 +471,8 @@ void BucketSchedule::trialBoundary() {
   applyPlan(trials_[best]);
   savePlan(trials_[best]);
   trials_.clear();
-  trial_s_.clear();
+  trial_samples_.clear();
+  trial_order_.clear();
 }
 
 }  // namespace mgs

@@ -55,6 +55,7 @@
 #include "core/sparse_progress.h"
 #include "core/sparse_stats.h"
 #include "plan/cost_model.h"
+#include "core/plan_trials.h"
 #include "plan/plan_file.h"
 
 namespace mgs {
@@ -171,8 +172,11 @@ class BucketSchedule {
   // step (0: none timed yet).
   std::vector<PlanChoice> trials_;
   size_t trial_ = 0;
-  int64_t trial_steps_ = 0;
-  std::vector<double> trial_s_;
+  int64_t trial_steps_ = 0;                         // boundaries in the current visit
+  std::vector<size_t> trial_order_;                 // the candidate of each visit (plan_trials.h)
+  size_t trial_visit_ = 0;
+  std::vector<std::vector<double>> trial_samples_;  // rank 0: each candidate's timed steps
+  std::vector<char> trial_started_;                 // candidates that have run (stats_.plan_trials)
   Clock::time_point last_boundary_{};
   // MGS_PLAN_FILE: write mode (rank 0 saves each settled plan), or the
   // loaded plan (pinned_), each bucket's exchange, the first step's names.

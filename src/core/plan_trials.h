@@ -1,0 +1,36 @@
+// Plan trials (bucket_schedule.h, MGS_PLAN_TRIAL_STEPS): in which order the
+// candidate plans run, and which one is kept. Pure functions, the same on
+// every rank; rank 0 alone times the steps and broadcasts its choice.
+//
+// Step times drift while a job warms up (allocator, caches, the online
+// model's first refits), so candidates that run one after the other are
+// compared at different points of the drift. The candidates therefore run
+// in visits of kTrialVisitSteps steps (the first of each visit left out: the
+// plan's fusion buffers are new), in rounds whose order alternates,
+// 0 1 .. C-1 then C-1 .. 1 0, so that a drift linear in time adds the same
+// to every candidate's mean. A candidate replaces the first (the dynamic
+// program's plan) only when its mean step is shorter by more than both the
+// margin and the spread measured between visits of the same candidates.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace mgs {
+
+constexpr int kTrialVisitSteps = 2;
+
+// Rounds for MGS_PLAN_TRIAL_STEPS = steps: at least 2 (one forward, one
+// backward), so every candidate is timed twice.
+int trialRounds(int steps);
+
+// The candidate of each visit: `rounds` rounds over `candidates`, forward
+// then backward.
+std::vector<size_t> trialOrder(size_t candidates, int rounds);
+
+// The candidate to keep, from each candidate's timed steps (seconds; empty:
+// none timed). `why` (may be null) gets a line for the log.
+size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margin, std::string* why);
+
+}  // namespace mgs
