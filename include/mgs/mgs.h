@@ -423,6 +423,11 @@ typedef struct mgs_stats {
   uint64_t cuda_staged_ops;       /**< ... staged through host memory for MPI */
   uint64_t device_host_syncs;     /**< times the runtime blocked the host on a GPU (stream/event syncs, blocking
                                        copies), process-wide; 0 without CUDA */
+  /* The merge plan's prediction against the job (the online check, MGS_REPLAN_TOLERANCE > 0): */
+  uint64_t plan_span_checks;       /**< steps whose span was compared with the plan's prediction */
+  uint64_t plan_span_predicted_us; /**< the last compared step's span (first gradient to last exchange) as the
+                                        plan predicted it, microseconds */
+  uint64_t plan_span_measured_us;  /**< ... as measured, mean over ranks (the same on every rank) */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

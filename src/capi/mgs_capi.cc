@@ -414,6 +414,9 @@ mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
     s.cuda_nccl_ops = n.cuda_nccl_ops;
     s.cuda_staged_ops = n.cuda_staged_ops;
     s.device_host_syncs = n.device_host_syncs;
+    s.plan_span_checks = sp.span_checks;
+    s.plan_span_predicted_us = sp.span_predicted_us;
+    s.plan_span_measured_us = sp.span_measured_us;
     std::memcpy(stats, &s, std::min(size, sizeof s));
     return Status::OK();
   });

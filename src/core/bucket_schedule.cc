@@ -211,6 +211,11 @@ void BucketSchedule::checkPlan() {
     return;
   }
   const OnlineCost::Decision d = online_.onReduced(wire);
+  if (d.checked) {
+    ++stats_.span_checks;
+    stats_.span_predicted_us = static_cast<uint64_t>(std::llround(d.predicted_s * 1e6));
+    stats_.span_measured_us = static_cast<uint64_t>(std::llround(d.measured_s * 1e6));
+  }
   if (!d.replan) return;
   const plan::CostModel old = cost_;
   cost_ = online_.refit();

@@ -24,6 +24,11 @@ struct SparseStats {
   // and bytes_sent.
   uint64_t path_buckets[4] = {0, 0, 0, 0};
   uint64_t path_bytes[4] = {0, 0, 0, 0};
+  // The online check of the plan (MGS_REPLAN_TOLERANCE): steps compared, and
+  // the last one's span predicted by the plan and measured (mean over ranks,
+  // the same on every rank), in microseconds.
+  uint64_t span_checks = 0;
+  uint64_t span_predicted_us = 0, span_measured_us = 0;
 };
 
 // Where a bucket's gradients lived while it was fused, selected and exchanged.

@@ -117,6 +117,29 @@ void run(double tolerance) {
     std::printf("tolerance %.2f: plans at the change %.0f, at the end %.0f; new plans after steps:%s\n", tolerance,
                 at_change, at_end, when.c_str());
   EXPECT(plans_after[0] == 0 && at_end >= 1, "no plan was made (plans %.0f)", at_end);
+  // The plan's prediction against the measured span, as mgs_get_stats reports
+  // it: compared in steady state (tolerance > 0), the same on every rank.
+  mgs_stats_t st{};
+  EXPECT_OK(mgs_get_stats(&st, sizeof st));
+  const std::vector<float> span = {static_cast<float>(st.plan_span_checks), static_cast<float>(st.plan_span_predicted_us),
+                                   static_cast<float>(st.plan_span_measured_us)};
+  const std::vector<float> spans = gatherAll("plan_span", span);
+  for (int r = 1; r < g_size; ++r)
+    for (size_t i = 0; i < span.size(); ++i)
+      EXPECT(spans[r * span.size() + i] == span[i], "rank %d reports plan span field %zu as %.0f, rank 0 %.0f", r, i,
+             spans[r * span.size() + i], span[i]);
+  if (tolerance > 0) {
+    EXPECT(st.plan_span_checks > 0 && st.plan_span_predicted_us > 0 && st.plan_span_measured_us > 0,
+           "plan span: %llu checks, predicted %llu us, measured %llu us", (unsigned long long)st.plan_span_checks,
+           (unsigned long long)st.plan_span_predicted_us, (unsigned long long)st.plan_span_measured_us);
+    if (g_rank == 0)
+      std::printf("plan span: %llu steps compared; the last predicted %.2f ms, measured %.2f ms\n",
+                  (unsigned long long)st.plan_span_checks, st.plan_span_predicted_us / 1e3,
+                  st.plan_span_measured_us / 1e3);
+  } else {
+    EXPECT(st.plan_span_checks == 0, "MGS_REPLAN_TOLERANCE=0 but %llu steps were compared",
+           (unsigned long long)st.plan_span_checks);
+  }
   if (tolerance == 0) {
     EXPECT(at_end == 1, "MGS_REPLAN_TOLERANCE=0 but %.0f plans were made", at_end);
     return;

@@ -67,6 +67,9 @@ class MgsStats(ctypes.Structure):
         ("cuda_nccl_ops", ctypes.c_uint64),
         ("cuda_staged_ops", ctypes.c_uint64),
         ("device_host_syncs", ctypes.c_uint64),
+        ("plan_span_checks", ctypes.c_uint64),
+        ("plan_span_predicted_us", ctypes.c_uint64),
+        ("plan_span_measured_us", ctypes.c_uint64),
     ]
 
 
