@@ -44,6 +44,10 @@ def sparse_runtime(**overrides):
     try:
         hvd.init()
         yield
+        # Every rank done with this runtime before any shuts it down: a rank
+        # that leaves first would stop the job under a slower rank's last
+        # local residual restore (MGS_ERR_SHUTDOWN there).
+        hvd.barrier()
     finally:
         hvd.shutdown()
         for k, v in saved.items():
