@@ -3,6 +3,9 @@
 //   (b) one step of a real model's parameter list (BERT-base: 199 tensors):
 //       mgs (async enqueue of all, fusion) vs one MPI_Allreduce per tensor,
 //       plus mgs's steady-state negotiation time per step.
+//   (c) reducescatter of one buffer, 256 KiB .. max: mgs_reducescatter
+//       against mgs's allreduce of the same buffer (what a reducescatter
+//       built as allreduce-then-slice costs) and raw MPI_Reduce_scatter_block.
 // Raw MPI runs before mgs_init so the coordinator thread cannot disturb it.
 // Rank 0 prints JSON lines (one per measurement) and a table.
 #include <mpi.h>
@@ -115,6 +118,18 @@ int main(int argc, char** argv) {
       MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(b / 4), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     }));
 
+  // (c) raw MPI reduce-scatter (each rank keeps 1/P of the buffer).
+  std::vector<int64_t> rs_sizes;
+  for (int64_t b : sizes)
+    if (b >= (256 << 10) && (b / 4) % g_size == 0) rs_sizes.push_back(b);
+  std::vector<float> part(max_bytes / 4 / g_size + 1);
+  std::vector<double> raw_rs;
+  for (int64_t b : rs_sizes)
+    raw_rs.push_back(timeIt(2, itersFor(b), [&] {
+      MPI_Reduce_scatter_block(buf.data(), part.data(), static_cast<int>(b / 4 / g_size), MPI_FLOAT, MPI_SUM,
+                               MPI_COMM_WORLD);
+    }));
+
   // (b) raw MPI, one call per tensor.
   const std::vector<int64_t> model = bertBaseSizes(hidden, layers, vocab);
   int64_t model_elems = 0;
@@ -144,6 +159,27 @@ int main(int argc, char** argv) {
     std::snprintf(f, sizeof f, "\"bytes\":%lld,\"mpi_s\":%.6e,\"mgs_s\":%.6e,\"ratio\":%.3f", (long long)sizes[i],
                   raw[i], ours[i], ours[i] / raw[i]);
     emit("allreduce", f);
+  }
+  // (c) mgs's reducescatter, against mgs's allreduce of the same buffer (from (a)).
+  std::vector<double> ours_rs, ours_ar;
+  for (size_t i = 0; i < rs_sizes.size(); ++i) {
+    const int64_t b = rs_sizes[i];
+    const std::string name = "rs." + std::to_string(b);
+    const int64_t in_shape[1] = {b / 4}, out_shape[1] = {b / 4 / g_size};
+    ours_rs.push_back(timeIt(2, itersFor(b), [&] {
+      mgs_tensor_t in = cpuTensor(buf.data(), in_shape), out = cpuTensor(part.data(), out_shape);
+      mgs_handle_t h;
+      check(mgs_reducescatter_async(name.c_str(), &in, &out, MGS_REDUCE_SUM, 1, 1, 0, &h), "reducescatter");
+      check(mgs_wait(h), "wait");
+      mgs_release(h);
+    }));
+    ours_ar.push_back(ours[static_cast<size_t>(std::find(sizes.begin(), sizes.end(), b) - sizes.begin())]);
+    char f[320];
+    std::snprintf(f, sizeof f,
+                  "\"bytes\":%lld,\"mpi_reduce_scatter_s\":%.6e,\"mgs_s\":%.6e,\"mgs_allreduce_s\":%.6e,"
+                  "\"ratio_vs_allreduce\":%.3f,\"ratio_vs_mpi\":%.3f",
+                  (long long)b, raw_rs[i], ours_rs[i], ours_ar[i], ours_rs[i] / ours_ar[i], ours_rs[i] / raw_rs[i]);
+    emit("reducescatter", f);
   }
 
   std::vector<std::string> names(model.size());
@@ -179,6 +215,11 @@ int main(int argc, char** argv) {
     std::printf("%12s %14s %14s %8s\n", "bytes", "MPI (s)", "mgs (s)", "mgs/MPI");
     for (size_t i = 0; i < sizes.size(); ++i)
       std::printf("%12lld %14.6f %14.6f %8.3f\n", (long long)sizes[i], raw[i], ours[i], ours[i] / raw[i]);
+    std::printf("\n(c) reducescatter (each rank keeps 1/%d), median of per-iteration max over ranks\n", g_size);
+    std::printf("%12s %14s %14s %16s %10s %8s\n", "bytes", "MPI RS (s)", "mgs RS (s)", "mgs allreduce", "RS/AR", "RS/MPI");
+    for (size_t i = 0; i < rs_sizes.size(); ++i)
+      std::printf("%12lld %14.6f %14.6f %16.6f %10.3f %8.3f\n", (long long)rs_sizes[i], raw_rs[i], ours_rs[i],
+                  ours_ar[i], ours_rs[i] / ours_ar[i], ours_rs[i] / raw_rs[i]);
     std::printf("\n(b) one step of %zu tensors (%lld float32 values)\n", model.size(), (long long)model_elems);
     std::printf("  %zu x MPI_Allreduce : %.4f s\n", model.size(), raw_step);
     std::printf("  mgs (fused, async)   : %.4f s  (ratio %.3f)\n", mgs_step, mgs_step / raw_step);

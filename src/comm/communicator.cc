@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "common/check.h"
+
 namespace mgs {
 namespace {
 class FinishedCollective final : public PendingCollective {
@@ -39,6 +41,25 @@ Status Communicator::duplicate(std::unique_ptr<Communicator>* out) {
 Status Communicator::split(int, int, std::unique_ptr<Communicator>* out) {
   out->reset();
   return Status(Code::kUnsupported, "this communicator cannot be split into sub-communicators");
+}
+
+Status Communicator::reduceScatter(const void* send, void* recv, const std::vector<size_t>& counts, DataType dtype,
+                                   CommOp op) {
+  const size_t p = static_cast<size_t>(size()), me = static_cast<size_t>(rank());
+  if (counts.size() != p)
+    return Status(Code::kInvalidArgument, "reduce-scatter: " + std::to_string(counts.size()) + " counts for " +
+                                              std::to_string(p) + " ranks");
+  size_t total = 0, offset = 0;
+  for (size_t q = 0; q < p; ++q) {
+    if (q == me) offset = total;
+    total += counts[q];
+  }
+  const size_t esize = dtypeSize(dtype);
+  std::vector<char> all(total * esize);
+  if (!all.empty()) std::memcpy(all.data(), send, all.size());
+  MGS_RETURN_IF_ERROR(allreduce(all.data(), total, dtype, op));
+  if (counts[me]) std::memcpy(recv, all.data() + offset * esize, counts[me] * esize);
+  return Status::OK();
 }
 
 Status Communicator::alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,

@@ -122,6 +122,7 @@ class Executor {
   DeviceBackend* backend_;
   std::vector<char> wire_;   // fusion buffer, reused across cycles
   std::vector<char> stage_;  // host staging for CUDA tensors
+  std::vector<char> scatter_out_;  // this rank's part of a reducescatter
   std::deque<InFlight> inflight_;
   std::vector<std::vector<char>> wire_pool_;
   bool in_poll_ = false;

@@ -58,8 +58,6 @@ Status Executor::reducescatter(Request& r) {
   const int64_t dim0 = r.input.shape.at(0);
   const size_t row = dim0 > 0 ? n / static_cast<size_t>(dim0) : 0;
   const std::vector<int64_t> rows = reducescatterRows(dim0, p);
-  size_t offset = 0;
-  for (int q = 0; q < me; ++q) offset += static_cast<size_t>(rows[static_cast<size_t>(q)]) * row;
   const size_t count = static_cast<size_t>(rows[static_cast<size_t>(me)]) * row;
   MGS_ENSURE(r.output.numel() == count, kInternal,
              "reducescatter output holds " << r.output.numel() << " elements, " << count << " expected");
@@ -71,10 +69,15 @@ Status Executor::reducescatter(Request& r) {
     in = stage_.data();
   }
   MGS_RETURN_IF_ERROR(agreeFinite({&r}, {in}));
-  // The whole tensor is summed (a copy, prescaled); each rank keeps its rows.
+  // A prescaled copy of the whole tensor is reduce-scattered: this rank
+  // receives the sum of its rows only (Open MPI's reduce-scatter where MPI
+  // has the type; else an allreduce of the copy, Communicator's default).
   packFusion({in}, {n}, sig.dtype, sig.prescale, &wire_);
-  MGS_RETURN_IF_ERROR(comm_.allreduce(wire_.data(), n, sig.dtype, CommOp::kSum));
-  char* mine = wire_.data() + offset * esize;
+  std::vector<size_t> counts(static_cast<size_t>(p));
+  for (int q = 0; q < p; ++q) counts[static_cast<size_t>(q)] = static_cast<size_t>(rows[static_cast<size_t>(q)]) * row;
+  scatter_out_.resize(count * esize);
+  char* mine = scatter_out_.data();
+  MGS_RETURN_IF_ERROR(comm_.reduceScatter(wire_.data(), mine, counts, sig.dtype, CommOp::kSum));
   scaleHost(mine, sig.dtype, count, finalFactor(sig));
   if (r.output.onCuda()) {
     MGS_RETURN_IF_ERROR(device::copyFromHost(r.output, mine, count * esize));

@@ -244,6 +244,29 @@ Status MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, CommO
   return Status::OK();
 }
 
+Status MpiCommunicator::reduceScatter(const void* send, void* recv, const std::vector<size_t>& counts, DataType dtype,
+                                      CommOp op) {
+  // MPI has no 16-bit float types, and takes int counts: those, and the
+  // reductions MPI cannot do, take the allreduce (Communicator's default).
+  MPI_Datatype type;
+  bool fits = counts.size() == static_cast<size_t>(size_) && reducible(dtype, op) && mpiType(dtype, &type).ok();
+  std::vector<int> n(counts.size());
+  size_t total = 0;
+  for (size_t q = 0; fits && q < counts.size(); ++q) {
+    fits = counts[q] <= static_cast<size_t>(INT_MAX);
+    n[q] = static_cast<int>(counts[q]);
+    total += counts[q];
+  }
+  fits = fits && total <= static_cast<size_t>(INT_MAX);
+  if (!fits || size_ == 1) return Communicator::reduceScatter(send, recv, counts, dtype, op);
+  // A receive buffer even for an empty part (MPI may touch the pointer).
+  char dummy[16];
+  void* out = counts[static_cast<size_t>(rank_)] ? recv : dummy;
+  MPI_Request req;
+  MGS_MPI_CHECK(MPI_Ireduce_scatter(send, out, n.data(), type, mpiOp(op), comm_, &req));
+  return mpiWait(&req, wait_);
+}
+
 // MPI_Allgather(v) takes int counts and displacements: past INT_MAX bytes in
 // all, the gather runs as one chunked broadcast per rank instead.
 static bool fitsIntCounts(size_t total_bytes) { return total_bytes <= static_cast<size_t>(INT_MAX); }
