@@ -43,7 +43,7 @@ Status Communicator::split(int, int, std::unique_ptr<Communicator>* out) {
   return Status(Code::kUnsupported, "this communicator cannot be split into sub-communicators");
 }
 
-Status Communicator::reduceScatter(const void* send, void* recv, const std::vector<size_t>& counts, DataType dtype,
+Status Communicator::reduceScatter(void* buf, void* recv, const std::vector<size_t>& counts, DataType dtype,
                                    CommOp op) {
   const size_t p = static_cast<size_t>(size()), me = static_cast<size_t>(rank());
   if (counts.size() != p)
@@ -55,10 +55,8 @@ Status Communicator::reduceScatter(const void* send, void* recv, const std::vect
     total += counts[q];
   }
   const size_t esize = dtypeSize(dtype);
-  std::vector<char> all(total * esize);
-  if (!all.empty()) std::memcpy(all.data(), send, all.size());
-  MGS_RETURN_IF_ERROR(allreduce(all.data(), total, dtype, op));
-  if (counts[me]) std::memcpy(recv, all.data() + offset * esize, counts[me] * esize);
+  MGS_RETURN_IF_ERROR(allreduce(buf, total, dtype, op));
+  if (counts[me]) std::memcpy(recv, static_cast<const char*>(buf) + offset * esize, counts[me] * esize);
   return Status::OK();
 }
 

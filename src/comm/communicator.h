@@ -75,13 +75,12 @@ class Communicator {
   // rank's whole send buffer (size() times the traffic); backends override it.
   virtual Status alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                            const std::vector<size_t>& recv_bytes);
-  // Reduces the sum(counts) elements of every rank's `send` with `op` and
+  // Reduces the sum(counts) elements of every rank's `buf` with `op` and
   // leaves this rank's part in `recv`: counts[rank()] elements, the parts
-  // back to back in rank order. `send` is not written. The default runs an
-  // allreduce of a copy and keeps this rank's part (an allreduce's traffic);
-  // backends override it.
-  virtual Status reduceScatter(const void* send, void* recv, const std::vector<size_t>& counts, DataType dtype,
-                               CommOp op);
+  // back to back in rank order. `buf` is the caller's scratch: its contents
+  // are undefined afterwards. The default runs an allreduce of `buf` and
+  // keeps this rank's part (an allreduce's traffic); backends override it.
+  virtual Status reduceScatter(void* buf, void* recv, const std::vector<size_t>& counts, DataType dtype, CommOp op);
   // Variable-size byte strings gathered to `root`; `out` is filled on root only.
   virtual Status gatherStrings(const std::string& send, int root, std::vector<std::string>* out) = 0;
   virtual Status broadcast(void* buf, size_t bytes, int root) = 0;

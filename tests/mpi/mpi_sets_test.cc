@@ -139,6 +139,31 @@ void scenarioReducescatter() {
              (long long)i, out[static_cast<size_t>(i)], want);
     }
   }
+  // Large enough for the ring's reduce-scatter half (float sums of 64 KiB or
+  // more), with uneven parts: every element is the exact sum of small
+  // integers, so any order of the sum gives the same bits.
+  {
+    const int64_t big0 = 4096 * p + 3, bcols = 5;  // the first 3 ranks get one row more
+    std::vector<float> bin(static_cast<size_t>(big0 * bcols));
+    for (size_t i = 0; i < bin.size(); ++i) bin[i] = static_cast<float>((i % 1000) + static_cast<size_t>(me));
+    const int64_t brows = big0 / p + (me < big0 % p ? 1 : 0);
+    int64_t bfirst = 0;
+    for (int q = 0; q < me; ++q) bfirst += big0 / p + (q < big0 % p ? 1 : 0);
+    std::vector<float> bout(static_cast<size_t>(brows * bcols), -1);
+    std::vector<int64_t> bishape{big0, bcols}, boshape{brows, bcols};
+    mgs_tensor_t ti = cpuTensor(bin.data(), MGS_FLOAT32, bishape), to = cpuTensor(bout.data(), MGS_FLOAT32, boshape);
+    mgs_handle_t hb = 0;
+    EXPECT_OK(mgs_reducescatter_async("rs.big", &ti, &to, MGS_REDUCE_SUM, 1, 1, 0, &hb));
+    EXPECT(waitFor(hb) == MGS_SUCCESS, "large reducescatter failed: %s", mgs_handle_error(hb));
+    mgs_release(hb);
+    int bad = 0;
+    for (int64_t i = 0; i < brows * bcols; ++i) {
+      const size_t g = static_cast<size_t>(bfirst * bcols + i);
+      const double want = static_cast<double>(p) * static_cast<double>(g % 1000) + p * (p - 1) / 2.0;
+      bad += bout[static_cast<size_t>(i)] != static_cast<float>(want);
+    }
+    EXPECT(bad == 0, "large reducescatter: %d of %lld entries wrong", bad, (long long)(brows * bcols));
+  }
   // Integers average exactly where the sum divides.
   std::vector<int64_t> li(static_cast<size_t>(p * 2), me + 1), lo(2, 0);
   std::vector<int64_t> lshape{p * 2}, loshape{2};

@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -244,26 +245,42 @@ Status MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, CommO
   return Status::OK();
 }
 
-Status MpiCommunicator::reduceScatter(const void* send, void* recv, const std::vector<size_t>& counts, DataType dtype,
+Status MpiCommunicator::reduceScatter(void* buf, void* recv, const std::vector<size_t>& counts, DataType dtype,
                                       CommOp op) {
-  // MPI has no 16-bit float types, and takes int counts: those, and the
-  // reductions MPI cannot do, take the allreduce (Communicator's default).
+  const size_t esize = dtypeSize(dtype);
+  size_t total = 0;
+  for (size_t c : counts) total += c;
+  // Float sums large enough to be bandwidth-bound, and every 16-bit float
+  // sum, take the first half of mgs's ring (on one host Open MPI's
+  // reduce-scatter ran 2-3.7x slower than the whole ring allreduce from 4 MiB
+  // on; docs/benchmarks.md "Collectives").
+  const bool sixteen = dtype == MGS_FLOAT16 || dtype == MGS_BFLOAT16;
+  if (size_ > 1 && counts.size() == static_cast<size_t>(size_) && op == CommOp::kSum && total <= kMaxChunk &&
+      (sixteen || (dtypeIsFloat(dtype) && total * esize >= kRingMinBytes))) {
+    std::vector<size_t> bounds(counts.size() + 1, 0);
+    for (size_t q = 0; q < counts.size(); ++q) bounds[q + 1] = bounds[q] + counts[q];
+    MGS_RETURN_IF_ERROR(ringReduceScatter(comm_, rank_, size_, buf, bounds, dtype, op, wait_, kRingTag, &scratch_));
+    const size_t me = static_cast<size_t>(rank_);
+    if (counts[me]) std::memcpy(recv, static_cast<const char*>(buf) + bounds[me] * esize, counts[me] * esize);
+    return Status::OK();
+  }
+  // Else Open MPI's (latency-bound sizes, integers); MPI has no 16-bit float
+  // types and takes int counts: past those, the allreduce (Communicator's
+  // default).
   MPI_Datatype type;
   bool fits = counts.size() == static_cast<size_t>(size_) && reducible(dtype, op) && mpiType(dtype, &type).ok();
   std::vector<int> n(counts.size());
-  size_t total = 0;
   for (size_t q = 0; fits && q < counts.size(); ++q) {
     fits = counts[q] <= static_cast<size_t>(INT_MAX);
     n[q] = static_cast<int>(counts[q]);
-    total += counts[q];
   }
   fits = fits && total <= static_cast<size_t>(INT_MAX);
-  if (!fits || size_ == 1) return Communicator::reduceScatter(send, recv, counts, dtype, op);
+  if (!fits || size_ == 1) return Communicator::reduceScatter(buf, recv, counts, dtype, op);
   // A receive buffer even for an empty part (MPI may touch the pointer).
   char dummy[16];
   void* out = counts[static_cast<size_t>(rank_)] ? recv : dummy;
   MPI_Request req;
-  MGS_MPI_CHECK(MPI_Ireduce_scatter(send, out, n.data(), type, mpiOp(op), comm_, &req));
+  MGS_MPI_CHECK(MPI_Ireduce_scatter(buf, out, n.data(), type, mpiOp(op), comm_, &req));
   return mpiWait(&req, wait_);
 }
 

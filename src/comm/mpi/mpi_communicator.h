@@ -43,8 +43,7 @@ class MpiCommunicator final : public Communicator {
   Status allgatherv(const void* send, size_t send_bytes, void* recv, const std::vector<size_t>& recv_bytes) override;
   Status alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                    const std::vector<size_t>& recv_bytes) override;
-  Status reduceScatter(const void* send, void* recv, const std::vector<size_t>& counts, DataType dtype,
-                       CommOp op) override;
+  Status reduceScatter(void* buf, void* recv, const std::vector<size_t>& counts, DataType dtype, CommOp op) override;
   Status gatherStrings(const std::string& send, int root, std::vector<std::string>* out) override;
   Status broadcast(void* buf, size_t bytes, int root) override;
   Status barrier() override;

@@ -33,5 +33,12 @@ constexpr size_t kRingChunkBytes = size_t{256} << 10;  // below this per chunk, 
 // reused across calls. Collective over `comm`; uses tags [tag, tag + kRingChunks).
 Status ringAllreduce(MPI_Comm comm, int rank, int size, void* buf, size_t count, DataType dtype, CommOp op,
                      const WaitPolicy& wait, int tag, std::vector<char>* scratch);
+// The ring's first half only, over the parts `bounds` gives (size + 1
+// element offsets, bounds[0] = 0, bounds[size] = count): in place, and when
+// it returns this rank's part [bounds[rank], bounds[rank + 1]) of `buf` holds
+// the reduction of every rank's (the rest of `buf` is scratch). Each rank
+// sends (P-1)/P of the buffer, half the allreduce's traffic.
+Status ringReduceScatter(MPI_Comm comm, int rank, int size, void* buf, const std::vector<size_t>& bounds,
+                         DataType dtype, CommOp op, const WaitPolicy& wait, int tag, std::vector<char>* scratch);
 
 }  // namespace mgs
