@@ -18,7 +18,8 @@ from .mpi_ops import (HorovodInternalError, ProcessSet, add_process_set, ccl_bui
                       mpi_threads_supported, remove_process_set, rocm_built)
 from .scatter_ops import (alltoall, alltoall_async, grouped_reducescatter, grouped_reducescatter_async, reducescatter,
                           reducescatter_async)
-from .optimizer import DistributedOptimizer, compression_stats, reset_compression_stats
+from ._compression_stats import compression_stats, reset_compression_stats
+from .optimizer import DistributedOptimizer
 from .sync_batch_norm import SyncBatchNorm
 
 __all__ = [
