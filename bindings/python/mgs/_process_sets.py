@@ -66,6 +66,19 @@ _lock = threading.Lock()
 _by_id = {0: [global_process_set]}  # id -> every ProcessSet object registered with it
 
 
+def init(adapter, comm=None, process_sets=None):
+    """The adapters' init(): start the runtime (a no-op if it runs) and, on a start, register
+    `process_sets` in order on every rank ("dynamic", Horovod's switch, changes nothing)."""
+    if _runtime.is_initialized():
+        _runtime.init(adapter, comm)
+        return
+    _runtime.init(adapter, comm)
+    on_init(_runtime.size())
+    if process_sets is not None and process_sets != "dynamic":
+        for ps in process_sets:
+            add_process_set(ps)
+
+
 def on_init(size):
     """After a (re)start of the runtime: only the global set exists, over `size` ranks."""
     with _lock:

@@ -60,14 +60,7 @@ def init(comm=None, process_sets=None):
     this order, on every rank; "dynamic" (Horovod's switch) changes nothing:
     sets may always be added and removed later.
     """
-    running = _runtime.is_initialized()
-    _runtime.init("mgs.tensorflow", comm)
-    if running:
-        return
-    _process_sets.on_init(_runtime.size())
-    if process_sets is not None and process_sets != "dynamic":
-        for ps in process_sets:
-            _process_sets.add_process_set(ps)
+    _process_sets.init("mgs.tensorflow", comm, process_sets)
 
 
 def barrier(process_set=global_process_set):
