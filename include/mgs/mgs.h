@@ -428,6 +428,9 @@ typedef struct mgs_stats {
   uint64_t plan_span_predicted_us; /**< the last compared step's span (first gradient to last exchange) as the
                                         plan predicted it, microseconds */
   uint64_t plan_span_measured_us;  /**< ... as measured, mean over ranks (the same on every rank) */
+  /* Process sets other than the global one (each has its own sparse pipeline; the fields above are the global set's): */
+  uint64_t set_sparse_buckets;     /**< their buckets exchanged sparsely, on this rank */
+  uint64_t set_sparse_bytes_sent;  /**< values + indices this rank sent for them */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

@@ -412,6 +412,8 @@ mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
     s.path_resident_bytes = sp.path_bytes[static_cast<int>(mgs::BucketPath::kResident)];
     s.path_device_bytes = sp.path_bytes[static_cast<int>(mgs::BucketPath::kDevice)];
     s.cuda_nccl_ops = n.cuda_nccl_ops;
+    s.set_sparse_buckets = n.set_sparse_buckets;
+    s.set_sparse_bytes_sent = n.set_sparse_bytes_sent;
     s.cuda_staged_ops = n.cuda_staged_ops;
     s.device_host_syncs = n.device_host_syncs;
     s.plan_span_checks = sp.span_checks;

@@ -67,22 +67,24 @@ Status Controller::cycle(std::vector<Request> incoming, int32_t shutdown_word, C
   }
 
   const auto now = Clock::now();
-  bool need_slow = comm_.rank() == 0 && !table_.empty();
+  bool need_slow = comm_.rank() == 0 && tableNeedsSlowPath();
   std::vector<uint64_t> bits(1 + (cache_.bits() + 63) / 64, 0);
   for (const auto& [name, p] : pending_) {
-    if (p.reported) continue;
     // A bit looked up before a slow cycle may have been freed since; such a
     // request was reported in that cycle (above), so this is only a guard.
     const bool cached = p.cache_bit >= 0 && static_cast<size_t>(p.cache_bit) < cache_.bits() &&
                         cache_.nameAt(static_cast<size_t>(p.cache_bit)) == name;
-    // Ops of a process set are never cached: ranks outside it never set their bits.
-    if (!cached || p.req.sig.process_set != 0 ||
-        std::chrono::duration<double>(now - p.req.enqueued).count() > stale_cached_s_) {
-      need_slow = true;
+    // Reported in a slow cycle: rank 0 completes it by a later slow cycle,
+    // or, if cached, the bit vector may (tableNeedsSlowPath).
+    if (p.reported && !cached) continue;
+    if (!cached || std::chrono::duration<double>(now - p.req.enqueued).count() > stale_cached_s_) {
+      need_slow = true;  // stale: the slow path's stall inspection sees it
       continue;
     }
     bits[1 + p.cache_bit / 64] |= uint64_t{1} << (p.cache_bit % 64);
   }
+  // Ops of process sets this rank is not in: its bit never holds them back.
+  for (size_t id : cache_.foreignBits()) bits[1 + id / 64] |= uint64_t{1} << (id % 64);
   bits[0] = (need_slow ? 0 : kNoSlowPathBit) | (shutdown_word != 0 ? 0 : kNoShutdownBit);
   MGS_RETURN_IF_ERROR(comm_.allreduce(bits.data(), bits.size(), MGS_INT64, CommOp::kBitAnd));
 
@@ -99,15 +101,29 @@ Status Controller::cycle(std::vector<Request> incoming, int32_t shutdown_word, C
   for (size_t w = 1; w < bits.size(); ++w) {
     for (uint64_t word = bits[w]; word != 0; word &= word - 1) {
       const size_t id = (w - 1) * 64 + static_cast<size_t>(__builtin_ctzll(word));
+      cache_.touch(id, tick_);  // on every rank, members or not: the caches stay alike
+      if (comm_.rank() == 0) table_.erase(cache_.nameAt(id));  // reported by some ranks, decided by the bits
+      if (cache_.foreign(id)) continue;
       auto it = pending_.find(cache_.nameAt(id));
       MGS_ENSURE(it != pending_.end(), kInternal,
                  "response cache bit " << id << " set on all ranks but not pending here");
-      cache_.touch(id, tick_);
       out->ready.push_back(ReadyOp{std::move(it->second.req), Status::OK()});
       pending_.erase(it);
     }
   }
   return Status::OK();
+}
+
+bool Controller::tableNeedsSlowPath() const {
+  // Rank 0 holds ops some ranks reported in a slow cycle. One whose name is
+  // cached can still be decided by the bit vector: every rank with it
+  // pending sets its bit, reported or not, and a rank that submits it
+  // uncached asks for a slow cycle itself. Join and the ops it serves, and
+  // the errors rank 0 still owes the ranks of a set, need the slow path.
+  if (!poisoned_.empty() || std::any_of(joined_.begin(), joined_.end(), [](bool b) { return b; })) return true;
+  for (const auto& [name, n] : table_)
+    if (n.stall.type == OpType::kJoin || !cache_.contains(name)) return true;
+  return false;
 }
 
 Status Controller::slowPath(CycleResult* out) {
@@ -151,6 +167,12 @@ Status Controller::slowPath(CycleResult* out) {
           continue;
         }
         MGS_ENSURE(process_set != 0, kInternal, "rank 0 declared '" << name << "' ready but it is not pending here");
+        if (flags & kResponseCacheable) {
+          // Cached here too (as foreign), so every rank's bits mean the same.
+          Signature placeholder;
+          placeholder.process_set = process_set;
+          cache_.put(name, placeholder, tick_, /*foreign=*/true);
+        }
         continue;
       }
       if (flags & kResponseCacheable) cache_.put(name, it->second.req.sig, tick_);

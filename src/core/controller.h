@@ -92,6 +92,8 @@ class Controller {
   };
 
   Status slowPath(CycleResult* out);
+  // Rank 0: whether an op it holds can only be decided by a slow cycle.
+  bool tableNeedsSlowPath() const;
   // Rank 0: the reports in, the response list out (controller_responses.cc).
   std::string buildResponses(const std::vector<std::string>& reports);
   // The members of process set `id` as a per-rank mask (false if unknown).

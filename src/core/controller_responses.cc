@@ -49,6 +49,7 @@ void Controller::forgetSet(int32_t id) {
     it = it->second.process_set == id ? poisoned_.erase(it) : std::next(it);
   for (auto it = table_.begin(); it != table_.end();)
     it = it->second.process_set == id ? table_.erase(it) : std::next(it);
+  cache_.eraseSet(id);
 }
 
 std::string Controller::buildResponses(const std::vector<std::string>& reports) {
@@ -197,7 +198,7 @@ std::string Controller::buildResponses(const std::vector<std::string>& reports) 
       last_joined_ = -1;
     }
     if (err.empty())
-      respond(name, Code::kOk, "", n.process_set, n.process_set == 0 ? kResponseCacheable : 0, value);
+      respond(name, Code::kOk, "", n.process_set, kResponseCacheable, value);
     else
       respond(name, Code::kMismatch, err, n.process_set);
     table_.erase(name);

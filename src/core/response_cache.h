@@ -35,11 +35,22 @@ class ResponseCache {
   // Insert or refresh `name`, used in cycle `tick`; an existing name keeps its
   // bit, a new one takes the lowest free bit, evicting the least recently used
   // name first when the cache is full.
-  void put(const std::string& name, const Signature& sig, uint64_t tick);
+  // `foreign`: an op of a process set this rank is not in (the name and its
+  // set only; this rank never submits it). Every rank caches every op alike,
+  // so the bits mean the same everywhere.
+  void put(const std::string& name, const Signature& sig, uint64_t tick, bool foreign = false);
   // The op at bit `id` ran in cycle `tick`.
   void touch(size_t id, uint64_t tick);
+  // `name` is cached (foreign or not).
+  bool contains(const std::string& name) const { return entries_.count(name) != 0; }
   // Forget `name`; its bit becomes free.
   void erase(const std::string& name);
+  // Forget every op of process set `id` (removed).
+  void eraseSet(int32_t id);
+  // Bits of ops of process sets this rank is not in: it sets them in every
+  // fast cycle, so a bit ANDs to 1 when every member has the op pending.
+  const std::set<size_t>& foreignBits() const { return foreign_; }
+  bool foreign(size_t id) const { return foreign_.count(id) != 0; }
   // Length of the bit vector: the highest bit in use + 1 (never above capacity).
   size_t bits() const { return names_.size(); }
   size_t size() const { return entries_.size(); }
@@ -62,6 +73,7 @@ class ResponseCache {
   std::vector<Slot> names_;                          // by bit
   std::set<size_t> free_;                            // free bits below names_.size()
   std::set<std::pair<uint64_t, size_t>> lru_;        // (last_used, bit) of cached names
+  std::set<size_t> foreign_;                         // bits of other process sets' ops
   uint64_t evictions_ = 0;
 };
 

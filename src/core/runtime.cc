@@ -223,7 +223,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
   sparse.setDeviceComm([b = backend.get()]() -> device::DeviceComm* { return b ? b->forCuda() : nullptr; });
   Executor executor(*comm, config_, timeline.get(), &sparse, complete, backend.get());
   executor.countCudaPaths(&cuda_nccl_ops_, &cuda_staged_ops_);
-  ProcessSetRunner set_runner(*comm, config_, timeline.get(), complete, sets_, controller);
+  ProcessSetRunner set_runner(*comm, config_, timeline.get(), complete, sets_, controller, residuals_, set_totals_);
   // Requests of a process set removed after they were enqueued fail here,
   // on this rank alone (every rank has removed it by now).
   auto drainKnown = [&] {
@@ -248,8 +248,9 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
   // usual wait, between the cycle's own steps -- it also completes what has
   // finished, so a finished exchange is not held for a negotiation round.
   bool negotiating = false;
-  comm->setWaitHook([&] {
+  comm->setWaitHook([&] {  // shared by the sets' communicators (split from comm)
     sparse.pumpInFlight();
+    set_runner.pumpInFlight();
     if (negotiating) {
       executor.poll();
       set_runner.poll();
@@ -372,6 +373,8 @@ NegotiationStats Runtime::negotiationStats() const {
   s.bytes_reduced = bytes_reduced_;
   s.cached_names = cached_names_;
   s.cuda_nccl_ops = cuda_nccl_ops_;
+  s.set_sparse_buckets = set_totals_.buckets.load(std::memory_order_relaxed);
+  s.set_sparse_bytes_sent = set_totals_.bytes_sent.load(std::memory_order_relaxed);
   s.cuda_staged_ops = cuda_staged_ops_;
   s.device_host_syncs = device::hostSyncs();
   return s;
@@ -398,7 +401,6 @@ Status Runtime::enqueue(Request req, uint64_t* handle) {
     // A rank outside the set is let through: negotiation fails the op on
     // every rank that submitted it, naming this rank (controller.h).
     req.name = qualifiedName(req.name, req.sig.process_set);
-    req.sig.flags &= ~MGS_FLAG_SPARSE_OK;  // the sparse pipeline runs on the global set only
   }
   req.handle = std::make_shared<HandleState>();
   req.enqueued = Clock::now();

@@ -20,6 +20,7 @@
 #include "comm/communicator.h"
 #include "common/params.h"
 #include "core/handle_table.h"
+#include "core/process_set_runner.h"
 #include "core/process_sets.h"
 #include "core/request_queue.h"
 #include "core/residual_store.h"
@@ -50,6 +51,8 @@ struct NegotiationStats {
   uint64_t cuda_nccl_ops = 0;    // collectives of CUDA tensors run on the device communicator (NCCL)
   uint64_t cuda_staged_ops = 0;  // ... staged through host memory for MPI
   uint64_t device_host_syncs = 0;  // times runtime code blocked the host on the GPU (process-wide)
+  uint64_t set_sparse_buckets = 0;     // sparse buckets of process sets other than the global one
+  uint64_t set_sparse_bytes_sent = 0;  // ... values + indices this rank sent for them
 };
 
 class Runtime {
@@ -147,6 +150,7 @@ class Runtime {
   std::atomic<uint64_t> idle_cycles_{0}, cycles_{0}, fast_cycles_{0}, slow_cycles_{0}, ops_completed_{0}, bytes_reduced_{0};
   std::atomic<uint64_t> cached_names_{0};
   std::atomic<uint64_t> cuda_nccl_ops_{0}, cuda_staged_ops_{0};
+  ProcessSetRunner::SetTotals set_totals_;
   std::atomic<double> negotiation_s_{0};
   mutable std::mutex stats_mu_;
   SparseStats sparse_stats_;

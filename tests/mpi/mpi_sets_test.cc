@@ -1,7 +1,9 @@
 // Real multi-rank tests of alltoall, reducescatter, process sets and join
 // through the C ABI, run by ctest as
 //   mpirun -np {2,3,4} --oversubscribe mgs_mpi_sets_test <scenario>
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -353,11 +355,141 @@ void scenarioJoin() {
   mgs_release(h);
 }
 
+// ------------------------------------------------------ sparse process sets --
+
+// Run with MGS_COMPRESSOR set (ctest: topk, density 0.01). Two overlapping
+// sets, {0..p-2} and {1..p-1} (a middle rank is in both), and the global set
+// sparsify at once, each with its own pipeline. Over every set and tensor,
+// what went in on the set's ranks equals what came out plus what the set's
+// ranks still keep (a sum that reached a rank outside the set, or a bucket
+// that mixed sets, breaks it); the sets' buckets are counted as theirs.
+void scenarioSparseSets() {
+  const int p = g_size, me = g_rank;
+  std::vector<int32_t> lo, hi;
+  for (int r = 0; r + 1 < p; ++r) lo.push_back(r);
+  for (int r = 1; r < p; ++r) hi.push_back(r);
+  if (p == 1) return;
+  int32_t lo_id = -1, hi_id = -1;
+  EXPECT_OK(mgs_process_set_add(lo.data(), static_cast<int32_t>(lo.size()), &lo_id));
+  EXPECT_OK(mgs_process_set_add(hi.data(), static_cast<int32_t>(hi.size()), &hi_id));
+  struct T {
+    int32_t set;
+    std::string name;
+    int64_t n;
+    std::vector<float> x, out;
+    std::vector<double> in_sum, out_sum;
+  };
+  std::vector<T> ts;
+  auto addT = [&](int32_t set, const char* name, int64_t n) {
+    T t{set, name, n, std::vector<float>(n), std::vector<float>(n), std::vector<double>(n, 0.0),
+        std::vector<double>(n, 0.0)};
+    ts.push_back(std::move(t));
+  };
+  if (me + 1 < p) addT(lo_id, "a", 6000), addT(lo_id, "b", 9000);
+  if (me >= 1) addT(hi_id, "a", 6000), addT(hi_id, "c", 5000);
+  addT(MGS_GLOBAL_PROCESS_SET, "g", 8000);
+  const int kSteps = 30;
+  mgs_stats_t st0{};
+  EXPECT_OK(mgs_get_stats(&st0, sizeof st0));
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<mgs_handle_t> hs;
+    for (size_t k = 0; k < ts.size(); ++k) {
+      T& t = ts[k];
+      for (int64_t i = 0; i < t.n; ++i) {
+        t.x[i] = mpitest::gradValue((uint64_t(step) << 40) ^ (uint64_t(me) << 32) ^ (uint64_t(k) << 24) ^
+                                    uint64_t(i));
+        t.in_sum[i] += t.x[i];
+      }
+      std::vector<int64_t> shape{t.n};
+      mgs_tensor_t in = cpuTensor(t.x.data(), MGS_FLOAT32, shape), o = cpuTensor(t.out.data(), MGS_FLOAT32, shape);
+      mgs_handle_t h = 0;
+      EXPECT_OK(mgs_allreduce_ps_async(t.name.c_str(), &in, &o, MGS_REDUCE_SUM, 1, 1, MGS_FLAG_SPARSE_OK, t.set, &h));
+      hs.push_back(h);
+    }
+    for (size_t k = 0; k < ts.size(); ++k) {
+      EXPECT(waitFor(hs[k]) == MGS_SUCCESS, "step %d, '%s' in set %d: %s", step, ts[k].name.c_str(), ts[k].set,
+             mgs_handle_error(hs[k]));
+      mgs_release(hs[k]);
+      for (int64_t i = 0; i < ts[k].n; ++i) ts[k].out_sum[i] += ts[k].out[i];
+    }
+  }
+  for (T& t : ts) {
+    // A set's residual is kept under the set-qualified name.
+    const std::string rname =
+        t.set == MGS_GLOBAL_PROCESS_SET ? t.name : t.name + " [process set " + std::to_string(t.set) + "]";
+    bool has = false;
+    std::vector<float> res = mpitest::residualOf(rname, static_cast<size_t>(t.n), &has);
+    EXPECT(has, "no residual kept for '%s': not sparsified", rname.c_str());
+    double kept = 0;
+    for (float r : res) kept += std::fabs(r);
+    EXPECT(kept > 0, "'%s' kept nothing: not sparsified", rname.c_str());
+    // The set's sums of inputs and residuals (dense float64, in the set).
+    std::vector<double> totals(static_cast<size_t>(2 * t.n));
+    for (int64_t i = 0; i < t.n; ++i) totals[i] = t.in_sum[i], totals[t.n + i] = res[i];
+    std::vector<int64_t> tshape{2 * t.n};
+    mgs_tensor_t tt = cpuTensor(totals.data(), MGS_FLOAT64, tshape);
+    mgs_handle_t h = 0;
+    EXPECT_OK(mgs_allreduce_ps_async((t.name + ".totals").c_str(), &tt, &tt, MGS_REDUCE_SUM, 1, 1, 0, t.set, &h));
+    EXPECT_OK(mgs_wait(h));
+    mgs_release(h);
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < t.n; ++i) {
+      worst = std::max(worst, std::fabs(t.out_sum[i] + totals[t.n + i] - totals[i]));
+      scale = std::max(scale, std::fabs(totals[i]));
+    }
+    EXPECT(worst <= 1e-4 * std::max(scale, 1.0), "'%s': conservation error %g (scale %g)", rname.c_str(), worst,
+           scale);
+  }
+  mgs_stats_t st{};
+  EXPECT_OK(mgs_get_stats(&st, sizeof st));
+  const uint64_t slow = st.negotiation_slow_cycles - st0.negotiation_slow_cycles;
+  const uint64_t fast = st.negotiation_fast_cycles - st0.negotiation_fast_cycles;
+  EXPECT(st.set_sparse_buckets > 0 && st.set_sparse_bytes_sent > 0, "set sparse buckets %llu, bytes %llu",
+         (unsigned long long)st.set_sparse_buckets, (unsigned long long)st.set_sparse_bytes_sent);
+  EXPECT(st.sparse_buckets > 0, "the global set's sparse buckets: %llu", (unsigned long long)st.sparse_buckets);
+  // Every set tensor's step is one sparse bucket or part of one: never more
+  // buckets than set tensors x steps.
+  const uint64_t set_tensors = static_cast<uint64_t>(ts.size() - 1) * kSteps;
+  EXPECT(st.set_sparse_buckets <= set_tensors, "set sparse buckets %llu > %llu tensor steps",
+         (unsigned long long)st.set_sparse_buckets, (unsigned long long)set_tensors);
+  // A set's op, once seen, is negotiated by the cached bit vector, the ranks
+  // outside the set setting its bit. Each rank allreduces in each of its
+  // sets, 2 rounds to warm up then 20 counted: they need a gather to rank 0
+  // for the first sight only (a few more when a rank lags past the cache's
+  // staleness limit on a loaded host), not one each. Every rank takes part,
+  // so no rank waits meanwhile in an op that is not cached.
+  auto round = [&](int i) {
+    for (int32_t set : {lo_id, hi_id}) {
+      const auto& members = set == lo_id ? lo : hi;
+      if (!std::binary_search(members.begin(), members.end(), me)) continue;
+      std::vector<float> v(4, 1.0f);
+      EXPECT(sumIn(set, "set.only", v) == MGS_SUCCESS && v[0] == static_cast<float>(members.size()),
+             "round %d in set %d", i, set);
+    }
+  };
+  round(-2);
+  round(-1);
+  mgs_stats_t a{}, b{};
+  EXPECT_OK(mgs_get_stats(&a, sizeof a));
+  for (int i = 0; i < 20; ++i) round(i);
+  EXPECT_OK(mgs_get_stats(&b, sizeof b));
+  const uint64_t set_slow = b.negotiation_slow_cycles - a.negotiation_slow_cycles;
+  EXPECT(set_slow <= 15, "20 rounds of set allreduces took %llu slow negotiation cycles",
+         (unsigned long long)set_slow);
+  EXPECT_OK(mgs_process_set_remove(lo_id));
+  EXPECT_OK(mgs_process_set_remove(hi_id));
+  if (me == 0)
+    std::printf("sparse sets: %llu set buckets, %llu bytes sent for them, %llu fast and %llu slow negotiation cycles "
+                "on rank 0\n",
+                (unsigned long long)st.set_sparse_buckets, (unsigned long long)st.set_sparse_bytes_sent,
+                (unsigned long long)fast, (unsigned long long)slow);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    std::fprintf(stderr, "usage: %s alltoall|reducescatter|process_sets|join\n", argv[0]);
+    std::fprintf(stderr, "usage: %s alltoall|reducescatter|process_sets|join|sparse_sets\n", argv[0]);
     return 2;
   }
   if (mgs_init() != MGS_SUCCESS) {
@@ -369,7 +501,8 @@ int main(int argc, char** argv) {
   const std::map<std::string, void (*)()> scenarios = {{"alltoall", scenarioAlltoall},
                                                        {"reducescatter", scenarioReducescatter},
                                                        {"process_sets", scenarioProcessSets},
-                                                       {"join", scenarioJoin}};
+                                                       {"join", scenarioJoin},
+                                                       {"sparse_sets", scenarioSparseSets}};
   auto it = scenarios.find(argv[1]);
   if (it == scenarios.end()) {
     std::fprintf(stderr, "unknown scenario '%s'\n", argv[1]);

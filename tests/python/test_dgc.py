@@ -19,6 +19,7 @@ import pytest
 import torch
 from torch import nn
 
+import mgs
 import mgs.torch as hvd
 from mgs import _runtime
 
@@ -79,15 +80,21 @@ def make(opt_kwargs=None, **dist_kwargs):
     return model, hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), **dist_kwargs)
 
 
-def residual(name):
+def residual(name, process_set=None):
+    """This rank's residual of parameter `name` (kept under the set-qualified name in a process set)."""
     out = torch.empty(N, dtype=torch.float32)
-    return out if _runtime.residual_copy(f"allreduce.{name}", out.data_ptr(), N) else None
+    runtime_name = f"allreduce.{name}"
+    if process_set is not None and process_set.process_set_id != 0:
+        runtime_name += f" [process set {process_set.process_set_id}]"
+    return out if _runtime.residual_copy(runtime_name, out.data_ptr(), N) else None
 
 
-def dgc_reference(steps, size, k, masking=True):
+def dgc_reference(steps, size, k, masking=True, ranks=None):
     """DGC by hand (algorithms.md 8.3, non-Nesterov): per rank u = m*u + g, v = v + u, send v's top k
     by magnitude, clear v and (masking) u there; W -= lr * mean of what was sent. The bias is dense:
-    u = m*u + g, all of u sent. Returns W, b, this rank's u and v after every step."""
+    u = m*u + g, all of u sent. `ranks`: the ranks that average (default: all). Returns W, b, each
+    rank's u and v after every step."""
+    ranks = list(range(size)) if ranks is None else list(ranks)
     model = Linear()
     w, b = model.w.detach().clone().view(-1), model.b.detach().clone()
     u = [torch.zeros(N) for _ in range(size)]
@@ -96,7 +103,7 @@ def dgc_reference(steps, size, k, masking=True):
     out = []
     for s in range(steps):
         total, total_b = torch.zeros(N), torch.zeros(8)
-        for r in range(size):
+        for r in ranks:
             gw, gb = grads(r, s)
             u[r] = M * u[r] + gw.view(-1)
             v[r] = v[r] + u[r]
@@ -109,8 +116,8 @@ def dgc_reference(steps, size, k, masking=True):
                 u[r][idx] = 0
             ub[r] = M * ub[r] + gb
             total_b += ub[r]
-        w = w - LR * (total / size)
-        b = b - LR * (total_b / size)
+        w = w - LR * (total / len(ranks))
+        b = b - LR * (total_b / len(ranks))
         out.append((w.clone(), b.clone(), [x.clone() for x in u], [x.clone() for x in v]))
     return out
 
@@ -142,6 +149,36 @@ def test_momentum_correction_matches_dgc_by_hand_at_low_density(masking):
             assert torch.equal(opt._mc.velocity[model.w].view(-1), u[r]), f"step {s}: velocity differs"
             assert torch.equal(residual("w"), v[r]), f"step {s}: the residual is not DGC's v"
         run_steps(model, opt, steps, after_step=check)
+
+
+def test_momentum_correction_in_process_sets():
+    """Each process set sparsifies with its own pipeline: the even and the odd ranks train apart, each
+    set's result is DGC by hand over its own ranks, bit for bit, and the residual is kept under the
+    set-qualified name. Both sets' buckets count as process-set buckets."""
+    steps, density = 3, 0.01
+    size, rank = hvd.size(), hvd.rank()
+    with topk_runtime(density):
+        even = hvd.add_process_set([r for r in range(size) if r % 2 == 0])
+        odd = hvd.add_process_set([r for r in range(size) if r % 2 == 1]) if size > 1 else None
+        mine = even if rank % 2 == 0 else odd
+        before = mgs.runtime_stats()
+        ref = dgc_reference(steps, size, int(N * density), ranks=mine.ranks)
+        model, opt = make(momentum_correction=True, process_set=mine)
+
+        def check(s):
+            w, b, u, v = ref[s]
+            assert torch.equal(model.w.detach().view(-1), w), f"step {s}: W differs from DGC by hand in the set"
+            assert torch.equal(model.b.detach(), b), f"step {s}: the dense bias differs"
+            assert torch.equal(residual("w", mine), v[rank]), f"step {s}: the set's residual is not DGC's v"
+        run_steps(model, opt, steps, after_step=check)
+        assert residual("w") is None, "a set's gradient left a residual under the global name"
+        after = mgs.runtime_stats()
+        assert after["set_sparse_buckets"] - before["set_sparse_buckets"] == steps
+        assert after["sparse_buckets"] == before["sparse_buckets"], "a set's bucket counted as the global set's"
+        hvd.barrier()
+        if odd is not None:
+            assert hvd.remove_process_set(odd)
+        assert hvd.remove_process_set(even)
 
 
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense-runtime", "topk-density-1"])

@@ -70,6 +70,8 @@ class MgsStats(ctypes.Structure):
         ("plan_span_checks", ctypes.c_uint64),
         ("plan_span_predicted_us", ctypes.c_uint64),
         ("plan_span_measured_us", ctypes.c_uint64),
+        ("set_sparse_buckets", ctypes.c_uint64),
+        ("set_sparse_bytes_sent", ctypes.c_uint64),
     ]
 
 

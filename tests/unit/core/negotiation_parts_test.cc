@@ -1,3 +1,4 @@
+#include <set>
 #include <catch2/catch.hpp>
 
 #include "core/response_cache.h"
@@ -33,6 +34,37 @@ TEST_CASE("response cache keeps stable bits and matches signatures", "[cache]") 
   CHECK(cache.lookup("g", g2) == 2);
   g2.shape = {7, 3};
   CHECK(cache.lookup("g", g2) == -1);
+}
+
+TEST_CASE("response cache holds other process sets' ops as foreign bits", "[cache]") {
+  ResponseCache cache;
+  Signature mine;
+  mine.shape = {4};
+  mine.process_set = 1;
+  Signature theirs;  // what a rank outside set 2 knows of its op: the set
+  theirs.process_set = 2;
+  cache.put("x [process set 1]", mine, 1);
+  cache.put("y [process set 2]", theirs, 1, /*foreign=*/true);
+  cache.put("z", Signature{}, 1);
+  CHECK(cache.lookup("x [process set 1]", mine) == 0);
+  CHECK(cache.foreignBits() == std::set<size_t>{1});
+  CHECK(cache.foreign(1));
+  CHECK_FALSE(cache.foreign(0));
+  // A rank submitting another set's op never matches the foreign slot, even
+  // with the placeholder's own signature: it must reach the slow path.
+  CHECK(cache.lookup("y [process set 2]", theirs) == -1);
+  // Removing set 2 forgets its ops (foreign ones included) and nothing else.
+  cache.eraseSet(2);
+  CHECK(cache.foreignBits().empty());
+  CHECK(cache.lookup("x [process set 1]", mine) == 0);
+  CHECK(cache.lookup("z", Signature{}) == 2);
+  // The freed bit is reused by an op of this rank's own: not foreign.
+  cache.put("w", Signature{}, 2);
+  CHECK(cache.lookup("w", Signature{}) == 1);
+  CHECK_FALSE(cache.foreign(1));
+  cache.eraseSet(1);
+  CHECK(cache.lookup("x [process set 1]", mine) == -1);
+  CHECK(cache.size() == 2);
 }
 
 TEST_CASE("stall inspector warns once per period and aborts after the limit", "[stall]") {

@@ -167,7 +167,7 @@ class _DistributedOptimizer:
                 return handle, "sparse", None
         group = self._mc_group(p)
         if group is not None:
-            self._mc.velocity_into_grad(p, group, f"allreduce.{self._parameter_names[p]}")
+            self._mc.velocity_into_grad(p, group, self._runtime_name(p))
         sent, ctx = self._compression.compress(p.grad)
         handle = mpi_ops._allreduce_async(sent, sent, f"allreduce.{self._parameter_names[p]}", self._op,
                                           pre, post, self._flags, self._set_id)
@@ -204,7 +204,7 @@ class _DistributedOptimizer:
             except Exception as e:  # noqa: BLE001 - wait for all (they use live buffers), then raise
                 error = error or e
             if self._mc is not None:
-                self._mc.finish(p, f"allreduce.{self._parameter_names[p]}", p.grad, ok)
+                self._mc.finish(p, self._runtime_name(p), p.grad, ok)
             self._allreduce_delay[p] = self.backward_passes_per_step
         self._handles.clear()
         self._clip_ready = 0
@@ -317,9 +317,14 @@ class _DistributedOptimizer:
                                  f"{', ...' if len(in_flight) > 5 else ''} are still being reduced, so their "
                                  "residuals are not settled; call it between steps")
 
+    def _runtime_name(self, p):
+        """The runtime's name of p's gradient: its residual is kept under it (set-qualified in a process set)."""
+        name = f"allreduce.{self._parameter_names[p]}"
+        return name if self._set_id == 0 else f"{name} [process set {self._set_id}]"
+
     def _residual_params(self):
         """(parameter, its name, the runtime's name of its gradient) for gradients that may have a residual."""
-        return [(p, self._parameter_names[p], f"allreduce.{self._parameter_names[p]}")
+        return [(p, self._parameter_names[p], self._runtime_name(p))
                 for p in self._requires_update if p not in self._sparse_grads and p.dtype.is_floating_point]
 
     def _mgs_state_dict(self):
