@@ -9,8 +9,8 @@ namespace mgs {
 
 unsigned allowedExchanges(const Config& config, int P) {
   // 'auto' includes the hierarchical exchange: the cost model offers it only
-  // where the job's nodes allow it (CostModel::ranks_per_node, set by the
-  // pipeline from its node grouping).
+  // where the job's nodes allow it (CostModel::ranks_per_node, which
+  // JobCostModel::useNodes sets from the pipeline's node grouping).
   unsigned allowed = config.exchange == "allgather" ? plan::kExchangeAllgather
                      : config.exchange == "agreed"  ? plan::kExchangeAgreed
                      : config.exchange == "hierarchical"
@@ -19,29 +19,6 @@ unsigned allowedExchanges(const Config& config, int P) {
   if (P == 1) allowed = plan::kExchangeAllgather;  // one rank: nothing to agree on
   if (config.dense_fallback) allowed |= plan::kExchangeDense;
   return allowed;
-}
-
-plan::Exchange pickExchange(const Config& config, int P, const plan::CostModel* cost, size_t n, double density) {
-  const unsigned allowed = allowedExchanges(config, P);
-  if (!cost) {
-    // Before the cost model is resolved (profiling steps): the 1/P rule for
-    // dense, and for 'auto' the allgather only where it moves fewer bytes
-    // than the agreed exchange's two collectives (8*cap*P against ~12*cap).
-    if ((allowed & plan::kExchangeDense) && density * P >= 1.0) return plan::Exchange::kDense;
-    // Forced (the pipeline checked at init that the nodes allow it).
-    if (allowed & plan::kExchangeHierarchical && !(allowed & plan::kExchangeAllgather))
-      return plan::Exchange::kHierarchical;
-    if ((allowed & plan::kExchangeAllgather) && (!(allowed & plan::kExchangeAgreed) || P <= 2))
-      return plan::Exchange::kAllgather;
-    return plan::Exchange::kAgreed;
-  }
-  // The same arithmetic on the same model on every rank (the model is
-  // max-reduced or broadcast before use): the same choice everywhere. A copy
-  // (a few segments) because density changes during warm-up.
-  plan::CostModel m = *cost;
-  m.exchanges = allowed;
-  m.density = density;
-  return m.chooseExchange(static_cast<int64_t>(n));
 }
 
 std::vector<char> BlockExchange::takeBuffer(size_t bytes) {

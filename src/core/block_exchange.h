@@ -6,7 +6,7 @@
 //    the coordinator goes on (the next bucket's selection, negotiation);
 //  - the agreed exchange's index block, broadcast by the bucket's leader
 //    (its values' allreduce is run by exchange_agreed.cc);
-//  - the per-bucket choice between those, the hierarchical exchange
+//  - which exchanges MGS_EXCHANGE allows: those, the hierarchical exchange
 //    (exchange_hierarchical.cc: its leaders' blocks are this allgather's) and
 //    a dense allreduce.
 // Every received block is validated here before anyone reads it: every rank
@@ -28,12 +28,10 @@
 
 namespace mgs {
 
-// plan::kExchange* bits allowed by MGS_EXCHANGE and MGS_DENSE_FALLBACK.
+// plan::kExchange* bits allowed by MGS_EXCHANGE and MGS_DENSE_FALLBACK. The
+// choice among them, per bucket, is the job's cost model's
+// (JobCostModel::exchangeFor, core/job_cost_model.h).
 unsigned allowedExchanges(const Config& config, int P);
-// Allgather, agreed or dense for a bucket of n elements: the same choice on
-// every rank (the same arithmetic on the same model). `cost` null: before
-// the cost model is resolved.
-plan::Exchange pickExchange(const Config& config, int P, const plan::CostModel* cost, size_t n, double density);
 
 class BlockExchange {
  public:

@@ -3,15 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "common/check.h"
-#include "common/logging.h"
 #include "compress/synthetic_gradient.h"
 #include "core/host_load.h"
-#include "plan/cost_model_io.h"
 
 namespace mgs {
 namespace {
@@ -44,7 +40,9 @@ Status timeCall(int reps, double* out, F&& fn, double* cpu = nullptr) {
   return Status::OK();
 }
 
-Status measure(Communicator& comm, const compress::Selector& selector, plan::CostModel* out) {
+}  // namespace
+
+Status measureCostModel(Communicator& comm, const compress::Selector& selector, plan::CostModel* out) {
   const int P = comm.size();
   const std::vector<size_t> ar_bytes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
   const std::vector<size_t> ag_bytes = {4 << 10, 64 << 10, 1 << 20, 8 << 20};  // per rank
@@ -140,59 +138,6 @@ Status measure(Communicator& comm, const compress::Selector& selector, plan::Cos
   // A negotiation round is an allreduce of a few hundred bytes (the ready
   // bits of the cached names); the table's first segment extrapolates it.
   out->negotiation_s = std::max(0.0, out->allreduce.seconds(kNegotiationBytes));
-  return Status::OK();
-}
-
-}  // namespace
-
-Status resolveCostModel(Communicator& comm, const Config& config, const compress::Selector& selector,
-                        plan::CostModel* out) {
-  plan::CostModel m;
-  const int P = comm.size();
-  if (config.calibration == "off") {
-    int preset = 2;
-    for (int p : {4, 8, 16})
-      if (P >= p) preset = p;
-    MGS_RETURN_IF_ERROR(plan::costModelPreset("10gbe-P" + std::to_string(preset), &m));
-  } else if (config.calibration == "auto") {
-    MGS_RETURN_IF_ERROR(measure(comm, selector, &m));
-  } else {
-    // A file: rank 0 reads it (if present) and every rank gets its text, so
-    // every rank parses the same bytes and ends with the same model.
-    std::string text;
-    if (comm.rank() == 0) {
-      std::ifstream f(config.calibration);
-      if (f.good()) {
-        std::stringstream ss;
-        ss << f.rdbuf();
-        text = ss.str();
-        if (text.empty()) text = " ";  // present but empty: a parse error, not "measure"
-      }
-    }
-    MGS_RETURN_IF_ERROR(comm.broadcastString(&text, 0));
-    if (!text.empty()) {
-      Status st = plan::parseCostModel(text, &m);
-      if (!st.ok())
-        return Status(Code::kConfig, "MGS_CALIBRATION='" + config.calibration + "': " + st.message() +
-                                         " (docs/planner.md describes the format)");
-      if (m.workers != P)
-        MGS_LOG_WARN("MGS_CALIBRATION='{}' was measured on {} ranks; this job has {}", config.calibration, m.workers,
-                     P);
-    } else {
-      MGS_RETURN_IF_ERROR(measure(comm, selector, &m));
-      m.workers = P;
-      if (comm.rank() == 0) {
-        std::ofstream f(config.calibration);
-        f << plan::costModelToJson(m);
-        if (!f) MGS_LOG_WARN("could not save the calibration to {}", config.calibration);
-      }
-    }
-  }
-  m.workers = P;
-  m.density = config.density;
-  m.bytes_per_element = 4;
-  *out = m;
-  MGS_LOG_INFO("cost model ({}): {}", config.calibration, plan::costModelToJson(m, /*pretty=*/false));
   return Status::OK();
 }
 

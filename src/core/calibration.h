@@ -1,20 +1,16 @@
-// Cost-model calibration (MGS_CALIBRATION): the merge plan is computed from
-// this job's own measured collective and selector times, not from presets.
-//   auto   time allreduce and allgather of 4 KiB..64 MiB and the selector on
-//          64 Ki..4 Mi elements, take the max over ranks, least-squares fit
-//   off    a fixed model (the 10 GbE preset of the papers for this P, or
-//          the nearest one)
-//   <file> load the JSON file if it exists, else measure and save it there
-//          (plan/cost_model_io.h: the format mgs-plan --cost-model reads)
-// Every rank ends with the same model: measurements are max-reduced before the
-// fit, and a file is read by rank 0 and broadcast.
+// Cost-model calibration (MGS_CALIBRATION=auto, or a file that does not
+// exist yet): the merge plan is computed from this job's own measured
+// collective and selector times, not from presets. Times allreduce,
+// allgather and broadcast of 4 KiB..64 MiB and the selector on 64 Ki..4 Mi
+// elements, takes the max over ranks and fits the model's terms. Which model
+// a job uses ('off', 'auto', a file) is decided by its owner,
+// core/job_cost_model.h.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
-#include "common/params.h"
 #include "compress/selector.h"
 #include "plan/cost_model.h"
 
@@ -27,7 +23,9 @@ inline const std::vector<size_t>& calibrationSelectionSizes() {
   return sizes;
 }
 
-Status resolveCostModel(Communicator& comm, const Config& config, const compress::Selector& selector,
-                        plan::CostModel* out);
+// Collective: every rank ends with the same terms (allreduce, allgather,
+// broadcast, sparsify, negotiation_s, group_host_s); the other fields of
+// *out are left as they are.
+Status measureCostModel(Communicator& comm, const compress::Selector& selector, plan::CostModel* out);
 
 }  // namespace mgs

@@ -1,4 +1,4 @@
-// Plan trials (bucket_schedule.h, MGS_PLAN_TRIAL_STEPS): in which order the
+// Plan trials (replanner.h, MGS_PLAN_TRIAL_STEPS): in which order the
 // candidate plans run, and which one is kept. Pure functions, the same on
 // every rank; rank 0 alone times the steps and broadcasts its choice.
 //

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <thread>
 
 #include "common/check.h"
@@ -12,7 +11,6 @@
 #include "core/cpu_local_stage.h"
 #include "core/device.h"
 #include "core/routed_local_stage.h"
-#include "plan/cost_model_io.h"
 
 namespace mgs {
 namespace {
@@ -35,14 +33,11 @@ SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, Residua
       config_(clamped(config)),
       complete_(std::move(complete)),
       threads_(threadBudget(config.threads, comm.localSize())),
-      online_(OnlineCost::Options{config.replan_tolerance}),
-      schedule_(
-          comm, config_, online_, stats_,
-          [this]() -> const compress::Selector& { return selectorFor(config_.density); },
-          [this](std::vector<Request>& members) { runBucket(members); }),
+      cost_(comm, config_),
+      schedule_(comm, config_, cost_, stats_, [this](std::vector<Request>& members) { runBucket(members); }),
       exchange_(comm, progress),
       scatter_(comm.size()),
-      ctx_(comm, config_, stats_, online_, exchange_, scatter_) {
+      ctx_(comm, config_, stats_, cost_.online(), exchange_, scatter_) {
   schedule_.setProgress(progress);
   // The host stage serves every bucket but those of CUDA tensors that a
   // device stage accepts (routed_local_stage.h); where none can be made,
@@ -97,23 +92,11 @@ Status SparsePipeline::create(Communicator& comm, const Config& config, Residual
   MGS_RETURN_IF_ERROR(p->init());
   if (p->config_.compressor != "none") {
     MGS_RETURN_IF_ERROR(p->setupAsync());
-    plan::CostModel cost;
-    MGS_RETURN_IF_ERROR(resolveCostModel(comm, config, p->selectorFor(p->config_.density), &cost));
-    const NodeGroups& nodes = p->ctx_.nodes;
+    // The cost model (collectives, in this order on every rank): resolved,
+    // then the job's nodes grouped and their terms added.
+    MGS_RETURN_IF_ERROR(p->cost_.resolve(p->selectorFor(p->config_.density)));
     MGS_RETURN_IF_ERROR(setupNodes(comm, p->config_, &p->ctx_.nodes));
-    // The hierarchical exchange is a candidate only with the job's nodes.
-    cost.ranks_per_node = nodes.hierarchy ? nodes.ranks_per_node : 1;
-    // The same branch on every rank (the model is identical everywhere).
-    if (nodes.hierarchy && config.calibration != "off" && cost.node.segments().empty()) {
-      MGS_RETURN_IF_ERROR(measureNodes(comm, nodes, &cost));
-      // A calibration file gets the node terms too (mgs-plan, later jobs).
-      if (config.calibration != "auto" && comm.rank() == 0) {
-        std::ofstream f(config.calibration);
-        f << plan::costModelToJson(cost);
-        if (!f) MGS_LOG_WARN("could not save the node terms to the calibration {}", config.calibration);
-      }
-    }
-    p->schedule_.setCostModel(cost);
+    MGS_RETURN_IF_ERROR(p->cost_.useNodes(p->ctx_.nodes));
     // MGS_PLAN_FILE (collective): a saved plan replaces profiling and planning.
     SparsePipeline* q = p.get();
     MGS_RETURN_IF_ERROR(p->schedule_.usePlanFile([q](Request& r, Status st) { q->complete_(r, std::move(st)); }));
@@ -156,40 +139,13 @@ const compress::Selector& SparsePipeline::selectorFor(double density) {
 }
 
 void SparsePipeline::calibrateDeviceSelection(std::vector<Request>& members, size_t n) {
-  device_selection_asked_ = true;
-  const std::vector<size_t>& sizes = calibrationSelectionSizes();
   LocalJob job;
   job.members = &members;
   job.n = n;
   job.selector = &selectorFor(config_.density);
   std::vector<double> mine;
-  const Status own = local_->timeResidentSelection(job, sizes, &mine);
-  std::vector<double> t(sizes.size() + 1, 0.0);
-  if (own.ok() && mine.size() == sizes.size())
-    std::copy(mine.begin(), mine.end(), t.begin());
-  else
-    t.back() = 1.0;  // this rank selects elsewhere: every rank keeps calibration's figure
-  const Status st = comm_.allreduce(t.data(), t.size(), MGS_FLOAT64, CommOp::kMax);
-  if (!st.ok()) {
-    MGS_LOG_WARN("rank {}: timing the selection on the device failed ({}); keeping the calibrated CPU figure",
-                 comm_.rank(), st.message());
-    return;
-  }
-  if (t.back() > 0) {
-    if (!own.ok())
-      MGS_LOG_DEBUG("rank {}: selection of CUDA buckets not timed on the device ({})", comm_.rank(), own.message());
-    return;
-  }
-  std::vector<plan::Sample> samples;
-  for (size_t i = 0; i < sizes.size(); ++i) samples.emplace_back(static_cast<double>(sizes[i]), t[i]);
-  plan::SparsifyModel m;
-  if (!plan::SparsifyModel::fit(plan::SparsifyModel::Kind::kLinear, samples, &m).ok()) return;
-  if (comm_.rank() == 0)
-    MGS_LOG_INFO(
-        "selection of CUDA buckets timed on the device: {:.3g} ns per element (calibration's CPU figure {:.3g}); "
-        "the exchange choice and the merge plan use it",
-        m.c_s * 1e9, schedule_.cost().sparsify.c_s * 1e9);
-  schedule_.setSelectionModel(m);
+  const Status own = local_->timeResidentSelection(job, calibrationSelectionSizes(), &mine);
+  cost_.agreeDeviceSelection(own, mine);
 }
 
 plan::Exchange SparsePipeline::chooseExchange(std::vector<Request>& members, size_t n, double density) {
@@ -232,7 +188,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   const auto t0 = Clock::now();
   size_t n = 0;
   for (auto& m : members) n += m.input.numel();
-  if (!device_selection_asked_ && config_.calibration == "auto" && schedule_.haveCost() &&
+  if (cost_.wantsDeviceSelection() &&
       std::all_of(members.begin(), members.end(), [](const Request& m) { return m.sig.on_cuda; }))
     calibrateDeviceSelection(members, n);
   const double density = schedule_.currentDensity();

@@ -3,7 +3,8 @@
 // verdict of each bucket, the same on every rank.
 //
 //   BucketSchedule (bucket_schedule.h)  which tensors form a bucket, when a
-//                                       step ends, profile / plan / re-plan
+//                                       step ends; its Replanner
+//                                       (replanner.h): profile / plan / re-plan
 //   LocalStage (local_stage.h)          fuse gradient + residual into the
 //                                       bucket's acc slab, select, pack a block
 //   BlockExchange (block_exchange.h)    allgather of blocks, the agreed
@@ -16,6 +17,9 @@
 // instead of waiting. A bucket's residual commits exactly when every rank's
 // contribution was delivered; otherwise every rank's residual stays bitwise
 // as it was (local_stage.h).
+//
+// The job's cost model has one owner, JobCostModel (job_cost_model.h): the
+// schedule's planning and each bucket's exchange choice ask it.
 //
 // Each bucket's exchange is an object (core/bucket_exchange.h: allgather,
 // device, agreed, hierarchical, dense, one file each); the pipeline picks it
@@ -41,7 +45,7 @@
 #include "core/device.h"
 #include "core/local_stage.h"
 #include "core/routed_local_stage.h"
-#include "core/online_cost.h"
+#include "core/job_cost_model.h"
 #include "core/request.h"
 #include "core/residual_store.h"
 #include "core/scatter_stage.h"
@@ -104,7 +108,7 @@ class SparsePipeline {
   const RoutedLocalStage& localStage() const { return *local_; }
   // The cost model the exchange choice and the planner use; null before one
   // exists (compressor none). Tests, statistics.
-  const plan::CostModel* costModel() const { return schedule_.haveCost() ? &schedule_.cost() : nullptr; }
+  const plan::CostModel* costModel() const { return cost_.ready() ? &cost_.model() : nullptr; }
   // Called with the statistics before a bucket's handles complete, so a
   // caller woken by them reads statistics that include that bucket.
   void setStatsSink(std::function<void(const SparseStats&)> publish) { publish_ = std::move(publish); }
@@ -120,12 +124,12 @@ class SparsePipeline {
   // the collective part every rank runs for it.
   void runBucket(std::vector<Request>& members);
   // At the first bucket of CUDA tensors under MGS_CALIBRATION=auto: time the
-  // selection where it runs (the resident stage, on the GPU), max-reduce over
-  // ranks and use it for the model's selection term. Collective (on_cuda is
-  // negotiated, so every rank calls it at the same bucket); a rank whose
-  // buckets are selected on the CPU keeps every rank on calibration's figure.
+  // selection where it runs (the resident stage, on the GPU) and hand it to
+  // the cost model (JobCostModel::agreeDeviceSelection: max-reduced over
+  // ranks). Collective (on_cuda is negotiated, so every rank calls it at the
+  // same bucket); a rank whose buckets are selected on the CPU keeps every
+  // rank on calibration's figure.
   void calibrateDeviceSelection(std::vector<Request>& members, size_t n);
-  bool device_selection_asked_ = false;  // once per job
   const compress::Selector& selectorFor(double density);
   // The options of every selector this pipeline makes (one per density).
   compress::SelectorOptions selectorOptions(double density) const;
@@ -156,7 +160,7 @@ class SparsePipeline {
   Complete complete_;
   int threads_;  // CPU threads for selection (MGS_THREADS resolved, common/threads.h)
   SparseStats stats_;
-  OnlineCost online_;
+  JobCostModel cost_;  // before the schedule and the exchange context, which use it
   std::map<double, std::unique_ptr<compress::Selector>> selectors_;
   BucketSchedule schedule_;
   LocalStageOptions local_options_;

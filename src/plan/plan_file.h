@@ -15,7 +15,7 @@
 // run at another density than MGS_DENSITY (warm-up) or partially filled.
 //
 // Pure like the rest of plan/: text in, text out. Reading and writing the
-// file, and agreeing on it across ranks, is core/bucket_schedule.cc's.
+// file, and agreeing on it across ranks, is core/replanner_plan_file.cc's.
 // Readers never throw; errors are kInvalidArgument naming the field.
 #pragma once
 

@@ -1,5 +1,7 @@
-// BucketSchedule's MGS_PLAN_FILE part (bucket_schedule.h): reading a saved
-// plan once at init, running it, and writing the plans a job settles on.
+// The re-planner's MGS_PLAN_FILE part (replanner.h): reading a saved plan
+// once at init, and writing the plans a job settles on. Running a loaded
+// plan (its buckets, its exchanges, refusing tensors it does not have) is
+// the schedule's (bucket_schedule.h).
 //
 // Why a file and not a fixed seed for the planner: the planner is already
 // deterministic; what differs between two runs is its input (rank 0's
@@ -9,13 +11,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <unistd.h>
 
 #include "common/check.h"
 #include "common/logging.h"
-#include "core/block_exchange.h"
-#include "core/bucket_schedule.h"
+#include "core/replanner.h"
+#include "plan/plan_file.h"
 
 #ifndef MGS_VERSION_STRING
 #define MGS_VERSION_STRING "unknown"
@@ -33,8 +36,8 @@ std::map<std::string, std::string> recordedSettings(const Config& config) {
 
 }  // namespace
 
-Status BucketSchedule::usePlanFile(std::function<void(Request&, Status)> fail) {
-  fail_ = std::move(fail);
+Status Replanner::loadPlanFile(std::optional<Pinned>* pinned) {
+  pinned->reset();
   const std::string& path = config_.plan_file;
   if (path.empty()) return Status::OK();
   // Rank 0 decides for everyone: "W" (no file: plan, then write it), "L"
@@ -71,32 +74,27 @@ Status BucketSchedule::usePlanFile(std::function<void(Request&, Status)> fail) {
   plan::PlanFileJob job;
   job.library = MGS_VERSION_STRING;
   job.workers = comm_.size();
-  job.ranks_per_node = cost_.ranks_per_node;
+  job.ranks_per_node = cost_.model().ranks_per_node;
   job.settings = recordedSettings(config_);
   st = plan::checkPlanFileJob(f, job);
   if (!st.ok()) return Status(st.code(), where + " does not fit this job: " + st.message());
 
-  // Run it: the file's model prices what the file does not fix (warm-up
-  // densities, partial buckets), so nothing measured in this job decides.
-  cost_ = f.cost;
-  cost_.ranks_per_node = job.ranks_per_node;
-  have_cost_ = true;
-  PlanChoice c;
-  c.predicted_span = f.predicted_span_s;
-  c.label = f.label;
-  pinned_exchange_.clear();
-  pinned_elements_.clear();
+  // Run it, priced by the file's model.
+  cost_.pin(f.cost);
+  Pinned p;
+  p.plan.predicted_span = f.predicted_span_s;
+  p.plan.label = f.label;
   int count[4] = {0, 0, 0, 0};
   for (const auto& b : f.buckets) {
-    c.groups.emplace_back();
+    p.plan.groups.emplace_back();
     for (const auto& t : b.tensors) {
-      c.groups.back().push_back(t.name);
-      pinned_elements_[t.name] = t.elements;
+      p.plan.groups.back().push_back(t.name);
+      p.elements[t.name] = t.elements;
     }
-    pinned_exchange_.push_back(b.exchange);
+    p.exchange.push_back(b.exchange);
     ++count[static_cast<int>(b.exchange)];
   }
-  applyPlan(c);
+  cost_.online().planned(p.plan.predicted_span);
   pinned_ = true;
   stats_.plans = 1;
   if (comm_.rank() == 0) {
@@ -108,60 +106,38 @@ Status BucketSchedule::usePlanFile(std::function<void(Request&, Status)> fail) {
     MGS_LOG_INFO(
         "MGS_PLAN_FILE={}: running its plan from the first step ({} sparse tensors in {} buckets: {}; '{}' settled "
         "at step {} of the job that wrote it); no profiling, trials or re-planning",
-        path, pinned_elements_.size(), c.groups.size(), ex, f.label, f.step);
+        path, p.elements.size(), p.plan.groups.size(), ex, f.label, f.step);
   }
+  *pinned = std::move(p);
   return Status::OK();
 }
 
-plan::Exchange BucketSchedule::exchangeFor(const std::vector<Request>& members, size_t n, double density) const {
-  if (pinned_ && !members.empty() && density == config_.density) {
-    const auto it = bucket_of_.find(members.front().name);
-    if (it != bucket_of_.end() && buckets_[it->second].members.size() == members.size())
-      return pinned_exchange_[it->second];
-  }
-  return pickExchange(config_, comm_.size(), have_cost_ ? &cost_ : nullptr, n, density);
-}
-
-void BucketSchedule::refuse(Request& req, const std::string& why) {
-  if (refused_.ok()) {
-    refused_ = Status(Code::kConfig, "rank " + std::to_string(comm_.rank()) + ": MGS_PLAN_FILE=" + config_.plan_file +
-                                         " does not fit this job: " + why +
-                                         "; delete the file (or point MGS_PLAN_FILE elsewhere) to plan this job anew");
-    MGS_LOG_ERROR("{}", refused_.message());
-  }
-  if (fail_) {
-    fail_(req, refused_);
-    // Held members of the plan's buckets would wait for ones that now fail.
-    failHeld(refused_, fail_);
-  }
-}
-
-void BucketSchedule::savePlan(const PlanChoice& p) {
+void Replanner::savePlan(const PlanChoice& p, const Boundary& b) {
   if (!save_plan_) return;
+  const plan::CostModel& cost = cost_.model();
   plan::PlanFile f;
   f.library = MGS_VERSION_STRING;
   f.workers = comm_.size();
-  f.ranks_per_node = cost_.ranks_per_node;
+  f.ranks_per_node = cost.ranks_per_node;
   f.settings = recordedSettings(config_);
   f.planner = config_.effectivePlanner();
   f.label = p.label;
-  f.step = step_;
+  f.step = b.step;
   f.predicted_span_s = p.predicted_span;
-  f.cost = cost_;
+  f.cost = cost;
   for (const auto& g : p.groups) {
-    plan::PlanFileBucket b;
+    plan::PlanFileBucket bucket;
     int64_t n = 0;
     for (const auto& name : g) {
-      const auto it = elements_.find(name);
-      const int64_t e = it == elements_.end() ? 0 : it->second;
-      b.tensors.push_back({name, e});
+      const auto it = b.elements->find(name);
+      const int64_t e = it == b.elements->end() ? 0 : it->second;
+      bucket.tensors.push_back({name, e});
       n += e;
     }
-    // What this job sends the bucket by once past warm-up (the pipeline
-    // asks the same function with the same model).
-    b.exchange =
-        pickExchange(config_, comm_.size(), have_cost_ ? &cost_ : nullptr, static_cast<size_t>(n), config_.density);
-    f.buckets.push_back(std::move(b));
+    // What this job sends the bucket by once past warm-up (the schedule
+    // asks the same model the same question).
+    bucket.exchange = cost_.exchangeFor(static_cast<size_t>(n), config_.density);
+    f.buckets.push_back(std::move(bucket));
   }
   // Written next to the target and renamed over it, so a reader (or a job
   // killed mid-write) never sees half a plan.
@@ -183,7 +159,7 @@ void BucketSchedule::savePlan(const PlanChoice& p) {
     return;
   }
   MGS_LOG_INFO("MGS_PLAN_FILE={}: saved the merge plan '{}' ({} buckets) at step {}", path, p.label, p.groups.size(),
-               step_);
+               b.step);
 }
 
 }  // namespace mgs

@@ -1,0 +1,333 @@
+#include "core/replanner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "common/check.h"
+#include "common/logging.h"
+#include "common/threads.h"
+#include "core/plan_trials.h"
+#include "core/wire.h"
+#include "plan/plan.h"
+
+namespace mgs {
+
+void Replanner::record(const std::string& name, Clock::time_point enqueued, uint64_t step, bool have_plan) {
+  const uint64_t profiled = step - profile_start_;
+  if (comm_.rank() == 0 && !pinned_ && (!have_plan || cost_.online().enabled()) &&
+      profiled < static_cast<uint64_t>(config_.profile_steps)) {
+    if (profile_.size() <= profiled) profile_.resize(profiled + 1);
+    profile_[profiled].emplace_back(name, enqueued);
+  }
+}
+
+void Replanner::restartProfile(uint64_t step) {
+  profile_start_ = step;
+  profile_.clear();
+}
+
+void Replanner::planned(const PlanChoice& p, std::optional<PlanChoice>* out) {
+  // At once, not when the schedule applies it: a later check at this same
+  // boundary must see the new plan's window.
+  cost_.online().planned(p.predicted_span);
+  *out = p;
+}
+
+Replanner::Verdict Replanner::stepBoundary(const Boundary& b) {
+  Verdict v;
+  if (comm_.rank() == 0 && !b.have_plan && b.step - profile_start_ == 1) sched_mark_ = readThreadSchedule();
+  if (!b.plan_stale) trialBoundary(b, &v.apply);
+  checkPlan(b, &v.apply);
+  bool have_plan = b.have_plan;
+  if (have_plan && b.plan_stale) {
+    MGS_LOG_INFO("new sparse tensors appeared: dropping the merge plan and profiling again");
+    v.drop = true;
+    v.apply.reset();
+    have_plan = false;
+    trials_.clear();
+    restartProfile(b.step);
+  }
+  if (!have_plan && b.step - profile_start_ >= static_cast<uint64_t>(config_.profile_steps)) {
+    Status st = replan(b, true, &v.apply);
+    if (!st.ok()) {
+      MGS_LOG_ERROR("merge planning failed, staying layer-wise: {}", st.toString());
+      restartProfile(b.step);  // try again after another profile
+    }
+  }
+  return v;
+}
+
+void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
+  // Every rank reaches this boundary at the same point of the negotiated
+  // order, and active-or-not depends only on collective state: so every rank
+  // runs the allreduce below, or none does.
+  OnlineCost& online = cost_.online();
+  if (pinned_ || !b.have_plan || !online.enabled() || !online.havePrediction() ||
+      static_cast<int64_t>(b.step) <= config_.warmup_steps) {
+    online.discardStep();
+    return;
+  }
+  // Rank 0 keeps only the last MGS_PROFILE_STEPS steps of timings.
+  while (b.step - profile_start_ >= static_cast<uint64_t>(config_.profile_steps)) {
+    if (!profile_.empty()) profile_.erase(profile_.begin());
+    ++profile_start_;
+  }
+  std::vector<int64_t> wire;
+  online.pack(&wire);
+  const auto t0 = Clock::now();
+  Status st = comm_.allreduce(wire.data(), wire.size(), MGS_INT64, CommOp::kSum);
+  online.reduceCost(std::chrono::duration<double>(Clock::now() - t0).count());
+  if (!st.ok()) {
+    MGS_LOG_ERROR("online plan check failed, keeping the plan: {}", st.toString());
+    return;
+  }
+  const OnlineCost::Decision d = online.onReduced(wire);
+  if (d.checked) {
+    ++stats_.span_checks;
+    stats_.span_predicted_us = static_cast<uint64_t>(std::llround(d.predicted_s * 1e6));
+    stats_.span_measured_us = static_cast<uint64_t>(std::llround(d.measured_s * 1e6));
+  }
+  if (!d.replan) return;
+  const plan::CostModel old = cost_.refit();
+  const plan::CostModel& now = cost_.model();
+  MGS_LOG_INFO(
+      "re-planning at step {}: measured {:.3f} ms per step (mean over ranks) vs predicted {:.3f} ms ({:+.0f}%) "
+      "for {} steps in a row (tolerance {:.0f}%); refitted allgather {:.3f} -> {:.3f} ms at 64 KiB, allreduce "
+      "{:.3f} -> {:.3f} ms at 4 MiB, selection {:.3g} -> {:.3g} s/element (the check costs {:.0f} us per step)",
+      b.step, d.measured_s * 1e3, d.predicted_s * 1e3, 100.0 * (d.measured_s / d.predicted_s - 1.0), d.steps_off,
+      config_.replan_tolerance * 100, old.allgather.seconds(65536.0) * 1e3, now.allgather.seconds(65536.0) * 1e3,
+      old.allreduce.seconds(4194304.0) * 1e3, now.allreduce.seconds(4194304.0) * 1e3, old.sparsify.c_s,
+      now.sparsify.c_s, online.meanReduceSeconds() * 1e6);
+  st = replan(b, false, out);
+  if (!st.ok()) MGS_LOG_ERROR("online re-planning failed, keeping the plan: {}", st.toString());
+}
+
+std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, double steal) {
+  // Backward time of a tensor = gap since the previous gradient of the same
+  // step, averaged over the profiled steps (the first one is warm-up when
+  // there are more).
+  const size_t first = profile_.size() > 1 ? 1 : 0;
+  std::unordered_map<std::string, std::pair<double, int>> gaps;
+  std::vector<std::string> order;
+  for (size_t s = first; s < profile_.size(); ++s) {
+    auto step = profile_[s];
+    std::stable_sort(step.begin(), step.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
+    if (s + 1 == profile_.size())
+      for (const auto& e : step) order.push_back(e.first);
+    for (size_t i = 1; i < step.size(); ++i) {
+      auto& g = gaps[step[i].first];
+      g.first += std::chrono::duration<double>(step[i].second - step[i - 1].second).count();
+      g.second += 1;
+    }
+  }
+  plan::PlanInput in;
+  in.cost = cost_.model();  // the job's density and allowed exchanges are in it (job_cost_model.h)
+  in.sparse = true;
+  // The coordinator selects while backward goes on, and a bucket's
+  // allgather overlaps the next bucket's selection: the two-stage model.
+  // Unless the cores are busy with training: then the coordinator's work
+  // (selection and each bucket's fixed CPU) comes out of backward, which
+  // is the compute-stream model, each second counted `steal` times
+  // (plan::CostModel::host_steal: this plan's input, not the job's model).
+  in.cost.host_steal = steal;
+  in.selection = steal > 0 ? plan::Selection::kCompute : plan::Selection::kSeparate;
+  in.fusion_threshold_bytes = config_.fusion_threshold_bytes;
+  double mean_gap = 0;
+  int counted = 0;
+  for (const auto& name : order) {
+    auto it = gaps.find(name);
+    const double gap = (it != gaps.end() && it->second.second) ? it->second.first / it->second.second : -1;
+    const auto e = b.elements->find(name);
+    in.layers.push_back({name, e == b.elements->end() ? 0 : e->second, gap});
+    if (gap >= 0) {
+      mean_gap += gap;
+      ++counted;
+    }
+  }
+  for (auto& l : in.layers)
+    if (l.backward_s < 0) l.backward_s = counted ? mean_gap / counted : 0;  // the first gradient's gap is unknown
+  // On busy cores the profiled gaps hold what the profile's own buckets
+  // cost backward (one per tensor): the plan charges its own instead.
+  if (steal > 0)
+    for (auto& l : in.layers) l.backward_s = std::max(0.0, l.backward_s - steal * in.cost.group_host_s);
+  plan::Plan plan;
+  Status st = plan::computePlan(config_.effectivePlanner(), in, &plan);
+  if (!st.ok()) {
+    MGS_LOG_ERROR("planner {}: {}", config_.effectivePlanner(), st.toString());
+    return std::string();
+  }
+  if (plan.front_capped)
+    MGS_LOG_WARN("MGS planner hit its Pareto front cap ({}): the plan may not be optimal", plan.max_front);
+  MGS_LOG_INFO(
+      "merge plan ({}): {} sparse tensors in {} buckets, predicted {:.3f} ms per step (coordinator {:.3f} ms "
+      "a bucket, {})",
+      plan.planner, in.layers.size(), plan.groups.size(), plan.predicted_s * 1e3, in.cost.group_host_s * 1e3,
+      steal > 0 ? fmt::format("on busy cores: each second of it costs backward {:.2f} s", steal)
+                : std::string("on a core of its own"));
+  // The candidates: this plan, then (trials) uniform cuts of the same
+  // layers at 1, 2, 4 and 8 buckets' worth of bytes, without repeats.
+  std::vector<std::pair<plan::Plan, std::string>> cands;
+  cands.emplace_back(plan, plan.planner);
+  if (with_trials && config_.plan_trial_steps > 1 && config_.effectivePlanner() == "mgs" && in.layers.size() > 1) {
+    int64_t total = 0;
+    for (const auto& l : in.layers) total += l.elements * in.cost.bytes_per_element;
+    for (int k : {1, 2, 4, 8}) {
+      plan::PlanInput cut = in;
+      cut.fusion_threshold_bytes = (total + k - 1) / k;
+      plan::Plan p;
+      if (!plan::computePlan("fusion", cut, &p).ok()) continue;
+      bool seen = false;
+      for (const auto& c : cands) seen = seen || c.first.groups == p.groups;
+      if (!seen) cands.emplace_back(std::move(p), fmt::format("uniform 1/{}", k));
+    }
+  }
+  const double first_gap = in.layers.empty() ? 0.0 : in.layers.front().backward_s;
+  WireWriter w;
+  w.put(static_cast<uint32_t>(cands.size()));
+  for (const auto& [p, label] : cands) {
+    if (logger().should_log(spdlog::level::debug)) {
+      std::string sizes;
+      for (const auto& g : p.groups) {
+        int64_t elements = 0;
+        for (int i : g) elements += in.layers[i].elements;
+        sizes += fmt::format("{}{}:{}", sizes.empty() ? "" : " ", g.size(), elements);
+      }
+      MGS_LOG_DEBUG("merge plan '{}': buckets in backward order (tensors:elements): {}", label, sizes);
+    }
+    w.put(static_cast<uint32_t>(p.groups.size()));
+    for (const auto& g : p.groups) {
+      w.put(static_cast<uint32_t>(g.size()));
+      for (int i : g) w.putString(in.layers[i].name);
+    }
+    // What the online check compares against: first gradient -> last
+    // exchange end (the plan's time starts with backward, one gap earlier).
+    w.put(p.predicted_s - first_gap);
+    w.putString(label);
+  }
+  return std::move(w.str());
+}
+
+Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<PlanChoice>* out) {
+  trials_.clear();
+  MGS_ENSURE(cost_.ready(), kInternal, "planning before the cost model is resolved");
+  // Read before any collective of this boundary's planning, whose waits
+  // would count as this step's; only rank 0 plans.
+  const double steal =
+      comm_.rank() == 0 ? hostSteal(sched_mark_, readThreadSchedule(), comm_.localSize(), availableCores()) : 0.0;
+  std::string text;
+  if (comm_.rank() == 0) text = planOnRankZero(b, with_trials, steal);
+  MGS_RETURN_IF_ERROR(comm_.broadcastString(&text, 0));
+  MGS_ENSURE(!text.empty(), kInternal, "rank 0 could not compute a merge plan (see its log)");
+  WireReader r(text);
+  // Counts are read, never trusted for allocation: a corrupt one runs out
+  // of bytes to read first.
+  uint32_t count = 0;
+  MGS_ENSURE(r.get(&count) && count >= 1, kInternal, "corrupt plan from rank 0");
+  std::vector<PlanChoice> cands;
+  for (uint32_t k = 0; k < count; ++k) {
+    PlanChoice c;
+    uint32_t groups = 0;
+    MGS_ENSURE(r.get(&groups), kInternal, "corrupt plan from rank 0");
+    for (uint32_t g = 0; g < groups; ++g) {
+      uint32_t members = 0;
+      MGS_ENSURE(r.get(&members), kInternal, "corrupt plan from rank 0");
+      c.groups.emplace_back();
+      for (uint32_t i = 0; i < members; ++i) {
+        std::string name;
+        MGS_ENSURE(r.getString(&name), kInternal, "corrupt plan from rank 0");
+        c.groups.back().push_back(std::move(name));
+      }
+    }
+    MGS_ENSURE(r.get(&c.predicted_span) && r.getString(&c.label), kInternal, "corrupt plan from rank 0");
+    cands.push_back(std::move(c));
+  }
+  ++stats_.plans;
+  planned(cands.front(), out);
+  if (cands.size() == 1) savePlan(cands.front(), b);
+  if (cands.size() > 1) {
+    trials_ = std::move(cands);
+    const int rounds = trialRounds(config_.plan_trial_steps);
+    trial_order_ = trialOrder(trials_.size(), rounds);
+    trial_visit_ = 0;
+    trial_ = trial_order_.front();
+    trial_steps_ = 0;
+    trial_samples_.assign(trials_.size(), {});
+    trial_started_.assign(trials_.size(), 0);
+    trial_started_[trial_] = 1;
+    stats_.plan_trials += 1;
+    if (comm_.rank() == 0) {
+      std::string list;
+      for (const auto& c : trials_)
+        list += fmt::format("{}{} ({} buckets)", list.empty() ? "" : ", ", c.label, c.groups.size());
+      MGS_LOG_INFO(
+          "trying {} merge plans in {} rounds of {} steps each (order reversed every round), keeping the "
+          "fastest: {}",
+          trials_.size(), rounds, kTrialVisitSteps, list);
+    }
+  }
+  return Status::OK();
+}
+
+void Replanner::trialBoundary(const Boundary& b, std::optional<PlanChoice>* out) {
+  if (trials_.empty()) return;
+  const auto now = Clock::now();
+  // The first step of each visit is left out (the plan's buffers are new).
+  if (comm_.rank() == 0 && trial_steps_ >= 1)
+    trial_samples_[trial_].push_back(std::chrono::duration<double>(now - last_boundary_).count());
+  last_boundary_ = now;
+  if (++trial_steps_ < kTrialVisitSteps) return;
+  trial_steps_ = 0;
+  if (++trial_visit_ < trial_order_.size()) {
+    const size_t next = trial_order_[trial_visit_];
+    if (next != trial_) {  // at a round's turn the same candidate runs on
+      trial_ = next;
+      if (!trial_started_[trial_]) {
+        trial_started_[trial_] = 1;
+        stats_.plan_trials += 1;
+      }
+      planned(trials_[trial_], out);
+    }
+    return;
+  }
+  // Every visit ran: rank 0 names the plan to keep (plan_trials.h: the
+  // fastest mean step, if it beats the dynamic program's plan by more than
+  // the margin and the spread between visits), every rank keeps it. Where
+  // candidates differ by less than the noise (one host, shared memory), a
+  // choice by noise would only make the job's plan, and the exchanges it
+  // picks, vary from run to run.
+  constexpr double kTrialMargin = 0.03;
+  std::string text;
+  if (comm_.rank() == 0) {
+    std::string why, report;
+    const size_t best = chooseTrial(trial_samples_, kTrialMargin, &why);
+    for (size_t i = 0; i < trials_.size(); ++i) {
+      std::string times;
+      for (double s : trial_samples_[i]) times += fmt::format("{}{:.1f}", times.empty() ? "" : "/", s * 1e3);
+      report += fmt::format("{}{} {} ms", report.empty() ? "" : ", ", trials_[i].label, times.empty() ? "-" : times);
+    }
+    MGS_LOG_INFO("merge plan trials (timed steps per visit): {}; keeping {} ({} buckets): {}", report,
+                 trials_[best].label, trials_[best].groups.size(), why);
+    text = std::to_string(best);
+  }
+  Status st = comm_.broadcastString(&text, 0);
+  size_t best = 0;
+  if (st.ok()) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(text.c_str(), &end, 10);
+    if (end && *end == '\0' && !text.empty() && v < trials_.size())
+      best = v;
+    else
+      st = Status(Code::kInternal, "corrupt plan choice from rank 0: '" + text + "'");
+  }
+  // A failed broadcast leaves every rank on the DP plan; a communication
+  // failure surfaces in the next negotiation.
+  if (!st.ok()) MGS_LOG_ERROR("merge plan trials: {}; keeping the first plan", st.toString());
+  planned(trials_[best], out);
+  savePlan(trials_[best], b);
+  trials_.clear();
+  trial_samples_.clear();
+  trial_order_.clear();
+}
+
+}  // namespace mgs

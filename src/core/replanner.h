@@ -1,0 +1,155 @@
+// The re-planner of the sparse pipeline (docs/architecture.md "Sparse
+// pipeline stages"): which merge plan the schedule (bucket_schedule.h) runs,
+// and when it changes. The schedule owns it and calls down into it; it
+// calls nothing back: the schedule passes in what it saw (names, enqueue
+// times, step boundaries) and gets back what to do (a plan to apply, the
+// plan to drop).
+//
+// Everything here runs on the coordinator thread at step boundaries the
+// schedule found in the negotiated order, which is identical on every rank;
+// so the moment of (re)planning is the same everywhere without extra
+// messages. Only the plan itself (computed on rank 0 from rank 0's recorded
+// gradient timings) and the trials' verdict are broadcast.
+//
+// Profile and plan: the first MGS_PROFILE_STEPS steps run layer-wise while
+// rank 0 records when each gradient was enqueued; then the planner runs on
+// rank 0 with the job's cost model (job_cost_model.h) and the plan is
+// broadcast. A tensor name the plan does not know drops the plan and starts
+// a new profile. With MGS_REPLAN_TOLERANCE > 0, rank 0 keeps recording the
+// last MGS_PROFILE_STEPS steps, and every step boundary checks the plan's
+// predicted step against the measured one (online_cost.h); a re-plan uses
+// the recent steps' timings and the refitted cost model, with no layer-wise
+// profile.
+//
+// Trials (MGS_PLAN_TRIAL_STEPS, 'mgs' planner): the first plan after a
+// profile is chosen by measurement, because the cost model can misjudge
+// plans that it prices alike (bench/NOTES.md: a 3-bucket DP plan 6 %
+// slower than a 6-bucket uniform cut the model priced 9 % dearer). Rank 0
+// sends the DP plan and uniform cuts at 1, 2, 4 and 8 buckets' worth of bytes
+// (duplicates dropped); every rank runs each for MGS_PLAN_TRIAL_STEPS steps,
+// switching at the same step boundaries; rank 0 times each step between
+// boundaries (the first under each candidate left out) and broadcasts which
+// was fastest (plan_trials.h), which every rank then keeps.
+//
+// MGS_PLAN_FILE (plan/plan_file.h, replanner_plan_file.cc): a job that finds
+// the file runs its plan from the first step, with the file's exchange per
+// bucket, and never profiles, tries or re-plans (nothing timed decides
+// anything); a job that does not find it plans as above and rank 0 writes
+// every plan it settles on there. Rank 0 reads the file and broadcasts it,
+// so every rank takes the same branch and the same plan.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "common/params.h"
+#include "core/host_load.h"
+#include "core/job_cost_model.h"
+#include "core/request.h"
+#include "core/sparse_stats.h"
+#include "plan/cost_model.h"
+
+namespace mgs {
+
+class Replanner {
+ public:
+  // A plan as rank 0 broadcasts it.
+  struct PlanChoice {
+    std::vector<std::vector<std::string>> groups;  // members in plan order
+    double predicted_span = 0;                     // first gradient -> last exchange end
+    std::string label;                             // for rank 0's log
+  };
+  // What the schedule knows at a step boundary (identical on every rank).
+  struct Boundary {
+    uint64_t step = 0;        // the step that begins
+    bool have_plan = false;   // a plan is in force
+    bool plan_stale = false;  // a sparse tensor the plan does not know was submitted
+    // Every sparse tensor's elements, by name.
+    const std::unordered_map<std::string, int64_t>* elements = nullptr;
+  };
+  // What the schedule does at that boundary, in this order.
+  struct Verdict {
+    bool drop = false;                // drop the plan in force (run layer-wise)
+    std::optional<PlanChoice> apply;  // then run this plan
+  };
+  // A plan loaded from MGS_PLAN_FILE, with each bucket's exchange and each
+  // tensor's elements (the schedule refuses tensors the plan does not have).
+  struct Pinned {
+    PlanChoice plan;
+    std::vector<plan::Exchange> exchange;
+    std::unordered_map<std::string, int64_t> elements;
+  };
+
+  // `config`, `cost` and `stats` outlive the re-planner.
+  Replanner(Communicator& comm, const Config& config, JobCostModel& cost, SparseStats& stats)
+      : comm_(comm), config_(config), cost_(cost), stats_(stats) {}
+
+  // MGS_PLAN_FILE at init (collective; after the cost model is ready). A
+  // file that fits the job pins the cost model to the file's and sets
+  // *pinned; no file: rank 0 saves each plan the job settles on; a file
+  // that does not fit fails on every rank, naming the cause. Unset: nothing.
+  Status loadPlanFile(std::optional<Pinned>* pinned);
+  bool pinned() const { return pinned_; }
+
+  // The first request of a step, and each request as the schedule takes
+  // it (rank 0 records its profile; `have_plan`: a plan is in force).
+  void stepStarted(Clock::time_point first_enqueue) { cost_.online().stepStarted(first_enqueue); }
+  void record(const std::string& name, Clock::time_point enqueued, uint64_t step, bool have_plan);
+  // A restored step counter (a resumed checkpoint): the profile starts
+  // again from `step`.
+  void restartProfile(uint64_t step);
+  // At each step boundary, on every rank (collective when it checks the
+  // plan online, runs the planner or ends the trials).
+  Verdict stepBoundary(const Boundary& b);
+
+ private:
+  // Online re-planning (online_cost.h): the per-step check, collective; a
+  // re-plan's choice into *out.
+  void checkPlan(const Boundary& b, std::optional<PlanChoice>* out);
+  // Rank 0: the candidates (the planner's plan, then the trials' uniform
+  // cuts) as broadcast text; empty if the planner failed. `steal`: the
+  // coordinator's CPU share taken from backward (host_load.h).
+  std::string planOnRankZero(const Boundary& b, bool with_trials, double steal);
+  // Collective: plan (with trials: the first plan after a profile); the
+  // plan to run now into *out (untouched on failure).
+  Status replan(const Boundary& b, bool with_trials, std::optional<PlanChoice>* out);
+  // At a step boundary while candidates are on trial: time the step, move
+  // to the next candidate, or pick the fastest (collective at the end).
+  void trialBoundary(const Boundary& b, std::optional<PlanChoice>* out);
+  // Rank 0, MGS_PLAN_FILE without a file at init: write the plan the job
+  // settled on (write a temporary file, then rename it over the old one).
+  void savePlan(const PlanChoice& p, const Boundary& b);
+  // A plan took effect: the online check compares against its prediction.
+  void planned(const PlanChoice& p, std::optional<PlanChoice>* out);
+
+  Communicator& comm_;
+  const Config& config_;
+  JobCostModel& cost_;
+  SparseStats& stats_;
+
+  uint64_t profile_start_ = 0;  // step at which the current profile began
+  // Rank 0: enqueue time of each name, per profiled step.
+  std::vector<std::vector<std::pair<std::string, Clock::time_point>>> profile_;
+  // Candidate plans on trial (identical on every rank), the one running, and
+  // how many step boundaries it has seen; rank 0: each one's timed steps.
+  std::vector<PlanChoice> trials_;
+  size_t trial_ = 0;
+  int64_t trial_steps_ = 0;          // boundaries in the current visit
+  std::vector<size_t> trial_order_;  // the candidate of each visit (plan_trials.h)
+  size_t trial_visit_ = 0;
+  std::vector<std::vector<double>> trial_samples_;  // rank 0: each candidate's timed steps
+  std::vector<char> trial_started_;                 // candidates that have run (stats_.plan_trials)
+  Clock::time_point last_boundary_{};
+  // MGS_PLAN_FILE: write mode (rank 0 saves each settled plan), or a loaded
+  // plan runs (nothing is profiled, tried or re-planned).
+  bool save_plan_ = false, pinned_ = false;
+  // Rank 0: the coordinator thread's scheduler totals after the first
+  // profiled step (host_load.h): the plan's host_steal is measured from there.
+  ThreadSchedule sched_mark_;
+};
+
+}  // namespace mgs

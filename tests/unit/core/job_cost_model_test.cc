@@ -1,0 +1,292 @@
+// JobCostModel (src/core/job_cost_model.h), the one owner of the job's cost
+// model, with ranks as threads over ThreadCommunicator: MGS_CALIBRATION off
+// and <file>, the job's density and exchanges written into every model it
+// takes in, the exchange choice the schedule and the planner share, a plan
+// file's model pinned, and a calibration file from another world size.
+#include "core/job_cost_model.h"
+
+#include <catch2/catch.hpp>
+#include <spdlog/sinks/ostream_sink.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+#include <unistd.h>
+
+#include "comm/fake/thread_communicator.h"
+#include "common/logging.h"
+#include "core/block_exchange.h"
+#include "core/bucket_exchange.h"
+#include "core/bucket_schedule.h"
+#include "core/calibration.h"
+#include "plan/cost_model_io.h"
+
+namespace mgs {
+namespace {
+
+Config sparseConfig(int P) {
+  Config c;
+  c.compressor = "topk";
+  c.density = 0.01;
+  c.calibration = "off";
+  c.exchange = "auto";
+  c.dense_fallback = true;
+  c.replan_tolerance = 0.15;
+  (void)P;
+  return c;
+}
+
+std::unique_ptr<compress::Selector> topk(double density) {
+  compress::SelectorOptions o;
+  o.density = density;
+  o.numThreads = 1;
+  std::unique_ptr<compress::Selector> s;
+  REQUIRE(compress::Selector::create("topk", o, &s).ok());
+  return s;
+}
+
+// Runs `body` on P ranks (threads), each with its own communicator.
+void onRanks(int P, const std::function<void(Communicator&, int)>& body) {
+  auto world = std::make_shared<ThreadWorld>(P);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < P; ++r)
+    threads.emplace_back([&, r] {
+      ThreadCommunicator comm(world, r);
+      body(comm, r);
+    });
+  for (auto& t : threads) t.join();
+}
+
+// The resolved model of one rank (resolve, then no node hierarchy).
+struct Resolved {
+  Status resolve, nodes;
+  plan::CostModel model;
+  bool file_after_resolve = false;  // the calibration file existed between the two calls
+};
+
+std::vector<Resolved> resolveOnRanks(int P, const Config& config) {
+  std::vector<Resolved> out(P);
+  onRanks(P, [&](Communicator& comm, int r) {
+    auto sel = topk(config.density);
+    JobCostModel cost(comm, config);
+    out[r].resolve = cost.resolve(*sel);
+    if (!out[r].resolve.ok()) return;
+    REQUIRE(comm.barrier().ok());
+    out[r].file_after_resolve = std::filesystem::exists(config.calibration);
+    REQUIRE(comm.barrier().ok());
+    NodeGroups nodes;  // no hierarchy
+    out[r].nodes = cost.useNodes(nodes);
+    out[r].model = cost.model();
+  });
+  return out;
+}
+
+// Captures what the mgs logger writes while it lives.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<spdlog::sinks::ostream_sink_mt>(text_)) {
+    sink_->set_pattern("%v");
+    logger().sinks().push_back(sink_);
+  }
+  ~LogCapture() {
+    auto& sinks = logger().sinks();
+    for (auto it = sinks.begin(); it != sinks.end(); ++it)
+      if (*it == sink_) {
+        sinks.erase(it);
+        break;
+      }
+  }
+  std::string text() {
+    logger().flush();
+    return text_.str();
+  }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
+};
+
+std::string tempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("mgs_job_cost_" + name + "_" + std::to_string(::getpid())))
+      .string();
+}
+
+}  // namespace
+
+TEST_CASE("job cost model: the job's density and exchanges are in the model, and one choice serves everyone",
+          "[core][cost_model]") {
+  for (int P : {1, 2, 4}) {
+    CAPTURE(P);
+    const Config config = sparseConfig(P);
+    onRanks(P, [&](Communicator& comm, int) {
+      auto sel = topk(config.density);
+      JobCostModel cost(comm, config);
+      REQUIRE_FALSE(cost.ready());
+      REQUIRE(cost.resolve(*sel).ok());
+      NodeGroups nodes;
+      REQUIRE(cost.useNodes(nodes).ok());
+      REQUIRE(cost.ready());
+      const plan::CostModel& m = cost.model();
+      REQUIRE(m.density == config.density);
+      REQUIRE(m.exchanges == allowedExchanges(config, P));
+      REQUIRE(m.workers == P);
+      REQUIRE(m.ranks_per_node == 1);
+
+      // The schedule asks the model it holds: the same answer as the owner
+      // at every size, at MGS_DENSITY and at a warm-up density.
+      SparseStats stats;
+      BucketSchedule schedule(comm, config, cost, stats, [](std::vector<Request>&) {});
+      const std::vector<Request> members(1);
+      for (size_t n : {size_t{1}, size_t{1000}, size_t{1} << 16, size_t{1} << 22}) {
+        CAPTURE(n);
+        REQUIRE(cost.exchangeFor(n, config.density) == m.chooseExchange(static_cast<int64_t>(n)));
+        REQUIRE(schedule.exchangeFor(members, n, config.density) == cost.exchangeFor(n, config.density));
+        plan::CostModel warm = m;
+        warm.density = 0.5;
+        REQUIRE(cost.exchangeFor(n, 0.5) == warm.chooseExchange(static_cast<int64_t>(n)));
+        REQUIRE(schedule.exchangeFor(members, n, 0.5) == cost.exchangeFor(n, 0.5));
+      }
+      // A query at another density leaves the model's as it was.
+      REQUIRE(cost.model().density == config.density);
+      if (P > 1) {
+        // With the dense fallback and a density past 1/P, dense wins on any model.
+        REQUIRE(cost.exchangeFor(size_t{1} << 20, 1.0) == plan::Exchange::kDense);
+      }
+    });
+  }
+}
+
+TEST_CASE("job cost model: refits and a pinned plan file's model keep the job's fields", "[core][cost_model]") {
+  const int P = 2;
+  Config config = sparseConfig(P);
+  onRanks(P, [&](Communicator& comm, int) {
+    auto sel = topk(config.density);
+    JobCostModel cost(comm, config);
+    REQUIRE(cost.resolve(*sel).ok());
+    NodeGroups nodes;
+    REQUIRE(cost.useNodes(nodes).ok());
+    const plan::CostModel calibrated = cost.model();
+
+    // A refit with no measurements is the calibrated model itself.
+    const plan::CostModel old = cost.refit();
+    REQUIRE(plan::costModelToJson(old) == plan::costModelToJson(calibrated));
+    REQUIRE(plan::costModelToJson(cost.model()) == plan::costModelToJson(calibrated));
+    REQUIRE(cost.model().density == config.density);
+    REQUIRE(cost.model().exchanges == calibrated.exchanges);
+
+    // A saved plan's model (density is not saved in files: the default).
+    plan::CostModel saved;
+    REQUIRE(plan::costModelPreset("1gbe-P2", &saved).ok());
+    REQUIRE(saved.density != config.density);
+    cost.pin(saved);
+    REQUIRE(cost.pinned());
+    REQUIRE(cost.model().density == config.density);
+    REQUIRE(cost.model().exchanges == calibrated.exchanges);
+    REQUIRE(cost.model().allgather.seconds(1e6) == saved.allgather.seconds(1e6));
+
+    // Nothing measured replaces a pinned model (every rank offers a figure).
+    std::vector<double> seconds;
+    for (size_t n : calibrationSelectionSizes()) seconds.push_back(1e-12 * static_cast<double>(n));
+    const double before = cost.model().sparsify.c_s;
+    cost.agreeDeviceSelection(Status::OK(), seconds);
+    REQUIRE(cost.model().sparsify.c_s == before);
+    REQUIRE_FALSE(cost.wantsDeviceSelection());
+  });
+}
+
+TEST_CASE("job cost model: MGS_CALIBRATION=<file> measured once, saved once by rank 0, then loaded",
+          "[core][cost_model]") {
+  const int P = 2;
+  Config config = sparseConfig(P);
+  config.calibration = tempPath("saved");
+  std::remove(config.calibration.c_str());
+  const auto first = resolveOnRanks(P, config);
+  for (const auto& r : first) {
+    REQUIRE(r.resolve.ok());
+    REQUIRE(r.nodes.ok());
+    REQUIRE_FALSE(r.file_after_resolve);  // saved once, after the node terms, not at each step
+    REQUIRE(r.model.workers == P);
+    REQUIRE(r.model.density == config.density);
+  }
+  std::string text;
+  {
+    std::ifstream f(config.calibration);
+    REQUIRE(f.good());
+    std::stringstream ss;
+    ss << f.rdbuf();
+    text = ss.str();
+  }
+  REQUIRE(text == plan::costModelToJson(first[0].model));
+
+  // A second job loads it: the same model, the file left as it was.
+  const auto second = resolveOnRanks(P, config);
+  for (const auto& r : second) {
+    REQUIRE(r.resolve.ok());
+    REQUIRE(plan::costModelToJson(r.model) == text);
+  }
+  std::ifstream f(config.calibration);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  REQUIRE(ss.str() == text);
+  std::remove(config.calibration.c_str());
+}
+
+TEST_CASE("job cost model: a calibration file from another world size is used as measured, with a warning naming both",
+          "[core][cost_model]") {
+  const int P = 2;
+  Config config = sparseConfig(P);
+  config.calibration = tempPath("other_p");
+  plan::CostModel measured;
+  REQUIRE(plan::costModelPreset("10gbe-P4", &measured).ok());
+  measured.workers = 4;
+  const std::string text = plan::costModelToJson(measured);
+  {
+    std::ofstream f(config.calibration);
+    f << text;
+  }
+  LogCapture log;
+  const auto ranks = resolveOnRanks(P, config);
+  for (const auto& r : ranks) {
+    REQUIRE(r.resolve.ok());
+    REQUIRE(r.model.workers == P);  // priced for this job's ranks
+    REQUIRE(r.model.allgather.seconds(1 << 20) == measured.allgather.seconds(1 << 20));
+    REQUIRE(r.model.density == config.density);
+  }
+  const std::string logged = log.text();
+  CAPTURE(logged);
+  REQUIRE(logged.find("MGS_CALIBRATION='" + config.calibration + "' was measured on 4 ranks; this job has 2") !=
+          std::string::npos);
+  // Not re-measured or rewritten: the file is the user's.
+  std::ifstream f(config.calibration);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  REQUIRE(ss.str() == text);
+  std::remove(config.calibration.c_str());
+}
+
+TEST_CASE("job cost model: a corrupt calibration file fails resolve on every rank, naming the variable",
+          "[core][cost_model]") {
+  const int P = 2;
+  Config config = sparseConfig(P);
+  config.calibration = tempPath("corrupt");
+  {
+    std::ofstream f(config.calibration);
+    f << "{\"format\": \"mgs-cost-model\"";
+  }
+  const auto ranks = resolveOnRanks(P, config);
+  for (const auto& r : ranks) {
+    REQUIRE_FALSE(r.resolve.ok());
+    REQUIRE(r.resolve.code() == Code::kConfig);
+    REQUIRE(r.resolve.message().find("MGS_CALIBRATION='" + config.calibration + "'") != std::string::npos);
+  }
+  std::remove(config.calibration.c_str());
+}
+
+}  // namespace mgs
