@@ -102,24 +102,15 @@ __global__ void sealKernel(unsigned char* block, size_t cap, const uint32_t* non
     if (nonfinite[m]) bad = static_cast<int>(m);
   if (bad < 0 && failure && *failure != 0) bad = *failure == static_cast<int32_t>(Code::kNumeric) ? 0 : -2;
   if (bad == -1 && header > cap) bad = -2;  // cannot happen with a correct selector: fail, never overrun
-  if (bad == -2)
-    header = UINT64_MAX;
-  else if (bad >= 0)
-    header = UINT64_MAX - 1 - static_cast<uint64_t>(bad);
+  if (bad != -1) header = block::failureCode(bad >= 0 ? bad : -1);
   *reinterpret_cast<uint64_t*>(block) = header;
-  *reinterpret_cast<uint64_t*>(block + 8 + 8 * cap) = header ^ kBlockSeal;
+  *reinterpret_cast<uint64_t*>(block + block::sealOffset(cap)) = header ^ block::kAllgatherSeal;
 }
 
-// A failure code: UINT64_MAX, non-finite values in member m (UINT64_MAX - 1 -
-// m), or a staging code (bit 63 | m << 8 | cause, bits 40..62 clear;
-// device_bucket.h isStagingCode).
-__device__ bool stagingFailure(uint64_t h, uint32_t members) {
-  if (!(h & kStagingFailureBit) || ((h >> 40) & 0x7fffffull) != 0) return false;
-  const uint64_t c = h & 0xff, m = (h >> 8) & 0xffffffffull;
-  return c >= 1 && c <= kMaxStagingCause && m < members;
-}
+// A failure code (common/block_layout.h): UINT64_MAX, non-finite values in
+// member m (UINT64_MAX - 1 - m), or a staging code.
 __device__ bool validFailure(uint64_t h, uint32_t members) {
-  return h == UINT64_MAX || UINT64_MAX - 1 - h < members || stagingFailure(h, members);
+  return h == UINT64_MAX || UINT64_MAX - 1 - h < members || block::isStagingCode(h, members);
 }
 
 // grid = (chunks, P). Copies each header into the verdict words and marks the
@@ -135,11 +126,11 @@ __global__ void checkKernel(const unsigned char* recv, size_t bb, size_t cap, si
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     verdict[2 + r] = header;
     const uint64_t seal = *reinterpret_cast<const uint64_t*>(block + bb - 8);
-    bad = seal != (header ^ kBlockSeal) || (header > cap && !validFailure(header, members));
+    bad = seal != (header ^ block::kAllgatherSeal) || (header > cap && !validFailure(header, members));
   }
   if (header <= cap) {
     const float* v = reinterpret_cast<const float*>(block + 8);
-    const uint32_t* idx = reinterpret_cast<const uint32_t*>(block + 8 + 4 * cap);
+    const uint32_t* idx = reinterpret_cast<const uint32_t*>(block + block::indicesOffset(cap));
     const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
     for (size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; j < header; j += stride)
       if (idx[j] >= n || !isfinite(v[j])) bad = true;
@@ -174,7 +165,7 @@ __global__ void addRankKernel(const unsigned char* block, size_t cap, float* sum
   if (verdict[0] != static_cast<uint64_t>(VerdictKind::kOk)) return;
   const uint64_t count = *reinterpret_cast<const uint64_t*>(block);  // <= cap: checked
   const float* v = reinterpret_cast<const float*>(block + 8);
-  const uint32_t* idx = reinterpret_cast<const uint32_t*>(block + 8 + 4 * cap);
+  const uint32_t* idx = reinterpret_cast<const uint32_t*>(block + block::indicesOffset(cap));
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; j < count; j += stride) {
     const uint32_t i = idx[j];
@@ -231,7 +222,7 @@ int scatterBlocks(const void* d_recv, int P, size_t cap, size_t n, uint32_t memb
                   void* stream) {
   const auto s = asStream(stream);
   if (P < 1 || P > 65535) return cudaErrorInvalidValue;
-  const size_t bb = bucketBlockBytes(cap);
+  const size_t bb = block::allgatherBytes(cap);
   const auto* recv = static_cast<const unsigned char*>(d_recv);
   // verdict[0..1] = UINT64_MAX (kind is always rewritten; [1] is the atomicMin start).
   if (cudaError_t e = cudaMemsetAsync(d_verdict, 0xFF, 2 * sizeof(uint64_t), s)) return e;

@@ -26,7 +26,7 @@ int clearHeader(void* d_block, void* stream);
 // After the selector: header = failure code of the first member with a
 // non-finite value, else UINT64_MAX if the selector failed (d_failure != 0,
 // kNumeric -> member 0 as the CPU pipeline does) or the count exceeds cap;
-// then seal = header ^ kBlockSeal.
+// then seal = header ^ block::kAllgatherSeal.
 int sealBlock(void* d_block, size_t cap, const uint32_t* d_nonfinite, uint32_t members, const int32_t* d_failure,
               void* stream);
 

@@ -140,7 +140,7 @@ Status CudaLocalStage::startBucket(const DeviceBucketJob& dj, std::unique_ptr<Pe
              kInvalidArgument, "device bucket: incomplete job");
   const LocalJob& job = *dj.job;
   const std::vector<Request>& members = *job.members;
-  const size_t M = members.size(), cap = job.cap, bb = bucketBlockBytes(cap);
+  const size_t M = members.size(), cap = job.cap, bb = block::allgatherBytes(cap);
   const int P = dj.comm->size(), rank = dj.comm->rank();
   MGS_ENSURE(dj.factors.size() == M, kInvalidArgument, "device bucket: one output factor per member");
   MGS_ENSURE(cap >= 1 && job.n > 0 && job.n < (size_t{1} << 32), kInvalidArgument,
@@ -207,9 +207,9 @@ Status CudaLocalStage::startBucket(const DeviceBucketJob& dj, std::unique_ptr<Pe
   if (!p->local_.ok()) {
     // The failure code and its seal, written last into this rank's block.
     fail[0] = failure;
-    fail[1] = failure ^ kBlockSeal;
+    fail[1] = failure ^ block::kAllgatherSeal;
     MGS_CUDA_CHECK(cudaMemcpyAsync(d_send, &fail[0], 8, cudaMemcpyHostToDevice, stream));
-    MGS_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(d_send) + bucketBlockSealOffset(cap), &fail[1], 8,
+    MGS_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(d_send) + block::sealOffset(cap), &fail[1], 8,
                                    cudaMemcpyHostToDevice, stream));
   }
 

@@ -15,20 +15,10 @@
 #include "runtime_kernels.h"
 
 namespace mgs::cuda {
-namespace {
-
-static_assert(kBlockSeal == block::kAllgatherSeal, "the device block and the host exchange share one layout");
-static_assert(kMaxStagingCause == block::kMaxStagingCause &&
-                  block::stagingCode(3, block::StagingCause::kOutput) == (kStagingFailureBit | (3u << 8) | 4u),
-              "the device and the host decode staging codes alike");
-
-}  // namespace
 
 Status CudaLocalStage::create(const LocalStageOptions& options, int device, std::unique_ptr<CudaLocalStage>* out) {
   MGS_ENSURE(device >= 0 && device < deviceCount(), kCuda,
              "CUDA device " << device << " is not visible (" << deviceCount() << " CUDA devices)");
-  MGS_ENSURE(bucketBlockBytes(7) == block::allgatherBytes(7) && bucketBlockIndicesOffset(7) == 8 + 4 * 7, kInternal,
-             "the device block's layout differs from the host exchange's");
   std::unique_ptr<CudaLocalStage> s(new CudaLocalStage(options, device));
   MGS_CUDA_CHECK(cudaSetDevice(device));
   MGS_RETURN_IF_ERROR(DeviceBucketEngine::create(device, nullptr, &s->engine_));
@@ -190,13 +180,13 @@ Status CudaLocalStage::runSparse(const LocalJob& job, LocalOutcome* out, BufPtr*
   auto lk = opt_.residuals->lock();
   Scratch scratch{engine_->pool(), {}};
   void* d_block = nullptr;
-  MGS_RETURN_IF_ERROR(scratch.take(bucketBlockBytes(cap), &d_block));
+  MGS_RETURN_IF_ERROR(scratch.take(block::allgatherBytes(cap), &d_block));
   MGS_RETURN_IF_ERROR(enqueueLocalPart(job, d_block, nullptr, acc, &scratch.bufs));
   const double density = job.selector->options().density;
   // Only the block (and M + 1 words) crosses to the host, for the MPI exchange.
   words_.resize((M + 1) * sizeof(uint32_t));
   MGS_CUDA_CHECK(
-      cudaMemcpyAsync(job.block, d_block, bucketBlockBytes(cap), cudaMemcpyDeviceToHost, asStream(engine_->stream())));
+      cudaMemcpyAsync(job.block, d_block, block::allgatherBytes(cap), cudaMemcpyDeviceToHost, asStream(engine_->stream())));
   MGS_CUDA_CHECK(cudaMemcpyAsync(words_.data(), engine_->localWords(), words_.size(), cudaMemcpyDeviceToHost,
                                  asStream(engine_->stream())));
   MGS_RETURN_IF_ERROR(syncStream(engine_->stream()));
@@ -420,7 +410,7 @@ Status CudaLocalStage::scatterBlocks(const std::vector<Request>& members, const 
   }
   Scratch scratch{engine_->pool(), {}};
   void* d_recv = nullptr;
-  const size_t bytes = static_cast<size_t>(P) * bucketBlockBytes(cap);
+  const size_t bytes = static_cast<size_t>(P) * block::allgatherBytes(cap);
   MGS_RETURN_IF_ERROR(scratch.take(bytes, &d_recv));
   MGS_CUDA_CHECK(cudaMemcpyAsync(d_recv, recv, bytes, cudaMemcpyHostToDevice, asStream(engine_->stream())));
   ScatterArgs a;

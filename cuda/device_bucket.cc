@@ -280,8 +280,8 @@ Status DeviceBucketEngine::enqueueLocal(const GpuSelector& selector, const Local
   s.dtype = MGS_FLOAT32;
   s.residual = a.d_acc;
   s.n = n;
-  s.outValues = reinterpret_cast<float*>(block + bucketBlockValuesOffset());
-  s.outIndices = reinterpret_cast<uint32_t*>(block + bucketBlockIndicesOffset(a.cap));
+  s.outValues = reinterpret_cast<float*>(block + block::valuesOffset());
+  s.outIndices = reinterpret_cast<uint32_t*>(block + block::indicesOffset(a.cap));
   s.workspace = a.d_workspace;
   s.workspaceBytes = a.workspaceBytes;
   s.step = a.step;

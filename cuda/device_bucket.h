@@ -11,12 +11,11 @@
 // the kernels are tested against the CPU reference only on a GPU
 // (tests/gpu/bucket_gpu_test.cc, scripts/gpu_check.sh).
 //
-// Block layout, the wire format of src/core/sparse_block.h:
+// Block layout: the allgather block of src/common/block_layout.h
 //   [uint64 header | float values[cap] | uint32 indices[cap] | uint64 seal]
-// header = the selected count (<= cap), or a failure code above any count:
-// UINT64_MAX (a failure without details) or UINT64_MAX - 1 - m (non-finite
-// values in member m); seal = header ^ kBlockSeal, so a short message is told
-// from a whole block.
+// header = the selected count (<= cap), or a failure code above any count;
+// seal = header ^ block::kAllgatherSeal, so a short message is told from a
+// whole block.
 //
 // One engine per device and coordinator: every call enqueues on the engine's
 // stream, so stream order makes slab and buffer reuse safe without events.
@@ -29,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "common/block_layout.h"
 #include "common/status.h"
 #include "mgs/mgs.h"
 
@@ -37,26 +37,9 @@ namespace mgs::cuda {
 class GpuSelector;
 class DeviceBucketEngine;
 
-// ---- Block format (shared with the CPU exchange) -----------------------------
-constexpr uint64_t kBlockSeal = 0x6d67732d626c6b21ull;  // "mgs-blk!", as core/sparse_block.h
-inline size_t bucketBlockBytes(size_t cap) { return 16 + 8 * cap; }
-inline size_t bucketBlockValuesOffset() { return 8; }
-inline size_t bucketBlockIndicesOffset(size_t cap) { return 8 + 4 * cap; }
-inline size_t bucketBlockSealOffset(size_t cap) { return 8 + 8 * cap; }
-// bad_member < 0: a failure without details.
-inline uint64_t bucketFailureCode(int bad_member) {
-  return bad_member < 0 ? UINT64_MAX : UINT64_MAX - 1 - static_cast<uint64_t>(bad_member);
-}
-// Staging codes (core/sparse_block.h stagingCode): a member this rank could
-// not serve at all; bit 63 | member << 8 | cause (1..kMaxStagingCause), bits
-// 40..62 clear. A failure that is not a non-finite value.
-constexpr uint64_t kStagingFailureBit = uint64_t{1} << 63;
-constexpr uint64_t kMaxStagingCause = 5;
-inline bool isStagingCode(uint64_t h, size_t members) {
-  if (!(h & kStagingFailureBit) || ((h >> 40) & 0x7fffffull) != 0) return false;
-  const uint64_t c = h & 0xff, m = (h >> 8) & 0xffffffffull;
-  return c >= 1 && c <= kMaxStagingCause && m < members;
-}
+// ---- Block format: common/block_layout.h (block::allgatherBytes, the
+// offsets, block::kAllgatherSeal, block::failureCode, block::isStagingCode),
+// one definition for this engine, its kernels and the host exchange.
 
 // ---- Members and their device descriptors ------------------------------------
 // One tensor of a bucket, as the host knows it.
@@ -156,7 +139,7 @@ struct LocalStageArgs {
   const std::vector<BucketMember>* members = nullptr;
   const float* d_residual = nullptr;  // n floats, or nullptr (no error feedback / none yet)
   float* d_acc = nullptr;             // n floats: acc, then acc with the sent entries zeroed (the new residual)
-  void* d_block = nullptr;            // bucketBlockBytes(cap) bytes, 8-byte aligned
+  void* d_block = nullptr;            // block::allgatherBytes(cap) bytes, 8-byte aligned
   size_t cap = 0;                     // selector.maxCount(n)
   void* d_workspace = nullptr;        // selector.workspaceBytes(n), 256-byte aligned
   size_t workspaceBytes = 0;
@@ -166,7 +149,7 @@ struct LocalStageArgs {
 
 struct ScatterArgs {
   const std::vector<BucketMember>* members = nullptr;
-  const void* d_recv = nullptr;  // P blocks of bucketBlockBytes(cap), rank order
+  const void* d_recv = nullptr;  // P blocks of block::allgatherBytes(cap), rank order
   int P = 1;
   size_t cap = 0;
   bool propagate = true;  // MGS_NONFINITE=propagate: non-finite failure codes -> NaN outputs

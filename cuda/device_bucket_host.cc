@@ -89,7 +89,7 @@ Status decodeVerdict(const uint64_t* words, int P, size_t cap, size_t members, b
       other = true;
     } else if (UINT64_MAX - 1 - h < members) {
       v.failure[r] = static_cast<int>(UINT64_MAX - 1 - h);
-    } else if (isStagingCode(h, members)) {
+    } else if (block::isStagingCode(h, members)) {
       v.failure[r] = -2;  // a member this rank could not serve: not a non-finite value
       other = true;
     } else {

@@ -7,6 +7,8 @@
 #include "common/check.h"
 #include "cuda_local_stage.h"
 #ifdef MGS_WITH_NCCL
+#include <nccl.h>
+
 #include "comm/nccl/nccl_communicator.h"
 #endif
 
@@ -14,8 +16,10 @@ namespace mgs::device {
 
 #ifdef MGS_WITH_NCCL
 bool builtWithNccl() { return true; }
+int ncclVersion() { return NCCL_VERSION_CODE; }
 #else
 bool builtWithNccl() { return false; }
+int ncclVersion() { return 0; }
 #endif
 
 // Ran on an H100 through mgs.torch (python.cuda_sparse.*, python.backend_nccl.np1).

@@ -1,5 +1,6 @@
-// The typed sparse block: the one place that knows the byte layout of what a
-// rank sends per sparse bucket. Everything else goes through these views.
+// The typed sparse block: what a rank sends per sparse bucket, as views over
+// the byte layout of common/block_layout.h (the one definition, shared with
+// the CUDA bucket kernels). Host code goes through these views.
 //
 //   allgather block  [header u64 | values f32[cap] | indices u32[cap] | seal u64]
 //   agreed index block  [header u64 | indices u32[cap] | seal u64]
@@ -24,19 +25,9 @@
 #include <cstring>
 #include <type_traits>
 
+#include "common/block_layout.h"  // the offsets, seals and codes, shared with the CUDA kernels
+
 namespace mgs::block {
-
-constexpr uint64_t kAllgatherSeal = 0x6d67732d626c6b21ull;  // "mgs-blk!"
-constexpr uint64_t kIndexSeal = 0x6d67732d69647821ull;      // "mgs-idx!"
-
-// Bytes of a block with room for `cap` entries.
-constexpr size_t allgatherBytes(size_t cap) { return 16 + 8 * cap; }
-constexpr size_t indexBytes(size_t cap) { return 16 + 4 * cap; }
-
-// The header of a rank whose local part failed (bad_member < 0: no details).
-constexpr uint64_t failureCode(int bad_member) {
-  return bad_member < 0 ? UINT64_MAX : UINT64_MAX - 1 - static_cast<uint64_t>(bad_member);
-}
 
 // Why a rank could not serve a member at all (the low byte of a staging
 // code; 0 is not a cause). Checked before anything of the bucket runs, so
@@ -49,7 +40,7 @@ enum class StagingCause : uint8_t {
   kOutput = 4,       // the output is not a CUDA tensor of the input's size and a float dtype on that device
   kNoData = 5,       // a null data pointer
 };
-constexpr uint8_t kMaxStagingCause = 5;
+static_assert(static_cast<uint8_t>(StagingCause::kNoData) == kMaxStagingCause, "block_layout.h's last cause");
 // What the cause means, for messages ("the input is on another CUDA device ...").
 inline const char* stagingCauseText(StagingCause c) {
   switch (c) {
@@ -69,12 +60,10 @@ inline const char* stagingCauseText(StagingCause c) {
   return "no cause";
 }
 
-// Staging codes: bit 63 set, the member in bits 8..39, the cause in bits
-// 0..7, bits 40..62 clear; disjoint from counts (< 2^32) and from the
+// Staging codes (block_layout.h): disjoint from counts (< 2^32) and from the
 // non-finite codes (>= 2^64 - 2^32 - 1).
-constexpr uint64_t kStagingBit = uint64_t{1} << 63;
 constexpr uint64_t stagingCode(uint32_t member, StagingCause cause) {
-  return kStagingBit | (uint64_t{member} << 8) | static_cast<uint64_t>(cause);
+  return stagingCodeRaw(member, static_cast<uint8_t>(cause));
 }
 
 // What a header says, given the block's cap and the bucket's member count.
@@ -89,12 +78,8 @@ inline Header decodeHeader(uint64_t h, size_t cap, size_t members) {
   if (h == UINT64_MAX) return {Header::kFailure, 0, -1};
   const uint64_t m = UINT64_MAX - 1 - h;
   if (m < members) return {Header::kFailure, 0, static_cast<int>(m)};
-  if ((h & ~(kStagingBit | 0xffffffffffull)) == 0 && (h & kStagingBit)) {
-    const uint64_t sm = (h >> 8) & 0xffffffffull;
-    const uint64_t c = h & 0xff;
-    if (c >= 1 && c <= kMaxStagingCause && sm < members)
-      return {Header::kFailure, 0, static_cast<int>(sm), static_cast<StagingCause>(c)};
-  }
+  if (isStagingCode(h, members))
+    return {Header::kFailure, 0, static_cast<int>((h >> 8) & 0xffffffffull), static_cast<StagingCause>(h & 0xff)};
   return {Header::kInvalid, 0, -1};
 }
 
@@ -112,30 +97,31 @@ class View {
   Byte* data() const { return base_; }
 
   uint64_t header() const { return load(0); }
-  uint64_t sealWord() const { return load(bytes() - 8); }
+  uint64_t sealWord() const { return load(sealAt()); }
   // The seal matches the header: the whole block arrived.
   bool sealed() const { return sealWord() == (header() ^ kSeal); }
 
   // Only for the allgather layout.
   template <bool I = kIndexOnly, class = std::enable_if_t<!I>>
   auto values() const {
-    return reinterpret_cast<std::conditional_t<std::is_const_v<Byte>, const float*, float*>>(base_ + 8);
+    return reinterpret_cast<std::conditional_t<std::is_const_v<Byte>, const float*, float*>>(base_ + valuesOffset());
   }
   auto indices() const {
     return reinterpret_cast<std::conditional_t<std::is_const_v<Byte>, const uint32_t*, uint32_t*>>(
-        base_ + 8 + (kIndexOnly ? 0 : 4 * cap_));
+        base_ + (kIndexOnly ? indexIndicesOffset() : indicesOffset(cap_)));
   }
 
   // Writers (Byte = char).
   // The header and its seal: a block is complete once this is written.
   void finish(uint64_t header) const {
     store(0, header);
-    store(bytes() - 8, header ^ kSeal);
+    store(sealAt(), header ^ kSeal);
   }
   // Receivers clear the seal of a (pooled) buffer before the exchange.
-  void clearSeal() const { store(bytes() - 8, 0); }
+  void clearSeal() const { store(sealAt(), 0); }
 
  private:
+  size_t sealAt() const { return kIndexOnly ? indexSealOffset(cap_) : sealOffset(cap_); }
   uint64_t load(size_t at) const {
     uint64_t v;
     std::memcpy(&v, base_ + at, 8);

@@ -118,7 +118,7 @@ LocalOut runLocal(DeviceBucketEngine& e, const GpuSelector& sel, std::vector<Mem
   }
   LocalOut out;
   out.cap = sel.maxCount(n);
-  Dev res(n * 4), acc(n * 4), block(bucketBlockBytes(out.cap));
+  Dev res(n * 4), acc(n * 4), block(mgs::block::allgatherBytes(out.cap));
   size_t wb = 0;
   REQUIRE(sel.workspaceBytes(n, &wb).ok());
   Dev ws(wb);
@@ -136,7 +136,7 @@ LocalOut runLocal(DeviceBucketEngine& e, const GpuSelector& sel, std::vector<Mem
   a.name = "test bucket";
   REQUIRE(e.enqueueLocal(sel, a).ok());
   REQUIRE(cudaStreamSynchronize(static_cast<cudaStream_t>(e.stream())) == cudaSuccess);
-  out.block.resize(bucketBlockBytes(out.cap));
+  out.block.resize(mgs::block::allgatherBytes(out.cap));
   block.get(out.block.data(), out.block.size());
   out.acc_after.resize(n);
   if (n) acc.get(out.acc_after.data(), n * 4);
@@ -156,8 +156,8 @@ uint64_t header(const std::vector<char>& block) {
 
 void checkSeal(const std::vector<char>& block, size_t cap) {
   uint64_t s;
-  std::memcpy(&s, block.data() + bucketBlockSealOffset(cap), 8);
-  CHECK(s == (header(block) ^ kBlockSeal));
+  std::memcpy(&s, block.data() + mgs::block::sealOffset(cap), 8);
+  CHECK(s == (header(block) ^ mgs::block::kAllgatherSeal));
 }
 
 }  // namespace
@@ -213,8 +213,8 @@ TEST_CASE("device bucket: local stage equals fuse + CPU selector, conservation b
       REQUIRE(csel->select(a, &res).ok());
       REQUIRE(header(g.block) == res.count);
       checkSeal(g.block, g.cap);
-      const float* gv = reinterpret_cast<const float*>(g.block.data() + bucketBlockValuesOffset());
-      const uint32_t* gi = reinterpret_cast<const uint32_t*>(g.block.data() + bucketBlockIndicesOffset(g.cap));
+      const float* gv = reinterpret_cast<const float*>(g.block.data() + mgs::block::valuesOffset());
+      const uint32_t* gi = reinterpret_cast<const uint32_t*>(g.block.data() + mgs::block::indicesOffset(g.cap));
       std::vector<char> sent(n, 0);
       for (size_t j = 0; j < res.count; ++j) {
         REQUIRE(gi[j] == idx[j]);
@@ -246,12 +246,12 @@ TEST_CASE("device bucket: a non-finite gradient sends the first bad member's cod
                                 {MGS_FLOAT32, 300, 1.0, encode(c, MGS_FLOAT32)}};
   const std::vector<float> residual = gaussian(1500, 4);
   LocalOut g = runLocal(*e, *sel, ms, &residual, 0);  // checks the residual is untouched
-  CHECK(header(g.block) == bucketFailureCode(1));
+  CHECK(header(g.block) == mgs::block::failureCode(1));
   checkSeal(g.block, g.cap);
   // Overflow in the sum counts too: finite gradient * prescale -> Inf.
   std::vector<MemberData> big = {{MGS_FLOAT32, 4, 1e38, encode({1.f, 2.f, 3.f, 4.f}, MGS_FLOAT32)}};
   g = runLocal(*e, *sel, big, nullptr, 0);
-  CHECK(header(g.block) == bucketFailureCode(0));
+  CHECK(header(g.block) == mgs::block::failureCode(0));
 }
 
 namespace {
@@ -265,7 +265,7 @@ struct Scatter {
     P = P_;
     n = n_;
     cap = cap_;
-    const size_t bb = bucketBlockBytes(cap);
+    const size_t bb = mgs::block::allgatherBytes(cap);
     recv.assign(bb * P, 0);
     std::mt19937_64 g(seed);
     for (int r = 0; r < P; ++r) {
@@ -280,12 +280,12 @@ struct Scatter {
     }
   }
   void setBlock(int r, uint64_t h, const std::vector<float>& v, const std::vector<uint32_t>& idx) {
-    char* b = recv.data() + bucketBlockBytes(cap) * r;
+    char* b = recv.data() + mgs::block::allgatherBytes(cap) * r;
     std::memcpy(b, &h, 8);
     if (!v.empty()) std::memcpy(b + 8, v.data(), v.size() * 4);
-    if (!idx.empty()) std::memcpy(b + bucketBlockIndicesOffset(cap), idx.data(), idx.size() * 4);
-    const uint64_t seal = h ^ kBlockSeal;
-    std::memcpy(b + bucketBlockSealOffset(cap), &seal, 8);
+    if (!idx.empty()) std::memcpy(b + mgs::block::indicesOffset(cap), idx.data(), idx.size() * 4);
+    const uint64_t seal = h ^ mgs::block::kAllgatherSeal;
+    std::memcpy(b + mgs::block::sealOffset(cap), &seal, 8);
   }
   void setHeader(int r, uint64_t h) { setBlock(r, h, {}, {}); }
   // The CPU's order: rank by rank from +0, then each touched entry scaled once.
@@ -296,14 +296,14 @@ struct Scatter {
     for (const auto& m : ms)
       for (size_t i = 0; i < m.count; ++i) fac.push_back(static_cast<float>(m.outFactor));
     for (int r = 0; r < P; ++r) {
-      const char* b = recv.data() + bucketBlockBytes(cap) * r;
+      const char* b = recv.data() + mgs::block::allgatherBytes(cap) * r;
       uint64_t h;
       std::memcpy(&h, b, 8);
       for (uint64_t j = 0; j < h; ++j) {
         float v;
         uint32_t i;
         std::memcpy(&v, b + 8 + 4 * j, 4);
-        std::memcpy(&i, b + bucketBlockIndicesOffset(cap) + 4 * j, 4);
+        std::memcpy(&i, b + mgs::block::indicesOffset(cap) + 4 * j, 4);
         s[i] += v;
         touched[i] = 1;
       }
@@ -402,7 +402,7 @@ TEST_CASE("device bucket: scatter verdicts (NaN under propagate, errors, malform
   auto ms = outMembers({{MGS_FLOAT32, 50}, {MGS_FLOAT16, 40}, {MGS_BFLOAT16, 30}}, 3);
   Scatter sc;
   sc.build(3, 120, 20, 5);
-  sc.setHeader(1, bucketFailureCode(2));
+  sc.setHeader(1, mgs::block::failureCode(2));
   BucketVerdict v;
   auto out = runScatter(*e, sc, ms, true, &v, {0x11});
   CHECK(v.kind == VerdictKind::kNaNWritten);
@@ -424,7 +424,7 @@ TEST_CASE("device bucket: scatter verdicts (NaN under propagate, errors, malform
   CHECK(st.code() == Code::kNumeric);
   CHECK(st.message().find("rank 1 has NaN or Inf in tensor 'out2'") != std::string::npos);
   // A generic failure is never NaN, even under propagate.
-  sc.setHeader(0, bucketFailureCode(-1));
+  sc.setHeader(0, mgs::block::failureCode(-1));
   out = runScatter(*e, sc, ms, true, &v, {0x22});
   CHECK(v.kind == VerdictKind::kFailed);
   for (auto& o : out)
@@ -439,7 +439,7 @@ TEST_CASE("device bucket: scatter verdicts (NaN under propagate, errors, malform
   for (auto& o : out)
     for (char c : o) REQUIRE(c == 0x33);
   bad.build(2, 120, 20, 6);
-  bad.recv[bucketBlockSealOffset(20)] ^= 1;  // rank 0's seal
+  bad.recv[mgs::block::sealOffset(20)] ^= 1;  // rank 0's seal
   runScatter(*e, bad, ms, true, &v, {0x33});
   CHECK(v.kind == VerdictKind::kMalformed);
   CHECK(v.malformedRank == 0);
@@ -466,7 +466,7 @@ TEST_CASE("device bucket: zero host syncs and no allocation on the enqueue path 
   const size_t cap = sel->maxCount(n);
   size_t wb = 0;
   REQUIRE(sel->workspaceBytes(n, &wb).ok());
-  Dev ws(wb), block(bucketBlockBytes(cap));
+  Dev ws(wb), block(mgs::block::allgatherBytes(cap));
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   auto step = [&](uint64_t s, PendingVerdict* pv) {
     LocalStageArgs a;

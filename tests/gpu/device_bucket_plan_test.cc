@@ -36,16 +36,16 @@ std::vector<uint64_t> words(VerdictKind kind, uint64_t malformed, std::vector<ui
 
 TEST_CASE("device bucket: block layout is the CPU exchange's", "[gpu_cpu][bucket]") {
   // core/sparse_block.h: [header | values[cap] | indices[cap] | seal], 16 + 8 cap bytes.
-  CHECK(bucketBlockBytes(0) == 16);
-  CHECK(bucketBlockBytes(1000) == 8016);
-  CHECK(bucketBlockValuesOffset() == 8);
-  CHECK(bucketBlockIndicesOffset(1000) == 4008);
-  CHECK(bucketBlockSealOffset(1000) == 8008);
-  CHECK(bucketBlockSealOffset(1000) + 8 == bucketBlockBytes(1000));
-  CHECK(bucketFailureCode(-1) == UINT64_MAX);
-  CHECK(bucketFailureCode(0) == UINT64_MAX - 1);
-  CHECK(bucketFailureCode(5) == UINT64_MAX - 6);
-  CHECK(kBlockSeal == 0x6d67732d626c6b21ull);
+  CHECK(mgs::block::allgatherBytes(0) == 16);
+  CHECK(mgs::block::allgatherBytes(1000) == 8016);
+  CHECK(mgs::block::valuesOffset() == 8);
+  CHECK(mgs::block::indicesOffset(1000) == 4008);
+  CHECK(mgs::block::sealOffset(1000) == 8008);
+  CHECK(mgs::block::sealOffset(1000) + 8 == mgs::block::allgatherBytes(1000));
+  CHECK(mgs::block::failureCode(-1) == UINT64_MAX);
+  CHECK(mgs::block::failureCode(0) == UINT64_MAX - 1);
+  CHECK(mgs::block::failureCode(5) == UINT64_MAX - 6);
+  CHECK(mgs::block::kAllgatherSeal == 0x6d67732d626c6b21ull);
 }
 
 TEST_CASE("device bucket: fuse descriptors lay members back to back", "[gpu_cpu][bucket]") {
@@ -121,7 +121,7 @@ TEST_CASE("device bucket: verdict decoding", "[gpu_cpu][bucket]") {
   CHECK(v.failure == std::vector<int>{-1, -1, -1});
 
   // Rank 1 had NaN in member 2: propagate -> NaN written, not committable, OK status.
-  w = words(VerdictKind::kNaNWritten, UINT64_MAX, {5, bucketFailureCode(2), 9});
+  w = words(VerdictKind::kNaNWritten, UINT64_MAX, {5, mgs::block::failureCode(2), 9});
   REQUIRE(decodeVerdict(w.data(), 3, cap, M, true, &v).ok());
   CHECK(v.kind == VerdictKind::kNaNWritten);
   CHECK(!v.committable());
@@ -139,7 +139,7 @@ TEST_CASE("device bucket: verdict decoding", "[gpu_cpu][bucket]") {
   CHECK(st.message().find("residuals unchanged") != std::string::npos);
 
   // A generic failure is never turned into NaN outputs, even under propagate.
-  w = words(VerdictKind::kFailed, UINT64_MAX, {UINT64_MAX, bucketFailureCode(0), 1});
+  w = words(VerdictKind::kFailed, UINT64_MAX, {UINT64_MAX, mgs::block::failureCode(0), 1});
   REQUIRE(decodeVerdict(w.data(), 3, cap, M, true, &v).ok());
   st = verdictStatus(v, ms, "b");
   CHECK(st.code() == Code::kInternal);
@@ -158,17 +158,17 @@ TEST_CASE("device bucket: verdict decoding", "[gpu_cpu][bucket]") {
 TEST_CASE("device bucket: staging codes are failures, never NaN outputs", "[gpu_cpu][bucket]") {
   const size_t cap = 100, M = 3;
   // Rank 1 could not serve member 2 (cause 2: another device): bit 63 | m << 8 | cause.
-  const uint64_t staging = kStagingFailureBit | (uint64_t{2} << 8) | 2;
-  CHECK(isStagingCode(staging, M));
-  CHECK(!isStagingCode(staging, 2));                                       // no member 2
-  CHECK(!isStagingCode(kStagingFailureBit | (uint64_t{2} << 8), M));       // cause 0
-  CHECK(!isStagingCode(kStagingFailureBit | (kMaxStagingCause + 1), M));   // unknown cause
-  CHECK(!isStagingCode(kStagingFailureBit | (uint64_t{1} << 40) | 1, M));  // bits 40..62
-  CHECK(!isStagingCode(bucketFailureCode(0), M));
-  CHECK(!isStagingCode(UINT64_MAX, M));
+  const uint64_t staging = mgs::block::kStagingBit | (uint64_t{2} << 8) | 2;
+  CHECK(mgs::block::isStagingCode(staging, M));
+  CHECK(!mgs::block::isStagingCode(staging, 2));                                       // no member 2
+  CHECK(!mgs::block::isStagingCode(mgs::block::kStagingBit | (uint64_t{2} << 8), M));       // cause 0
+  CHECK(!mgs::block::isStagingCode(mgs::block::kStagingBit | (mgs::block::kMaxStagingCause + 1), M));   // unknown cause
+  CHECK(!mgs::block::isStagingCode(mgs::block::kStagingBit | (uint64_t{1} << 40) | 1, M));  // bits 40..62
+  CHECK(!mgs::block::isStagingCode(mgs::block::failureCode(0), M));
+  CHECK(!mgs::block::isStagingCode(UINT64_MAX, M));
   BucketVerdict v;
   // Under propagate too: a staging code is not a non-finite value.
-  auto w = words(VerdictKind::kFailed, UINT64_MAX, {4, staging, bucketFailureCode(1)});
+  auto w = words(VerdictKind::kFailed, UINT64_MAX, {4, staging, mgs::block::failureCode(1)});
   REQUIRE(decodeVerdict(w.data(), 3, cap, M, true, &v).ok());
   CHECK(v.kind == VerdictKind::kFailed);
   CHECK(v.failure == std::vector<int>{-1, -2, 1});
@@ -180,14 +180,14 @@ TEST_CASE("device bucket: staging codes are failures, never NaN outputs", "[gpu_
 TEST_CASE("device bucket: verdict words that contradict the headers are an internal error", "[gpu_cpu][bucket]") {
   BucketVerdict v;
   // Kind ok, but rank 0 sent a failure code.
-  auto w = words(VerdictKind::kOk, UINT64_MAX, {bucketFailureCode(0), 3});
+  auto w = words(VerdictKind::kOk, UINT64_MAX, {mgs::block::failureCode(0), 3});
   Status st = decodeVerdict(w.data(), 2, 10, 1, true, &v);
   CHECK(st.code() == Code::kInternal);
   // A header above cap that is no failure code, but no malformed rank.
   w = words(VerdictKind::kOk, UINT64_MAX, {11, 3});
   CHECK(decodeVerdict(w.data(), 2, 10, 1, true, &v).code() == Code::kInternal);
   // A failure code for member 1 of a 1-member bucket is no failure code.
-  w = words(VerdictKind::kMalformed, 0, {bucketFailureCode(1), 3});
+  w = words(VerdictKind::kMalformed, 0, {mgs::block::failureCode(1), 3});
   CHECK(decodeVerdict(w.data(), 2, 10, 1, true, &v).ok());
   // Unknown kind; malformed rank out of range.
   w = words(static_cast<VerdictKind>(9), UINT64_MAX, {1, 3});
