@@ -487,6 +487,8 @@ MGS_API const char* mgs_version(void);
 MGS_API int mgs_built_with_cuda(void);
 /** 1 if this library was built with the NCCL backend. */
 MGS_API int mgs_built_with_nccl(void);
+/** NCCL's version code this library was built with (e.g. 21803 for 2.18.3), 0 without NCCL. */
+MGS_API int mgs_nccl_version(void);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -483,5 +483,6 @@ mgs_status_t mgs_sparse_state_restore(const void* data, size_t size) {
 const char* mgs_version(void) { return MGS_VERSION_STRING; }
 int mgs_built_with_cuda(void) { return mgs::device::builtWithCuda() ? 1 : 0; }
 int mgs_built_with_nccl(void) { return mgs::device::builtWithNccl() ? 1 : 0; }
+int mgs_nccl_version(void) { return mgs::device::ncclVersion(); }
 
 }  // extern "C"

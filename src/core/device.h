@@ -19,6 +19,9 @@
 namespace mgs::device {
 
 bool builtWithNccl();
+// NCCL's version code at build time (NCCL_VERSION_CODE, e.g. 21803 for
+// 2.18.3), 0 without NCCL.
+int ncclVersion();
 // The local stage on CUDA device `device` (core/local_stage.h has the
 // contract; core/routed_local_stage.h how buckets reach it): slabs and
 // residuals in device memory, the GPU selector, only the compact block

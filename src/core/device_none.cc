@@ -13,6 +13,7 @@ Status noCuda() {
 }  // namespace
 
 bool builtWithNccl() { return false; }
+int ncclVersion() { return 0; }
 Status createLocalStage(const LocalStageOptions&, int, std::unique_ptr<ResidentLocalStage>*) { return noCuda(); }
 Status createNcclComm(Communicator&, double, DeviceComm*) { return noCuda(); }
 

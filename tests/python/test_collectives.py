@@ -218,4 +218,6 @@ def test_topology(rank, size):
     ranks = hvd.allgather(torch.tensor([rank]))
     assert ranks.tolist() == list(range(size))
     assert hvd.is_initialized() and hvd.mpi_built() and not hvd.gloo_built()
-    assert isinstance(hvd.cuda_built(), bool) and isinstance(hvd.nccl_built(), bool)
+    assert isinstance(hvd.cuda_built(), bool) and isinstance(hvd.nccl_built(), int)
+    # As Horovod's: NCCL's version code when built with NCCL (NCCL 2.7 or newer is 2700 and up), else 0.
+    assert hvd.nccl_built() == 0 or hvd.nccl_built() >= 2700

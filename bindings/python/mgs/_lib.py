@@ -138,6 +138,7 @@ def _declare(lib):
     p_float = ctypes.c_void_p  # float*: an address (int or c_void_p), as the tests and adapters pass it
     optional = {  # newer entry points: the bindings work without them
         "mgs_get_stats": (c_int, [ctypes.POINTER(MgsStats), ctypes.c_size_t]),
+        "mgs_nccl_version": (c_int, []),
         # process sets, alltoall, reducescatter, join
         "mgs_allreduce_ps_async": (
             c_int, [c_char_p, p_tensor, p_tensor, c_int, c_double, c_double, c_uint32, c_int32, p_handle]),

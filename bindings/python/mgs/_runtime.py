@@ -350,7 +350,12 @@ def cuda_built():
 
 
 def nccl_built():
-    return bool(lib().mgs_built_with_nccl())
+    """As Horovod's: NCCL's version code libmgs was built with (e.g. 21803 for 2.18.3; true), else 0."""
+    L = lib()
+    if not L.mgs_built_with_nccl():
+        return 0
+    fn = getattr(L.cdll, "mgs_nccl_version", None)
+    return int(fn()) if fn is not None and fn() > 0 else 1
 
 
 # ------------------------------------------------------------------- naming --
