@@ -18,11 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define MGS_HOST_DEVICE __host__ __device__
-#else
-#define MGS_HOST_DEVICE
-#endif
+#include "common/host_device.h"
 
 namespace mgs::block {
 

@@ -21,11 +21,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define MGS_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define MGS_HOST_DEVICE inline
-#endif
+#include "common/host_device.h"
 
 namespace mgs::compress {
 
