@@ -296,3 +296,37 @@ def test_dense_job_state_round_trips():
         hvd.load_residual_state(None, variables, name="ckpt")
         state.update(rank=0, world_size=hvd.size() + 1)  # every rank loads rank 0's state, in a job of any size
         hvd.load_residual_state(state, variables, name="ckpt")
+
+
+def test_process_set_gradients_are_sparsified_and_their_residuals_saved():
+    """A tape reducing in a process set sparsifies with the set's own pipeline: the residuals are the
+    set's (residual_state(process_set=...)), not the global set's, and the set's buckets are counted."""
+    import mgs
+    if hvd.size() < 4:
+        pytest.skip("needs a process set of 2 ranks or more besides the global set (4 ranks)")
+    with sparse_runtime():
+        even = hvd.add_process_set([r for r in range(hvd.size()) if r % 2 == 0])
+        try:
+            if even.included():
+                variables = make_vars()
+
+                def step(x, y):
+                    with tf.GradientTape() as tape:
+                        loss = tf.reduce_mean(tf.square(tf.tanh(x @ variables[0] + variables[1]) - y))
+                    grads = hvd.DistributedGradientTape(tape, name="ps", process_set=even).gradient(loss, variables)
+                    for v, gr in zip(variables, grads):
+                        v.assign_sub(0.1 * gr)
+                before = mgs.runtime_stats()["set_sparse_buckets"]
+                train(variables, step, range(2))
+                assert mgs.runtime_stats()["set_sparse_buckets"] - before == 2
+                state = hvd.residual_state(variables, name="ps", process_set=even)
+                assert KERNEL in state["residuals"] and np.abs(state["residuals"][KERNEL]).sum() > 0
+                assert hvd.residual_state(variables, name="ps")["residuals"] == {}, \
+                    "a set's residual found under the global set's name"
+                # Loading it back into the set's residuals: what was saved is what is kept.
+                hvd.load_residual_state(state, variables, name="ps", process_set=even)
+                again = hvd.residual_state(variables, name="ps", process_set=even)
+                assert np.array_equal(again["residuals"][KERNEL], state["residuals"][KERNEL])
+        finally:
+            hvd.barrier()
+            hvd.remove_process_set(even)

@@ -24,10 +24,12 @@ from .. import _checkpoint, _runtime
 from .gradient_tape import TAPE_NAME, gradient_names
 
 
-def entries(variables, tape_name):
+def entries(variables, tape_name, set_id=0):
     """(key, the runtime's name of its gradient, shape) of every floating-point source in `variables`.
 
     The positions are the ones DistributedGradientTape.gradient() gives them (tf.nest.flatten of the sources).
+    set_id: the process set the gradients are reduced in (the runtime keeps a set's residuals under
+    "<name> [process set <id>]").
     """
     out = []
     for i, v in enumerate(tf.nest.flatten(variables)):
@@ -35,6 +37,8 @@ def entries(variables, tape_name):
         if dtype is None or not tf.as_dtype(dtype).is_floating:
             continue
         key, _, full = gradient_names(tape_name, i, v)
+        if set_id:
+            full = f"{full} [process set {set_id}]"
         shape = tuple(v.shape)
         if any(d is None for d in shape):
             raise ValueError(f"source '{key}' has a shape with unknown dimensions, {list(shape)}: the size of "
@@ -115,20 +119,28 @@ def load(state, items, words, stacklevel=3):
                                          blob.tobytes())
 
 
-def residual_state(variables, name=None):
+def residual_state(variables, name=None, process_set=None):
     """This rank's error-feedback state for the gradients of `variables` reduced by DistributedGradientTape.
 
     variables: the sources given to tape.gradient() (e.g. model.trainable_variables), in the same order.
     name: the DistributedGradientTape's name= (None: its default).
+    process_set: the tape's process_set= (None: the global set).
     Returns a dict of numpy arrays, ints and strings: "residuals" (by "<index>.<variable name>", float32
     arrays shaped like the variables; gradients never sparsified on this rank have none), "rank",
     "world_size", "settings", "sparse_state" (uint8) and "version". Every rank saves its own. Call it
     eagerly, between steps.
     """
-    return save(entries(variables, name or TAPE_NAME), "mgs.tensorflow.residual_state()")
+    return save(entries(variables, name or TAPE_NAME, _set_id(process_set)), "mgs.tensorflow.residual_state()")
 
 
-def load_residual_state(state, variables, name=None):
+def _set_id(process_set):
+    if process_set is None:
+        return 0
+    from . import mpi_ops
+    return mpi_ops.process_set_and_id(process_set)[1]
+
+
+def load_residual_state(state, variables, name=None, process_set=None):
     """Restore a residual_state() of this rank: its residuals and the runtime's sparse progress.
 
     variables, name: as given to residual_state() (the same variables in the same order; the tape name
@@ -137,6 +149,6 @@ def load_residual_state(state, variables, name=None):
     is loaded. state=None starts every residual from zero (with a warning when a compressor is set). Call it
     eagerly, between steps, on every rank with the state that rank saved.
     """
-    load(state, entries(variables, name or TAPE_NAME),
+    load(state, entries(variables, name or TAPE_NAME, _set_id(process_set)),
          wording("mgs.tensorflow.load_residual_state()", "a floating-point variable in the variables given",
                  "their names", "was it saved from another model, or with other variables or in another order?"))

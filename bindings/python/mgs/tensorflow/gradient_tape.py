@@ -6,8 +6,8 @@ with MGS_COMPRESSOR other than "none" the runtime sparsifies and merges them
 allgathered, as in Horovod. Each gradient's name comes from its source
 variable (position and name), so it is the same at every step: the runtime
 recognises a step by a gradient name recurring. With `process_set=` the
-gradients are reduced over that set only (exactly: the runtime sparsifies the
-global set alone), and a rank outside the set keeps its own gradients.
+gradients are reduced over that set only (sparsified, under MGS_COMPRESSOR, by
+the set's own pipeline), and a rank outside the set keeps its own gradients.
 """
 
 import tensorflow as tf

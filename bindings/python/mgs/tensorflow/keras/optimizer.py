@@ -58,7 +58,9 @@ class _DistributedKerasOptimizer:
                                  "are not known: call optimizer.build(model.trainable_variables) first (model.fit "
                                  "builds it), or pass variables=")
             variables = self._trainable_variables
-        return checkpoint.entries(list(variables), self._mgs_settings[0])
+        process_set = self._mgs_settings[5]
+        return checkpoint.entries(list(variables), self._mgs_settings[0],
+                                  mpi_ops.process_set_and_id(process_set)[1])
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
@@ -74,7 +76,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     (the reduction then runs every step on the step's gradients). num_groups and
     groups are accepted; mgs's planner forms the buckets. get_residual_state() and
     set_residual_state() carry this rank's error-feedback residuals in a checkpoint.
-    process_set: reduce over that set only (exactly); a rank outside it applies its own gradients.
+    process_set: reduce over that set only (sparsified by the set's own pipeline under MGS_COMPRESSOR); a
+    rank outside it applies its own gradients.
     """
     if not hasattr(optimizer, "apply") or not hasattr(optimizer, "get_config"):
         raise TypeError(f"mgs.tensorflow.keras.DistributedOptimizer needs a Keras 3 optimizer, got "
