@@ -1,11 +1,23 @@
 """DistributedOptimizer for Keras 3 optimizers: apply() reduces the gradients over all ranks first."""
 
+import tensorflow as tf
+
 from .. import checkpoint, mpi_ops
 from ..compression import Compression
-from ..gradient_tape import reduce_gradients
+from ..gradient_tape import gradient_names, reduce_gradients
+from . import _dgc
 
 # The name of a DistributedOptimizer's gradients when it is given none.
 KERAS_NAME = "keras"
+
+
+def _runtime_names(name, variables, set_id):
+    """(index, the runtime's name) of each variable's gradient, as reduce_gradients names them."""
+    out = []
+    for i, v in enumerate(variables):
+        full = gradient_names(name, i, v)[2]
+        out.append((i, full if not set_id else f"{full} [process set {set_id}]"))
+    return out
 
 
 class _DistributedKerasOptimizer:
@@ -13,13 +25,36 @@ class _DistributedKerasOptimizer:
 
     _mgs_settings = None  # (name, op, compression, sparse_as_dense, predivide, process_set), set per instance
 
+    _mgs_dgc = None       # (MomentumCorrection or None, local clip norm or None), set per instance
+
+    def build(self, variables):
+        super().build(variables)
+        mc = self._mgs_dgc[0] if self._mgs_dgc else None
+        if mc is not None:
+            mc.build(variables)
+
     def apply(self, grads, trainable_variables=None):
         # Keras 3's apply_gradients() and model.fit's train step both come here.
         variables = trainable_variables if trainable_variables is not None else self._trainable_variables
         grads = list(grads)
         name, op, compression, sparse_as_dense, predivide, process_set = self._mgs_settings
+        mc, clip = self._mgs_dgc or (None, None)
+        if clip is not None and process_set.included():
+            grads = _dgc.clip_local(grads, clip, process_set.size())
+        sends = nexts = None
+        if mc is not None and process_set.included():
+            if not self.built:
+                self.build(variables)
+            sends, nexts = mc.send(grads)
+            grads = sends
         reduced = reduce_gradients(grads, list(variables), name, op, compression, sparse_as_dense, predivide,
                                    process_set)
+        if sends is not None:
+            set_id = mpi_ops.process_set_and_id(process_set)[1]
+            names = [e[1] for e in _runtime_names(name, variables, set_id)]
+            with tf.control_dependencies(mc.commit(sends, nexts, reduced, names)):
+                reduced = [tf.identity(r) if r is not None and not isinstance(r, tf.IndexedSlices) else r
+                           for r in reduced]
         return super().apply(reduced, trainable_variables)
 
     def get_config(self):
@@ -66,7 +101,8 @@ class _DistributedKerasOptimizer:
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
                          sparse_as_dense=False, gradient_predivide_factor=1.0, op=mpi_ops.Average,
                          backward_passes_per_step=1, average_aggregated_gradients=False, num_groups=0,
-                         groups=None, process_set=mpi_ops.global_process_set):
+                         groups=None, process_set=mpi_ops.global_process_set, momentum_correction=False,
+                         momentum_masking=None, local_clip_norm=None):
     """Horovod's hvd.DistributedOptimizer for a Keras 3 optimizer (an instance of the same class).
 
     Gradients are averaged (op=Average) or summed over ranks before the update;
@@ -78,6 +114,11 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     set_residual_state() carry this rank's error-feedback residuals in a checkpoint.
     process_set: reduce over that set only (sparsified by the set's own pipeline under MGS_COMPRESSOR); a
     rank outside it applies its own gradients.
+    DGC's techniques (off by default; docs/convergence.md): momentum_correction=True (keras.optimizers.SGD
+    only, any other optimizer raises ValueError): each rank's velocity is what is sparsified, and SGD
+    applies the average with its momentum off; momentum_masking (default: on with momentum correction)
+    clears the velocity of the entries this rank sent; local_clip_norm=C scales this rank's gradients to
+    global norm C / sqrt(ranks) first.
     """
     if not hasattr(optimizer, "apply") or not hasattr(optimizer, "get_config"):
         raise TypeError(f"mgs.tensorflow.keras.DistributedOptimizer needs a Keras 3 optimizer, got "
@@ -90,12 +131,26 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if num_groups and groups is not None:
         raise ValueError("give num_groups or groups, not both")
     process_set = mpi_ops.process_set_and_id(process_set)[0]  # a removed or unregistered set fails here
+    if momentum_masking and not momentum_correction:
+        raise ValueError("momentum_masking=True needs momentum_correction=True (it masks DGC's velocity)")
+    if local_clip_norm is not None and not float(local_clip_norm) > 0:
+        raise ValueError(f"local_clip_norm must be a positive number, got {local_clip_norm!r}")
+    momentum = nesterov = None
+    if momentum_correction:
+        momentum, nesterov = _dgc.check_optimizer(optimizer)
     base = type(optimizer)
     cls = type(base.__name__, (_DistributedKerasOptimizer, base), {})
     config = optimizer.get_config()
     if backward_passes_per_step > 1:
         config["gradient_accumulation_steps"] = backward_passes_per_step
+    if momentum_correction and momentum != 0:
+        config["momentum"], config["nesterov"] = 0.0, False  # the velocity is DGC's, kept below
     wrapped = cls.from_config(config)
+    mc = None
+    if momentum_correction and momentum != 0:
+        mc = _dgc.MomentumCorrection(wrapped, momentum, nesterov,
+                                     True if momentum_masking is None else bool(momentum_masking))
+    wrapped._mgs_dgc = (mc, None if local_clip_norm is None else float(local_clip_norm))
     wrapped._mgs_settings = (name or KERAS_NAME, op, compression, sparse_as_dense, float(gradient_predivide_factor),
                              process_set)
     del average_aggregated_gradients, device_dense, device_sparse  # Horovod knobs with no meaning here

@@ -1,0 +1,133 @@
+"""DGC's techniques in the Keras DistributedOptimizer: momentum correction, masking, local clipping.
+
+As tests/python/test_dgc.py for torch: one sparsified weight W (4096 elements, MGS_MIN_SPARSE_ELEMENTS)
+and one dense bias b, gradients given directly to apply(), every value a small dyadic rational and
+momentum, learning rate and 1/ranks powers of two, so every sum is exact in float32 whatever its order:
+the result must equal DGC computed by hand, bit for bit, on 2 or 4 ranks. Each rank computes every
+rank's gradients from seeds, so the reference needs no collective.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import mgs.tensorflow as hvd
+import mgs.tensorflow.keras as hvd_keras
+from test_checkpoint import sparse_runtime
+
+keras = tf.keras
+N = 4096
+LR, M = 0.25, 0.5
+
+
+def dyadic(g, n):
+    """n values +-k/64 with distinct k in 1..n (distinct magnitudes, exact in float32)."""
+    k = (g.permutation(n) + 1).astype(np.float32) / 64
+    return np.where(g.random(n) < 0.5, -k, k).astype(np.float32)
+
+
+def grads(rank, step):
+    g = np.random.default_rng(1000 * step + 10 * rank)
+    return dyadic(g, N).reshape(64, 64), dyadic(g, 8)
+
+
+def initial():
+    g = np.random.default_rng(7)
+    return dyadic(g, N).reshape(64, 64), dyadic(g, 8)
+
+
+def dgc_reference(steps, size, k, masking=True, nesterov=False):
+    """DGC by hand (per rank u = m*u + g, v += u, send v's top k, clear v and (masking) u there;
+    W -= lr * mean of what was sent; the bias dense: u = m*u + g, all of u sent). W, b, this rank's u
+    after every step. Nesterov: u = m*(u + g), u + g handed."""
+    w0, b0 = initial()
+    w, b = w0.reshape(-1).copy(), b0.copy()
+    u = [np.zeros(N, np.float32) for _ in range(size)]
+    v = [np.zeros(N, np.float32) for _ in range(size)]
+    ub = [np.zeros(8, np.float32) for _ in range(size)]
+    out = []
+    for s in range(steps):
+        total, total_b = np.zeros(N, np.float32), np.zeros(8, np.float32)
+        for r in range(size):
+            gw, gb = grads(r, s)
+            gw = gw.reshape(-1)
+            if nesterov:
+                u[r] = np.float32(M) * (u[r] + gw)
+                send = u[r] + gw
+                ubn = np.float32(M) * (ub[r] + gb)
+                total_b += ubn + gb
+                ub[r] = ubn
+            else:
+                u[r] = np.float32(M) * u[r] + gw
+                send = u[r]
+                ub[r] = np.float32(M) * ub[r] + gb
+                total_b += ub[r]
+            v[r] = v[r] + send
+            mags = np.sort(np.abs(v[r]))[::-1]
+            assert mags[k - 1] > mags[k], "a tie at the k-th entry: choose other values"
+            idx = np.argsort(-np.abs(v[r]), kind="stable")[:k]
+            total[idx] += v[r][idx]
+            v[r][idx] = 0
+            if masking:
+                u[r][idx] = 0
+        w = w - np.float32(LR) * (total / np.float32(size))
+        b = b - np.float32(LR) * (total_b / np.float32(size))
+        out.append((w.copy(), b.copy(), [x.copy() for x in u]))
+    return out
+
+
+def make(**dist):
+    w0, b0 = initial()
+    variables = [tf.Variable(w0, name="w"), tf.Variable(b0, name="b")]
+    sgd = keras.optimizers.SGD(learning_rate=LR, momentum=M, nesterov=dist.pop("nesterov", False))
+    return variables, hvd_keras.DistributedOptimizer(sgd, **dist)
+
+
+@pytest.mark.parametrize("masking,nesterov,graph", [(True, False, False), (False, False, False),
+                                                    (True, False, True), (True, True, False)])
+def test_momentum_correction_matches_dgc_by_hand(masking, nesterov, graph):
+    steps, density = 4, 0.01
+    ref = dgc_reference(steps, hvd.size(), int(N * density), masking, nesterov)
+    with sparse_runtime(MGS_EXCHANGE="allgather"):
+        variables, opt = make(momentum_correction=True, momentum_masking=masking, nesterov=nesterov)
+
+        def apply(gw, gb):
+            opt.apply([tf.convert_to_tensor(gw), tf.convert_to_tensor(gb)], variables)
+        step = tf.function(apply) if graph else apply
+        for s in range(steps):
+            step(*grads(hvd.rank(), s))
+            w, b, u = ref[s]
+            assert np.array_equal(variables[0].numpy().reshape(-1), w), f"step {s}: W differs from DGC by hand"
+            assert np.array_equal(variables[1].numpy(), b), f"step {s}: the dense bias differs"
+            got_u = opt._mgs_dgc[0].velocity(0).numpy().reshape(-1)
+            assert np.array_equal(got_u, u[hvd.rank()]), f"step {s}: the velocity differs"
+
+
+def test_without_momentum_correction_sgd_keeps_its_momentum():
+    """The switch off: the wrapped SGD keeps its own momentum (no velocity variables of mgs)."""
+    variables, opt = make()
+    assert opt._mgs_dgc == (None, None) and opt.get_config()["momentum"] == M
+
+
+def test_local_clipping_scales_to_max_norm_over_sqrt_ranks():
+    size = hvd.size()
+    variables = [tf.Variable(np.zeros((64, 64), np.float32)), tf.Variable(np.zeros(8, np.float32))]
+    opt = hvd_keras.DistributedOptimizer(keras.optimizers.SGD(learning_rate=1.0), local_clip_norm=1.0)
+    gw, gb = grads(hvd.rank(), 0)
+    opt.apply([tf.constant(gw), tf.constant(gb)], variables)
+    # Every rank clipped to norm 1/sqrt(P), then the average was applied with lr 1.
+    want = 0
+    for r in range(size):
+        gwr, gbr = grads(r, 0)
+        norm = np.sqrt(np.sum(gwr.astype(np.float64) ** 2) + np.sum(gbr.astype(np.float64) ** 2))
+        want = want + gwr.astype(np.float64) * min(1.0, (1.0 / np.sqrt(size)) / norm)
+    np.testing.assert_allclose(-variables[0].numpy(), want / size, rtol=1e-5, atol=1e-9)
+
+
+def test_momentum_correction_refuses_other_optimizers():
+    with pytest.raises(ValueError, match="Adam"):
+        hvd_keras.DistributedOptimizer(keras.optimizers.Adam(), momentum_correction=True)
+    with pytest.raises(ValueError, match="momentum_correction"):
+        hvd_keras.DistributedOptimizer(keras.optimizers.SGD(momentum=0.9), momentum_masking=True)
+    with pytest.raises(ValueError, match="local_clip_norm"):
+        hvd_keras.DistributedOptimizer(keras.optimizers.SGD(), local_clip_norm=0)
