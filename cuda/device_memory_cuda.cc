@@ -58,6 +58,20 @@ Status scale(const TensorDesc& t, double factor) {
   return Status::OK();
 }
 
+// Never ran on a GPU (no test machine had one when it was written).
+Status deviceZeros(int device, size_t bytes, std::shared_ptr<void>* out) {
+  MGS_CUDA_CHECK(cudaSetDevice(device));
+  void* p = nullptr;
+  MGS_CUDA_CHECK(cudaMalloc(&p, bytes > 0 ? bytes : 1));
+  std::shared_ptr<void> owned(p, [device](void* q) {
+    cudaSetDevice(device);
+    cudaFree(q);
+  });
+  MGS_CUDA_CHECK(cudaMemset(p, 0, bytes));
+  *out = std::move(owned);
+  return Status::OK();
+}
+
 Status streamWaitReady(const TensorDesc& t, void* stream) {
   MGS_CUDA_CHECK(cudaSetDevice(t.device));
   const auto s = static_cast<cudaStream_t>(stream);

@@ -21,9 +21,10 @@
 // rank: a rank skips the ones it has not submitted.
 //
 // Join: while a rank has joined, an op of the global set is ready once every
-// rank that has not joined submitted it. An allreduce of host tensors then
-// runs on the joined ranks too, with zeros (the response carries its
-// signature, and those ranks build the request themselves); any other op
+// rank that has not joined submitted it. An allreduce then runs on the
+// joined ranks too, with zeros (the response carries its signature, and
+// those ranks build the request themselves; a CUDA allreduce's zeros are on
+// the host for the staged path, on the NCCL device for NCCL); any other op
 // fails on every rank, naming the joined ranks (Horovod's join). The join op
 // completes when every rank joined, with the last rank to join.
 #pragma once

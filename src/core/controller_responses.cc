@@ -174,8 +174,6 @@ std::string Controller::buildResponses(const std::vector<std::string>& reports) 
                                  " joined (join()); a rank that joined takes part only in allreduces";
       if (err.empty() && sig->type != OpType::kAllreduce)
         err = joined + ", not in " + opTypeName(sig->type) + ", so it fails on every rank that submitted it";
-      else if (err.empty() && sig->on_cuda)
-        err = joined + " of host tensors, and this one is on CUDA, so it fails on every rank that submitted it";
       if (!err.empty())
         respond(name, Code::kUnsupported, err, 0);
       else if (ready)

@@ -6,10 +6,12 @@
 // Implemented by cuda/device_memory_cuda.cc (the CUDA runtime; ran on an
 // H100) or src/core/device_memory_none.cc (every function refuses CUDA
 // tensors); the top-level CMakeLists.txt picks one (MGS_DEVICE_MEMORY_IMPL).
+// deviceZeros has never run on a GPU.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "common/status.h"
 #include "core/request.h"
@@ -30,6 +32,9 @@ Status copyToHost(void* dst, const TensorDesc& src, size_t bytes);
 Status copyFromHost(const TensorDesc& dst, const void* src, size_t bytes);
 // Scale `t` in place on the GPU and wait for it.
 Status scale(const TensorDesc& t, double factor);
+// `bytes` of zeros in memory of CUDA device `device`, freed when *out's
+// last copy goes (a joined rank's part of a CUDA allreduce it serves).
+Status deviceZeros(int device, size_t bytes, std::shared_ptr<void>* out);
 
 // ---- Device-stream steps (NCCL path): enqueue only, no host sync ------------
 // `stream` waits for the framework's ready event (cudaStreamWaitEvent; without

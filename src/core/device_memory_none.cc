@@ -19,6 +19,7 @@ Status waitReady(const TensorDesc& t) { return t.onCuda() ? noCuda() : Status::O
 Status copyToHost(void*, const TensorDesc&, size_t) { return noCuda(); }
 Status copyFromHost(const TensorDesc&, const void*, size_t) { return noCuda(); }
 Status scale(const TensorDesc&, double) { return noCuda(); }
+Status deviceZeros(int, size_t, std::shared_ptr<void>*) { return noCuda(); }
 Status streamWaitReady(const TensorDesc&, void*) { return noCuda(); }
 Status copyDeviceAsync(const TensorDesc&, const TensorDesc&, void*) { return noCuda(); }
 Status scaleAsync(const TensorDesc&, double, void*) { return noCuda(); }

@@ -274,6 +274,16 @@ Status Executor::allreduceCuda(Request& r) {
   const Signature& sig = r.sig;
   const size_t n = r.input.numel();
   auto t0 = Clock::now();
+  if (r.served) {
+    // This rank has joined: its part is the zeros of the served request's
+    // host buffer (controller.cc servedRequest), and the others' staged
+    // allreduce is the same MPI collective, so no device memory is needed.
+    MGS_RETURN_IF_ERROR(agreeFinite({&r}, {r.input.data}));
+    packFusion({r.input.data}, {n}, sig.dtype, sig.prescale, &wire_);
+    MGS_RETURN_IF_ERROR(comm_.allreduce(wire_.data(), n, sig.dtype, CommOp::kSum));
+    span({&r}, "ALLREDUCE", t0);
+    return Status::OK();
+  }
   MGS_RETURN_IF_ERROR(device::waitReady(r.input));
   stage_.resize(r.input.bytes());
   MGS_RETURN_IF_ERROR(device::copyToHost(stage_.data(), r.input, stage_.size()));
@@ -299,6 +309,19 @@ device::DeviceComm* Executor::ncclFor(const Request&) {
 
 Status Executor::allreduceNccl(Request& r, device::DeviceComm& dc) {
   const Signature& sig = r.sig;
+  if (r.served) {
+    // This rank has joined: it reduces zeros of its own on its NCCL device.
+    // Never ran on a GPU.
+    auto t0 = Clock::now();
+    if (config_.nonfinite == "error" && dtypeIsFloat(sig.dtype))
+      MGS_RETURN_IF_ERROR(agreeFinite({&r}, {r.input.data}));  // host zeros: the others' check is collective
+    std::shared_ptr<void> zeros;
+    MGS_RETURN_IF_ERROR(device::deviceZeros(dc.device, r.input.bytes(), &zeros));
+    MGS_RETURN_IF_ERROR(dc.comm->allreduce(zeros.get(), r.input.numel(), sig.dtype, CommOp::kSum));
+    MGS_RETURN_IF_ERROR(device::syncStream(dc.stream));
+    span({&r}, "NCCL_ALLREDUCE", t0);
+    return Status::OK();
+  }
   MGS_ENSURE(r.input.device == dc.device && r.output.device == dc.device, kInvalidArgument,
              "the tensor is on CUDA device " << r.input.device << " but this rank's NCCL communicator uses device "
                                              << dc.device << " (local rank % visible devices)");

@@ -32,6 +32,7 @@ struct Seen {
   bool served = false;
   int64_t value = 0;
   size_t zero_bytes = 0;  // a served op's buffer, all zero
+  bool on_cuda = false;   // the op's negotiated signature
 };
 
 // Every rank runs `cycles` negotiation cycles (collective: the same count
@@ -53,7 +54,7 @@ std::vector<std::map<std::string, Seen>> negotiate(
         Status st = controller.cycle(submit(r, c), 0, &res);
         if (!st.ok()) errors[r] = st.toString();  // checked below, off this thread
         for (auto& op : res.ready) {
-          Seen s{op.status, op.req.served, op.req.handle ? op.req.handle->value : 0, 0};
+          Seen s{op.status, op.req.served, op.req.handle ? op.req.handle->value : 0, 0, op.req.sig.on_cuda};
           if (op.req.served) {
             const auto* p = static_cast<const char*>(op.req.input.data);
             s.zero_bytes = op.req.input.bytes();
@@ -156,4 +157,29 @@ TEST_CASE("a joined rank runs the others' allreduces with zeros and fails their 
     CHECK(seen[r]["mgs.join.0"].status.ok());
     CHECK(seen[r]["mgs.join.0"].value == 2);  // the last rank to join
   }
+}
+
+TEST_CASE("a joined rank serves an allreduce of CUDA tensors too, with host zeros and the CUDA signature",
+          "[negotiation][join]") {
+  const int P = 2;
+  ProcessSetTable sets;
+  sets.reset(P);
+  auto seen = negotiate(P, sets, 16, [&](int r, int c) {
+    std::vector<Request> out;
+    if (r == 0 && c == 0) out.push_back(request("mgs.join.0", OpType::kJoin, 0, {}));
+    if (r == 1 && c == 4) {
+      Request q = request("gpu", OpType::kAllreduce, 0, {5});
+      q.sig.on_cuda = true;
+      out.push_back(std::move(q));
+    }
+    if (r == 1 && c == 8) out.push_back(request("mgs.join.0", OpType::kJoin, 0, {}));
+    return out;
+  });
+  REQUIRE(seen[1].count("gpu") == 1);
+  INFO(seen[1]["gpu"].status.message());
+  CHECK(seen[1]["gpu"].status.ok());
+  REQUIRE(seen[0].count("gpu") == 1);
+  CHECK(seen[0]["gpu"].served);
+  CHECK(seen[0]["gpu"].on_cuda);  // the executor takes the CUDA path (NCCL or staged) as rank 1 does
+  CHECK(seen[0]["gpu"].zero_bytes == 5 * sizeof(float));
 }
