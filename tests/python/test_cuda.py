@@ -58,3 +58,19 @@ def test_cuda_distributed_optimizer(device, rank):
     params = torch.cat([p.detach().flatten() for p in model.parameters()])
     everyone = hvd.allgather(params.unsqueeze(0))
     assert torch.equal(everyone.cpu(), params.cpu().unsqueeze(0).expand_as(everyone))
+
+
+def test_cuda_allreduce_is_served_by_a_joined_rank(device, rank, size):
+    """A rank that joined serves the others' CUDA allreduces with zeros (Horovod's join), staged
+    through MPI when the ranks share one GPU. Written without a GPU at hand: it first runs on one."""
+    if size < 2:
+        pytest.skip("needs a second rank")
+    if rank == 0:
+        last = hvd.join()
+    else:
+        x = torch.full((1000,), float(rank), device=device)
+        out = hvd.allreduce(x, op=hvd.Sum, name="cuda.joined")
+        assert out.device == device
+        assert torch.equal(out.cpu(), torch.full((1000,), float(sum(range(1, size)))))
+        last = hvd.join()
+    assert last == max(range(1, size)) or last in range(size)
