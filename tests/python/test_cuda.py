@@ -73,4 +73,4 @@ def test_cuda_allreduce_is_served_by_a_joined_rank(device, rank, size):
         assert out.device == device
         assert torch.equal(out.cpu(), torch.full((1000,), float(sum(range(1, size)))))
         last = hvd.join()
-    assert last == max(range(1, size)) or last in range(size)
+    assert last in range(1, size)  # rank 0 joined before the allreduce could finish
