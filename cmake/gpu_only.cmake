@@ -49,6 +49,7 @@ target_link_libraries(mgs_core_local PUBLIC mgs_compress mgs_common PRIVATE mgs_
 set_source_files_properties(src/core/nonfinite.cc PROPERTIES COMPILE_OPTIONS "$<$<NOT:$<CONFIG:Debug>>:-O3>")
 
 add_subdirectory(cuda)
+add_subdirectory(src/device/cuda)
 
 enable_testing()
 add_library(mgs_catch_main OBJECT tests/catch_main.cc)

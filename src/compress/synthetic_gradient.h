@@ -1,7 +1,7 @@
 // The synthetic gradient calibration times selectors on (Laplace-like,
 // scale 1e-3, a fixed linear congruential sequence): the CPU selector at
 // init (core/calibration.cc) and the GPU selector at the first bucket of CUDA
-// tensors (cuda/cuda_local_stage.cc) see the same values.
+// tensors (src/device/cuda/cuda_local_stage.cc) see the same values.
 #pragma once
 
 #include <cmath>

@@ -4,7 +4,7 @@
 // function returns kUnsupported, and enqueue rejects CUDA tensors before they
 // get here. With MGS_BACKEND=mpi (or no NCCL) CUDA tensors are staged through
 // host memory for MPI; with NCCL (core/device_backend.h) dense collectives run
-// on device pointers on the NCCL stream. Implemented by cuda/device_cuda.cc
+// on device pointers on the NCCL stream. Implemented by src/device/cuda/device_cuda.cc
 // (ran on an H100) or src/core/device_none.cc (MGS_DEVICE_IMPL).
 #pragma once
 

@@ -1,9 +1,9 @@
 // The device's memory and streams, for CUDA tensors: what every layer above
 // the kernels may use to wait for, copy and scale a tensor, without any of
 // the runtime's own types. Below the host local stage (core/cpu_local_stage.h
-// stages CUDA inputs with it) and the device local stage (cuda/); the
+// stages CUDA inputs with it) and the device local stage (src/device/cuda/); the
 // runtime's device interface (core/device.h) adds what needs the runtime.
-// Implemented by cuda/device_memory_cuda.cc (the CUDA runtime; ran on an
+// Implemented by src/device/cuda/device_memory_cuda.cc (the CUDA runtime; ran on an
 // H100) or src/core/device_memory_none.cc (every function refuses CUDA
 // tensors); the top-level CMakeLists.txt picks one (MGS_DEVICE_MEMORY_IMPL).
 // deviceZeros has never run on a GPU.

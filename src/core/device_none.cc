@@ -1,5 +1,5 @@
 // The runtime's device interface (core/device.h) in a build without CUDA:
-// no device local stage, no NCCL. With CUDA, cuda/device_cuda.cc implements
+// no device local stage, no NCCL. With CUDA, src/device/cuda/device_cuda.cc implements
 // the same functions and the top-level CMakeLists.txt links that one instead
 // (MGS_DEVICE_IMPL).
 #include "core/device.h"

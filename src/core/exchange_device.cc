@@ -8,7 +8,7 @@
 // any rank fails the bucket on every rank with the same message (naming the
 // rank, and for a staging code the tensor and the cause), the outputs are
 // not written, and the residual commits exactly when every rank's selection
-// was applied. The CUDA side (cuda/cuda_local_stage.cc) ran on an H100 at np 1
+// was applied. The CUDA side (src/device/cuda/cuda_local_stage.cc) ran on an H100 at np 1
 // (gpu/device_bucket, python.cuda_sparse.nccl.np1); this part is tested on
 // the CPU with a stand-in resident stage (tests/unit/core/device_bucket_test.cc).
 #include <algorithm>

@@ -1,4 +1,4 @@
-// The CUDA local stage (cuda/cuda_local_stage.h) against the host stage
+// The CUDA local stage (src/device/cuda/cuda_local_stage.h) against the host stage
 // (CpuLocalStage) on the same bucket: an f32 member with prescale and an f16
 // member, residuals restored on the host before the first step (the device
 // stage takes them over), exact top-k so both select the same set. Checked:

@@ -15,7 +15,7 @@
 //  - a NaN on one rank: MGS_NONFINITE=propagate gives NaN outputs on every
 //    rank, error fails every rank; no residual commits;
 //  - one rank without a device stage: every rank takes the MPI path.
-// The CUDA stage itself (cuda/cuda_local_stage.cc) ran on an H100 in
+// The CUDA stage itself (src/device/cuda/cuda_local_stage.cc) ran on an H100 in
 // tests/gpu/device_bucket_gpu_test.cc (2026-11-26).
 #include <catch2/catch.hpp>
 

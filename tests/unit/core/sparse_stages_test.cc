@@ -505,7 +505,7 @@ TEST_CASE("scatter stage: scatterAgreed with outputs_zeroed leaves the rest of t
 }
 
 TEST_CASE("device::createLocalStage: a build without CUDA has no device stage and says so", "[core][local_stage]") {
-  if (device::builtWithCuda()) return;  // cuda/device_cuda.cc answers there (tests/gpu)
+  if (device::builtWithCuda()) return;  // src/device/cuda/device_cuda.cc answers there (tests/gpu)
   std::unique_ptr<ResidentLocalStage> s;
   const Status st = device::createLocalStage(LocalStageOptions{}, 0, &s);
   REQUIRE(st.code() == Code::kUnsupported);

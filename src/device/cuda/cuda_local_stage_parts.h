@@ -1,6 +1,6 @@
 // Pieces the CUDA local stage's two files share (cuda_local_stage.cc: the
 // stage; cuda_device_buckets.cc: device buckets). Internal to cuda/.
-// Ran on an H100 (cuda/cuda_local_stage.h).
+// Ran on an H100 (src/device/cuda/cuda_local_stage.h).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,4 +1,4 @@
-// Ran on an H100 (cuda/cuda_local_stage.h).
+// Ran on an H100 (src/device/cuda/cuda_local_stage.h).
 #include "cuda_local_stage.h"
 
 #include <cuda_runtime.h>

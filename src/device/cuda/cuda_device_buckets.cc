@@ -1,6 +1,6 @@
-// Device buckets of the CUDA local stage (cuda/cuda_local_stage.h):
+// Device buckets of the CUDA local stage (src/device/cuda/cuda_local_stage.h):
 // startBucket and its pending object.
-// Ran on an H100 (cuda/cuda_local_stage.h).
+// Ran on an H100 (src/device/cuda/cuda_local_stage.h).
 #include <cuda_runtime.h>
 
 #include <chrono>
