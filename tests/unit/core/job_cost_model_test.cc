@@ -31,6 +31,18 @@
 namespace mgs {
 namespace {
 
+// Catch2's assertions are not thread-safe: the rank threads record failed
+// checks here, and onRanks() reports them from the test's own thread.
+std::mutex g_fail_mu;
+std::vector<std::string> g_failures;
+#define RANK_CHECK(cond)                                                                           \
+  do {                                                                                              \
+    if (!(cond)) {                                                                                  \
+      std::lock_guard<std::mutex> lk_(g_fail_mu);                                                   \
+      g_failures.push_back(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " + #cond); \
+    }                                                                                               \
+  } while (0)
+
 Config sparseConfig(int P) {
   Config c;
   c.compressor = "topk";
@@ -48,7 +60,7 @@ std::unique_ptr<compress::Selector> topk(double density) {
   o.density = density;
   o.numThreads = 1;
   std::unique_ptr<compress::Selector> s;
-  REQUIRE(compress::Selector::create("topk", o, &s).ok());
+  RANK_CHECK(compress::Selector::create("topk", o, &s).ok());
   return s;
 }
 
@@ -62,6 +74,13 @@ void onRanks(int P, const std::function<void(Communicator&, int)>& body) {
       body(comm, r);
     });
   for (auto& t : threads) t.join();
+  std::vector<std::string> failures;
+  {
+    std::lock_guard<std::mutex> lk(g_fail_mu);
+    failures.swap(g_failures);
+  }
+  for (const auto& f : failures) FAIL_CHECK(f);
+  REQUIRE(failures.empty());
 }
 
 // The resolved model of one rank (resolve, then no node hierarchy).
@@ -78,9 +97,9 @@ std::vector<Resolved> resolveOnRanks(int P, const Config& config) {
     JobCostModel cost(comm, config);
     out[r].resolve = cost.resolve(*sel);
     if (!out[r].resolve.ok()) return;
-    REQUIRE(comm.barrier().ok());
+    RANK_CHECK(comm.barrier().ok());
     out[r].file_after_resolve = std::filesystem::exists(config.calibration);
-    REQUIRE(comm.barrier().ok());
+    RANK_CHECK(comm.barrier().ok());
     NodeGroups nodes;  // no hierarchy
     out[r].nodes = cost.useNodes(nodes);
     out[r].model = cost.model();
@@ -128,16 +147,16 @@ TEST_CASE("job cost model: the job's density and exchanges are in the model, and
     onRanks(P, [&](Communicator& comm, int) {
       auto sel = topk(config.density);
       JobCostModel cost(comm, config);
-      REQUIRE_FALSE(cost.ready());
-      REQUIRE(cost.resolve(*sel).ok());
+      RANK_CHECK(!(cost.ready()));
+      RANK_CHECK(cost.resolve(*sel).ok());
       NodeGroups nodes;
-      REQUIRE(cost.useNodes(nodes).ok());
-      REQUIRE(cost.ready());
+      RANK_CHECK(cost.useNodes(nodes).ok());
+      RANK_CHECK(cost.ready());
       const plan::CostModel& m = cost.model();
-      REQUIRE(m.density == config.density);
-      REQUIRE(m.exchanges == allowedExchanges(config, P));
-      REQUIRE(m.workers == P);
-      REQUIRE(m.ranks_per_node == 1);
+      RANK_CHECK(m.density == config.density);
+      RANK_CHECK(m.exchanges == allowedExchanges(config, P));
+      RANK_CHECK(m.workers == P);
+      RANK_CHECK(m.ranks_per_node == 1);
 
       // The schedule asks the model it holds: the same answer as the owner
       // at every size, at MGS_DENSITY and at a warm-up density.
@@ -146,18 +165,18 @@ TEST_CASE("job cost model: the job's density and exchanges are in the model, and
       const std::vector<Request> members(1);
       for (size_t n : {size_t{1}, size_t{1000}, size_t{1} << 16, size_t{1} << 22}) {
         CAPTURE(n);
-        REQUIRE(cost.exchangeFor(n, config.density) == m.chooseExchange(static_cast<int64_t>(n)));
-        REQUIRE(schedule.exchangeFor(members, n, config.density) == cost.exchangeFor(n, config.density));
+        RANK_CHECK(cost.exchangeFor(n, config.density) == m.chooseExchange(static_cast<int64_t>(n)));
+        RANK_CHECK(schedule.exchangeFor(members, n, config.density) == cost.exchangeFor(n, config.density));
         plan::CostModel warm = m;
         warm.density = 0.5;
-        REQUIRE(cost.exchangeFor(n, 0.5) == warm.chooseExchange(static_cast<int64_t>(n)));
-        REQUIRE(schedule.exchangeFor(members, n, 0.5) == cost.exchangeFor(n, 0.5));
+        RANK_CHECK(cost.exchangeFor(n, 0.5) == warm.chooseExchange(static_cast<int64_t>(n)));
+        RANK_CHECK(schedule.exchangeFor(members, n, 0.5) == cost.exchangeFor(n, 0.5));
       }
       // A query at another density leaves the model's as it was.
-      REQUIRE(cost.model().density == config.density);
+      RANK_CHECK(cost.model().density == config.density);
       if (P > 1) {
         // With the dense fallback and a density past 1/P, dense wins on any model.
-        REQUIRE(cost.exchangeFor(size_t{1} << 20, 1.0) == plan::Exchange::kDense);
+        RANK_CHECK(cost.exchangeFor(size_t{1} << 20, 1.0) == plan::Exchange::kDense);
       }
     });
   }
@@ -169,35 +188,35 @@ TEST_CASE("job cost model: refits and a pinned plan file's model keep the job's 
   onRanks(P, [&](Communicator& comm, int) {
     auto sel = topk(config.density);
     JobCostModel cost(comm, config);
-    REQUIRE(cost.resolve(*sel).ok());
+    RANK_CHECK(cost.resolve(*sel).ok());
     NodeGroups nodes;
-    REQUIRE(cost.useNodes(nodes).ok());
+    RANK_CHECK(cost.useNodes(nodes).ok());
     const plan::CostModel calibrated = cost.model();
 
     // A refit with no measurements is the calibrated model itself.
     const plan::CostModel old = cost.refit();
-    REQUIRE(plan::costModelToJson(old) == plan::costModelToJson(calibrated));
-    REQUIRE(plan::costModelToJson(cost.model()) == plan::costModelToJson(calibrated));
-    REQUIRE(cost.model().density == config.density);
-    REQUIRE(cost.model().exchanges == calibrated.exchanges);
+    RANK_CHECK(plan::costModelToJson(old) == plan::costModelToJson(calibrated));
+    RANK_CHECK(plan::costModelToJson(cost.model()) == plan::costModelToJson(calibrated));
+    RANK_CHECK(cost.model().density == config.density);
+    RANK_CHECK(cost.model().exchanges == calibrated.exchanges);
 
     // A saved plan's model (density is not saved in files: the default).
     plan::CostModel saved;
-    REQUIRE(plan::costModelPreset("1gbe-P2", &saved).ok());
-    REQUIRE(saved.density != config.density);
+    RANK_CHECK(plan::costModelPreset("1gbe-P2", &saved).ok());
+    RANK_CHECK(saved.density != config.density);
     cost.pin(saved);
-    REQUIRE(cost.pinned());
-    REQUIRE(cost.model().density == config.density);
-    REQUIRE(cost.model().exchanges == calibrated.exchanges);
-    REQUIRE(cost.model().allgather.seconds(1e6) == saved.allgather.seconds(1e6));
+    RANK_CHECK(cost.pinned());
+    RANK_CHECK(cost.model().density == config.density);
+    RANK_CHECK(cost.model().exchanges == calibrated.exchanges);
+    RANK_CHECK(cost.model().allgather.seconds(1e6) == saved.allgather.seconds(1e6));
 
     // Nothing measured replaces a pinned model (every rank offers a figure).
     std::vector<double> seconds;
     for (size_t n : calibrationSelectionSizes()) seconds.push_back(1e-12 * static_cast<double>(n));
     const double before = cost.model().sparsify.c_s;
     cost.agreeDeviceSelection(Status::OK(), seconds);
-    REQUIRE(cost.model().sparsify.c_s == before);
-    REQUIRE_FALSE(cost.wantsDeviceSelection());
+    RANK_CHECK(cost.model().sparsify.c_s == before);
+    RANK_CHECK(!(cost.wantsDeviceSelection()));
   });
 }
 
