@@ -313,8 +313,7 @@ Status Executor::allreduceNccl(Request& r, device::DeviceComm& dc) {
     // This rank has joined: it reduces zeros of its own on its NCCL device.
     // Never ran on a GPU.
     auto t0 = Clock::now();
-    if (config_.nonfinite == "error" && dtypeIsFloat(sig.dtype))
-      MGS_RETURN_IF_ERROR(agreeFinite({&r}, {r.input.data}));  // host zeros: the others' check is collective
+    MGS_RETURN_IF_ERROR(agreeFinite({&r}, {r.input.data}));  // host zeros; collective where the others check
     std::shared_ptr<void> zeros;
     MGS_RETURN_IF_ERROR(device::deviceZeros(dc.device, r.input.bytes(), &zeros));
     MGS_RETURN_IF_ERROR(dc.comm->allreduce(zeros.get(), r.input.numel(), sig.dtype, CommOp::kSum));

@@ -160,11 +160,11 @@ Status ProcessSetRunner::remove(Request& req) {
     return Status(Code::kInvalidArgument, "process set " + std::to_string(id) + " does not exist (never added, or removed)");
   // Ops of the set that have not run yet on some rank: removing the set would
   // leave them waiting forever, so the removal fails on every rank instead.
-  std::string mine = controller_.pendingInSet(id);
+  const std::string mine = controller_.pendingInSet(id);
   auto held = sets_.find(id);
-  if (mine.empty() && held != sets_.end() && held->second.sparse && held->second.sparse->idle() == false)
-    mine = "a sparse bucket";  // negotiated, waiting for the rest of its bucket (or in flight)
-  int32_t flag = mine.empty() ? 0 : 1;
+  // Negotiated, but held in a sparse bucket for the rest of its members (or in flight).
+  const bool bucket_busy = held != sets_.end() && held->second.sparse && !held->second.sparse->idle();
+  int32_t flag = mine.empty() && !bucket_busy ? 0 : 1;
   std::vector<int32_t> flags(static_cast<size_t>(world_.size()));
   MGS_RETURN_IF_ERROR(world_.allgather(&flag, sizeof flag, flags.data()));
   std::string busy;
@@ -179,9 +179,9 @@ Status ProcessSetRunner::remove(Request& req) {
                   ProcessSetTable::describe(info) + " cannot be removed: " +
                       (nbusy == 1 ? "rank " + busy + " has" : "ranks " + busy + " have") +
                       " operations in it that have not run yet" +
-                      (mine.empty() ? std::string()
-                       : mine == "a sparse bucket" ? " (here: " + mine + ")"
-                                                   : " (here: tensor '" + mine + "')") +
+                      (!mine.empty() ? " (here: tensor '" + mine + "')"
+                       : bucket_busy ? std::string(" (here: a sparse bucket)")
+                                     : std::string()) +
                       "; synchronize them before removing the set");
   auto it = sets_.find(id);
   if (it != sets_.end()) {

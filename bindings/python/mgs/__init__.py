@@ -6,6 +6,9 @@ loads the C library (libmgs) and exposes what does not depend on a framework.
 
 __version__ = "0.1.0"
 
+# The exceptions the bindings raise (the library itself loads on first use).
+from ._lib import MgsError, MgsRuntimeError, MgsUnsupportedError, MgsValueError  # noqa: E402,F401
+
 
 def library_path():
     """The path of the libmgs that the bindings loaded (loading it if needed)."""

@@ -91,6 +91,11 @@ class MgsRuntimeError(MgsError, RuntimeError):
     """An operation that failed in the runtime (mismatch across ranks, MPI, timeout...)."""
 
 
+class MgsUnsupportedError(MgsError, RuntimeError):
+    """An operation mgs refuses by design, as Horovod does (a RuntimeError there too), e.g. reducescatter
+    with an op other than Sum or Average."""
+
+
 def candidate_paths():
     """Where the loader looks for libmgs, in order (see the module docstring)."""
     env = os.environ.get("MGS_LIBRARY")

@@ -17,7 +17,7 @@ import os
 import threading
 import warnings
 
-from . import _abi
+from . import _abi, _lib
 from ._lib import MgsTensor, lib
 
 # ------------------------------------------------------------- reduction ops --
@@ -37,13 +37,15 @@ _OP_NAMES = {Sum: "Sum", Average: "Average", Adasum: "Adasum", Min: "Min", Max: 
 
 
 def resolve_scatter_op(op):
-    """reducescatter's op: Sum or Average (None: Average); NotImplementedError naming any other."""
+    """reducescatter's op: Sum or Average (None: Average). Any other is refused, as Horovod refuses it
+    (a RuntimeError): MgsUnsupportedError naming the op."""
     if op is None:
         return Average
     if op in (Sum, Average):
         return op
     what = "Adasum" if op == Adasum else op_name(op)
-    raise NotImplementedError(f"reducescatter supports op=Sum and op=Average, not {what}")
+    raise _lib.MgsUnsupportedError(f"reducescatter supports op=Sum and op=Average, not {what}",
+                                   "MGS_ERR_UNSUPPORTED")
 
 
 def submit_stand_in(enqueue):
@@ -493,6 +495,12 @@ def _checkpoint_entry(fn_name):
     if fn is None:
         raise RuntimeError(f"{L.path} has no {fn_name}: it is older than these bindings; rebuild libmgs")
     return L, fn
+
+
+def qualified_name(name, set_id):
+    """The runtime's name of `name` enqueued in process set `set_id` (core/request.cc qualifiedName): a
+    set's residuals are kept under it."""
+    return name if not set_id else f"{name} [process set {set_id}]"
 
 
 def residual_copy(name, address, n):

@@ -37,8 +37,7 @@ def entries(variables, tape_name, set_id=0):
         if dtype is None or not tf.as_dtype(dtype).is_floating:
             continue
         key, _, full = gradient_names(tape_name, i, v)
-        if set_id:
-            full = f"{full} [process set {set_id}]"
+        full = _runtime.qualified_name(full, set_id)
         shape = tuple(v.shape)
         if any(d is None for d in shape):
             raise ValueError(f"source '{key}' has a shape with unknown dimensions, {list(shape)}: the size of "

@@ -319,8 +319,7 @@ class _DistributedOptimizer:
 
     def _runtime_name(self, p):
         """The runtime's name of p's gradient: its residual is kept under it (set-qualified in a process set)."""
-        name = f"allreduce.{self._parameter_names[p]}"
-        return name if self._set_id == 0 else f"{name} [process set {self._set_id}]"
+        return _runtime.qualified_name(f"allreduce.{self._parameter_names[p]}", self._set_id)
 
     def _residual_params(self):
         """(parameter, its name, the runtime's name of its gradient) for gradients that may have a residual."""

@@ -2,6 +2,7 @@
 
 import tensorflow as tf
 
+from ... import _runtime
 from .. import checkpoint, mpi_ops
 from ..compression import Compression
 from ..gradient_tape import gradient_names, reduce_gradients
@@ -15,8 +16,7 @@ def _runtime_names(name, variables, set_id):
     """(index, the runtime's name) of each variable's gradient, as reduce_gradients names them."""
     out = []
     for i, v in enumerate(variables):
-        full = gradient_names(name, i, v)[2]
-        out.append((i, full if not set_id else f"{full} [process set {set_id}]"))
+        out.append((i, _runtime.qualified_name(gradient_names(name, i, v)[2], set_id)))
     return out
 
 
