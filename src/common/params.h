@@ -27,7 +27,7 @@ struct Config {
   int64_t min_sparse_elements = 4096;
   std::string backend = "auto";
   bool error_feedback = true;
-  int64_t warmup_steps = 0;
+  int64_t warmup_steps = kWarmupAuto;  // MGS_WARMUP_STEPS; kWarmupAuto: by density (effectiveWarmupSteps)
   int64_t profile_steps = 5;
   double cycle_time_ms = 1.0;
   std::string timeline;  // empty: no timeline
@@ -48,6 +48,11 @@ struct Config {
 
   // The planner actually used, resolving "auto".
   std::string effectivePlanner() const;
+  // MGS_WARMUP_STEPS=auto: no warm-up at density >= 0.01, and 50 steps per
+  // decade below it (50 at 0.001, 100 at 0.0001), rounded to a whole step.
+  // An explicit value is returned as given.
+  int64_t effectiveWarmupSteps() const;
+  static constexpr int64_t kWarmupAuto = -1;
 };
 
 // Whether a parameter steers a decision that ranks take independently but

@@ -20,7 +20,7 @@ namespace {
 // per second cast to int). Neither clamp changes what any job can observe:
 // no job reaches 2^63 steps, and a cycle never lasts under a microsecond.
 Config clamped(Config c) {
-  c.warmup_steps = std::min<int64_t>(c.warmup_steps, INT64_MAX - 1);
+  c.warmup_steps = std::min<int64_t>(c.effectiveWarmupSteps(), INT64_MAX - 1);  // 'auto' resolved here, once
   c.cycle_time_ms = std::max(c.cycle_time_ms, 1e-3);
   return c;
 }
