@@ -26,6 +26,11 @@
 //           With TEST_JITTER_US (and MGS_PLANNER=layerwise) each rank sleeps
 //           randomly between enqueues; TEST_EXPECT_IN_FLIGHT: the buckets'
 //           exchanges were in flight together.
+//   warmup  one 100,000-element tensor for 60 steps: each step's k (the
+//           sparse_target it added) follows DGC's density warm-up over
+//           $TEST_WARMUP_STEPS steps, max(rho^((s+1)/(W+1)), rho), then rho;
+//           W = 50 is what MGS_WARMUP_STEPS=auto (the default) gives at the
+//           default MGS_DENSITY=0.001, W = 0 at 0.01 or with 0 set.
 //   init_fails  mgs_init must fail on every rank with MGS_ERR_CONFIG and a
 //           message containing $EXPECT_ERROR (bad node groupings).
 // Malformed index blocks are injected in tests/unit/core/sparse_agreed_test.cc
@@ -212,6 +217,48 @@ void scenarioAuto() {
                 (unsigned long long)c[1], (unsigned long long)(c[0] - c[1]), (unsigned long long)c[2]);
 }
 
+void scenarioWarmup() {
+  const char* w = std::getenv("TEST_WARMUP_STEPS");
+  const char* d = std::getenv("MGS_DENSITY");
+  const int W = w ? std::atoi(w) : -1;
+  const double rho = d ? std::atof(d) : 0.001;
+  EXPECT(W >= 0, "TEST_WARMUP_STEPS unset");
+  const int64_t n = 100000;
+  const int kSteps = 60;
+  std::vector<float> x(n), out(n);
+  std::vector<int64_t> shape{n};
+  uint64_t last = 0;
+  int first_bad = -1;
+  uint64_t k0 = 0, k_last = 0;
+  for (int step = 0; step < kSteps; ++step) {
+    for (int64_t i = 0; i < n; ++i) x[i] = stepGrad(step, 0, i);
+    mgs_tensor_t in = cpuTensor(x.data(), MGS_FLOAT32, shape);
+    mgs_tensor_t o = cpuTensor(out.data(), MGS_FLOAT32, shape);
+    mgs_handle_t h = 0;
+    EXPECT_OK(mgs_allreduce_async("w", &in, &o, MGS_REDUCE_AVERAGE, 1, 1, MGS_FLAG_SPARSE_OK, &h));
+    EXPECT_OK(mgs_wait(h));
+    mgs_release(h);
+    mgs_stats_t st{};
+    EXPECT_OK(mgs_get_stats(&st, sizeof st));
+    const uint64_t k = st.sparse_target - last;
+    last = st.sparse_target;
+    if (step == 0) k0 = k;
+    k_last = k;
+    double density = rho;
+    if (step < W) density = std::max(std::pow(std::pow(rho, 1.0 / (W + 1)), step + 1.0), rho);
+    const double want = std::max(1.0, std::floor(density * n));
+    // pow's last bit may differ from the runtime's: allow one entry.
+    if (std::fabs(static_cast<double>(k) - want) > 1.0 && first_bad < 0) {
+      first_bad = step;
+      EXPECT(false, "step %d: k = %llu, want %.0f (warm-up over %d steps at density %g)", step,
+             (unsigned long long)k, want, W, rho);
+    }
+  }
+  if (g_rank == 0)
+    std::printf("warmup: W = %d, density %g: k at step 0 = %llu, at step %d = %llu\n", W, rho,
+                (unsigned long long)k0, kSteps - 1, (unsigned long long)k_last);
+}
+
 bool sameBits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
 void scenarioHierarchical() {
@@ -363,7 +410,7 @@ int main(int argc, char** argv) {
   mgs_rank(&g_rank);
   mgs_size(&g_size);
   const std::map<std::string, void (*)()> scenarios = {
-      {"agreed", scenarioAgreed}, {"agreed_inflight", scenarioAgreedInFlight}, {"auto", scenarioAuto}, {"hierarchical", scenarioHierarchical}};
+      {"agreed", scenarioAgreed}, {"agreed_inflight", scenarioAgreedInFlight}, {"auto", scenarioAuto}, {"hierarchical", scenarioHierarchical}, {"warmup", scenarioWarmup}};
   auto it = scenarios.find(scenario);
   if (it == scenarios.end()) {
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
