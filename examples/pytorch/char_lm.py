@@ -23,8 +23,8 @@ self-attention with --heads heads, MLP 4*d), final norm, output tied to the embe
 Defaults: 2 layers, d=64, 4 heads, context 64: 110,336 parameters with the 96-byte vocabulary.
 
 Training: each rank draws --batch-size random windows of the training part per step (its own
-stream, seeded by --seed and the rank), torch.optim.SGD with momentum 0.9 and a cosine learning rate
-from --lr, for --steps steps. Held-out bits per character: the mean cross entropy (in bits) of
+stream, seeded by --seed and the rank), torch.optim.SGD with momentum 0.9 (--optimizer sgd, the
+default) or Adam (--optimizer adam) and a cosine learning rate from --lr, for --steps steps. Held-out bits per character: the mean cross entropy (in bits) of
 every position of the held-out part's non-overlapping windows, each rank scoring a share; printed
 every --eval-every steps and at the end ("final held-out bpc"). The script is written as a Horovod
 script would be (import mgs.torch as hvd); --compressor/--density/--warmup-steps only set MGS_*
@@ -53,7 +53,9 @@ def parse_args(argv=None):
     p.add_argument("--d-model", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--lr", type=float, default=0.05, help="peak learning rate (SGD, momentum 0.9, cosine)")
+    p.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
+                   help="sgd: SGD with momentum 0.9 (DGC's techniques apply); adam: Adam, betas (0.9, 0.98)")
+    p.add_argument("--lr", type=float, help="peak learning rate, cosine decay (default 0.05 with sgd, 0.003 with adam)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--corpus-bytes", type=int, default=1_000_000)
     p.add_argument("--stdlib", default=sysconfig.get_paths()["stdlib"], help="where the *.py files are read")
@@ -148,6 +150,8 @@ def held_out_bpc(hvd, model, tokens, context, max_windows):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.lr is None:
+        args.lr = 0.05 if args.optimizer == "sgd" else 0.003
     for var, value in (("MGS_COMPRESSOR", args.compressor), ("MGS_DENSITY", args.density),
                        ("MGS_WARMUP_STEPS", args.warmup_steps)):
         if value is not None:
@@ -160,7 +164,10 @@ def main(argv=None):
     train, test, vocab, files = load_corpus(args.stdlib, args.corpus_bytes)
     torch.manual_seed(args.seed)
     model = CharTransformer(vocab, args.d_model, args.layers, args.heads, args.context)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    if args.optimizer == "sgd":
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    else:  # momentum_correction=True refuses Adam with an error naming it
+        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.98))
     optimizer = hvd.DistributedOptimizer(
         optimizer, named_parameters=model.named_parameters(), momentum_correction=args.momentum_correction,
         momentum_masking=(not args.no_masking) if args.momentum_correction else None,
@@ -175,7 +182,7 @@ def main(argv=None):
               f"bytes, vocab {vocab}, {sum(p.numel() for p in model.parameters())} parameters, "
               f"compressor {os.environ.get('MGS_COMPRESSOR', 'none')} density {os.environ.get('MGS_DENSITY', '-')}, "
               f"momentum correction {args.momentum_correction} masking {not args.no_masking}, "
-              f"clip {args.clip_norm}", flush=True)
+              f"clip {args.clip_norm}, {args.optimizer} lr {args.lr:g}", flush=True)
     history, start, running = [], time.perf_counter(), 0.0
     for step in range(1, args.steps + 1):
         x, y = batch(train, args.context, args.batch_size, generator)

@@ -403,7 +403,7 @@ typedef struct mgs_stats {
   uint64_t sparse_agreed_buckets; /**< of sparse_buckets, those exchanged by the agreed-index exchange
                                        (MGS_EXCHANGE; the rest went by allgather) */
   uint64_t sparse_in_flight_max;  /**< most sparse buckets whose exchange was in flight at once (the
-                                       coordinator went on meanwhile) */
+                                       coordinator went on meanwhile), device buckets included */
   uint64_t plan_trials;           /**< candidate merge plans run on trial so far (MGS_PLAN_TRIAL_STEPS);
                                        plan_buckets follows each candidate while they run */
   /* Which path each finished bucket of the sparse pipeline (sparse or dense, every exchange) took;

@@ -136,9 +136,8 @@ class BucketExchange {
   // to its end and the pipeline finishes it at once.
   virtual bool queued() const { return true; }
   // The queue's bound once this one joined: the oldest is finished while
-  // more are in flight. countsInFlight: whether it enters stats.in_flight_max.
+  // more are in flight. Every kind counts in stats.in_flight_max.
   virtual size_t maxInFlight() const { return BlockExchange::kMaxInFlight; }
-  virtual bool countsInFlight() const { return true; }
   // Phased exchanges are moved on by progress() (never waiting), from poll()
   // and from every blocking wait of the coordinator; the pipeline waits for
   // one by pumping every bucket. Others wait inside finish().

@@ -69,7 +69,6 @@ class DeviceExchange : public BucketExchange {
   }
 
   size_t maxInFlight() const override { return kMaxDeviceInFlight; }
-  bool countsInFlight() const override { return false; }
 
   bool ready() override {
     if (dev_done_) return true;

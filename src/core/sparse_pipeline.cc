@@ -231,9 +231,8 @@ void SparsePipeline::complete(BucketExchange& ex) {
 
 void SparsePipeline::pushInFlight(std::unique_ptr<BucketExchange> ex) {
   const size_t max_in_flight = ex->maxInFlight();
-  const bool counted = ex->countsInFlight();
   inflight_.push_back(std::move(ex));
-  if (counted) stats_.in_flight_max = std::max<uint64_t>(stats_.in_flight_max, inflight_.size());
+  stats_.in_flight_max = std::max<uint64_t>(stats_.in_flight_max, inflight_.size());
   while (inflight_.size() > max_in_flight) finishOldest();
   poll();
 }
