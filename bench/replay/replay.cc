@@ -243,6 +243,9 @@ int main(int argc, char** argv) {
   setenv("MGS_PLANNER", strat.planner.c_str(), 1);
   setenv("MGS_DENSITY", fmt(density).c_str(), 1);
   setenv("MGS_PROFILE_STEPS", std::to_string(profile_steps).c_str(), 1);
+  // The timed steps are the steady state: without this, MGS_WARMUP_STEPS=auto
+  // (50 steps at density 0.001) would time the warm-up's denser steps.
+  setenv("MGS_WARMUP_STEPS", "0", 0);
   if (!calibration.empty()) setenv("MGS_CALIBRATION", calibration.c_str(), 1);
   int64_t min_sparse = 4096, fusion_bytes = 64ll << 20;
   if (const char* e = std::getenv("MGS_MIN_SPARSE_ELEMENTS")) min_sparse = std::atoll(e);

@@ -4,7 +4,8 @@
 # with ratios against torch DDP and the compute-only floor of the sitting.
 #   1 rank:  compute, ddp (NCCL), mgs (dense, defaults: NCCL backend), and
 #            mgs-sparse (MGS_COMPRESSOR=gaussiank MGS_DENSITY=0.001: device
-#            buckets, selection on the GPU). At one rank nothing crosses a
+#            buckets, selection on the GPU; MGS_WARMUP_STEPS=0: the timed steps
+#            are the steady state, not the default's 50-step density warm-up). At one rank nothing crosses a
 #            wire, so this is what each system adds to a step on the GPU.
 #   2 ranks sharing the GPU (NCCL takes one rank per GPU): ddp (gloo), mgs
 #            and mgs-sparse with MGS_BACKEND=mpi (host-staged compact blocks).
@@ -55,7 +56,7 @@ for np in $sizes; do
     backend=nccl
     [ "$np" -gt 1 ] && backend=gloo  # NCCL refuses two ranks on one GPU
     case $system in
-      mgs-sparse) run_system=mgs; env_args+=(-x MGS_COMPRESSOR=gaussiank -x MGS_DENSITY=0.001) ;;
+      mgs-sparse) run_system=mgs; env_args+=(-x MGS_COMPRESSOR=gaussiank -x MGS_DENSITY=0.001 -x MGS_WARMUP_STEPS=0) ;;
     esac
     [ "$np" -gt 1 ] && [ "$run_system" = mgs ] && env_args+=(-x MGS_BACKEND=mpi)
     echo "gpu_train: np $np $system" >&2
