@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "common/check.h"
@@ -41,6 +42,15 @@ Status timeCall(int reps, double* out, F&& fn, double* cpu = nullptr) {
 }
 
 }  // namespace
+
+double allgatherOverlap(double one_s, double together_s, int k) {
+  // K allgathers one after another take K x one; fully overlapped start-ups
+  // take one (the block is small: the start-up is the whole call). The
+  // model's K in flight end at one + (K - 1) x (one - overlap x one).
+  if (!(one_s > 0) || k < 2 || !std::isfinite(together_s)) return 1.0;
+  const double overlap = (k * one_s - together_s) / ((k - 1) * one_s);
+  return std::min(1.0, std::max(0.0, overlap));
+}
 
 Status measureCostModel(Communicator& comm, const compress::Selector& selector, plan::CostModel* out) {
   const int P = comm.size();
@@ -117,6 +127,33 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
     MGS_RETURN_IF_ERROR(timeCall(5, &wall, [&] { return comm.allgather(buf.data(), 256, gathered.data()); }, &ag_cpu));
     t.push_back(sel_fixed + std::max(bc_cpu + ar_cpu, ag_cpu));
   }
+  // How far the start-ups of allgathers in flight together overlap
+  // (CostModel::allgather_overlap, the coordinator model): one small
+  // allgather started and waited for, against kOverlapK started together
+  // and then waited for, as the pipeline keeps them in flight. Without
+  // nonblocking collectives every start runs to its end: no overlap.
+  constexpr int kOverlapK = 4;
+  constexpr size_t kOverlapBytes = 4 << 10;  // start-up dominated
+  {
+    std::vector<char> send(kOverlapBytes, 0), recv(kOverlapK * kOverlapBytes * static_cast<size_t>(P));
+    auto together = [&](int k) {
+      std::vector<std::unique_ptr<PendingCollective>> ops(k);
+      Status st;
+      for (int j = 0; j < k && st.ok(); ++j)
+        st = comm.startAllgather(send.data(), kOverlapBytes, recv.data() + j * kOverlapBytes * P, &ops[j]);
+      for (auto& op : ops) {
+        if (!op) continue;
+        const Status w = op->wait();
+        if (st.ok()) st = w;
+      }
+      return st;
+    };
+    double one = 0, k = 0;
+    MGS_RETURN_IF_ERROR(timeCall(5, &one, [&] { return together(1); }));
+    MGS_RETURN_IF_ERROR(timeCall(5, &k, [&] { return together(kOverlapK); }));
+    t.push_back(one);
+    t.push_back(k);
+  }
   MGS_RETURN_IF_ERROR(comm.allreduce(t.data(), t.size(), MGS_FLOAT64, CommOp::kMax));
 
   std::vector<plan::Sample> ar, ag, sel;
@@ -127,6 +164,8 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
   for (size_t b : bc_bytes) bc.emplace_back(double(b), t[i++]);
   for (size_t n : sel_n) sel.emplace_back(double(n), t[i++]);
   out->group_host_s = t[i++];
+  const double ag_one = t[i++], ag_k = t[i++];
+  out->allgather_overlap = allgatherOverlap(ag_one, ag_k, kOverlapK);
   // Piecewise-linear through the measured points, not one least-squares line:
   // a line fitted over 4 KiB..64 MiB is dominated by the large sizes and gets
   // the per-call startup (what decides small buckets) wrong.

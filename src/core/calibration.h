@@ -24,8 +24,14 @@ inline const std::vector<size_t>& calibrationSelectionSizes() {
 }
 
 // Collective: every rank ends with the same terms (allreduce, allgather,
-// broadcast, sparsify, negotiation_s, group_host_s); the other fields of
-// *out are left as they are.
+// broadcast, sparsify, negotiation_s, group_host_s, allgather_overlap); the
+// other fields of *out are left as they are.
 Status measureCostModel(Communicator& comm, const compress::Selector& selector, plan::CostModel* out);
+
+// allgather_overlap from one small allgather's time and the time of k of
+// them started together and then waited for: 1 when k take as long as one,
+// 0 when they take k times as long (clamped to [0, 1]; 1 without a usable
+// measurement).
+double allgatherOverlap(double one_s, double together_s, int k);
 
 }  // namespace mgs

@@ -279,8 +279,9 @@ std::string costModelToJson(const CostModel& m, bool pretty) {
     out += std::string(in) + "\"coordinator_loop\":" + sp + "true," + nl;
     out += std::string(in) + "\"cycle_s\":" + sp + json(m.cycle_s).dump() + "," + nl;
     out += std::string(in) + "\"max_in_flight\":" + sp + std::to_string(m.max_in_flight) + "," + nl;
-    out += std::string(in) + "\"allgather_overlap\":" + sp + json(m.allgather_overlap).dump() + "," + nl;
   }
+  // Measured by calibration (core/calibration.h), used by the coordinator model.
+  out += std::string(in) + "\"allgather_overlap\":" + sp + json(m.allgather_overlap).dump() + "," + nl;
   if (m.ranks_per_node > 1)
     out += std::string(in) + "\"ranks_per_node\":" + sp + std::to_string(m.ranks_per_node) + "," + nl;
   if (!m.node.segments().empty()) out += std::string(in) + "\"node\":" + sp + comm(m.node) + "," + nl;

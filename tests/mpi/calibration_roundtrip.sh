@@ -16,6 +16,11 @@ run() { "$mpirun" -np 2 --oversubscribe --bind-to none -x MGS_COMPRESSOR=topk -x
 out=$(run) || fail "job with MGS_CALIBRATION=$file failed: $out"
 [ -s "$file" ] || fail "the runtime did not save $file"
 grep -q '"format": "mgs-cost-model"' "$file" || fail "saved file lacks the format tag: $(cat "$file")"
+# The overlap of allgathers in flight together is measured, a fraction.
+overlap=$(sed -n 's/.*"allgather_overlap": *\([0-9.eE+-]*\).*/\1/p' "$file")
+[ -n "$overlap" ] || fail "saved file has no allgather_overlap: $(cat "$file")"
+awk -v o="$overlap" 'BEGIN { exit !(o >= 0 && o <= 1) }' || fail "allgather_overlap $overlap outside [0, 1]"
+echo "measured allgather_overlap $overlap"
 
 # 2. mgs-plan plans with it.
 plan_out=$("$plan" --input "$instance" --cost-model "$file" 2>&1) || fail "mgs-plan rejected the saved file: $plan_out"

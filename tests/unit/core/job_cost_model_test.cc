@@ -309,3 +309,13 @@ TEST_CASE("job cost model: a corrupt calibration file fails resolve on every ran
 }
 
 }  // namespace mgs
+
+TEST_CASE("allgather_overlap from one allgather against four started together", "[calibration]") {
+  CHECK(mgs::allgatherOverlap(1.0, 1.0, 4) == 1.0);   // four take as long as one: start-ups overlap fully
+  CHECK(mgs::allgatherOverlap(1.0, 4.0, 4) == 0.0);   // four take four times as long: one after another
+  CHECK(mgs::allgatherOverlap(1.0, 2.5, 4) == Approx(0.5));
+  CHECK(mgs::allgatherOverlap(1.0, 5.0, 4) == 0.0);   // slower than serial (noise): clamped
+  CHECK(mgs::allgatherOverlap(1.0, 0.5, 4) == 1.0);   // faster than one (noise): clamped
+  CHECK(mgs::allgatherOverlap(0.0, 1.0, 4) == 1.0);   // no usable measurement: the model's default
+  CHECK(mgs::allgatherOverlap(1.0, 1.0, 1) == 1.0);
+}
