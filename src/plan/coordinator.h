@@ -27,9 +27,9 @@
 //
 // Every term is a calibrated cost (negotiation_s, the allreduce, allgather
 // and selection models), a runtime setting (cycle_s, max_in_flight) or a
-// property of the network that calibration would have to measure
-// (allgather_overlap: not measured yet, default 1); none is fitted to
-// measured steps. Pure functions, like the rest of plan/.
+// property of the network that calibration measures (allgather_overlap:
+// one small allgather against four in flight together, core/calibration.h;
+// 1 in a file without it); none is fitted to measured steps. Pure functions, like the rest of plan/.
 #pragma once
 
 #include <cstdint>

@@ -127,10 +127,10 @@ struct CostModel {
   int max_in_flight = 4;
   // How much of an allgather's start-up overlaps the allgather in flight
   // before it, in [0, 1] (coordinator model only). A property of the
-  // network and MPI's progress, which calibration does not measure yet (two
-  // concurrent small allgathers against one would): 1, the runtime's ideal
-  // (start-ups overlap fully, transfers share the link), unless a file says
-  // otherwise; 0 bounds it from above (one after another).
+  // network and MPI's progress, measured by calibration (one small allgather
+  // against four started together, core/calibration.h allgatherOverlap); in
+  // a file without it 1, the runtime's ideal (start-ups overlap fully,
+  // transfers share the link); 0 bounds it from above (one after another).
   double allgather_overlap = 1.0;
   // Exchanges in flight (the timeline model and the planners): with MPI the
   // runtime keeps a sparse bucket's allgather, agreed or hierarchical
