@@ -58,9 +58,9 @@ void Executor::run(std::vector<ReadyOp>& ops) {
           st = allreduceGroup(group);
         } else if (device::DeviceComm* dc = ncclFor(first)) {
           nccl = true;
-          st = allreduceNccl(first, *dc);
+          st = group.size() > 1 ? allreduceNcclGroup(group, *dc) : allreduceNccl(first, *dc);
         } else {
-          st = allreduceCuda(first);
+          st = group.size() > 1 ? allreduceCudaGroup(group) : allreduceCuda(first);
         }
         break;
       case OpType::kAllgather:
@@ -88,7 +88,7 @@ void Executor::run(std::vector<ReadyOp>& ops) {
         break;
     }
     if (cuda_nccl_ && first.sig.on_cuda && first.sig.type != OpType::kBarrier && first.sig.type != OpType::kJoin)
-      (nccl ? cuda_nccl_ : cuda_staged_)->fetch_add(1, std::memory_order_relaxed);
+      (nccl ? cuda_nccl_ : cuda_staged_)->fetch_add(group.size(), std::memory_order_relaxed);
     if (!st.ok())
       st = Status(st.code(), "rank " + std::to_string(comm_.rank()) + ", " + opTypeName(first.sig.type) +
                                  " of tensor '" + first.name + "': " + st.message());
@@ -298,6 +298,136 @@ Status Executor::allreduceCuda(Request& r) {
   MGS_RETURN_IF_ERROR(device::copyFromHost(r.output, stage_.data(), stage_.size()));
   MGS_RETURN_IF_ERROR(device::scale(r.output, finalFactor(sig)));
   span({&r}, "MEMCPY_OUT_HOST_STAGING", t0);
+  return Status::OK();
+}
+
+Status Executor::allreduceCudaGroup(std::vector<Request*>& group) {
+  const Signature& sig = group[0]->sig;
+  const size_t esize = dtypeSize(sig.dtype);
+  std::vector<size_t> counts;
+  size_t total = 0;
+  for (Request* r : group) {
+    counts.push_back(r->input.numel());
+    total += counts.back();
+  }
+  auto t0 = Clock::now();
+  // One host buffer for the group; each member lands at its offset. A rank
+  // that has joined serves host zeros (the same group forms on every rank:
+  // negotiated signatures and sizes) and has no outputs to write.
+  wire_.resize(total * esize);
+  std::vector<const void*> inputs;
+  size_t off = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    Request& r = *group[i];
+    char* at = wire_.data() + off * esize;
+    if (r.served) {
+      if (counts[i]) std::memcpy(at, r.input.data, counts[i] * esize);
+    } else {
+      MGS_RETURN_IF_ERROR(device::waitReady(r.input));
+      MGS_RETURN_IF_ERROR(device::copyToHost(at, r.input, counts[i] * esize));
+    }
+    inputs.push_back(at);
+    off += counts[i];
+  }
+  MGS_RETURN_IF_ERROR(agreeFinite(group, inputs));
+  scaleHost(wire_.data(), sig.dtype, total, sig.prescale);
+  span(group, "MEMCPY_IN_HOST_STAGING", t0);
+  t0 = Clock::now();
+  MGS_RETURN_IF_ERROR(comm_.allreduce(wire_.data(), total, sig.dtype, CommOp::kSum));
+  span(group, "ALLREDUCE", t0);
+  if (group[0]->served) return Status::OK();
+  t0 = Clock::now();
+  scaleHost(wire_.data(), sig.dtype, total, finalFactor(sig));
+  off = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    MGS_RETURN_IF_ERROR(device::copyFromHost(group[i]->output, wire_.data() + off * esize, counts[i] * esize));
+    off += counts[i];
+  }
+  span(group, "MEMCPY_OUT_HOST_STAGING", t0);
+  return Status::OK();
+}
+
+Status Executor::allreduceNcclGroup(std::vector<Request*>& group, device::DeviceComm& dc) {
+  const Signature& sig = group[0]->sig;
+  const size_t esize = dtypeSize(sig.dtype);
+  std::vector<size_t> counts;
+  size_t total = 0;
+  for (Request* r : group) {
+    counts.push_back(r->input.numel());
+    total += counts.back();
+  }
+  auto t0 = Clock::now();
+  if (group[0]->served) {
+    // This rank has joined: zeros of the group's fused size on its device.
+    std::vector<const void*> inputs;
+    for (Request* r : group) inputs.push_back(r->input.data);  // host zeros
+    MGS_RETURN_IF_ERROR(agreeFinite(group, inputs));
+    std::shared_ptr<void> zeros;
+    MGS_RETURN_IF_ERROR(device::deviceZeros(dc.device, total * esize, &zeros));
+    MGS_RETURN_IF_ERROR(dc.comm->allreduce(zeros.get(), total, sig.dtype, CommOp::kSum));
+    MGS_RETURN_IF_ERROR(device::syncStream(dc.stream));
+    span(group, "NCCL_ALLREDUCE", t0);
+    return Status::OK();
+  }
+  for (Request* r : group)
+    MGS_ENSURE(r->input.device == dc.device && r->output.device == dc.device, kInvalidArgument,
+               "tensor '" << r->name << "' is on CUDA device " << r->input.device
+                          << " but this rank's NCCL communicator uses device " << dc.device
+                          << " (local rank % visible devices)");
+  if (config_.nonfinite == "error" && dtypeIsFloat(sig.dtype)) {
+    // As allreduceNccl: the check reads the inputs on the host.
+    stage_.resize(total * esize);
+    std::vector<const void*> inputs;
+    size_t off = 0;
+    for (size_t i = 0; i < group.size(); ++i) {
+      MGS_RETURN_IF_ERROR(device::waitReady(group[i]->input));
+      MGS_RETURN_IF_ERROR(device::copyToHost(stage_.data() + off * esize, group[i]->input, counts[i] * esize));
+      inputs.push_back(stage_.data() + off * esize);
+      off += counts[i];
+    }
+    MGS_RETURN_IF_ERROR(agreeFinite(group, inputs));
+  }
+  if (fusion_dev_bytes_ < total * esize || fusion_dev_device_ != dc.device) {
+    // Grown to the largest group seen (at most MGS_FUSION_THRESHOLD_BYTES);
+    // the previous group finished with a stream sync, so it is free.
+    fusion_dev_.reset();
+    fusion_dev_bytes_ = 0;
+    MGS_RETURN_IF_ERROR(device::deviceZeros(dc.device, total * esize, &fusion_dev_));
+    fusion_dev_bytes_ = total * esize;
+    fusion_dev_device_ = dc.device;
+  }
+  TensorDesc buf;
+  buf.data = fusion_dev_.get();
+  buf.dtype = sig.dtype;
+  buf.shape = {static_cast<int64_t>(total)};
+  buf.device = dc.device;
+  auto slice = [&](size_t off, size_t n) {
+    TensorDesc t = buf;
+    t.data = static_cast<char*>(buf.data) + off * esize;
+    t.shape = {static_cast<int64_t>(n)};
+    return t;
+  };
+  auto flat = [](const TensorDesc& t, size_t n) {
+    TensorDesc f = t;
+    f.shape = {static_cast<int64_t>(n)};
+    return f;
+  };
+  size_t off = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    MGS_RETURN_IF_ERROR(device::streamWaitReady(group[i]->input, dc.stream));
+    MGS_RETURN_IF_ERROR(device::copyDeviceAsync(slice(off, counts[i]), flat(group[i]->input, counts[i]), dc.stream));
+    off += counts[i];
+  }
+  MGS_RETURN_IF_ERROR(device::scaleAsync(buf, sig.prescale, dc.stream));
+  MGS_RETURN_IF_ERROR(dc.comm->allreduce(buf.data, total, sig.dtype, CommOp::kSum));
+  MGS_RETURN_IF_ERROR(device::scaleAsync(buf, finalFactor(sig), dc.stream));
+  off = 0;
+  for (size_t i = 0; i < group.size(); ++i) {
+    MGS_RETURN_IF_ERROR(device::copyDeviceAsync(flat(group[i]->output, counts[i]), slice(off, counts[i]), dc.stream));
+    off += counts[i];
+  }
+  MGS_RETURN_IF_ERROR(device::syncStream(dc.stream));
+  span(group, "NCCL_ALLREDUCE", t0);
   return Status::OK();
 }
 

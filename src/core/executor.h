@@ -88,6 +88,13 @@ class Executor {
   void unpackGroup(const std::vector<void*>& outputs, DataType dtype, double factor, std::vector<char>& wire,
                    const std::vector<size_t>& counts);
   Status allreduceCuda(Request& req);
+  // A fused group of CUDA allreduces without NCCL: each member copied to one
+  // host buffer, one MPI allreduce, the sums copied back (never ran on a GPU).
+  Status allreduceCudaGroup(std::vector<Request*>& group);
+  // A fused group over NCCL: the members copied into one device fusion
+  // buffer on the NCCL stream, one allreduce, copied back, one host wait for
+  // the group (never ran on a GPU).
+  Status allreduceNcclGroup(std::vector<Request*>& group, device::DeviceComm& dc);
   // NCCL on device pointers, on its stream (ran on an H100 at np 1): the stream
   // waits for the ready event, no host staging; one host wait at the end so
   // the output is final when the op completes.
@@ -122,6 +129,9 @@ class Executor {
   DeviceBackend* backend_;
   std::vector<char> wire_;   // fusion buffer, reused across cycles
   std::vector<char> stage_;  // host staging for CUDA tensors
+  std::shared_ptr<void> fusion_dev_;  // device fusion buffer of fused CUDA groups (NCCL)
+  size_t fusion_dev_bytes_ = 0;
+  int fusion_dev_device_ = -1;
   std::vector<char> scatter_out_;  // this rank's part of a reducescatter
   std::deque<InFlight> inflight_;
   std::vector<std::vector<char>> wire_pool_;

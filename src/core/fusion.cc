@@ -18,8 +18,10 @@ std::vector<std::vector<size_t>> fusionGroups(const std::vector<const Signature*
   std::vector<size_t> open_bytes;  // their wire sizes
   for (size_t i = 0; i < sigs.size(); ++i) {
     const Signature& s = *sigs[i];
-    // CUDA tensors are staged one by one until the NCCL path exists.
-    const bool candidate = s.type == OpType::kAllreduce && !s.on_cuda && bytes[i] < kFusionMaxTensorBytes;
+    // CUDA tensors fuse with CUDA tensors only (fusable compares on_cuda):
+    // one device fusion buffer and one NCCL call per group, or one host
+    // staging buffer and one MPI call without NCCL (Executor).
+    const bool candidate = s.type == OpType::kAllreduce && bytes[i] < kFusionMaxTensorBytes;
     const size_t wire = bytes[i];
     bool placed = false;
     if (candidate && static_cast<int64_t>(wire) <= threshold) {

@@ -43,6 +43,28 @@ def test_cuda_on_a_side_stream(device, rank, size):
     assert total.item() == float((1 << 20) * size * (size + 1) // 2)
 
 
+def test_cuda_small_allreduces_fuse_and_stay_exact(device, rank, size):
+    """Small CUDA allreduces enqueued together fuse into one collective per group (one device buffer
+    over NCCL, one host buffer over MPI); each output must be its own tensor's reduction."""
+    before = hvd.runtime_stats() or {}
+    tensors = [torch.arange(n, dtype=torch.float32, device=device) * (rank + 1) + t
+               for t, n in enumerate([1, 7, 64, 1000, 3, 4096, 17, 256])]
+    halves = [torch.full((n,), float(rank + 1), dtype=torch.float16, device=device) for n in (5, 300)]
+    handles = [hvd.allreduce_async(x, op=hvd.Sum, name=f"fuse.{i}") for i, x in enumerate(tensors)]
+    handles += [hvd.allreduce_async(x, op=hvd.Average, name=f"fuse.h{i}") for i, x in enumerate(halves)]
+    outs = [hvd.synchronize(h) for h in handles]
+    tri = size * (size + 1) // 2
+    for t, (x, out) in enumerate(zip(tensors, outs)):
+        want = torch.arange(x.numel(), dtype=torch.float32) * tri + t * size
+        assert out.device == device
+        assert torch.equal(out.cpu(), want), f"tensor {t}"
+    for x, out in zip(halves, outs[len(tensors):]):
+        assert torch.equal(out.cpu(), torch.full_like(x.cpu(), (size + 1) / 2))
+    after = hvd.runtime_stats() or {}
+    ops = sum((after.get(k) or 0) - (before.get(k) or 0) for k in ("cuda_nccl_ops", "cuda_staged_ops"))
+    assert ops == len(handles), f"{ops} CUDA ops counted for {len(handles)} tensors"
+
+
 def test_cuda_distributed_optimizer(device, rank):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to(device)

@@ -28,6 +28,16 @@ TEST_CASE("fusion groups compatible allreduces up to the threshold", "[fusion]")
   CHECK(fusionGroups(sigs, bytes, 0).size() == sigs.size());
 }
 
+TEST_CASE("CUDA allreduces fuse with CUDA allreduces only", "[fusion]") {
+  Signature host = allreduce(MGS_FLOAT32), cuda = allreduce(MGS_FLOAT32);
+  cuda.on_cuda = true;
+  std::vector<const Signature*> sigs = {&cuda, &host, &cuda, &host, &cuda};
+  std::vector<size_t> bytes = {400, 400, 400, 400, 400};
+  CHECK(fusionGroups(sigs, bytes, 1 << 20) == std::vector<std::vector<size_t>>{{0, 2, 4}, {1, 3}});
+  // The threshold bounds a CUDA group as it bounds a host one.
+  CHECK(fusionGroups(sigs, bytes, 800) == std::vector<std::vector<size_t>>{{0, 2}, {1, 3}, {4}});
+}
+
 TEST_CASE("16-bit floats are fused as 16-bit and scaled on the way out", "[fusion]") {
   std::vector<uint16_t> a = {floatToHalf(1.5f), floatToHalf(-2.0f)};
   std::vector<uint16_t> b = {floatToHalf(3.0f)};
