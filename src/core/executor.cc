@@ -301,15 +301,24 @@ Status Executor::allreduceCuda(Request& r) {
   return Status::OK();
 }
 
+namespace {
+// Each member's element count, in group order; returns their sum.
+size_t memberCounts(const std::vector<Request*>& group, std::vector<size_t>* counts) {
+  size_t total = 0;
+  counts->clear();
+  for (Request* r : group) {
+    counts->push_back(r->input.numel());
+    total += counts->back();
+  }
+  return total;
+}
+}  // namespace
+
 Status Executor::allreduceCudaGroup(std::vector<Request*>& group) {
   const Signature& sig = group[0]->sig;
   const size_t esize = dtypeSize(sig.dtype);
   std::vector<size_t> counts;
-  size_t total = 0;
-  for (Request* r : group) {
-    counts.push_back(r->input.numel());
-    total += counts.back();
-  }
+  const size_t total = memberCounts(group, &counts);
   auto t0 = Clock::now();
   // One host buffer for the group; each member lands at its offset. A rank
   // that has joined serves host zeros (the same group forms on every rank:
@@ -351,11 +360,7 @@ Status Executor::allreduceNcclGroup(std::vector<Request*>& group, device::Device
   const Signature& sig = group[0]->sig;
   const size_t esize = dtypeSize(sig.dtype);
   std::vector<size_t> counts;
-  size_t total = 0;
-  for (Request* r : group) {
-    counts.push_back(r->input.numel());
-    total += counts.back();
-  }
+  const size_t total = memberCounts(group, &counts);
   auto t0 = Clock::now();
   if (group[0]->served) {
     // This rank has joined: zeros of the group's fused size on its device.
