@@ -11,6 +11,7 @@ import sys
 
 import torch
 
+import mgs
 import mgs.torch as hvd
 
 rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
@@ -49,7 +50,18 @@ for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int64):
     out = hvd.allreduce(x, op=hvd.Sum)
     assert out.device == dev
     assert torch.equal(out.cpu(), torch.full((1000, 3), size * (size + 1), dtype=dtype)), dtype
+# Small allreduces enqueued together fuse into one NCCL call per group (a device fusion buffer):
+# each output is still its own tensor's sum, and every one is counted on the NCCL path.
+before = mgs.runtime_stats() or {}
+xs = [torch.arange(n, dtype=torch.float32, device=dev) + t * (rank + 1) for t, n in enumerate((1, 9, 100, 4096, 33))]
+outs = [hvd.synchronize(h) for h in [hvd.allreduce_async(x, op=hvd.Sum, name=f"fused.{t}") for t, x in enumerate(xs)]]
+for t, (x, out) in enumerate(zip(xs, outs)):
+    want = torch.arange(x.numel(), dtype=torch.float32) * size + t * size * (size + 1) // 2
+    assert torch.equal(out.cpu(), want), t
+after = mgs.runtime_stats() or {}
+assert after["cuda_nccl_ops"] - before["cuda_nccl_ops"] == len(xs), (before, after)
+assert after["cuda_staged_ops"] == before["cuda_staged_ops"], (before, after)
 b = hvd.broadcast(torch.full((5,), float(rank), device=dev), size - 1)
 assert torch.equal(b.cpu(), torch.full((5,), float(size - 1)))
 hvd.shutdown()
-print(f"rank {rank}: OK (NCCL allreduce and broadcast)")
+print(f"rank {rank}: OK (NCCL allreduce, fused small allreduces and broadcast)")

@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch import nn
 
+import mgs
 import mgs.torch as hvd
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or not hvd.cuda_built(),
@@ -46,7 +47,7 @@ def test_cuda_on_a_side_stream(device, rank, size):
 def test_cuda_small_allreduces_fuse_and_stay_exact(device, rank, size):
     """Small CUDA allreduces enqueued together fuse into one collective per group (one device buffer
     over NCCL, one host buffer over MPI); each output must be its own tensor's reduction."""
-    before = hvd.runtime_stats() or {}
+    before = mgs.runtime_stats() or {}
     tensors = [torch.arange(n, dtype=torch.float32, device=device) * (rank + 1) + t
                for t, n in enumerate([1, 7, 64, 1000, 3, 4096, 17, 256])]
     halves = [torch.full((n,), float(rank + 1), dtype=torch.float16, device=device) for n in (5, 300)]
@@ -60,7 +61,7 @@ def test_cuda_small_allreduces_fuse_and_stay_exact(device, rank, size):
         assert torch.equal(out.cpu(), want), f"tensor {t}"
     for x, out in zip(halves, outs[len(tensors):]):
         assert torch.equal(out.cpu(), torch.full_like(x.cpu(), (size + 1) / 2))
-    after = hvd.runtime_stats() or {}
+    after = mgs.runtime_stats() or {}
     ops = sum((after.get(k) or 0) - (before.get(k) or 0) for k in ("cuda_nccl_ops", "cuda_staged_ops"))
     assert ops == len(handles), f"{ops} CUDA ops counted for {len(handles)} tensors"
 
