@@ -312,8 +312,9 @@ int64_t Config::effectiveWarmupSteps() const {
   if (warmup_steps != kWarmupAuto) return warmup_steps;
   // Measured on digits over ten seeds (docs/convergence.md): at 0.01 every
   // selector is within 0.5 points of dense without warm-up; at 0.001 warm-up
-  // over the first ~50 steps brings each within 1 point. Its traffic is about
-  // (W + 1) / ln(1/density) dense steps: 7 at 0.001, whatever the job's length.
+  // over the first ~50 steps brings each within 1 point. It sends about
+  // (W + 1) / ln(1/density) dense steps' worth of entries (7 at 0.001; twice
+  // that in bytes, a value and an index each), whatever the job's length.
   if (!(density < 0.01)) return 0;
   return static_cast<int64_t>(std::llround(50.0 * std::log10(0.01 / density)));
 }
