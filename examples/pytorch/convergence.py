@@ -34,9 +34,11 @@ def parse_args():
     p.add_argument("--exchange", choices=["allgather", "agreed", "hierarchical", "auto"],
                    help="MGS_EXCHANGE for the sparse runs (labelled with it); unset: the runtime's default")
     p.add_argument("--dgc", nargs="*", default=["plain"], metavar="VARIANT",
-                   help="DGC variants of every sparse run: 'plain' (none), or '+'-joined parts of "
+                   help="DGC variants of every sparse run: 'plain' (the defaults: no rank-local technique, "
+                        "MGS_WARMUP_STEPS=auto), or '+'-joined parts of "
                         "mc (momentum correction, masking off), mask (momentum correction with masking), "
-                        "clipX (local clipping at norm X), warmupN (MGS_WARMUP_STEPS=N); e.g. mask+clip2")
+                        "clipX (local clipping at norm X), warmupN (MGS_WARMUP_STEPS=N; warmup0: none); "
+                        "e.g. mask+clip2")
     p.add_argument("--out", type=Path, default=Path("convergence-results"))
     p.add_argument("--python", default=sys.executable)
     p.add_argument("--replot", type=Path, metavar="RESULTS_JSON",
