@@ -431,6 +431,8 @@ typedef struct mgs_stats {
   /* Process sets other than the global one (each has its own sparse pipeline; the fields above are the global set's): */
   uint64_t set_sparse_buckets;     /**< their buckets exchanged sparsely, on this rank */
   uint64_t set_sparse_bytes_sent;  /**< values + indices this rank sent for them */
+  uint64_t sparse_warmup_steps;    /**< density warm-up steps of this job (MGS_WARMUP_STEPS resolved: 'auto' gives
+                                        50 at density 0.001, 0 at >= 0.01); sparse_steps says how far it is */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

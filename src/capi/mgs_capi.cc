@@ -414,6 +414,7 @@ mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
     s.cuda_nccl_ops = n.cuda_nccl_ops;
     s.set_sparse_buckets = n.set_sparse_buckets;
     s.set_sparse_bytes_sent = n.set_sparse_bytes_sent;
+    s.sparse_warmup_steps = sp.warmup_steps;
     s.cuda_staged_ops = n.cuda_staged_ops;
     s.device_host_syncs = n.device_host_syncs;
     s.plan_span_checks = sp.span_checks;

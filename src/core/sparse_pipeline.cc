@@ -38,6 +38,7 @@ SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, Residua
       exchange_(comm, progress),
       scatter_(comm.size()),
       ctx_(comm, config_, stats_, cost_.online(), exchange_, scatter_) {
+  if (config_.compressor != "none") stats_.warmup_steps = static_cast<uint64_t>(config_.warmup_steps);
   schedule_.setProgress(progress);
   // The host stage serves every bucket but those of CUDA tensors that a
   // device stage accepts (routed_local_stage.h); where none can be made,

@@ -254,6 +254,10 @@ void scenarioWarmup() {
              (unsigned long long)k, want, W, rho);
     }
   }
+  mgs_stats_t st{};
+  EXPECT_OK(mgs_get_stats(&st, sizeof st));
+  EXPECT(st.sparse_warmup_steps == static_cast<uint64_t>(W), "sparse_warmup_steps %llu, want %d",
+         (unsigned long long)st.sparse_warmup_steps, W);
   if (g_rank == 0)
     std::printf("warmup: W = %d, density %g: k at step 0 = %llu, at step %d = %llu\n", W, rho,
                 (unsigned long long)k0, kSteps - 1, (unsigned long long)k_last);

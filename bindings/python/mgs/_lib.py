@@ -72,6 +72,7 @@ class MgsStats(ctypes.Structure):
         ("plan_span_measured_us", ctypes.c_uint64),
         ("set_sparse_buckets", ctypes.c_uint64),
         ("set_sparse_bytes_sent", ctypes.c_uint64),
+        ("sparse_warmup_steps", ctypes.c_uint64),
     ]
 
 
