@@ -12,6 +12,12 @@
 #   mgs+replan   (with -T TOL) mgs with online re-planning at that tolerance
 #   mgs-untried  (with -U) mgs with MGS_PLAN_TRIAL_STEPS=0: the DP plan as
 #                computed, without the trials of candidate plans (mgs's default)
+# With -D (dense: no compressor) the same three kinds of run are dense:
+#   dense        what a dense job gets by default (strategy dense, fusion of
+#                what is ready in a cycle up to MGS_FUSION_THRESHOLD_BYTES'
+#                default, Horovod's 64 MiB)
+#   layerwise    dense, MGS_FUSION_THRESHOLD_BYTES=0 (no fusion)
+#   fixed-<F>MB  dense, MGS_FUSION_THRESHOLD_BYTES = F MB (scaled as above)
 # in the same order every repeat, so slow drift hits all of them alike; one
 # calibration, measured by the first run, reused by all (and by the
 # predictions). Prints medians over repeats, the ratios the issue sets goals
@@ -19,7 +25,7 @@
 # overall, and the calibrated prediction against the measurement.
 #
 # usage: bench/cluster/run_planner.sh [-b BUILD] [-n HOSTS] [-r RATE] [-l LATENCY] [-R REPEATS]
-#            [-F "1 2 4 8 16 32 64 128"] [-e ELEMENT_SCALE] [-x EXCHANGE] [-T TOL] [-U] [-o OUT.jsonl]
+#            [-F "1 2 4 8 16 32 64 128"] [-e ELEMENT_SCALE] [-x EXCHANGE] [-T TOL] [-U] [-D] [-o OUT.jsonl]
 #            -- [mgs-replay args]
 #   defaults: -n 16 -r 10gbit -l 0.5ms -R 3 -e 0.05; replay args default to --steps 10
 #   --scale-time 0.25 --density 0.001 --sim-network 10gbe (plus --scale-elements E)
@@ -39,7 +45,8 @@ exchange=allgather
 tol=""
 untried=""
 out=""
-while getopts "b:n:r:l:R:F:e:x:T:Uo:h" opt; do
+dense=""
+while getopts "b:n:r:l:R:F:e:x:T:UDo:h" opt; do
   case $opt in
     b) build=$OPTARG ;;
     n) hosts=$OPTARG ;;
@@ -51,8 +58,9 @@ while getopts "b:n:r:l:R:F:e:x:T:Uo:h" opt; do
     x) exchange=$OPTARG ;;
     T) tol=$OPTARG ;;
     U) untried=1 ;;
+    D) dense=1 ;;
     o) out=$OPTARG ;;
-    h) sed -n '2,28p' "$0"; exit 0 ;;
+    h) sed -n '2,34p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done
@@ -84,6 +92,18 @@ cal=$tmp/calibration.json
 echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; hosts=$hosts rate=$rate latency=$latency exchange=$exchange fixed=[$fixed] MB repeats=$repeats; args: ${args[*]}" >&2
 for rep in $(seq 1 "$repeats"); do
   lab="planner-$hosts-$rate-$latency-$exchange-rep$rep"
+  if [ -n "$dense" ]; then
+    lab="planner-$hosts-$rate-$latency-dense-rep$rep"
+    run_one "$out" "$lab" "$hosts" "$rate" "$latency" "${base[@]}" -- --strategy dense --calibration "$cal" "${args[@]}"
+    run_one "$out" "$lab-layerwise" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES=0 -- \
+      --strategy dense --calibration "$cal" "${args[@]}"
+    for f in $fixed; do
+      bytes=$(awk -v f="$f" -v e="$escale" 'BEGIN { printf "%d", f * e * 1048576 }')
+      run_one "$out" "$lab-fixed${f}MB" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES="$bytes" -- \
+        --strategy dense --calibration "$cal" "${args[@]}"
+    done
+    continue
+  fi
   run_one "$out" "$lab" "$hosts" "$rate" "$latency" "${base[@]}" -- --strategy mgs --calibration "$cal" "${args[@]}"
   run_one "$out" "$lab" "$hosts" "$rate" "$latency" "${base[@]}" -- --strategy layerwise --calibration "$cal" "${args[@]}"
   for f in $fixed; do
@@ -106,7 +126,9 @@ done
 import json, re, sys, statistics
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 def name(r):
-    if r["strategy"] == "fusion":
+    if r["strategy"] == "dense" and "layerwise" in r["label"]:
+        return "layerwise"
+    if r["strategy"] in ("fusion", "dense") and "fixed" in r["label"]:
         return re.search(r"fixed[0-9.]+MB", r["label"]).group(0).replace("fixed", "fixed-")
     return r["strategy"] + ("+replan" if "replan" in r["label"] else "") + ("-untried" if "untried" in r["label"] else "")
 def rep(r):
@@ -125,18 +147,19 @@ for n, rs in by.items():
           statistics.median(rs[k]["sparse_buckets_per_step"] for k in rs),
           "%.1f" % (pc * 1e3) if pc > 0 else "-", "%.2f" % (pc / med[n]) if pc > 0 else "-"))
 fixed = [n for n in med if n.startswith("fixed-")]
-if "mgs" in med:
-    m = med["mgs"]
+default = "mgs" if "mgs" in med else "dense"
+if default in med:
+    m = med[default]
     if "layerwise" in med:
-        per = [by["layerwise"][k]["median_s"] / by["mgs"][k]["median_s"] for k in by["mgs"] if k in by["layerwise"]]
-        print("\nlayer-wise / mgs: %.2fx (per repeat %s; goal >= 1.3x)" % (med["layerwise"] / m, ", ".join("%.2f" % p for p in per)))
+        per = [by["layerwise"][k]["median_s"] / by[default][k]["median_s"] for k in by[default] if k in by["layerwise"]]
+        print(("\nlayer-wise / " + default + ": %.2fx (per repeat %s; goal >= 1.3x)") % (med["layerwise"] / m, ", ".join("%.2f" % p for p in per)))
     if fixed:
         best = min(fixed, key=lambda n: med[n])
         per = []
-        for k in by["mgs"]:
+        for k in by[default]:
             fk = [by[n][k]["median_s"] for n in fixed if k in by[n]]
-            if fk: per.append(min(fk) / by["mgs"][k]["median_s"])
-        print("best fixed (%s) / mgs: %.3fx (per repeat, best fixed of that repeat: %s; goal >= 1.05x)" % (
+            if fk: per.append(min(fk) / by[default][k]["median_s"])
+        print(("best fixed (%s) / " + default + ": %.3fx (per repeat, best fixed of that repeat: %s; goal >= 1.05x)") % (
             best, med[best] / m, ", ".join("%.3f" % p for p in per)))
 PY
 echo "# JSON lines: $out" >&2

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""The planner sweep's table (bench/cluster/run_sweep.sh): one row per cell.
+
+For each OUT/<model>_<rate>_<density>_<hosts>.jsonl: the median step (median over repeats of each run's
+median step) of the default plan (sparse: mgs; dense: dense), of layer-wise and of each fixed size; the
+best fixed size in hindsight (layer-wise counted as one); and the ratios the goals are set on:
+default / best (goal <= 1.03 in every cell), and Horovod's 64 MiB, DDP's 25 MiB and layer-wise over the
+default (goal: each >= 1.10 in some cell).
+
+usage: sweep_table.py OUT_DIR
+"""
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+
+def name(r):
+    if r["strategy"] == "dense" and "layerwise" in r["label"]:
+        return "layerwise"
+    m = re.search(r"fixed([0-9.]+)MB", r["label"])
+    if r["strategy"] in ("fusion", "dense") and m:
+        return "fixed-" + m.group(1) + "MB"
+    return r["strategy"]
+
+
+def cell_medians(path):
+    by = {}
+    for line in open(path):
+        if line.startswith("{"):
+            r = json.loads(line)
+            by.setdefault(name(r), []).append(r["median_s"])
+    return {n: statistics.median(v) for n, v in by.items()}
+
+
+def main(out):
+    order = {"resnet50": 0, "bert_base": 1, "vgg16": 2, "10gbit": 0, "1gbit": 1, "dense": 0, "0.01": 1, "0.001": 2}
+    cells = []
+    for path in glob.glob(os.path.join(out, "*.jsonl")):
+        parts = os.path.basename(path)[:-len(".jsonl")].rsplit("_", 3)
+        if len(parts) != 4:
+            continue
+        cells.append((parts, path))
+    cells.sort(key=lambda c: (order.get(c[0][0], 9), order.get(c[0][1], 9), order.get(c[0][2], 9), int(c[0][3])))
+    print("| model | link | density | ranks | default ms | best fixed | best ms | default/best | 64 MiB/default "
+          "| 25 MiB/default | layer-wise/default |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    worst, lose = 0.0, {"fixed-64MB": 0.0, "fixed-25MB": 0.0, "layerwise": 0.0}
+    for (model, rate, density, hosts), path in cells:
+        med = cell_medians(path)
+        default = "dense" if density == "dense" else "mgs"
+        if default not in med:
+            continue
+        fixed = {n: v for n, v in med.items() if n.startswith("fixed-") or n == "layerwise"}
+        best = min(fixed, key=fixed.get)
+        d = med[default]
+        ratio = d / fixed[best]
+        worst = max(worst, ratio)
+        def over(n):
+            if n not in med:
+                return "-"
+            lose[n] = max(lose[n], med[n] / d)
+            return "%.2f" % (med[n] / d)
+        print("| %s | %s | %s | %s | %.1f | %s | %.1f | %.3f | %s | %s | %s |" % (
+            model, rate.replace("gbit", " Gbit/s"), density, hosts, d * 1e3, best, fixed[best] * 1e3, ratio,
+            over("fixed-64MB"), over("fixed-25MB"), over("layerwise")))
+    print("\nworst default/best: %.3f (goal <= 1.03); most lost by 64 MiB %.2f, 25 MiB %.2f, layer-wise %.2f "
+          "(goal >= 1.10 each)" % (worst, lose["fixed-64MB"], lose["fixed-25MB"], lose["layerwise"]))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])
