@@ -155,8 +155,10 @@ std::vector<ParamSpec> buildSpecs() {
   s.push_back(enumParam("MGS_PLANNER", "auto",
                         {"auto", "mgs", "mgwfbp", "mgs-greedy", "mgwfbp-greedy", "fusion", "layerwise", "single"},
                         kSame,
-                        "Merge planner. 'auto' uses the exact MGS dynamic program when a compressor is "
-                        "set and the exact MG-WFBP dynamic program for dense reductions.",
+                        "Merge planner of the sparse buckets; 'auto' is the exact MGS dynamic program "
+                        "(mgwfbp plans them on the dense model). Without a compressor no plan is made: "
+                        "dense gradients are fused as they become ready, up to MGS_FUSION_THRESHOLD_BYTES "
+                        "(a planner set then gets a warning).",
                         &Config::planner));
   s.push_back(intParam("MGS_FUSION_THRESHOLD_BYTES", "67108864", 0, INT64_MAX, "an integer >= 0 (bytes)", kSame,
                        "Largest fused buffer for small dense operations (and the 'fusion' planner's "
@@ -305,7 +307,7 @@ uint64_t digest(const std::string& s) {
 
 std::string Config::effectivePlanner() const {
   if (planner != "auto") return planner;
-  return compressor == "none" ? "mgwfbp" : "mgs";
+  return compressor == "none" ? "none" : "mgs";  // none: dense gradients are fused per cycle, not planned
 }
 
 int64_t Config::effectiveWarmupSteps() const {

@@ -22,7 +22,7 @@ namespace mgs {
 struct Config {
   std::string compressor = "none";
   double density = 0.001;
-  std::string planner = "auto";  // auto: mgs when sparse, mgwfbp when dense
+  std::string planner = "auto";  // auto: mgs when sparse; without a compressor no plan ("none")
   int64_t fusion_threshold_bytes = 64ll << 20;
   int64_t min_sparse_elements = 4096;
   std::string backend = "auto";
@@ -46,7 +46,7 @@ struct Config {
   std::string plan_file;                // MGS_PLAN_FILE: saved merge plan (read if it exists, else written); empty: none
   std::string library;                  // MGS_LIBRARY: read by the Python bindings, ignored by the runtime
 
-  // The planner actually used, resolving "auto".
+  // The planner actually used, resolving "auto" ("none" without a compressor).
   std::string effectivePlanner() const;
   // MGS_WARMUP_STEPS=auto: no warm-up at density >= 0.01, and 50 steps per
   // decade below it (50 at 0.001, 100 at 0.0001), rounded to a whole step.

@@ -111,6 +111,14 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
   }
   MGS_LOG_DEBUG("mgs started: rank {}/{} (local {}/{}), {}", rt->rank_, rt->size_, rt->local_rank_, rt->local_size_,
                 describeConfig(config));
+  // A planner set for a dense job would otherwise be ignored without a word:
+  // dense gradients are fused per negotiation cycle (MGS_FUSION_THRESHOLD_BYTES),
+  // never planned.
+  if (rt->rank_ == 0 && config.compressor == "none" && config.planner != "auto" && config.planner != "fusion")
+    MGS_LOG_WARN(
+        "MGS_PLANNER={} has no effect without a compressor (MGS_COMPRESSOR=none): dense gradients are fused as they "
+        "become ready, up to MGS_FUSION_THRESHOLD_BYTES per buffer; the merge planner plans sparse buckets only",
+        config.planner);
   *out = std::move(rt);
   return Status::OK();
 }

@@ -14,7 +14,7 @@ TEST_CASE("defaults match the documented table", "[params]") {
   REQUIRE(parseConfig({}, &c).ok());
   CHECK(c.compressor == "none");
   CHECK(c.density == Approx(0.001));
-  CHECK(c.effectivePlanner() == "mgwfbp");
+  CHECK(c.effectivePlanner() == "none");
   CHECK(c.fusion_threshold_bytes == 64ll << 20);
   CHECK(c.cycle_time_ms == Approx(1.0));
   CHECK(c.stall_abort_s == 0);
