@@ -34,9 +34,10 @@ def parse_args():
     p.add_argument("--exchange", choices=["allgather", "agreed", "hierarchical", "auto"],
                    help="MGS_EXCHANGE for the sparse runs (labelled with it); unset: the runtime's default")
     p.add_argument("--dgc", nargs="*", default=["plain"], metavar="VARIANT",
-                   help="DGC variants of every sparse run: 'plain' (the defaults: no rank-local technique, "
-                        "MGS_WARMUP_STEPS=auto), or '+'-joined parts of "
-                        "mc (momentum correction, masking off), mask (momentum correction with masking), "
+                   help="DGC variants of every sparse run: 'plain' (the defaults: momentum correction 'auto', "
+                        "on for this SGD, with masking; MGS_WARMUP_STEPS=auto), or '+'-joined parts of "
+                        "nomc (momentum correction off), mc (momentum correction, masking off), mask (momentum "
+                        "correction with masking), "
                         "clipX (local clipping at norm X), warmupN (MGS_WARMUP_STEPS=N; warmup0: none); "
                         "e.g. mask+clip2")
     p.add_argument("--out", type=Path, default=Path("convergence-results"))
@@ -73,6 +74,8 @@ def dgc_settings(variant):
     for part in variant.split("+"):
         if part in ("mc", "mask"):
             args += ["--momentum-correction"] + (["--no-masking"] if part == "mc" else [])
+        elif part == "nomc":
+            args += ["--momentum-correction", "off"]
         elif part.startswith("clip"):
             args += ["--clip-norm", part[len("clip"):]]
         elif part.startswith("warmup"):

@@ -30,9 +30,10 @@ def parse_args():
     p.add_argument("--lr", type=float, default=0.02, help="per rank; scaled by the number of ranks")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--fp16", action="store_true", help="send gradients as float16 (Compression.fp16)")
-    p.add_argument("--momentum-correction", action="store_true",
-                   help="DGC momentum correction (DistributedOptimizer(momentum_correction=True))")
-    p.add_argument("--no-masking", action="store_true", help="with --momentum-correction: momentum_masking=False")
+    p.add_argument("--momentum-correction", nargs="?", const="on", default="auto", choices=["auto", "on", "off"],
+                   help="DGC momentum correction: DistributedOptimizer(momentum_correction=...) 'auto' (the default: "
+                        "on when a compressor is set), True (on, or the bare flag) or False (off)")
+    p.add_argument("--no-masking", action="store_true", help="momentum_masking=False (with momentum correction)")
     p.add_argument("--clip-norm", type=float, help="DGC local gradient clipping (local_clip_norm)")
     p.add_argument("--json", metavar="PATH", help="rank 0 writes the per-epoch metrics here")
     p.add_argument("--min-accuracy", type=float, default=None,
@@ -97,8 +98,8 @@ def main():
     optimizer = hvd.DistributedOptimizer(
         optimizer, named_parameters=model.named_parameters(),
         compression=hvd.Compression.fp16 if args.fp16 else hvd.Compression.none,
-        momentum_correction=args.momentum_correction,
-        momentum_masking=(not args.no_masking) if args.momentum_correction else None, local_clip_norm=args.clip_norm)
+        momentum_correction={"auto": "auto", "on": True, "off": False}[args.momentum_correction],
+        momentum_masking=False if args.no_masking else None, local_clip_norm=args.clip_norm)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs)

@@ -61,12 +61,12 @@ def restart():
     hvd.init()
 
 
-def make(layers=1):
+def make(layers=1, momentum_correction="auto"):
     """A model with `layers` sparsified weights of 4096 elements (MGS_MIN_SPARSE_ELEMENTS) and dense biases."""
     torch.manual_seed(0)
     model = nn.Sequential(*[nn.Linear(64, 64) for _ in range(layers)])
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                                   named_parameters=model.named_parameters())
+                                   named_parameters=model.named_parameters(), momentum_correction=momentum_correction)
     return model, opt
 
 
@@ -83,8 +83,8 @@ def params(model):
     return [p.detach().clone() for p in model.parameters()]
 
 
-def uninterrupted(layers=1):
-    model, opt = make(layers)
+def uninterrupted(layers=1, momentum_correction="auto"):
+    model, opt = make(layers, momentum_correction)
     train(model, opt, range(STEPS))
     return params(model)
 
@@ -134,18 +134,19 @@ def test_resume_from_state_dict_is_bitwise(compressor, exchange, layers, planner
 
 
 def test_c_abi_round_trip_is_bitwise():
-    """mgs_residual_copy/restore and mgs_sparse_state_copy/restore alone (no state_dict) continue bitwise."""
+    """mgs_residual_copy/restore and mgs_sparse_state_copy/restore alone (no state_dict) continue bitwise.
+    Momentum correction off: its velocities are the Python optimizer's state (state_dict()), not the C ABI's."""
     with sparse_runtime(MGS_EXCHANGE="agreed"):
-        want = uninterrupted()
+        want = uninterrupted(momentum_correction=False)
         restart()
-        model, opt = make()
+        model, opt = make(momentum_correction=False)
         train(model, opt, range(SAVE_AT))
         weights, opt_state = model.state_dict(), opt._base_state_dict()
         residual = torch.empty(4096, dtype=torch.float32)
         assert _runtime.residual_copy("allreduce.0.weight", residual.data_ptr(), 4096)
         blob = _runtime.sparse_state()
         restart()
-        model, opt = make()
+        model, opt = make(momentum_correction=False)
         model.load_state_dict(weights)
         opt._load_base_state_dict(opt_state)
         _runtime.residual_restore("allreduce.0.weight", residual.data_ptr(), 4096)
@@ -172,8 +173,9 @@ def test_sparse_state_restore_refuses_bad_bytes():
 
 
 def bad_checkpoint_error(edit):
-    """The error load_state_dict() raises for a checkpoint changed by edit(mgs entry); checks nothing loaded."""
-    model, opt = make()
+    """The error load_state_dict() raises for a checkpoint changed by edit(mgs entry); checks nothing loaded
+    (in SGD's momentum buffer: momentum correction off, so that the wrapped SGD keeps one)."""
+    model, opt = make(momentum_correction=False)
     train(model, opt, range(SAVE_AT))
     state = opt.state_dict()
     # Loading any of it would show: zeros where this rank holds non-zero state.

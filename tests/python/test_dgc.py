@@ -151,6 +151,31 @@ def test_momentum_correction_matches_dgc_by_hand_at_low_density(masking):
         run_steps(model, opt, steps, after_step=check)
 
 
+def test_momentum_correction_is_on_by_default_when_sparsifying():
+    """momentum_correction='auto' (the default): with a compressor, an SGD with momentum runs DGC, bit for
+    bit the by-hand reference with masking; what it cannot run, or a dense job, leaves it off."""
+    steps, density = 3, 0.01
+    ref = dgc_reference(steps, hvd.size(), int(N * density), masking=True)
+    with topk_runtime(density):
+        model, opt = make()
+        assert opt.momentum_correction is True
+        run_steps(model, opt, steps)
+        assert torch.equal(model.w.detach().view(-1), ref[-1][0]), "the default is not DGC with masking"
+        plain_model, plain = make(momentum_correction=False)
+        assert plain.momentum_correction is False
+        run_steps(plain_model, plain, steps)
+        assert not torch.equal(plain_model.w.detach(), model.w.detach()), "correction off changed nothing"
+        for opt_kwargs in ({"momentum": 0}, {"momentum": M, "dampening": 0.5}):  # dampening: refused if asked
+            assert make(opt_kwargs)[1].momentum_correction is False
+        assert make(sparse=False)[1].momentum_correction is False
+        w = Linear()
+        adam = hvd.DistributedOptimizer(torch.optim.Adam(w.parameters(), lr=0.1), named_parameters=w.named_parameters())
+        assert adam.momentum_correction is False
+    assert make()[1].momentum_correction is False  # the suite's runtime: no compressor
+    with pytest.raises(ValueError, match="True, False or 'auto'"):
+        make(momentum_correction="yes")
+
+
 def test_momentum_correction_in_process_sets():
     """Each process set sparsifies with its own pipeline: the even and the odd ranks train apart, each
     set's result is DGC by hand over its own ranks, bit for bit, and the residual is kept under the
@@ -312,7 +337,8 @@ def test_momentum_correction_refuses_what_it_cannot_compute():
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, dampening=0.1),
                                  momentum_correction=True)
     with pytest.raises(ValueError, match="momentum_masking=True needs momentum_correction"):
-        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), momentum_masking=True)
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), momentum_correction=False,
+                                 momentum_masking=True)
     with pytest.raises(ValueError, match="local_clip_norm"):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), local_clip_norm=0)
 

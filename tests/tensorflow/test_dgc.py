@@ -105,8 +105,28 @@ def test_momentum_correction_matches_dgc_by_hand(masking, nesterov, graph):
 
 def test_without_momentum_correction_sgd_keeps_its_momentum():
     """The switch off: the wrapped SGD keeps its own momentum (no velocity variables of mgs)."""
-    variables, opt = make()
+    variables, opt = make(momentum_correction=False)
     assert opt._mgs_dgc == (None, None) and opt.get_config()["momentum"] == M
+    assert opt.momentum_correction is False
+
+
+def test_momentum_correction_is_on_by_default_when_sparsifying():
+    """momentum_correction='auto' (the default): with a compressor, a Keras SGD with momentum runs DGC with
+    masking, bit for bit the reference; other optimizers and dense jobs leave it off."""
+    steps, density = 3, 0.01
+    ref = dgc_reference(steps, hvd.size(), int(N * density), True, False)
+    with sparse_runtime(MGS_EXCHANGE="allgather"):
+        variables, opt = make()
+        assert opt.momentum_correction is True and opt.get_config()["momentum"] == 0
+        for s in range(steps):
+            gw, gb = grads(hvd.rank(), s)
+            opt.apply([tf.convert_to_tensor(gw), tf.convert_to_tensor(gb)], variables)
+        assert np.array_equal(variables[0].numpy().reshape(-1), ref[-1][0]), "the default is not DGC with masking"
+        assert hvd_keras.DistributedOptimizer(keras.optimizers.Adam()).momentum_correction is False
+    with sparse_runtime(MGS_COMPRESSOR="none"):
+        assert make()[1].momentum_correction is False
+    with pytest.raises(ValueError, match="True, False or 'auto'"):
+        make(momentum_correction="yes")
 
 
 def test_local_clipping_scales_to_max_norm_over_sqrt_ranks():
@@ -129,6 +149,7 @@ def test_momentum_correction_refuses_other_optimizers():
     with pytest.raises(ValueError, match="Adam"):
         hvd_keras.DistributedOptimizer(keras.optimizers.Adam(), momentum_correction=True)
     with pytest.raises(ValueError, match="momentum_correction"):
-        hvd_keras.DistributedOptimizer(keras.optimizers.SGD(momentum=0.9), momentum_masking=True)
+        hvd_keras.DistributedOptimizer(keras.optimizers.SGD(momentum=0.9), momentum_correction=False,
+                                       momentum_masking=True)
     with pytest.raises(ValueError, match="local_clip_norm"):
         hvd_keras.DistributedOptimizer(keras.optimizers.SGD(), local_clip_norm=0)

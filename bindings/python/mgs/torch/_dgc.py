@@ -30,6 +30,24 @@ from .. import _runtime
 SUPPORTED = torch.optim.SGD
 
 
+def resolve(momentum_correction, optimizer, sparse):
+    """momentum_correction as DistributedOptimizer runs it: True/False as given; "auto" (the default) is on
+    exactly when the runtime sparsifies this optimizer's gradients (a compressor set at init, sparse=True)
+    and the optimizer is a torch.optim.SGD that momentum correction can run (some group with momentum,
+    no dampening, no maximize). ValueError for anything else."""
+    if momentum_correction is True or momentum_correction is False:
+        return momentum_correction
+    if momentum_correction != "auto":
+        raise ValueError(f"momentum_correction must be True, False or 'auto', got {momentum_correction!r}")
+    if not sparse or (_runtime.init_settings().get("MGS_COMPRESSOR") or "none") == "none":
+        return False
+    if type(optimizer) is not SUPPORTED:
+        return False
+    groups = optimizer.param_groups
+    return (any(g.get("momentum", 0) != 0 for g in groups) and
+            all(g.get("dampening", 0) == 0 and not g.get("maximize", False) for g in groups))
+
+
 def check_supported(optimizer):
     """ValueError unless `optimizer` is a torch.optim.SGD whose groups momentum correction can run."""
     if type(optimizer) is not SUPPORTED:

@@ -43,6 +43,7 @@ class _DistributedOptimizer:
         super().__init__(params)
         # DGC's rank-local techniques (_dgc.py): velocity before the exchange, and local clipping.
         self._mc = _dgc.MomentumCorrection(momentum_masking) if momentum_correction else None
+        self.momentum_correction = bool(momentum_correction)  # as resolved ("auto": see DistributedOptimizer)
         self._local_clip_norm = local_clip_norm
         self._clip_ready = 0         # parameters whose last backward pass of this step ran (local clipping)
         self._param_group_of = {}    # param -> its param group (momentum correction)
@@ -416,7 +417,7 @@ class _DistributedOptimizer:
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=mpi_ops.Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False, sparse=True,
-                         process_set=mpi_ops.global_process_set, momentum_correction=False, momentum_masking=None,
+                         process_set=mpi_ops.global_process_set, momentum_correction="auto", momentum_masking=None,
                          local_clip_norm=None):
     """Wrap a torch optimizer so that step() applies gradients averaged (or summed) over all ranks.
 
@@ -438,10 +439,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     process_set: average the gradients over this process set only (they are then
         reduced exactly); on a rank outside it, step() uses the rank's own gradients.
 
-    DGC's techniques (Lin et al. 2018; docs/convergence.md measures them). Off by default: without a
-    compressor they change nothing worth their cost, and the wrapped optimizer then behaves as in
-    Horovod. MGS_WARMUP_STEPS (the runtime's density warm-up) is the fourth.
-    momentum_correction: for torch.optim.SGD with momentum (Nesterov and weight decay included;
+    DGC's techniques (Lin et al. 2018; docs/convergence.md measures them). Momentum correction is on by
+    default where gradients are sparsified; without a compressor nothing changes and the wrapped
+    optimizer behaves as in Horovod. MGS_WARMUP_STEPS (the runtime's density warm-up) is the fourth.
+    momentum_correction: "auto" (default): on when init() set a compressor (MGS_COMPRESSOR), sparse is
+        True and the optimizer is a torch.optim.SGD with momentum (no dampening, no maximize); off
+        otherwise. The resolved value is the wrapped optimizer's `momentum_correction` attribute.
+        True: for torch.optim.SGD with momentum (Nesterov and weight decay included;
         dampening and maximize are refused): each rank keeps its velocity u = m*u + g and hands u to
         the allreduce, so the error-feedback residual accumulates velocity; step() applies the averaged
         result with SGD's momentum off for that step and weight decay applied locally with its own
@@ -464,6 +468,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     _check_groups(optimizer, num_groups, groups)
     if gradient_predivide_factor != 1.0 and op != mpi_ops.Average:
         raise ValueError("gradient_predivide_factor needs op=Average")
+    momentum_correction = _dgc.resolve(momentum_correction, optimizer, sparse)
     if momentum_correction:
         _dgc.check_supported(optimizer)
     elif momentum_masking:

@@ -24,6 +24,22 @@ from ... import _runtime
 from .. import mpi_ops
 
 
+def resolve(momentum_correction, optimizer):
+    """momentum_correction as DistributedOptimizer runs it: True/False as given; "auto" (the default) is on
+    exactly when init() set a compressor (MGS_COMPRESSOR) and the optimizer is a keras.optimizers.SGD with
+    momentum. ValueError for anything else."""
+    if momentum_correction is True or momentum_correction is False:
+        return momentum_correction
+    if momentum_correction != "auto":
+        raise ValueError(f"momentum_correction must be True, False or 'auto', got {momentum_correction!r}")
+    if (_runtime.init_settings().get("MGS_COMPRESSOR") or "none") == "none":
+        return False
+    import keras
+    if not isinstance(optimizer, keras.optimizers.SGD):
+        return False
+    return float(optimizer.get_config().get("momentum", 0.0)) != 0
+
+
 def check_optimizer(optimizer):
     """(momentum, nesterov) of a Keras SGD optimizer; ValueError naming any other optimizer."""
     import keras

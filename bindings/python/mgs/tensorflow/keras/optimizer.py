@@ -101,7 +101,7 @@ class _DistributedKerasOptimizer:
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="", compression=Compression.none,
                          sparse_as_dense=False, gradient_predivide_factor=1.0, op=mpi_ops.Average,
                          backward_passes_per_step=1, average_aggregated_gradients=False, num_groups=0,
-                         groups=None, process_set=mpi_ops.global_process_set, momentum_correction=False,
+                         groups=None, process_set=mpi_ops.global_process_set, momentum_correction="auto",
                          momentum_masking=None, local_clip_norm=None):
     """Horovod's hvd.DistributedOptimizer for a Keras 3 optimizer (an instance of the same class).
 
@@ -114,7 +114,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     set_residual_state() carry this rank's error-feedback residuals in a checkpoint.
     process_set: reduce over that set only (sparsified by the set's own pipeline under MGS_COMPRESSOR); a
     rank outside it applies its own gradients.
-    DGC's techniques (off by default; docs/convergence.md): momentum_correction=True (keras.optimizers.SGD
+    DGC's techniques (docs/convergence.md): momentum_correction="auto" (default: on when init() set a
+    compressor and the optimizer is a keras.optimizers.SGD with momentum, else off; the resolved value is
+    the wrapped optimizer's `momentum_correction` attribute) or True (keras.optimizers.SGD
     only, any other optimizer raises ValueError): each rank's velocity is what is sparsified, and SGD
     applies the average with its momentum off; momentum_masking (default: on with momentum correction)
     clears the velocity of the entries this rank sent; local_clip_norm=C scales this rank's gradients to
@@ -131,6 +133,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if num_groups and groups is not None:
         raise ValueError("give num_groups or groups, not both")
     process_set = mpi_ops.process_set_and_id(process_set)[0]  # a removed or unregistered set fails here
+    momentum_correction = _dgc.resolve(momentum_correction, optimizer)
     if momentum_masking and not momentum_correction:
         raise ValueError("momentum_masking=True needs momentum_correction=True (it masks DGC's velocity)")
     if local_clip_norm is not None and not float(local_clip_norm) > 0:
@@ -151,6 +154,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         mc = _dgc.MomentumCorrection(wrapped, momentum, nesterov,
                                      True if momentum_masking is None else bool(momentum_masking))
     wrapped._mgs_dgc = (mc, None if local_clip_norm is None else float(local_clip_norm))
+    wrapped.momentum_correction = bool(momentum_correction)  # as resolved
     wrapped._mgs_settings = (name or KERAS_NAME, op, compression, sparse_as_dense, float(gradient_predivide_factor),
                              process_set)
     del average_aggregated_gradients, device_dense, device_sparse  # Horovod knobs with no meaning here
