@@ -181,8 +181,8 @@ std::vector<ParamSpec> buildSpecs() {
   s.push_back(intOrAutoParam("MGS_WARMUP_STEPS", "auto", 0, 1000000000, Config::kWarmupAuto,
                               "'auto' or an integer in [0, 1000000000]", kSame,
                               "Steps of DGC-style density warm-up, decaying exponentially from dense to MGS_DENSITY. "
-                              "'auto': none at MGS_DENSITY >= 0.01, else 50 steps per decade below 0.01 (50 at "
-                              "0.001). 0 turns it off.",
+                              "'auto': none at MGS_DENSITY >= 0.1, else 50 steps per decade below 0.1 (50 at "
+                              "0.01, 100 at 0.001). 0 turns it off.",
                               &Config::warmup_steps));
   s.push_back(intParam("MGS_PROFILE_STEPS", "5", 1, 1000000000, "an integer in [1, 1000000000]", kSame,
                        "Steps recorded (gradient order and timing) before the merge plan is computed.",
@@ -312,13 +312,15 @@ std::string Config::effectivePlanner() const {
 
 int64_t Config::effectiveWarmupSteps() const {
   if (warmup_steps != kWarmupAuto) return warmup_steps;
-  // Measured on digits over ten seeds (docs/convergence.md): at 0.01 every
-  // selector is within 0.5 points of dense without warm-up; at 0.001 warm-up
-  // over the first ~50 steps brings each within 1 point. It sends about
-  // (W + 1) / ln(1/density) dense steps' worth of entries (7 at 0.001; twice
-  // that in bytes, a value and an index each), whatever the job's length.
-  if (!(density < 0.01)) return 0;
-  return static_cast<int64_t>(std::llround(50.0 * std::log10(0.01 / density)));
+  // Measured (docs/convergence.md): with momentum correction, the character
+  // LM at 0.01 ends 2.4% above dense without warm-up and 0.1-1.1% with 50
+  // steps; digits at 0.001 gains about half a point from 100 steps over 50.
+  // So 50 steps a decade below 0.1: 50 at 0.01, 100 at 0.001. It sends about
+  // (W + 1) / ln(1/density) dense steps' worth of entries (11 at 0.01, 15 at
+  // 0.001; twice that in bytes, a value and an index each), whatever the
+  // job's length.
+  if (!(density < 0.1)) return 0;
+  return static_cast<int64_t>(std::llround(50.0 * std::log10(0.1 / density)));
 }
 
 const std::vector<std::string>& backendNames() {

@@ -26,11 +26,11 @@
 //           With TEST_JITTER_US (and MGS_PLANNER=layerwise) each rank sleeps
 //           randomly between enqueues; TEST_EXPECT_IN_FLIGHT: the buckets'
 //           exchanges were in flight together.
-//   warmup  one 100,000-element tensor for 60 steps: each step's k (the
-//           sparse_target it added) follows DGC's density warm-up over
-//           $TEST_WARMUP_STEPS steps, max(rho^((s+1)/(W+1)), rho), then rho;
-//           W = 50 is what MGS_WARMUP_STEPS=auto (the default) gives at the
-//           default MGS_DENSITY=0.001, W = 0 at 0.01 or with 0 set.
+//   warmup  one 100,000-element tensor for max(60, W + 10) steps: each step's
+//           k (the sparse_target it added) follows DGC's density warm-up over
+//           W = $TEST_WARMUP_STEPS steps, max(rho^((s+1)/(W+1)), rho), then
+//           rho; W = 100 is what MGS_WARMUP_STEPS=auto (the default) gives at
+//           the default MGS_DENSITY=0.001, 50 at 0.01, 0 at 0.1 or with 0 set.
 //   init_fails  mgs_init must fail on every rank with MGS_ERR_CONFIG and a
 //           message containing $EXPECT_ERROR (bad node groupings).
 // Malformed index blocks are injected in tests/unit/core/sparse_agreed_test.cc
@@ -224,7 +224,7 @@ void scenarioWarmup() {
   const double rho = d ? std::atof(d) : 0.001;
   EXPECT(W >= 0, "TEST_WARMUP_STEPS unset");
   const int64_t n = 100000;
-  const int kSteps = 60;
+  const int kSteps = std::max(60, W + 10);
   std::vector<float> x(n), out(n);
   std::vector<int64_t> shape{n};
   uint64_t last = 0;

@@ -126,25 +126,25 @@ TEST_CASE("the printout lists every parameter from the table", "[params]") {
   CHECK(s.find("MGS_PLANNER=auto (mgs)") != std::string::npos);
 }
 
-TEST_CASE("MGS_WARMUP_STEPS=auto warms up only below 1% density, 50 steps a decade", "[params]") {
+TEST_CASE("MGS_WARMUP_STEPS=auto warms up only below 10% density, 50 steps a decade", "[params]") {
   auto effective = [](std::map<std::string, std::string> vars) {
     Config c;
     REQUIRE(parseConfig(vars, &c).ok());
     return c.effectiveWarmupSteps();
   };
   CHECK(Config().warmup_steps == Config::kWarmupAuto);
-  CHECK(effective({}) == 50);  // the default density, 0.001
-  CHECK(effective({{"MGS_DENSITY", "0.01"}}) == 0);
+  CHECK(effective({}) == 100);  // the default density, 0.001
+  CHECK(effective({{"MGS_DENSITY", "0.01"}}) == 50);
   CHECK(effective({{"MGS_DENSITY", "0.1"}}) == 0);
   CHECK(effective({{"MGS_DENSITY", "1"}}) == 0);
-  CHECK(effective({{"MGS_DENSITY", "0.005"}}) == 15);  // 50 * log10(2) = 15.05
-  CHECK(effective({{"MGS_DENSITY", "0.0001"}}) == 100);
+  CHECK(effective({{"MGS_DENSITY", "0.05"}}) == 15);  // 50 * log10(2) = 15.05
+  CHECK(effective({{"MGS_DENSITY", "0.0001"}}) == 150);
   CHECK(effective({{"MGS_DENSITY", "0.0001"}, {"MGS_WARMUP_STEPS", "0"}}) == 0);
   CHECK(effective({{"MGS_DENSITY", "0.1"}, {"MGS_WARMUP_STEPS", "7"}}) == 7);
-  CHECK(effective({{"MGS_WARMUP_STEPS", "auto"}}) == 50);
+  CHECK(effective({{"MGS_WARMUP_STEPS", "auto"}}) == 100);
   Config c;
   REQUIRE(parseConfig({{"MGS_COMPRESSOR", "topk"}}, &c).ok());
-  CHECK(mgs::describeConfig(c).find("MGS_WARMUP_STEPS=auto (50)") != std::string::npos);
+  CHECK(mgs::describeConfig(c).find("MGS_WARMUP_STEPS=auto (100)") != std::string::npos);
   CHECK(parseConfig({{"MGS_WARMUP_STEPS", "-1"}}, &c).code() == Code::kConfig);
 }
 
