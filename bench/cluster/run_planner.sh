@@ -15,7 +15,8 @@
 # With -D (dense: no compressor) the same three kinds of run are dense:
 #   dense        what a dense job gets by default (strategy dense, fusion of
 #                what is ready in a cycle up to MGS_FUSION_THRESHOLD_BYTES'
-#                default, Horovod's 64 MiB)
+#                default, Horovod's 64 MiB, scaled with the model as the
+#                fixed sizes are: 64 x E MiB)
 #   layerwise    dense, MGS_FUSION_THRESHOLD_BYTES=0 (no fusion)
 #   fixed-<F>MB  dense, MGS_FUSION_THRESHOLD_BYTES = F MB (scaled as above)
 # in the same order every repeat, so slow drift hits all of them alike; one
@@ -94,7 +95,9 @@ for rep in $(seq 1 "$repeats"); do
   lab="planner-$hosts-$rate-$latency-$exchange-rep$rep"
   if [ -n "$dense" ]; then
     lab="planner-$hosts-$rate-$latency-dense-rep$rep"
-    run_one "$out" "$lab" "$hosts" "$rate" "$latency" "${base[@]}" -- --strategy dense --calibration "$cal" "${args[@]}"
+    default_bytes=$(awk -v e="$escale" 'BEGIN { printf "%d", 64 * e * 1048576 }')
+    run_one "$out" "$lab" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES="$default_bytes" -- \
+      --strategy dense --calibration "$cal" "${args[@]}"
     run_one "$out" "$lab-layerwise" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES=0 -- \
       --strategy dense --calibration "$cal" "${args[@]}"
     for f in $fixed; do

@@ -2,7 +2,8 @@
 """The planner sweep's table (bench/cluster/run_sweep.sh): one row per cell.
 
 For each OUT/<model>_<rate>_<density>_<hosts>.jsonl: the median step (median over repeats of each run's
-median step) of the default plan (sparse: mgs; dense: dense), of layer-wise and of each fixed size; the
+median step) of the default plan (sparse: mgs; dense: the default fusion threshold, 64 MiB scaled with the
+model as every fixed size is, i.e. the fixed-64MB runs), of layer-wise and of each fixed size; the
 best fixed size in hindsight (layer-wise counted as one); and the ratios the goals are set on:
 default / best (goal <= 1.03 in every cell), and Horovod's 64 MiB, DDP's 25 MiB and layer-wise over the
 default (goal: each >= 1.10 in some cell).
@@ -50,7 +51,7 @@ def main(out):
     worst, lose = 0.0, {"fixed-64MB": 0.0, "fixed-25MB": 0.0, "layerwise": 0.0}
     for (model, rate, density, hosts), path in cells:
         med = cell_medians(path)
-        default = "dense" if density == "dense" else "mgs"
+        default = "fixed-64MB" if density == "dense" else "mgs"
         if default not in med:
             continue
         fixed = {n: v for n, v in med.items() if n.startswith("fixed-") or n == "layerwise"}
