@@ -19,6 +19,7 @@ COMPRESSOR = os.environ.get("MGS_COMPRESSOR", "none") or "none"
 def pytest_configure(config):
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(2)
+    os.environ.setdefault("MGS_WARMUP_STEPS", "0")  # fixed density from step 0, as tests/python/conftest.py
     hvd.init()
 
 
