@@ -128,12 +128,8 @@ done
 /usr/bin/python3 - "$out" <<'PY'
 import json, re, sys, statistics
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-def name(r):
-    if r["strategy"] == "dense" and "layerwise" in r["label"]:
-        return "layerwise"
-    if r["strategy"] in ("fusion", "dense") and "fixed" in r["label"]:
-        return re.search(r"fixed[0-9.]+MB", r["label"]).group(0).replace("fixed", "fixed-")
-    return r["strategy"] + ("+replan" if "replan" in r["label"] else "") + ("-untried" if "untried" in r["label"] else "")
+sys.path.insert(0, "bench/cluster")
+from sweep_table import name  # noqa: E402  (one naming of runs for both tables)
 def rep(r):
     return int(re.search(r"rep(\d+)", r["label"]).group(1))
 by = {}

@@ -19,12 +19,13 @@ import sys
 
 
 def name(r):
+    """A run_planner.sh run's name, from its JSON line: mgs, dense, layerwise, fixed-<F>MB, mgs+replan, ..."""
     if r["strategy"] == "dense" and "layerwise" in r["label"]:
         return "layerwise"
     m = re.search(r"fixed([0-9.]+)MB", r["label"])
     if r["strategy"] in ("fusion", "dense") and m:
         return "fixed-" + m.group(1) + "MB"
-    return r["strategy"]
+    return r["strategy"] + ("+replan" if "replan" in r["label"] else "") + ("-untried" if "untried" in r["label"] else "")
 
 
 def cell_medians(path):
