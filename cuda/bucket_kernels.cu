@@ -1,6 +1,8 @@
 // Kernels of the device-resident bucket: fuse, header seal, and the scatter
 // of received blocks. Ran on an H100 (2026-11-26): tests/gpu/bucket_gpu_test.cc
 // compares them with the CPU reference (scripts/gpu_check.sh), memcheck clean.
+// The agreed exchange's gatherZero and scatterAgreed (2026-12-01) have never
+// run on a GPU (tests/gpu/local_stage_gpu_test.cc has their cases).
 //
 // Bitwise agreement with the CPU pipeline needs two things: no FMA
 // contraction (nvcc contracts a*b+c by default; the CPU rounds the product
@@ -196,7 +198,54 @@ __global__ void writeOutKernel(const OutDesc* __restrict__ descs, uint32_t membe
   }
 }
 
+// The agreed exchange's gather (indices distinct: no atomics): the entries
+// leave the accumulator, which keeps +0 there.
+__global__ void gatherZeroKernel(float* __restrict__ acc, const uint32_t* __restrict__ idx, size_t count,
+                                 float* __restrict__ vals) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; j < count; j += stride) {
+    const uint32_t i = idx[j];
+    vals[j] = acc[i];
+    acc[i] = 0.0f;
+  }
+}
+
+// The agreed exchange's sums into the (zeroed) sum: an assignment, so a
+// summed -0 stays -0, as the CPU's scatterAgreed writes it.
+__global__ void assignKernel(const uint32_t* __restrict__ idx, const float* __restrict__ vals, size_t count,
+                             float* __restrict__ sum, uint8_t* __restrict__ touched) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; j < count; j += stride) {
+    const uint32_t i = idx[j];
+    sum[i] = vals[j];
+    touched[i] = 1;
+  }
+}
+
 }  // namespace
+
+int gatherZero(float* d_acc, const uint32_t* d_idx, size_t count, float* d_vals, void* stream) {
+  if (count == 0) return 0;
+  gatherZeroKernel<<<chunksFor(count), kThreads, 0, asStream(stream)>>>(d_acc, d_idx, count, d_vals);
+  return cudaGetLastError();
+}
+
+int scatterAgreed(const uint32_t* d_idx, const float* d_vals, size_t count, size_t n, uint32_t members,
+                  const OutDesc* d_out, size_t maxCount, float* d_sum, uint8_t* d_touched, uint64_t* d_verdict,
+                  void* stream) {
+  const auto s = asStream(stream);
+  // The verdict word writeOutKernel reads: kOk (0); the host decided it.
+  if (cudaError_t e = cudaMemsetAsync(d_verdict, 0, sizeof(uint64_t), s)) return e;
+  if (n) {
+    if (cudaError_t e = cudaMemsetAsync(d_sum, 0, n * sizeof(float), s)) return e;  // +0.0f
+    if (cudaError_t e = cudaMemsetAsync(d_touched, 0, n, s)) return e;
+  }
+  if (count) assignKernel<<<chunksFor(count), kThreads, 0, s>>>(d_idx, d_vals, count, d_sum, d_touched);
+  if (members && maxCount)
+    writeOutKernel<<<dim3(chunksFor(maxCount), membersGrid(members)), kThreads, 0, s>>>(d_out, members, d_sum,
+                                                                                        d_touched, d_verdict);
+  return cudaGetLastError();
+}
 
 int fuseMembers(const FuseDesc* d_descs, uint32_t members, size_t maxCount, const float* d_residual, float* d_acc,
                 uint32_t* d_nonfinite, void* stream) {

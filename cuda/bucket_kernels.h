@@ -36,4 +36,15 @@ int sealBlock(void* d_block, size_t cap, const uint32_t* d_nonfinite, uint32_t m
 int scatterBlocks(const void* d_recv, int P, size_t cap, size_t n, uint32_t members, const OutDesc* d_out,
                   size_t maxCount, bool propagate, float* d_sum, uint8_t* d_touched, uint64_t* d_verdict, void* stream);
 
+// The agreed exchange (never run on a GPU). gatherZero: d_vals[j] =
+// d_acc[d_idx[j]], then d_acc[d_idx[j]] = +0 (count distinct indices).
+int gatherZero(float* d_acc, const uint32_t* d_idx, size_t count, float* d_vals, void* stream);
+// scatterAgreed: every output +0 but d_vals[j] at d_idx[j] (assigned, not
+// added), each such entry times its member's factor unless it is 1, then
+// converted to the output's dtype: bitwise the CPU's scatterAgreed. Scratch
+// as scatterBlocks (d_verdict: one word).
+int scatterAgreed(const uint32_t* d_idx, const float* d_vals, size_t count, size_t n, uint32_t members,
+                  const OutDesc* d_out, size_t maxCount, float* d_sum, uint8_t* d_touched, uint64_t* d_verdict,
+                  void* stream);
+
 }  // namespace mgs::cuda::kernels

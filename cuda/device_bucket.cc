@@ -241,17 +241,11 @@ void DeviceBucketEngine::destroyEvent(void* event) {
   if (event) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
 }
 
-Status DeviceBucketEngine::enqueueLocal(const GpuSelector& selector, const LocalStageArgs& a) {
+Status DeviceBucketEngine::fuseInto(const LocalStageArgs& a, size_t* n, uint32_t** d_nonfinite, int32_t** d_failure) {
   MGS_ENSURE(a.members != nullptr, kInvalidArgument, "device local stage of " << a.name << ": no members");
   std::vector<FuseDesc> descs;
-  size_t n = 0;
-  MGS_RETURN_IF_ERROR(buildFuseDescs(*a.members, &descs, &n));
-  const size_t need = selector.maxCount(n);
-  MGS_ENSURE(a.cap >= need, kInvalidArgument,
-             "device local stage of " << a.name << ": block capacity " << a.cap << " < the selector's bound " << need);
-  MGS_ENSURE(a.d_block != nullptr && reinterpret_cast<uintptr_t>(a.d_block) % 8 == 0, kInvalidArgument,
-             "device local stage of " << a.name << ": the block is null or not 8-byte aligned");
-  MGS_ENSURE(n == 0 || a.d_acc != nullptr, kInvalidArgument, "device local stage of " << a.name << ": no acc slab");
+  MGS_RETURN_IF_ERROR(buildFuseDescs(*a.members, &descs, n));
+  MGS_ENSURE(*n == 0 || a.d_acc != nullptr, kInvalidArgument, "device local stage of " << a.name << ": no acc slab");
   MGS_ENSURE(a.d_residual == nullptr || a.d_residual != a.d_acc, kInvalidArgument,
              "device local stage of " << a.name << ": the acc slab aliases the residual (the residual must stay "
                                       << "intact until the verdict)");
@@ -267,12 +261,25 @@ Status DeviceBucketEngine::enqueueLocal(const GpuSelector& selector, const Local
     MGS_RETURN_IF_ERROR(pool_.take(wb, &d_words_));
     wordsBytes_ = wb;
   }
-  auto* d_nonfinite = static_cast<uint32_t*>(d_words_);
-  auto* d_failure = reinterpret_cast<int32_t*>(d_nonfinite + M);
+  *d_nonfinite = static_cast<uint32_t*>(d_words_);
+  *d_failure = reinterpret_cast<int32_t*>(*d_nonfinite + M);
   void* d_descs = nullptr;
   if (M) MGS_RETURN_IF_ERROR(upload(descs.data(), descs.size() * sizeof(FuseDesc), &d_descs));
   MGS_CUDA_CHECK(kernels::fuseMembers(static_cast<const FuseDesc*>(d_descs), M, maxCountOf(*a.members), a.d_residual,
-                                      a.d_acc, d_nonfinite, stream_));
+                                      a.d_acc, *d_nonfinite, stream_));
+  return Status::OK();
+}
+
+Status DeviceBucketEngine::enqueueLocal(const GpuSelector& selector, const LocalStageArgs& a) {
+  MGS_ENSURE(a.d_block != nullptr && reinterpret_cast<uintptr_t>(a.d_block) % 8 == 0, kInvalidArgument,
+             "device local stage of " << a.name << ": the block is null or not 8-byte aligned");
+  size_t n = 0;
+  uint32_t* d_nonfinite = nullptr;
+  int32_t* d_failure = nullptr;
+  MGS_RETURN_IF_ERROR(fuseInto(a, &n, &d_nonfinite, &d_failure));
+  const size_t need = selector.maxCount(n);
+  MGS_ENSURE(a.cap >= need, kInvalidArgument,
+             "device local stage of " << a.name << ": block capacity " << a.cap << " < the selector's bound " << need);
   MGS_CUDA_CHECK(kernels::clearHeader(a.d_block, stream_));
   char* block = static_cast<char*>(a.d_block);
   compress::SelectArgs s;
@@ -289,8 +296,53 @@ Status DeviceBucketEngine::enqueueLocal(const GpuSelector& selector, const Local
   // The count lands in the header's low word (zeroed above, little-endian).
   MGS_RETURN_IF_ERROR(
       selector.enqueue(s, DeviceSelectOutputs{reinterpret_cast<uint32_t*>(block), d_failure, nullptr}, stream_));
-  MGS_CUDA_CHECK(kernels::sealBlock(a.d_block, a.cap, d_nonfinite, M, d_failure, stream_));
+  MGS_CUDA_CHECK(kernels::sealBlock(a.d_block, a.cap, d_nonfinite, static_cast<uint32_t>(a.members->size()), d_failure,
+                                    stream_));
   return Status::OK();
+}
+
+Status DeviceBucketEngine::enqueueFuse(const LocalStageArgs& a) {
+  size_t n = 0;
+  uint32_t* d_nonfinite = nullptr;
+  int32_t* d_failure = nullptr;
+  MGS_RETURN_IF_ERROR(fuseInto(a, &n, &d_nonfinite, &d_failure));
+  MGS_CUDA_CHECK(cudaMemsetAsync(d_failure, 0, sizeof(int32_t), asStream(stream_)));  // no selector ran
+  return Status::OK();
+}
+
+Status DeviceBucketEngine::enqueueGatherZero(float* d_acc, const uint32_t* d_idx, size_t count, float* d_vals) {
+  MGS_ENSURE(count == 0 || (d_acc && d_idx && d_vals), kInvalidArgument, "device gather: a null buffer");
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  MGS_CUDA_CHECK(kernels::gatherZero(d_acc, d_idx, count, d_vals, stream_));
+  return Status::OK();
+}
+
+Status DeviceBucketEngine::enqueueAgreedScatter(const std::vector<BucketMember>& members, const uint32_t* d_idx,
+                                                const float* d_vals, size_t count) {
+  MGS_ENSURE(count == 0 || (d_idx && d_vals), kInvalidArgument, "device agreed scatter: a null buffer");
+  std::vector<OutDesc> descs;
+  size_t n = 0;
+  MGS_RETURN_IF_ERROR(buildOutDescs(members, &descs, &n));
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  // Scratch: sum (n floats), touched (n bytes), one verdict word; given back
+  // at once (stream order).
+  const size_t sumB = alignUp(n * sizeof(float)), touchB = alignUp(n), verdictB = alignUp(8);
+  void* scratch = nullptr;
+  MGS_RETURN_IF_ERROR(pool_.take(sumB + touchB + verdictB, &scratch));
+  char* sc = static_cast<char*>(scratch);
+  void* d_descs = nullptr;
+  Status st;
+  if (!descs.empty()) st = upload(descs.data(), descs.size() * sizeof(OutDesc), &d_descs);
+  if (st.ok()) {
+    const int e = kernels::scatterAgreed(d_idx, d_vals, count, n, static_cast<uint32_t>(descs.size()),
+                                         static_cast<const OutDesc*>(d_descs), maxCountOf(members),
+                                         reinterpret_cast<float*>(sc), reinterpret_cast<uint8_t*>(sc + sumB),
+                                         reinterpret_cast<uint64_t*>(sc + sumB + touchB), stream_);
+    if (e != 0)
+      st = Status(Code::kCuda, std::string("device agreed scatter: ") + cudaGetErrorName(static_cast<cudaError_t>(e)));
+  }
+  pool_.give(scratch);
+  return st;
 }
 
 Status DeviceBucketEngine::enqueueScatter(const ScatterArgs& a, PendingVerdict* out) {

@@ -201,6 +201,17 @@ class DeviceBucketEngine {
   // kernel that turns non-finite counts / the selector's failure into the
   // header's failure code and writes the seal.
   Status enqueueLocal(const GpuSelector& selector, const LocalStageArgs& a);
+  // The agreed exchange's parts (never run on a GPU), all on stream(), no
+  // host sync. enqueueFuse: enqueueLocal's fuse without selection or block
+  // (a non-leader's accumulator; localWords() as after enqueueLocal, the
+  // failure word 0). enqueueGatherZero: the leader's `count` distinct
+  // indices (d_idx) leave d_acc into d_vals, +0 kept. enqueueAgreedScatter:
+  // every output +0 but the summed values at the agreed indices, times the
+  // member's outFactor (kernels::scatterAgreed).
+  Status enqueueFuse(const LocalStageArgs& a);
+  Status enqueueGatherZero(float* d_acc, const uint32_t* d_idx, size_t count, float* d_vals);
+  Status enqueueAgreedScatter(const std::vector<BucketMember>& members, const uint32_t* d_idx, const float* d_vals,
+                              size_t count);
   // The device words the last enqueueLocal wrote, valid until the next one
   // (stream order): one uint32 non-finite count per member, then the
   // selector's int32 failure word (0 or an mgs::Code).
@@ -223,6 +234,9 @@ class DeviceBucketEngine {
   // event has passed (cudaEventQuery), else the ring grows (warm-up only).
   Status upload(const void* host, size_t bytes, void** d_out);
   Status waitReady(const std::vector<BucketMember>& members);
+  // enqueueLocal's and enqueueFuse's common part: checks, the ready events,
+  // the words, the fuse launch.
+  Status fuseInto(const LocalStageArgs& a, size_t* n, uint32_t** d_nonfinite, int32_t** d_failure);
 
   int device_;
   bool ownStream_ = false;

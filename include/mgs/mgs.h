@@ -410,10 +410,11 @@ typedef struct mgs_stats {
      the four sum to sparse_buckets + sparse_dense_buckets, their bytes to sparse_bytes_sent. */
   uint64_t path_host_buckets;     /**< host tensors: fused, selected and exchanged in host memory */
   uint64_t path_staged_buckets;   /**< CUDA tensors copied to host memory and selected on the CPU (the slow
-                                       fallback: MGS_EXCHANGE=agreed/hierarchical, no device stage, or a
+                                       fallback: MGS_EXCHANGE=hierarchical, no device stage, or a
                                        library built without CUDA) */
-  uint64_t path_resident_buckets; /**< CUDA tensors selected on their GPU; only the compact (value, index)
-                                       block crossed to the host for MPI */
+  uint64_t path_resident_buckets; /**< CUDA tensors selected on their GPU; only compact data (the allgather's
+                                       (value, index) block, the agreed exchange's indices and values)
+                                       crossed to the host for MPI */
   uint64_t path_device_buckets;   /**< the whole bucket on the GPU: selection, NCCL allgather and scatter */
   uint64_t path_host_bytes;       /**< bytes this rank sent for path_host_buckets */
   uint64_t path_staged_bytes;     /**< ... for path_staged_buckets */

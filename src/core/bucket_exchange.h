@@ -87,6 +87,13 @@ struct ExchangeContext {
     stats.path_buckets[static_cast<int>(p)] += buckets;
     stats.path_bytes[static_cast<int>(p)] += bytes;
   }
+  // Per member, the factor each touched output entry gets
+  // (ScatterStage::outputFactor): what a resident stage's scatter applies.
+  std::vector<double> factors(const std::vector<Request>& members) const {
+    std::vector<double> f(members.size());
+    for (size_t i = 0; i < members.size(); ++i) f[i] = scatter.outputFactor(members[i]);
+    return f;
+  }
   // Where a bucket ran that the local stage served (not a device bucket).
   static BucketPath pathOf(const std::vector<Request>& members, const LocalOutcome& out);
   // The local stage for `job`, its FUSE and SELECT spans (from t0) and the

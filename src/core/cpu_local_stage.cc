@@ -257,12 +257,13 @@ void CpuLocalStage::run(const LocalJob& job, LocalOutcome* out) {
   }
 }
 
-void CpuLocalStage::extract(LocalSlab& slab, const uint32_t* idx, size_t count, float* vals) {
+Status CpuLocalStage::extract(LocalSlab& slab, const uint32_t* idx, size_t count, float* vals) {
   float* a = static_cast<CpuSlab&>(slab).v->data();
   for (size_t j = 0; j < count; ++j) {
     vals[j] = a[idx[j]];
     a[idx[j]] = 0.0f;
   }
+  return Status::OK();
 }
 
 void CpuLocalStage::settle(const std::vector<Request>& members, std::unique_ptr<LocalSlab> slab, bool commit) {

@@ -26,7 +26,7 @@ class CpuLocalStage : public LocalStage {
  public:
   explicit CpuLocalStage(const LocalStageOptions& options) : opt_(options) {}
   void run(const LocalJob& job, LocalOutcome* outcome) override;
-  void extract(LocalSlab& slab, const uint32_t* idx, size_t count, float* vals) override;
+  Status extract(LocalSlab& slab, const uint32_t* idx, size_t count, float* vals) override;
   void settle(const std::vector<Request>& members, std::unique_ptr<LocalSlab> slab, bool commit) override;
   void zeroResidual(const std::vector<Request>& members) override;
   Status readSlab(const LocalSlab& slab, float* dst) override;

@@ -122,8 +122,16 @@ class AgreedExchange : public BucketExchange {
     } else if (!flagged_) {
       // Outputs: every rank holds the same sums, so the same outputs.
       const auto t0 = Clock::now();
-      st = ctx_.scatter.scatterAgreed(members_, n_, block::ConstIndexBlock(block_.data(), cap_).indices(), vals_.data(),
-                                      count_, outputs_zeroed_);
+      const uint32_t* idx = block::ConstIndexBlock(block_.data(), cap_).indices();
+      ResidentLocalStage* device = ctx_.local->resident();
+      if (device && device->acceptsScatter(members_)) {
+        // Outputs on the device stage's GPU: the count indices and sums go
+        // there (not the bucket) and a kernel writes every output element.
+        st = device->scatterAgreed(members_, idx, vals_.data(), count_, ctx_.factors(members_));
+        if (!st.ok()) st = Status(st.code(), "rank " + std::to_string(ctx_.comm.rank()) + ": " + st.message());
+      } else {
+        st = ctx_.scatter.scatterAgreed(members_, n_, idx, vals_.data(), count_, outputs_zeroed_);
+      }
       if (ctx_.timeline)
         for (auto& m : members_) ctx_.timeline->span(m.name, "SCATTER", t0, Clock::now());
       ++stats.buckets;
@@ -226,7 +234,14 @@ class AgreedExchange : public BucketExchange {
     // into the allreduce (their acc keeps the rest: the new residual). A rank
     // whose local part failed contributes zeros and raises its flag; a
     // non-finite value never enters the sum, so the flags alone decide.
-    if (ctx_.comm.rank() != leader_ && local_.ok()) ctx_.local->extract(*acc_, idx, count_, vals);
+    if (ctx_.comm.rank() != leader_ && local_.ok()) {
+      const Status got = ctx_.local->extract(*acc_, idx, count_, vals);
+      if (!got.ok()) {  // this rank's flag fails the bucket everywhere; nothing commits
+        local_ = Status(got.code(), "rank " + std::to_string(ctx_.comm.rank()) + ": taking the agreed entries of " +
+                                        bucketName(members_) + " out of its accumulator failed: " + got.message());
+        bad_member_ = -1;
+      }
+    }
     if (!local_.ok()) std::fill(vals, vals + count_, 0.0f);
     std::fill(vals + count_, vals + cap_, 0.0f);  // padding
     // Flags: ranks that failed, and of those, failures that are not a

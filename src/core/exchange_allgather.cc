@@ -98,9 +98,7 @@ class AllgatherExchange : public BucketExchange {
     if (device && device->acceptsScatter(members_)) {
       // Outputs on the device stage's GPU: the received blocks go there (P
       // blocks, not the bucket) and a kernel writes the outputs.
-      std::vector<double> factors(members_.size());
-      for (size_t i = 0; i < members_.size(); ++i) factors[i] = ctx_.scatter.outputFactor(members_[i]);
-      st = device->scatterBlocks(members_, ex_.recv.data(), P, ex_.cap, factors);
+      st = device->scatterBlocks(members_, ex_.recv.data(), P, ex_.cap, ctx_.factors(members_));
       if (!st.ok()) st = Status(st.code(), "rank " + std::to_string(ctx_.comm.rank()) + ": " + st.message());
     } else {
       st = ctx_.scatter.scatterBlocks(members_, n_, ex_, counts.data());

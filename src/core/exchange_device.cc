@@ -54,8 +54,7 @@ class DeviceExchange : public BucketExchange {
     dj.comm = dc->comm.get();
     dj.comm_stream = dc->stream;
     dj.comm_device = dc->device;
-    dj.factors.resize(members_.size());
-    for (size_t i = 0; i < members_.size(); ++i) dj.factors[i] = ctx_.scatter.outputFactor(members_[i]);
+    dj.factors = ctx_.factors(members_);
     dj.propagate = ctx_.propagateNonFinite();
     const Status st = ctx_.local->startBucket(dj, &dev_);
     if (!st.ok()) {

@@ -62,7 +62,8 @@
 // extract(slab, idx, count, vals): the agreed exchange's non-leaders give up
 // their acc at the leader's indices: vals[j] = slab[idx[j]], then
 // slab[idx[j]] = +0 (idx: count distinct indices < n, validated; idx and
-// vals are host memory).
+// vals are host memory). An error (a device copy that failed) leaves vals
+// unspecified: the caller fails the bucket on every rank (its flag).
 //
 // settle(members, slab, commit): commit (and error feedback on) makes the
 // slab the members' residual under the ResidualStore's lock (the previous
@@ -149,7 +150,7 @@ class LocalStage {
  public:
   virtual ~LocalStage() = default;
   virtual void run(const LocalJob& job, LocalOutcome* outcome) = 0;
-  virtual void extract(LocalSlab& slab, const uint32_t* idx, size_t count, float* vals) = 0;
+  virtual Status extract(LocalSlab& slab, const uint32_t* idx, size_t count, float* vals) = 0;
   virtual void settle(const std::vector<Request>& members, std::unique_ptr<LocalSlab> slab, bool commit) = 0;
   virtual void zeroResidual(const std::vector<Request>& members) = 0;
   // Copy the slab's n floats to host memory (tests, diagnostics).

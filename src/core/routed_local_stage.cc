@@ -131,9 +131,9 @@ void RoutedLocalStage::run(const LocalJob& job, LocalOutcome* out) {
   }
 }
 
-void RoutedLocalStage::extract(LocalSlab& slab, const uint32_t* idx, size_t count, float* vals) {
+Status RoutedLocalStage::extract(LocalSlab& slab, const uint32_t* idx, size_t count, float* vals) {
   auto& s = static_cast<Slab&>(slab);
-  (s.resident ? static_cast<LocalStage*>(resident_.get()) : host_.get())->extract(*s.inner, idx, count, vals);
+  return (s.resident ? static_cast<LocalStage*>(resident_.get()) : host_.get())->extract(*s.inner, idx, count, vals);
 }
 
 void RoutedLocalStage::settle(const std::vector<Request>& members, std::unique_ptr<LocalSlab> slab, bool commit) {

@@ -3,7 +3,9 @@
 // resident stage, one whose slabs and residuals live in memory of its own,
 // a GPU's (the CUDA stage made by device::createLocalStage). A resident stage
 // serves the buckets it accepts (every member a CUDA tensor on its device,
-// the allgather exchange) without the gradient crossing to the host.
+// the allgather or the agreed exchange) without the gradient crossing to the
+// host: only the compact selection (and, for the agreed exchange, the agreed
+// entries' values) does.
 //
 // One residual per tensor, wherever it lives. The resident stage registers
 // as the ResidualStore's External holder, so mgs_residual_copy/restore reach
@@ -11,8 +13,8 @@
 //  - to the resident stage when a bucket it accepts first holds the tensor
 //    (ResidualStore::takeLocked: the host copy is gone from then on);
 //  - back to the host store (evict) before any other bucket holding that
-//    tensor runs on the host stage: a dense bucket, the agreed exchange, a
-//    bucket mixing host and device tensors.
+//    tensor runs on the host stage: a dense bucket, the hierarchical
+//    exchange, a bucket mixing host and device tensors.
 // If handing a residual back fails, the bucket fails on this rank (a failure
 // code in its block, or a failed local status for a dense bucket), so no rank
 // commits it and the residual stays where it was.
@@ -108,6 +110,21 @@ class ResidentLocalStage : public LocalStage, public ResidualStore::External {
   // when it returns.
   virtual Status scatterBlocks(const std::vector<Request>& members, const char* recv, int P, size_t cap,
                                const std::vector<double>& factors) = 0;
+  // The agreed exchange's scatter, in this stage's memory: `idx` holds
+  // `count` distinct indices (validated, < n) and `vals` their sums over
+  // every rank (host memory); member m's output is +0 everywhere but
+  // vals[j] * float(factors[m]) at idx[j] (an assignment: a summed -0 stays
+  // -0; factor 1 leaves the value as it is): bitwise what
+  // ScatterStage::scatterAgreed writes. Synchronous.
+  virtual Status scatterAgreed(const std::vector<Request>& members, const uint32_t* idx, const float* vals,
+                               size_t count, const std::vector<double>& factors) {
+    (void)members;
+    (void)idx;
+    (void)vals;
+    (void)count;
+    (void)factors;
+    return Status(Code::kUnsupported, "this local stage has no agreed scatter");
+  }
 
   // Seconds of one selection of n elements by this stage, for each n in
   // `sizes` (fused gradient in its memory, `cpu`'s selector and density): the
@@ -149,7 +166,7 @@ class RoutedLocalStage final : public LocalStage {
   RoutedLocalStage& operator=(const RoutedLocalStage&) = delete;
 
   void run(const LocalJob& job, LocalOutcome* outcome) override;
-  void extract(LocalSlab& slab, const uint32_t* idx, size_t count, float* vals) override;
+  Status extract(LocalSlab& slab, const uint32_t* idx, size_t count, float* vals) override;
   void settle(const std::vector<Request>& members, std::unique_ptr<LocalSlab> slab, bool commit) override;
   void zeroResidual(const std::vector<Request>& members) override;
   Status readSlab(const LocalSlab& slab, float* dst) override;

@@ -154,31 +154,36 @@ plan::Exchange SparsePipeline::chooseExchange(std::vector<Request>& members, siz
   // on_cuda is negotiated: every rank takes the same branch.
   const bool cuda_bucket = std::all_of(members.begin(), members.end(), [](const Request& m) { return m.sig.on_cuda; });
   if (cuda_bucket && config_.exchange == "auto" && P > 1) {
-    // A bucket of CUDA tensors that can run as a device bucket (NCCL, every
-    // rank with a device stage: deviceBucket agrees on that once) takes the
-    // allgather, the exchange with a device path: the agreed and
-    // hierarchical exchanges would stage the gradients through host memory
-    // and select them on the CPU, whatever the MPI-calibrated cost model
-    // says (it prices host collectives, not NCCL). Dense only where the 1/P
-    // rule says sparse cannot pay (then through host memory too).
+    // A bucket of CUDA tensors that every rank can keep on the GPU never
+    // takes an exchange that would stage its gradient through host memory
+    // and select it on the CPU, whatever the MPI-calibrated cost model says.
+    //  - Device buckets (NCCL, every rank with a device stage: deviceBucket
+    //    agrees on that once): the allgather, the exchange that runs whole
+    //    on the device (the cost model prices host collectives, not NCCL).
+    //  - A resident stage on every rank without device buckets (no NCCL):
+    //    the allgather and the agreed exchange both select on the GPU and
+    //    send only compact data through MPI, so the cost model chooses
+    //    between them; the hierarchical exchange, which sums whole buckets
+    //    in host memory, becomes the allgather.
+    // Dense only where the 1/P rule says sparse cannot pay (then through
+    // host memory too).
     LocalJob probe;
     probe.members = &members;
     probe.n = n;
-    // Without device buckets (no NCCL), a resident stage on every rank
-    // still selects on the GPU, and only the compact blocks cross to the
-    // host; only the allgather has that path too.
-    if (deviceBucket(members, probe) || residentEverywhere(members, n)) {
+    const bool device = deviceBucket(members, probe);
+    if (device || residentEverywhere(members, n)) {
       if (config_.dense_fallback && density * P >= 1.0) return plan::Exchange::kDense;
+      if (!device && schedule_.exchangeFor(members, n, density) == plan::Exchange::kAgreed)
+        return plan::Exchange::kAgreed;
       return plan::Exchange::kAllgather;
     }
   }
-  if (cuda_bucket && !cuda_exchange_warned_ && device_comm_ && P > 1 &&
-      (config_.exchange == "agreed" || config_.exchange == "hierarchical")) {
+  if (cuda_bucket && !cuda_exchange_warned_ && P > 1 && config_.exchange == "hierarchical") {
     cuda_exchange_warned_ = true;
     MGS_LOG_WARN(
-        "rank {}: MGS_EXCHANGE={} has no device path: sparse buckets of CUDA tensors are staged through host memory "
-        "and selected on the CPU (MGS_EXCHANGE=auto or allgather keeps them on the GPU)",
-        comm_.rank(), config_.exchange);
+        "rank {}: MGS_EXCHANGE=hierarchical has no device path: sparse buckets of CUDA tensors are staged through host "
+        "memory and selected on the CPU (MGS_EXCHANGE=auto, allgather or agreed keeps the selection on the GPU)",
+        comm_.rank());
   }
   // The cost model's choice, or the plan file's (MGS_PLAN_FILE).
   return schedule_.exchangeFor(members, n, density);

@@ -54,9 +54,15 @@ Status CudaLocalStage::newBuf(size_t floats, BufPtr* out) {
 }
 
 bool CudaLocalStage::accepts(const LocalJob& job) const {
-  // The allgather block only: dense buckets go to the host anyway, and the
-  // agreed exchange's extract is a host operation.
-  if (job.dense_acc || job.index_block || !job.block || !job.select || !job.selector || !job.members) return false;
+  // The allgather block, and the agreed exchange (its leader selects, the
+  // others only fuse: cuda_agreed.cc). Dense buckets and the hierarchical
+  // exchange's given accumulators go to the host.
+  if (job.dense_acc || job.acc_in || !job.members) return false;
+  if (job.index_block) {
+    if (job.select && (!job.selector || !job.block || !job.agreed_values)) return false;
+  } else if (!job.block || !job.select || !job.selector) {
+    return false;
+  }
   if (job.n == 0 || job.n >= (size_t{1} << 32)) return false;
   for (const auto& m : *job.members) {
     if (!m.input.onCuda() || m.input.device != device_) return false;
@@ -132,8 +138,8 @@ Status CudaLocalStage::enqueueLocalPart(const LocalJob& job, void* d_block, void
   // The residual store's lock is held by the caller.
   const std::vector<Request>& members = *job.members;
   const size_t n = job.n, M = members.size();
-  const GpuSelector* sel = nullptr;
-  MGS_RETURN_IF_ERROR(selectorFor(*job.selector, &sel));
+  const GpuSelector* sel = nullptr;  // none: fuse only (an agreed non-leader)
+  if (job.select) MGS_RETURN_IF_ERROR(selectorFor(*job.selector, &sel));
   std::vector<BucketMember> bm(M);
   for (size_t i = 0; i < M; ++i) {
     const Request& m = members[i];
@@ -151,9 +157,11 @@ Status CudaLocalStage::enqueueLocalPart(const LocalJob& job, void* d_block, void
   MGS_RETURN_IF_ERROR(newBuf(n, acc));
   void* d_ws = nullptr;
   size_t ws = 0;
-  MGS_RETURN_IF_ERROR(sel->workspaceBytes(n, &ws));
-  MGS_RETURN_IF_ERROR(engine_->pool().take(ws, &d_ws));
-  scratch->push_back(d_ws);
+  if (sel) {
+    MGS_RETURN_IF_ERROR(sel->workspaceBytes(n, &ws));
+    MGS_RETURN_IF_ERROR(engine_->pool().take(ws, &d_ws));
+    scratch->push_back(d_ws);
+  }
   LocalStageArgs a;
   a.members = &bm;
   a.d_residual = d_res;
@@ -164,7 +172,7 @@ Status CudaLocalStage::enqueueLocalPart(const LocalJob& job, void* d_block, void
   a.workspaceBytes = ws;
   a.step = job.step;
   a.name = job.name;
-  MGS_RETURN_IF_ERROR(engine_->enqueueLocal(*sel, a));
+  MGS_RETURN_IF_ERROR(sel ? engine_->enqueueLocal(*sel, a) : engine_->enqueueFuse(a));
   // The engine's words are valid until its next enqueueLocal (stream order).
   if (words)
     MGS_CUDA_CHECK(cudaMemcpyAsync(words, engine_->localWords(), (M + 1) * sizeof(uint32_t), cudaMemcpyDeviceToHost,
@@ -284,16 +292,20 @@ void CudaLocalStage::run(const LocalJob& job, LocalOutcome* out) {
   const auto t0 = std::chrono::steady_clock::now();
   out->fuse_end = out->select_begin = t0;  // fused and selected in one device sequence
   BufPtr acc;
-  Status st = runSparse(job, out, &acc);
+  Status st = job.index_block ? runAgreed(job, out, &acc) : runSparse(job, out, &acc);
   out->select_end = std::chrono::steady_clock::now();
   if (!st.ok()) {
     // A CUDA call failed on the host side: the bucket fails on every rank
-    // through the block, nothing commits.
+    // through the block (or, for an agreed non-leader, its flag), nothing
+    // commits.
     out->status = Status(st.code(), "rank " + std::to_string(opt_.rank) + ": device local stage of " +
                                         bucketName(*job.members) + ": " + st.message());
     out->count = 0;
     out->bad_member = -1;
-    block::AllgatherBlock(job.block, job.cap).finish(block::failureCode(-1));
+    if (job.block && job.index_block)
+      block::IndexBlock(job.block, job.cap).finish(block::failureCode(-1));
+    else if (job.block)
+      block::AllgatherBlock(job.block, job.cap).finish(block::failureCode(-1));
   }
   if (!out->status.ok()) out->count = 0;
   auto slab = std::make_unique<Slab>();
@@ -309,21 +321,6 @@ Status CudaLocalStage::readSlab(const LocalSlab& slab, float* dst) {
   MGS_CUDA_CHECK(
       cudaMemcpyAsync(dst, s.buf->p, s.n * sizeof(float), cudaMemcpyDeviceToHost, asStream(engine_->stream())));
   return syncStream(engine_->stream());
-}
-
-void CudaLocalStage::extract(LocalSlab& slab, const uint32_t* idx, size_t count, float* vals) {
-  // Not on the routed path (accepts() leaves the agreed exchange to the
-  // host), kept correct for the contract: through host memory.
-  auto& s = static_cast<Slab&>(slab);
-  std::vector<float> h(s.n);
-  if (!readSlab(slab, h.data()).ok()) return;
-  for (size_t j = 0; j < count; ++j) {
-    vals[j] = h[idx[j]];
-    h[idx[j]] = 0.0f;
-  }
-  if (cudaMemcpyAsync(s.buf->p, h.data(), s.n * sizeof(float), cudaMemcpyHostToDevice, asStream(engine_->stream())) ==
-      cudaSuccess)
-    (void)syncStream(engine_->stream());
 }
 
 void CudaLocalStage::settle(const std::vector<Request>& members, std::unique_ptr<LocalSlab> slab, bool commit) {
@@ -399,15 +396,7 @@ Status CudaLocalStage::scatterBlocks(const std::vector<Request>& members, const 
                                      const std::vector<double>& factors) {
   MGS_ENSURE(factors.size() == members.size(), kInvalidArgument, "device scatter: one factor per member");
   MGS_CUDA_CHECK(cudaSetDevice(device_));
-  std::vector<BucketMember> bm(members.size());
-  for (size_t i = 0; i < members.size(); ++i) {
-    const Request& m = members[i];
-    bm[i].name = m.name;
-    bm[i].d_out = m.output.data;
-    bm[i].dtype = m.output.dtype;
-    bm[i].count = m.output.numel();
-    bm[i].outFactor = factors[i];
-  }
+  const std::vector<BucketMember> bm = outputMembers(members, factors);
   Scratch scratch{engine_->pool(), {}};
   void* d_recv = nullptr;
   const size_t bytes = static_cast<size_t>(P) * block::allgatherBytes(cap);

@@ -45,7 +45,7 @@ class CudaLocalStage final : public ResidentLocalStage {
 
   bool accepts(const LocalJob& job) const override;
   void run(const LocalJob& job, LocalOutcome* outcome) override;
-  void extract(LocalSlab& slab, const uint32_t* idx, size_t count, float* vals) override;
+  Status extract(LocalSlab& slab, const uint32_t* idx, size_t count, float* vals) override;
   void settle(const std::vector<Request>& members, std::unique_ptr<LocalSlab> slab, bool commit) override;
   void zeroResidual(const std::vector<Request>& members) override;
   Status readSlab(const LocalSlab& slab, float* dst) override;
@@ -56,6 +56,14 @@ class CudaLocalStage final : public ResidentLocalStage {
   // bucket) and DeviceBucketEngine::enqueueScatter writes the outputs; one
   // host sync for its verdict, which must agree with the host's validation.
   Status scatterBlocks(const std::vector<Request>& members, const char* recv, int P, size_t cap,
+                       const std::vector<double>& factors) override;
+  // The agreed exchange on the device (cuda_agreed.cc; never run on a GPU):
+  // run() fuses into a device slab, and on the leader selects there and
+  // copies only the count indices and values to the host; extract() sends
+  // the count indices to the device and brings back their values; the
+  // scatter sends the count indices and sums there and writes the outputs.
+  // One host sync in each of the three (the contract is synchronous).
+  Status scatterAgreed(const std::vector<Request>& members, const uint32_t* idx, const float* vals, size_t count,
                        const std::vector<double>& factors) override;
 
   // Device buckets (core/routed_local_stage.h): the local stage into a
@@ -121,6 +129,10 @@ class CudaLocalStage final : public ResidentLocalStage {
   Status selectorFor(const compress::Selector& cpu, const GpuSelector** out);
   Status evictLocked(const std::vector<std::string>& names);
   Status runSparse(const LocalJob& job, LocalOutcome* out, BufPtr* acc);
+  Status runAgreed(const LocalJob& job, LocalOutcome* out, BufPtr* acc);
+  // Members' output descriptors for the engine's scatters.
+  static std::vector<BucketMember> outputMembers(const std::vector<Request>& members,
+                                                 const std::vector<double>& factors);
 
   LocalStageOptions opt_;
   int device_;
@@ -128,6 +140,7 @@ class CudaLocalStage final : public ResidentLocalStage {
   std::map<double, std::unique_ptr<GpuSelector>> selectors_;  // by density
   std::unordered_map<std::string, Slot> held_;                // residuals on the device
   std::vector<char> words_;                                   // host copy of the engine's local words
+  std::vector<char> agreed_block_;                            // the agreed leader's block, host copy
   std::vector<BufPtr> dropped_;  // dropped by a framework thread; released by the coordinator (lock held)
   std::vector<HostSlot> slots_;  // free pinned slots of device buckets
   void* localDone_ = nullptr;    // cudaEvent_t: a device bucket's local part (the NCCL stream waits for it)

@@ -158,11 +158,12 @@ class DeviceStandIn final : public test::StandInStage {
     return Status::OK();
   }
 
-  // Device buckets only; or (resident_only: a GPU without NCCL) the
-  // allgather's local stage, the compact block going to MPI.
+  // Device buckets only; or (resident_only: a GPU without NCCL) the local
+  // stage of the allgather and the agreed exchange, only compact data going
+  // to MPI (the hierarchical exchange's and dense buckets stay on the host).
   bool resident_only = false;
   bool accepts(const LocalJob& job) const override {
-    return resident_only && job.dense_acc == nullptr && !job.index_block && job.acc_in == nullptr;
+    return resident_only && job.dense_acc == nullptr && job.acc_in == nullptr;
   }
   void run(const LocalJob& job, LocalOutcome* out) override {
     ++runs;
@@ -188,6 +189,25 @@ class DeviceStandIn final : public test::StandInStage {
     size_t n = 0;
     for (const auto& m : members) n += m.output.numel();
     sumBlocks(members, recv, P, cap, n, factors);
+    return Status::OK();
+  }
+  // The agreed exchange's scatter "on the device": +0 everywhere, the sums
+  // assigned at the agreed indices, each times float(factor) unless 1.
+  int agreed_scatters = 0;
+  Status scatterAgreed(const std::vector<Request>& members, const uint32_t* idx, const float* vals, size_t count,
+                       const std::vector<double>& factors) override {
+    ++agreed_scatters;
+    std::vector<size_t> offsets{0};
+    for (const auto& m : members) {
+      std::fill_n(static_cast<float*>(m.output.data), m.output.numel(), 0.0f);
+      offsets.push_back(offsets.back() + m.output.numel());
+    }
+    for (size_t j = 0; j < count; ++j) {
+      size_t m = 0;
+      while (idx[j] >= offsets[m + 1]) ++m;
+      const float f = static_cast<float>(factors[m]);
+      static_cast<float*>(members[m].output.data)[idx[j] - offsets[m]] = f != 1.0f ? vals[j] * f : vals[j];
+    }
     return Status::OK();
   }
   Status startBucket(const DeviceBucketJob& dj, std::unique_ptr<PendingDeviceBucket>* out) override {
@@ -266,7 +286,7 @@ struct RankLog {
   std::vector<std::vector<float>> residuals;  // after each step, [step * tensors + t]
   std::vector<std::vector<float>> residuals_before;
   uint64_t device_buckets = 0, host_buckets = 0;
-  int waits = 0, starts = 0, resident_runs = 0;
+  int waits = 0, starts = 0, resident_runs = 0, agreed_scatters = 0;
   double c_s_calibrated = -1, c_s = -1;  // the model's selection term after init, and at the end
   SparseStats stats;                     // the pipeline's counters at the end
   std::string error;                     // a REQUIRE-free report of set-up failures
@@ -376,6 +396,7 @@ void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> worl
     log->waits = standin->waits;
     log->starts = standin->starts;
     log->resident_runs = standin->runs;
+    log->agreed_scatters = standin->agreed_scatters;
   }
 }
 
@@ -653,8 +674,10 @@ TEST_CASE("device buckets: calibration times the selection where it runs, the sl
 
 TEST_CASE("device buckets: agreed buckets of CUDA tensors never start a device bucket", "[core][device_bucket]") {
   // Device buckets are the allgather exchange's: a bucket of CUDA tensors
-  // that goes by another exchange takes the local stage's route (staged
-  // through host memory). Here the "CUDA" tensors are host memory, which the
+  // that goes by another exchange takes the local stage's route (resident
+  // where the stage accepts the job, as the CUDA stage does for the agreed
+  // exchange; this stand-in of a device-bucket-only stage does not, so it is
+  // staged through host memory). Here the "CUDA" tensors are host memory, which the
   // staging copy refuses without a GPU, so each bucket fails; what is checked
   // is the route (no device bucket started, none counted) and that every
   // rank takes the same verdict. (The hierarchical exchange needs a
@@ -725,29 +748,99 @@ TEST_CASE("device buckets: host tensors under auto keep the host exchange choice
 
 TEST_CASE("device buckets: without NCCL, CUDA buckets under auto are selected on the GPU, not staged",
           "[core][device_bucket]") {
-  // A resident stage on every rank but no device communicator (MPI): the
-  // agreed exchange, which auto's cost model picks for these buckets at
-  // P = 4 on the host, would stage the gradients through host memory; the
-  // allgather keeps the selection on the GPU and sends only the block.
+  // A resident stage on every rank but no device communicator (MPI): both
+  // the allgather and the agreed exchange select on the GPU and send only
+  // compact data, so auto keeps the cost model's choice between them (the
+  // agreed exchange for these buckets at P = 4, as for host tensors), and
+  // no bucket is staged through host memory.
   WorldOptions res, host;
   res.P = host.P = 4;
   res.size_scale = host.size_scale = 1000;
   res.resident_only = true;
-  res.exchange = "auto";
-  host.device = false;  // host tensors, allgather forced
+  res.exchange = host.exchange = "auto";
+  host.device = false;  // host tensors, the same choice
   const std::vector<RankLog> d = runWorld(res), h = runWorld(host);
+  const uint64_t buckets = res.steps * kTensors.size();
   for (int r = 0; r < res.P; ++r) {
     INFO("rank " << r);
     REQUIRE(d[r].starts == 0);
-    REQUIRE(d[r].resident_runs == static_cast<int>(res.steps * kTensors.size()));
-    REQUIRE(d[r].stats.agreed_buckets == 0);
-    requireOnePath(d[r].stats, BucketPath::kResident, res.steps * kTensors.size());
+    REQUIRE(d[r].resident_runs == static_cast<int>(buckets));
+    REQUIRE(h[r].stats.agreed_buckets == buckets);
+    REQUIRE(d[r].stats.agreed_buckets == buckets);
+    REQUIRE(d[r].agreed_scatters == static_cast<int>(buckets));
+    requireOnePath(d[r].stats, BucketPath::kResident, buckets);
     for (size_t i = 0; i < d[r].outputs.size(); ++i) {
       INFO("entry " << i);
       INFO(d[r].statuses[i].toString());
       REQUIRE(d[r].statuses[i].ok());
       REQUIRE(sameBits(d[r].outputs[i], h[r].outputs[i]));
       REQUIRE(sameBits(d[r].residuals[i], h[r].residuals[i]));
+    }
+  }
+}
+
+TEST_CASE("device buckets: without NCCL, agreed buckets of CUDA tensors stay on the GPU, bitwise the host's",
+          "[core][device_bucket]") {
+  // MGS_EXCHANGE=agreed, CUDA tensors, a resident stage on every rank: the
+  // leader selects on "the device", every other rank fuses there and gives
+  // up the agreed entries there (extract), the sums are scattered there;
+  // outputs and residuals equal the host agreed exchange's bit for bit, and
+  // every bucket is counted on the resident path (none staged).
+  for (int P : {2, 3, 4}) {
+    WorldOptions res, host;
+    res.P = host.P = P;
+    res.steps = host.steps = 5;  // the leader rotates through every rank
+    res.resident_only = true;
+    res.exchange = host.exchange = "agreed";
+    host.device = false;
+    const std::vector<RankLog> d = runWorld(res), h = runWorld(host);
+    const uint64_t buckets = res.steps * kTensors.size();
+    for (int r = 0; r < P; ++r) {
+      INFO("P = " << P << ", rank " << r);
+      REQUIRE(d[r].resident_runs == static_cast<int>(buckets));
+      REQUIRE(d[r].host_buckets == 0);
+      REQUIRE(d[r].agreed_scatters == static_cast<int>(buckets));
+      REQUIRE(d[r].stats.agreed_buckets == buckets);
+      requireOnePath(d[r].stats, BucketPath::kResident, buckets);
+      requireOnePath(h[r].stats, BucketPath::kHost, buckets);
+      REQUIRE(d[r].stats.bytes_sent == h[r].stats.bytes_sent);
+      for (size_t i = 0; i < d[r].outputs.size(); ++i) {
+        INFO("entry " << i);
+        INFO(d[r].statuses[i].toString());
+        REQUIRE(d[r].statuses[i].ok());
+        REQUIRE(sameBits(d[r].outputs[i], h[r].outputs[i]));
+        REQUIRE(sameBits(d[r].residuals[i], h[r].residuals[i]));
+      }
+    }
+  }
+}
+
+TEST_CASE("device buckets: a non-finite value in a resident agreed bucket fails it on every rank, naming it",
+          "[core][device_bucket]") {
+  // Rank 1 is not the leader of every step, so both a leader's and a
+  // non-leader's non-finite value are met over the steps; under 'error'
+  // every rank fails w.a's bucket at that step naming rank 1 and the tensor,
+  // nothing is written and no residual commits; w.b is unaffected.
+  for (int nan_step : {0, 1, 2}) {
+    WorldOptions wo;
+    wo.P = 3;
+    wo.resident_only = true;
+    wo.exchange = "agreed";
+    wo.propagate = false;
+    wo.nan_rank = 1;
+    wo.nan_step = nan_step;
+    const std::vector<RankLog> logs = runWorld(wo);
+    const size_t i = nan_step * kTensors.size();
+    for (int r = 0; r < wo.P; ++r) {
+      INFO("NaN at step " << nan_step << ", rank " << r);
+      const Status& st = logs[r].statuses[i];
+      INFO(st.toString());
+      REQUIRE(st.code() == Code::kNumeric);
+      REQUIRE(st.message().find("rank 1: non-finite gradient in tensor 'w.a'") != std::string::npos);
+      REQUIRE(st.message().find("rank 0:") == std::string::npos);
+      for (float v : logs[r].outputs[i]) REQUIRE(v == -7.0f);
+      REQUIRE(sameBits(logs[r].residuals[i], logs[r].residuals_before[i]));
+      REQUIRE(logs[r].statuses[i + 1].ok());
     }
   }
 }

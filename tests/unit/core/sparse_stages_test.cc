@@ -407,7 +407,7 @@ TEST_CASE("cpu local stage: dense buckets, extract and zeroResidual", "[core][lo
   float vals[3];
   std::vector<float> before(n), after(n);
   REQUIRE(stage.readSlab(*out.slab, before.data()).ok());
-  stage.extract(*out.slab, idx, 3, vals);
+  REQUIRE(stage.extract(*out.slab, idx, 3, vals).ok());
   REQUIRE(stage.readSlab(*out.slab, after.data()).ok());
   for (int j = 0; j < 3; ++j) {
     REQUIRE(bits(vals[j]) == bits(before[idx[j]]));

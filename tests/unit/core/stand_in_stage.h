@@ -27,8 +27,8 @@ class StandInStage : public ResidentLocalStage {
   }
   bool fail_evict = false;  // evicting fails (a device-to-host copy that fails)
 
-  void extract(LocalSlab& s, const uint32_t* idx, size_t count, float* vals) override {
-    inner_->extract(s, idx, count, vals);
+  Status extract(LocalSlab& s, const uint32_t* idx, size_t count, float* vals) override {
+    return inner_->extract(s, idx, count, vals);
   }
   void settle(const std::vector<Request>& members, std::unique_ptr<LocalSlab> s, bool commit) override {
     inner_->settle(members, std::move(s), commit);
