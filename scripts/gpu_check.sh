@@ -7,6 +7,7 @@
 #   probe, configure.gpu-only   as in gpu_smoke.sh
 #   build.gpu-only.tests        every test binary of the tree and the benchmark
 #   gpu/multirank               P = 2..4 ranks as threads on the GPU
+#   gpu/device_threads          device buckets at P = 2..4 thread ranks
 #   gpu/bucket                  the device-resident bucket
 #   gpu/nccl                    the NCCL communicator at np 1
 #   gpu/compress                selectors and decompression, 2^26 included
@@ -25,6 +26,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 . scripts/gpu_smoke.sh
 
 CHECK_TARGETS=(mgs_gpu_compress_test mgs_gpu_bucket_test mgs_gpu_local_stage_test mgs_gpu_multirank_test
+               mgs_gpu_device_threads_test
                mgs_gpu_device_bucket_test mgs_gpu_nccl_test mgs-bench-compress-gpu)
 
 check_build() {
@@ -71,7 +73,9 @@ check_bench() {
 check_thread_steps() {
   gs_step -a configure.gpu-only build.gpu-only.tests "$(gt_build_cap gpu-only 200 "${CHECK_TARGETS[@]}")" check_build
   local b=build.gpu-only.tests
-  gs_step -a $b gpu/multirank 90 smoke_ctest gpu/multirank 80
+  # The smoke steps may have run these two already.
+  [ -n "${GS_STATUS[gpu/multirank]:-}" ] || gs_step -a $b gpu/multirank 90 smoke_ctest gpu/multirank 80
+  [ -n "${GS_STATUS[gpu/device_threads]:-}" ] || gs_step -a $b gpu/device_threads 60 smoke_ctest gpu/device_threads 50
   gs_step -a $b gpu/bucket 60 smoke_ctest gpu/bucket 50
   gs_step -a $b gpu/nccl 60 smoke_ctest gpu/nccl 50
 }

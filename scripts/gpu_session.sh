@@ -108,7 +108,7 @@ session_later() {
   gs_step -n ncu -a build.gpu-only profile.ncu 90 session_profile
   gs_step -n mpirun -a build.full train "${GPU_TRAIN_CAP:-180}" session_train
   full_np2_steps
-  [ -n "${GS_STATUS[gpu/multirank]:-}" ] || check_thread_steps
+  [ -n "${GS_STATUS[gpu/bucket]:-}" ] || check_thread_steps
   check_more_steps
 }
 

@@ -6,9 +6,14 @@
 #                       nothing else runs); versions of the tools, torch, MPI
 #   configure.gpu-only  build-gpu with -DMGS_GPU_ONLY=ON, sm_90 (GPU_CUDA_ARCH)
 #   build.gpu-only      only mgs_gpu_compress_test, mgs_gpu_local_stage_test,
+#                       mgs_gpu_device_threads_test, mgs_gpu_multirank_test,
 #                       mgs_gpu_device_bucket_test, mgs-bench-compress-gpu
 #   gpu.launch_shapes   "gpu launch shapes select the same bits" (gpu/compress)
 #   gpu/local_stage     the CUDA local stage, timeSelection included
+#   gpu/device_threads  device buckets at P = 2..4 ranks as threads on the GPU
+#                       over the device thread communicator, and its abort
+#   gpu/multirank       P = 2..4 thread ranks: the host-staged allgather and
+#                       the agreed exchange's device parts
 #   memcheck.small      compute-sanitizer memcheck on small cases: the
 #                       selector's non-finite and enqueue/graph cases
 #                       (n 10^4 and 2^20, default launch shapes) and all of
@@ -36,7 +41,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 . scripts/lib/gpu_steps.sh
 . scripts/lib/gpu_tree.sh
 
-SMOKE_TARGETS=(mgs_gpu_compress_test mgs_gpu_local_stage_test mgs_gpu_device_bucket_test mgs-bench-compress-gpu)
+SMOKE_TARGETS=(mgs_gpu_compress_test mgs_gpu_local_stage_test mgs_gpu_device_threads_test mgs_gpu_multirank_test
+               mgs_gpu_device_bucket_test mgs-bench-compress-gpu)
 
 # --- step functions (their output goes to the step's log) -------------------
 
@@ -88,7 +94,8 @@ smoke_build() {
   # Without NCCL the device bucket test is not a target (its step says so).
   if ! gs_ctest_names "$GT_GPU_BUILD" | grep -qxF gpu/device_bucket; then
     echo "gpu/device_bucket is not registered (no NCCL at configure): not building it"
-    targets=(mgs_gpu_compress_test mgs_gpu_local_stage_test mgs-bench-compress-gpu)
+    targets=(mgs_gpu_compress_test mgs_gpu_local_stage_test mgs_gpu_device_threads_test mgs_gpu_multirank_test
+             mgs-bench-compress-gpu)
   fi
   gt_build gpu-only "${targets[@]}"
 }
@@ -212,10 +219,12 @@ smoke_steps() {
   gs_step probe 30 smoke_probe
   [ "${GS_STATUS[probe]}" = PASS ] || gs_stop "no usable GPU (probe ${GS_STATUS[probe]})"
   gs_step configure.gpu-only 60 smoke_configure
-  gs_step -a configure.gpu-only build.gpu-only 150 smoke_build
+  gs_step -a configure.gpu-only build.gpu-only 170 smoke_build
   local b=build.gpu-only
   gs_step -a $b gpu.launch_shapes 45 smoke_launch_shapes
   gs_step -a $b gpu/local_stage 40 smoke_ctest gpu/local_stage 35
+  gs_step -a $b gpu/device_threads 45 smoke_ctest gpu/device_threads 40
+  gs_step -a $b gpu/multirank 60 smoke_ctest gpu/multirank 55
   gs_step -n compute-sanitizer -a $b memcheck.small 75 smoke_memcheck
   gs_step -n compute-sanitizer -a $b racecheck.small 75 smoke_racecheck
   gs_step -a $b bench.row 60 smoke_bench
