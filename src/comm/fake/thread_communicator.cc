@@ -88,6 +88,36 @@ Status ThreadCommunicator::broadcast(void* buf, size_t bytes, int root) {
   return Status::OK();
 }
 
+Status ThreadCommunicator::split(int color, int key, std::unique_ptr<Communicator>* out) {
+  out->reset();
+  struct Entry {
+    int color, key, rank;
+  };
+  const Entry mine{color, key, rank_};
+  std::vector<Entry> all;
+  world_->exchange(rank_, &mine, [&](const std::vector<const void*>& slots) {
+    for (const void* p : slots) all.push_back(*static_cast<const Entry*>(p));
+  });
+  // This rank's group, ordered by (key, rank); its first member makes the
+  // group's world and every member takes it from there.
+  std::vector<Entry> group;
+  for (const Entry& e : all)
+    if (color >= 0 && e.color == color) group.push_back(e);
+  std::sort(group.begin(), group.end(),
+            [](const Entry& a, const Entry& b) { return a.key != b.key ? a.key < b.key : a.rank < b.rank; });
+  std::shared_ptr<ThreadWorld> made;
+  if (!group.empty() && group[0].rank == rank_) made = std::make_shared<ThreadWorld>(static_cast<int>(group.size()));
+  std::shared_ptr<ThreadWorld> sub;
+  world_->exchange(rank_, &made, [&](const std::vector<const void*>& slots) {
+    if (!group.empty()) sub = *static_cast<const std::shared_ptr<ThreadWorld>*>(slots[group[0].rank]);
+  });
+  if (group.empty()) return Status::OK();
+  int index = 0;
+  while (group[index].rank != rank_) ++index;
+  *out = std::make_unique<ThreadCommunicator>(std::move(sub), index);
+  return Status::OK();
+}
+
 Status ThreadCommunicator::barrier() {
   world_->exchange(rank_, nullptr, [](const std::vector<const void*>&) {});
   return Status::OK();

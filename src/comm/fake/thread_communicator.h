@@ -48,6 +48,10 @@ class ThreadCommunicator final : public Communicator {
   Status gatherStrings(const std::string& send, int root, std::vector<std::string>* out) override;
   Status broadcast(void* buf, size_t bytes, int root) override;
   Status barrier() override;
+  // The ranks (threads) with the same color >= 0 form a new thread world,
+  // ordered by key, then rank: the hierarchical exchange's node and leader
+  // communicators.
+  Status split(int color, int key, std::unique_ptr<Communicator>* out) override;
 
  private:
   std::shared_ptr<ThreadWorld> world_;

@@ -680,17 +680,24 @@ TEST_CASE("device buckets: agreed buckets of CUDA tensors never start a device b
   // staged through host memory). Here the "CUDA" tensors are host memory, which the
   // staging copy refuses without a GPU, so each bucket fails; what is checked
   // is the route (no device bucket started, none counted) and that every
-  // rank takes the same verdict. (The hierarchical exchange needs a
-  // communicator that splits, which the thread communicator cannot.)
-  for (const std::string exchange : {"agreed"}) {
+  // rank takes the same verdict. The hierarchical exchange (two nodes of
+  // two thread ranks, MGS_NODE_SIZE=2) sums whole buckets in host memory, so
+  // it is staged also where a resident stage exists (resident_only).
+  for (const std::string exchange : {"agreed", "hierarchical"})
+  for (bool resident_only : {false, true}) {
+    if (exchange == "agreed" && resident_only) continue;  // resident: the tests above
     WorldOptions wo;
     wo.P = 4;
     wo.steps = 1;
     wo.exchange = exchange;
     wo.node_size = 2;
+    wo.resident_only = resident_only;
     const std::vector<RankLog> d = runWorld(wo);
     for (int r = 0; r < wo.P; ++r) {
-      INFO(exchange << ", rank " << r);
+      INFO(exchange << (resident_only ? ", resident stage without NCCL" : "") << ", rank " << r);
+      REQUIRE(d[r].resident_runs == 0);
+      REQUIRE(d[r].stats.path_buckets[static_cast<int>(BucketPath::kResident)] == 0);
+      REQUIRE(d[r].stats.path_buckets[static_cast<int>(BucketPath::kDevice)] == 0);
       REQUIRE(d[r].device_buckets == 0);
       REQUIRE(d[r].starts == 0);
       REQUIRE(d[r].statuses.size() == kTensors.size());
@@ -843,4 +850,34 @@ TEST_CASE("device buckets: a non-finite value in a resident agreed bucket fails 
       REQUIRE(logs[r].statuses[i + 1].ok());
     }
   }
+}
+
+TEST_CASE("hierarchical exchange over thread ranks: every rank the same outputs, every bucket on the host path",
+          "[core][device_bucket]") {
+  // The thread communicator splits (node and leader communicators), so the
+  // hierarchical exchange runs here: two nodes of two ranks. Every rank must
+  // hold bitwise the same outputs each step (the leaders' allgather of node
+  // sums, broadcast in each node), and every bucket is counted as a host
+  // bucket.
+  WorldOptions wo;
+  wo.P = 4;
+  wo.device = false;
+  wo.exchange = "hierarchical";
+  wo.node_size = 2;
+  const std::vector<RankLog> h = runWorld(wo);
+  const uint64_t buckets = wo.steps * kTensors.size();
+  for (int r = 0; r < wo.P; ++r) {
+    INFO("rank " << r);
+    requireOnePath(h[r].stats, BucketPath::kHost, buckets);
+    REQUIRE(h[r].stats.agreed_buckets == 0);
+    for (size_t i = 0; i < h[r].outputs.size(); ++i) {
+      INFO("entry " << i << ": " << h[r].statuses[i].toString());
+      REQUIRE(h[r].statuses[i].ok());
+      REQUIRE(sameBits(h[r].outputs[i], h[0].outputs[i]));
+    }
+  }
+  // Something was delivered: the outputs are not all zero.
+  bool nonzero = false;
+  for (float v : h[0].outputs.back()) nonzero |= v != 0.0f;
+  REQUIRE(nonzero);
 }
