@@ -8,6 +8,7 @@
 // (ran on an H100) or src/core/device_none.cc (MGS_DEVICE_IMPL).
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "comm/communicator.h"
@@ -37,5 +38,9 @@ struct DeviceComm {
   int device = -1;
 };
 Status createNcclComm(Communicator& bootstrap, double timeoutSeconds, DeviceComm* out);
+// Makes the device communicator in place of NCCL (collective over
+// `bootstrap`; the same verdict on every rank). For tests that run several
+// ranks on one GPU (comm/cuda_thread); the runtime uses NCCL otherwise.
+using DeviceCommFactory = std::function<Status(Communicator& bootstrap, DeviceComm* out)>;
 
 }  // namespace mgs::device

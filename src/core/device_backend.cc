@@ -52,9 +52,18 @@ Status agreeBackend(const std::string& requested, const std::vector<int32_t>& wo
   return Status::OK();
 }
 
-Status DeviceBackend::init(Communicator& comm, const Config& config, std::unique_ptr<DeviceBackend>* out) {
+Status DeviceBackend::init(Communicator& comm, const Config& config, std::unique_ptr<DeviceBackend>* out,
+                           const device::DeviceCommFactory& make) {
   // A stalled NCCL collective aborts with the stall limit; without one, after 10 minutes.
   std::unique_ptr<DeviceBackend> b(new DeviceBackend(comm, config.stall_abort_s > 0 ? config.stall_abort_s : 600));
+  if (make && config.backend != "mpi") {
+    // A test's device communicator stands for NCCL (every rank is given one).
+    b->mode_ = BackendMode::kNcclAtInit;
+    Status st = make(comm, &b->dc_);
+    if (!st.ok()) return Status(st.code(), "creating the device communicator failed: " + st.message());
+    *out = std::move(b);
+    return Status::OK();
+  }
   const bool nccl = device::builtWithNccl();
   if (!backendNeedsAgreement(config.backend, nccl)) {
     b->mode_ = BackendMode::kMpi;

@@ -40,8 +40,11 @@ Status agreeBackend(const std::string& requested, const std::vector<int32_t>& wo
 class DeviceBackend {
  public:
   // Collective over `comm` when backendNeedsAgreement(); creates the NCCL
-  // communicator for 'nccl'. `comm` must outlive the backend.
-  static Status init(Communicator& comm, const Config& config, std::unique_ptr<DeviceBackend>* out);
+  // communicator for 'nccl'. `comm` must outlive the backend. With `make`
+  // (tests: several ranks on one GPU), MGS_BACKEND=nccl or auto takes the
+  // device communicator it makes, at init, instead of NCCL.
+  static Status init(Communicator& comm, const Config& config, std::unique_ptr<DeviceBackend>* out,
+                     const device::DeviceCommFactory& make = nullptr);
   BackendMode mode() const { return mode_; }
   // The NCCL communicator for CUDA tensors, or nullptr (MPI host staging).
   // Under auto the first call creates it: call it at the same negotiated op

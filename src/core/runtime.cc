@@ -53,11 +53,13 @@ Signature signatureOf(OpType type, const TensorDesc& t) {
   return s;
 }
 
-Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr<Runtime>* out) {
+Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr<Runtime>* out,
+                      device::DeviceCommFactory device) {
   std::unique_ptr<Runtime> rt(new Runtime(config));
   std::promise<Status> ready;
   auto ready_future = ready.get_future();
   Runtime* self = rt.get();
+  self->device_factory_ = std::move(device);
   rt->thread_ = std::thread([self, factory = std::move(factory), &ready] {
     // A name `top -H` and /proc/<pid>/task/*/comm show, so a user (and
     // bench/train) can see what the coordinator costs next to training.
@@ -70,7 +72,7 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
       st = factory(&comm);
       if (st.ok()) st = checkConfigAgrees(*comm, self->config_);
       // MGS_BACKEND: the same verdict on every rank (core/device_backend.h).
-      if (st.ok()) st = DeviceBackend::init(*comm, self->config_, &backend);
+      if (st.ok()) st = DeviceBackend::init(*comm, self->config_, &backend, self->device_factory_);
       // The sparse pipeline builds its selector and calibrates here, so a
       // bad setting fails at init, not at the first gradient.
       if (st.ok())

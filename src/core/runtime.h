@@ -19,6 +19,7 @@
 
 #include "comm/communicator.h"
 #include "common/params.h"
+#include "core/device.h"
 #include "core/handle_table.h"
 #include "core/process_set_runner.h"
 #include "core/process_sets.h"
@@ -60,7 +61,10 @@ class Runtime {
   using CommFactory = std::function<Status(std::unique_ptr<Communicator>*)>;
 
   // Start the coordinator; returns once the communicator is up (or failed).
-  static Status start(const Config& config, CommFactory factory, std::unique_ptr<Runtime>* out);
+  // `device`: a device communicator in place of NCCL (tests with several
+  // ranks on one GPU; DeviceBackend::init).
+  static Status start(const Config& config, CommFactory factory, std::unique_ptr<Runtime>* out,
+                      device::DeviceCommFactory device = nullptr);
   ~Runtime();  // shuts down if still running
 
   // Why a rank stops; other ranks' messages name it.
@@ -129,6 +133,7 @@ class Runtime {
   void completeRequest(Request& req, Status st);
 
   const Config config_;
+  device::DeviceCommFactory device_factory_;  // tests: in place of NCCL (start())
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   RequestQueue queue_;
   HandleTable handles_;

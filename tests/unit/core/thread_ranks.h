@@ -19,8 +19,11 @@ namespace mgs::test {
 // Builds rank r's communicator over the shared world (tests wrap it to inject faults).
 using CommMaker = std::function<std::unique_ptr<Communicator>(std::shared_ptr<ThreadWorld>, int rank)>;
 
+// Rank r's device communicator (GPU tests: comm/cuda_thread), or none.
+using DeviceMaker = std::function<Status(int rank, Communicator& bootstrap, device::DeviceComm* out)>;
+
 inline void runRanks(int P, const Config& config, const std::function<void(Runtime&, int rank)>& body,
-                     const CommMaker& make = nullptr) {
+                     const CommMaker& make = nullptr, const DeviceMaker& device = nullptr) {
   auto world = std::make_shared<ThreadWorld>(P);
   std::vector<std::thread> threads;
   std::vector<std::string> errors(P);
@@ -36,7 +39,11 @@ inline void runRanks(int P, const Config& config, const std::function<void(Runti
               out->reset(new ThreadCommunicator(world, r));
             return Status::OK();
           },
-          &rt);
+          &rt,
+          device ? device::DeviceCommFactory([r, &device](Communicator& boot, device::DeviceComm* out) {
+            return device(r, boot, out);
+          })
+                 : device::DeviceCommFactory());
       if (!st.ok()) {
         errors[r] = st.toString();
         return;
