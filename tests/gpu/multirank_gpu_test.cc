@@ -297,18 +297,23 @@ void runThreads(int P, void (*body)(const std::shared_ptr<ThreadWorld>&, int, Ra
   for (auto& t : ts) t.join();
 }
 
+// Every rank compared every step and conserved every value, without errors.
+void requireEveryRank(int P, const std::vector<RankResult>& res) {
+  for (int r = 0; r < P; ++r) {
+    INFO("P = " << P << ", rank " << r << ": " << (res[r].errors.empty() ? "" : res[r].errors.front()));
+    CHECK(res[r].errors.empty());
+    REQUIRE(res[r].compared_steps == static_cast<size_t>(kSteps));
+    REQUIRE(res[r].conserved_values == kSteps * kN);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("P ranks as threads on one GPU: the agreed exchange's device parts equal the host stage's, conservation") {
   for (int P : {2, 3, 4}) {
     std::vector<RankResult> res;
     runThreads(P, runAgreedRank, &res);
-    for (int r = 0; r < P; ++r) {
-      INFO("P = " << P << ", rank " << r << ": " << (res[r].errors.empty() ? "" : res[r].errors.front()));
-      CHECK(res[r].errors.empty());
-      REQUIRE(res[r].compared_steps == static_cast<size_t>(kSteps));
-      REQUIRE(res[r].conserved_values == kSteps * kN);
-    }
+    requireEveryRank(P, res);
   }
 }
 
@@ -316,12 +321,7 @@ TEST_CASE("P ranks as threads on one GPU: host-staged blocks, device scatter equ
   for (int P : {2, 3, 4}) {
     std::vector<RankResult> res;
     runThreads(P, runRank, &res);
-    for (int r = 0; r < P; ++r) {
-      INFO("P = " << P << ", rank " << r << ": " << (res[r].errors.empty() ? "" : res[r].errors.front()));
-      CHECK(res[r].errors.empty());
-      REQUIRE(res[r].compared_steps == static_cast<size_t>(kSteps));
-      REQUIRE(res[r].conserved_values == kSteps * kN);
-    }
+    requireEveryRank(P, res);
   }
 }
 

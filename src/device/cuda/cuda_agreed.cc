@@ -63,13 +63,11 @@ Status CudaLocalStage::runAgreed(const LocalJob& job, LocalOutcome* out, BufPtr*
     MGS_CUDA_CHECK(cudaMemcpyAsync(agreed_block_.data(), d_block, 8, cudaMemcpyDeviceToHost, stream));
   }
   MGS_RETURN_IF_ERROR(syncStream(engine_->stream()));
-  std::vector<uint32_t> nonfinite(M);
-  std::memcpy(nonfinite.data(), words_.data(), M * sizeof(uint32_t));
   size_t nf = 0;
   int first_bad = -1;
   for (size_t m = 0; m < M; ++m) {
-    nf += nonfinite[m];
-    if (nonfinite[m] && first_bad < 0) first_bad = static_cast<int>(m);
+    nf += localWord(m);
+    if (localWord(m) && first_bad < 0) first_bad = static_cast<int>(m);
   }
   if (!lead) {  // fused only: a non-finite value is this rank's failure (its flag)
     if (first_bad >= 0) {
@@ -98,19 +96,7 @@ Status CudaLocalStage::runAgreed(const LocalJob& job, LocalOutcome* out, BufPtr*
     out->reported = h.count;
     return Status::OK();
   }
-  if (h.kind == block::Header::kFailure && h.bad_member >= 0) {
-    ib.finish(block::failureCode(h.bad_member));
-    out->bad_member = h.bad_member;
-    out->non_finite = nf;
-    out->status = nonFiniteStatus(opt_.rank, members, h.bad_member, nf, n);
-    return Status::OK();
-  }
-  int32_t failure = 0;
-  std::memcpy(&failure, words_.data() + M * sizeof(uint32_t), sizeof failure);
-  ib.finish(block::failureCode(-1));
-  out->status =
-      Status(Code::kInternal, "rank " + std::to_string(opt_.rank) + ": GPU selection of " + bucketName(members) +
-                                  " failed (device failure word " + std::to_string(failure) + ")");
+  ib.finish(failedSelection(members, h, nf, n, out));
   return Status::OK();
 }
 

@@ -208,23 +208,25 @@ Status CudaLocalStage::runSparse(const LocalJob& job, LocalOutcome* out, BufPtr*
     out->reported = h.count;
     return Status::OK();
   }
-  std::vector<uint32_t> nonfinite(M);
-  std::memcpy(nonfinite.data(), words_.data(), M * sizeof(uint32_t));
   size_t nf = 0;
-  for (uint32_t c : nonfinite) nf += c;
+  for (size_t m = 0; m < M; ++m) nf += localWord(m);
+  b.finish(failedSelection(members, h, nf, n, out));
+  return Status::OK();
+}
+
+uint64_t CudaLocalStage::failedSelection(const std::vector<Request>& members, const block::Header& h, size_t nf,
+                                         size_t n, LocalOutcome* out) const {
   if (h.kind == block::Header::kFailure && h.bad_member >= 0) {
     out->bad_member = h.bad_member;
     out->non_finite = nf;
     out->status = nonFiniteStatus(opt_.rank, members, h.bad_member, nf, n);
-    return Status::OK();
+    return block::failureCode(h.bad_member);
   }
-  int32_t failure = 0;
-  std::memcpy(&failure, words_.data() + M * sizeof(uint32_t), sizeof failure);
-  b.finish(block::failureCode(-1));
+  const uint32_t failure = localWord(members.size());
   out->status =
       Status(Code::kInternal, "rank " + std::to_string(opt_.rank) + ": GPU selection of " + bucketName(members) +
-                                  " failed (device failure word " + std::to_string(failure) + ")");
-  return Status::OK();
+                                  " failed (device failure word " + std::to_string(static_cast<int32_t>(failure)) + ")");
+  return block::failureCode(-1);
 }
 
 Status CudaLocalStage::timeSelection(const compress::Selector& cpu, const std::vector<size_t>& sizes,

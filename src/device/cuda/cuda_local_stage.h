@@ -26,6 +26,7 @@
 // written for the first GPU.
 #pragma once
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "core/routed_local_stage.h"
+#include "core/sparse_block.h"
 #include "device_bucket.h"
 #include "gpu_selector.h"
 
@@ -130,6 +132,18 @@ class CudaLocalStage final : public ResidentLocalStage {
   Status evictLocked(const std::vector<std::string>& names);
   Status runSparse(const LocalJob& job, LocalOutcome* out, BufPtr* acc);
   Status runAgreed(const LocalJob& job, LocalOutcome* out, BufPtr* acc);
+  // Word i of the engine's local words as copied to words_ (i < M: member
+  // i's non-finite count; M: the selector's failure word).
+  uint32_t localWord(size_t i) const {
+    uint32_t w = 0;
+    std::memcpy(&w, words_.data() + i * sizeof(uint32_t), sizeof w);
+    return w;
+  }
+  // A selection whose header `h` is not a count: the outcome's status
+  // (non-finite values in a member, or the selector's failure) and the
+  // failure code the block carries.
+  uint64_t failedSelection(const std::vector<Request>& members, const block::Header& h, size_t nf, size_t n,
+                           LocalOutcome* out) const;
   // Members' output descriptors for the engine's scatters.
   static std::vector<BucketMember> outputMembers(const std::vector<Request>& members,
                                                  const std::vector<double>& factors);

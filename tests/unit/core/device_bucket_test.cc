@@ -430,6 +430,18 @@ bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
 }
 
+// Every entry of `d` ok, its outputs and residuals bitwise the reference's.
+void requireSameResults(const RankLog& d, const RankLog& ref) {
+  REQUIRE(d.outputs.size() == ref.outputs.size());
+  for (size_t i = 0; i < d.outputs.size(); ++i) {
+    INFO("entry " << i);
+    INFO(d.statuses[i].toString());
+    REQUIRE(d.statuses[i].ok());
+    REQUIRE(sameBits(d.outputs[i], ref.outputs[i]));
+    REQUIRE(sameBits(d.residuals[i], ref.residuals[i]));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("device buckets: no wait in steady state, outputs and residuals bitwise the host path's",
@@ -776,13 +788,7 @@ TEST_CASE("device buckets: without NCCL, CUDA buckets under auto are selected on
     REQUIRE(d[r].stats.agreed_buckets == buckets);
     REQUIRE(d[r].agreed_scatters == static_cast<int>(buckets));
     requireOnePath(d[r].stats, BucketPath::kResident, buckets);
-    for (size_t i = 0; i < d[r].outputs.size(); ++i) {
-      INFO("entry " << i);
-      INFO(d[r].statuses[i].toString());
-      REQUIRE(d[r].statuses[i].ok());
-      REQUIRE(sameBits(d[r].outputs[i], h[r].outputs[i]));
-      REQUIRE(sameBits(d[r].residuals[i], h[r].residuals[i]));
-    }
+    requireSameResults(d[r], h[r]);
   }
 }
 
@@ -811,13 +817,7 @@ TEST_CASE("device buckets: without NCCL, agreed buckets of CUDA tensors stay on 
       requireOnePath(d[r].stats, BucketPath::kResident, buckets);
       requireOnePath(h[r].stats, BucketPath::kHost, buckets);
       REQUIRE(d[r].stats.bytes_sent == h[r].stats.bytes_sent);
-      for (size_t i = 0; i < d[r].outputs.size(); ++i) {
-        INFO("entry " << i);
-        INFO(d[r].statuses[i].toString());
-        REQUIRE(d[r].statuses[i].ok());
-        REQUIRE(sameBits(d[r].outputs[i], h[r].outputs[i]));
-        REQUIRE(sameBits(d[r].residuals[i], h[r].residuals[i]));
-      }
+      requireSameResults(d[r], h[r]);
     }
   }
 }
