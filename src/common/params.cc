@@ -226,8 +226,10 @@ std::vector<ParamSpec> buildSpecs() {
                         "their blocks, which are then broadcast inside each node (needs 2 or more nodes "
                         "of 2 or more ranks). 'auto': the cheapest per bucket by the calibrated cost model "
                         "(allgather, agreed, hierarchical where nodes allow it, and dense when "
-                        "MGS_DENSE_FALLBACK allows and that is cheaper still). All follow MGS_NONFINITE "
-                        "alike.",
+                        "MGS_DENSE_FALLBACK allows and that is cheaper still); a bucket of CUDA tensors "
+                        "that every rank keeps on the GPU takes the allgather with NCCL, the allgather or "
+                        "agreed without. At one MGS_DENSITY the agreed exchange applies k entries, the "
+                        "allgather the union of every rank's k. All follow MGS_NONFINITE alike.",
                         &Config::exchange));
   // The node grouping decides which collectives every rank runs.
   s.push_back(intParam("MGS_NODE_SIZE", "0", 0, 1 << 20, "an integer in [0, 1048576]", kSame,
