@@ -45,9 +45,19 @@ Status JobCostModel::readFile(const compress::Selector& selector, plan::CostMode
   if (!st.ok())
     return Status(Code::kConfig, "MGS_CALIBRATION='" + config_.calibration + "': " + st.message() +
                                      " (docs/planner.md describes the format)");
-  if (m->workers != comm_.size())
-    MGS_LOG_WARN("MGS_CALIBRATION='{}' was measured on {} ranks; this job has {}", config_.calibration, m->workers,
-                 comm_.size());
+  if (m->workers != comm_.size()) {
+    // Its collective terms are another world size's (latencies grow with the
+    // ranks): planning with them would price every bucket wrongly. Measure
+    // this job's instead; the file stays the user's (not rewritten). The
+    // same branch on every rank (every rank parsed the same bytes).
+    if (comm_.rank() == 0)
+      MGS_LOG_WARN(
+          "MGS_CALIBRATION='{}' was measured on {} ranks; this job has {}: measuring this job's cost model instead "
+          "(the file is left as it is; point MGS_CALIBRATION at a new path to save this job's)",
+          config_.calibration, m->workers, comm_.size());
+    *m = plan::CostModel();
+    return measureCostModel(comm_, selector, m);
+  }
   return Status::OK();
 }
 
