@@ -2,7 +2,7 @@
 // of received blocks. Ran on an H100 (2026-11-26): tests/gpu/bucket_gpu_test.cc
 // compares them with the CPU reference (scripts/gpu_check.sh), memcheck clean.
 // The agreed exchange's gatherZero and scatterAgreed (2026-12-01) have never
-// run on a GPU (tests/gpu/local_stage_gpu_test.cc has their cases).
+// run on a GPU (tests/gpu/multirank_gpu_test.cc has their cases).
 //
 // Bitwise agreement with the CPU pipeline needs two things: no FMA
 // contraction (nvcc contracts a*b+c by default; the CPU rounds the product

@@ -30,7 +30,7 @@
 // exchanges' pipeline logic over it.
 //
 // Written 2026-12-01 without a GPU: never run on one
-// (tests/gpu/device_bucket_gpu_test.cc, "P ranks as threads").
+// (tests/gpu/device_threads_gpu_test.cc, tests/gpu/runtime_gpu_test.cc).
 #pragma once
 
 #include <functional>
@@ -74,7 +74,6 @@ class CudaThreadCommunicator final : public Communicator {
   Status allgather(const void* send, size_t bytes, void* recv) override;
   Status allgatherv(const void* send, size_t send_bytes, void* recv, const std::vector<size_t>& recv_bytes) override;
   Status startAllgather(const void* send, size_t bytes, void* recv, std::unique_ptr<PendingCollective>* op) override;
-  bool asyncCollectives() const override { return true; }
   Status gatherStrings(const std::string& send, int root, std::vector<std::string>* out) override;
   Status broadcast(void* buf, size_t bytes, int root) override;
   Status barrier() override;
@@ -101,7 +100,6 @@ class CudaThreadCommunicator final : public Communicator {
   void* stream_ = nullptr;                    // cudaStream_t
   void* ready_ = nullptr;                     // cudaEvent_t: send data ready
   void* done_[2] = {nullptr, nullptr};        // cudaEvent_t: this rank's copies, by collective parity
-  void* end_ = nullptr;                       // cudaEvent_t: the collective complete on this stream
   uint64_t calls_ = 0;
 };
 

@@ -8,34 +8,14 @@
 
 namespace mgs {
 
-ThreadWorld::ThreadWorld(int size) : size_(size), slots_(size, nullptr) {}
-
-void ThreadWorld::arriveAndWait() {
-  std::unique_lock<std::mutex> lk(mu_);
-  const uint64_t gen = generation_;
-  if (++arrived_ == size_) {
-    arrived_ = 0;
-    ++generation_;
-    cv_.notify_all();
-    return;
-  }
-  cv_.wait(lk, [&] { return generation_ != gen; });
-}
-
 void ThreadWorld::exchange(int rank, const void* mine,
                            const std::function<void(const std::vector<const void*>&)>& read) {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    slots_[rank] = mine;
-  }
-  arriveAndWait();
-  std::vector<const void*> all;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    all = slots_;
-  }
+  // The second rendezvous brackets the reads: `mine` stays valid until every
+  // rank has read it.
+  std::vector<const void*> all, left;
+  (void)rv_.exchange(rank, mine, "thread exchange", &all);
   read(all);
-  arriveAndWait();
+  (void)rv_.exchange(rank, nullptr, "thread exchange", &left);
 }
 
 Status ThreadCommunicator::allreduce(void* buf, size_t count, DataType dtype, CommOp op) {

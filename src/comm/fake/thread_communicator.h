@@ -4,33 +4,25 @@
 // all read what they need, then all leave together.
 #pragma once
 
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/fake/rendezvous.h"
 
 namespace mgs {
 
 class ThreadWorld {
  public:
-  explicit ThreadWorld(int size);
-  int size() const { return size_; }
+  explicit ThreadWorld(int size) : rv_(size, /*timeoutSeconds=*/0) {}
+  int size() const { return rv_.size(); }
   // Publish `mine` for `rank`, then call `read` with every rank's pointer once
   // all have published; returns after every rank's `read` has finished.
   void exchange(int rank, const void* mine, const std::function<void(const std::vector<const void*>&)>& read);
 
  private:
-  void arriveAndWait();
-
-  const int size_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  uint64_t generation_ = 0;
-  std::vector<const void*> slots_;
+  Rendezvous rv_;  // never aborted, no timeout: its exchanges always succeed
 };
 
 class ThreadCommunicator final : public Communicator {
