@@ -52,4 +52,22 @@ MGS_HOST_DEVICE constexpr bool isStagingCode(uint64_t h, size_t members) {
          (h & 0xff) <= kMaxStagingCause && ((h >> 8) & 0xffffffffull) < members;
 }
 
+// The agreed exchange's verdict slots on the device (one per rank, summed
+// as floats by the values' allreduce; every other rank adds 0, so the slot
+// arrives exact): 0 when the rank contributed, else 1 + cause + 6 * (m + 1)
+// for its failure in member m (-1: no details; cause 0: non-finite values).
+// agreedSlotCode turns a slot back into the header code the host exchanges
+// name failures from (UINT64_MAX for a slot no rank could have written).
+constexpr uint32_t kSlotCauses = kMaxStagingCause + 1;
+MGS_HOST_DEVICE constexpr uint32_t agreedSlot(int bad_member, uint8_t cause) {
+  return 1u + cause + kSlotCauses * static_cast<uint32_t>(bad_member + 1);
+}
+MGS_HOST_DEVICE constexpr uint64_t agreedSlotCode(uint32_t slot, size_t members) {
+  if (slot == 0) return UINT64_MAX;
+  const uint32_t cause = (slot - 1) % kSlotCauses, m1 = (slot - 1) / kSlotCauses;
+  if (m1 == 0 || m1 > members) return UINT64_MAX;  // no member named (or none of this bucket's)
+  if (cause == 0) return failureCode(static_cast<int>(m1 - 1));
+  return stagingCodeRaw(m1 - 1, static_cast<uint8_t>(cause));
+}
+
 }  // namespace mgs::block

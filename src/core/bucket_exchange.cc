@@ -10,6 +10,8 @@ namespace mgs {
 // device bucket before the host allgather.
 bool deviceClaims(ExchangeContext& ctx, const BucketStart& b);
 std::unique_ptr<BucketExchange> startDeviceExchange(ExchangeContext& ctx, BucketStart& b);
+bool deviceAgreedClaims(ExchangeContext& ctx, const BucketStart& b);
+std::unique_ptr<BucketExchange> startDeviceAgreedExchange(ExchangeContext& ctx, BucketStart& b);
 std::unique_ptr<BucketExchange> startAllgatherExchange(ExchangeContext& ctx, BucketStart& b);
 std::unique_ptr<BucketExchange> startAgreedExchange(ExchangeContext& ctx, BucketStart& b);
 std::unique_ptr<BucketExchange> startHierarchicalExchange(ExchangeContext& ctx, BucketStart& b);
@@ -19,6 +21,7 @@ const std::vector<ExchangeEntry>& exchangeRegistry() {
   static const std::vector<ExchangeEntry> entries = {
       {plan::Exchange::kAllgather, "device", &deviceClaims, &startDeviceExchange},
       {plan::Exchange::kAllgather, "allgather", nullptr, &startAllgatherExchange},
+      {plan::Exchange::kAgreed, "agreed (device)", &deviceAgreedClaims, &startDeviceAgreedExchange},
       {plan::Exchange::kAgreed, "agreed", nullptr, &startAgreedExchange},
       {plan::Exchange::kHierarchical, "hierarchical", nullptr, &startHierarchicalExchange},
       {plan::Exchange::kDense, "dense", nullptr, &startDenseExchange},

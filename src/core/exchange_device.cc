@@ -1,16 +1,24 @@
 // A device bucket (routed_local_stage.h "Device buckets"): a sparse
-// allgather bucket whose members are all CUDA tensors, with a device
-// communicator (NCCL), runs as enqueued work only: the local stage, the
-// allgather of the fixed-capacity blocks, the verdict over every rank's
-// header and the scatter. The pipeline finishes it once its event has
-// passed; the verdict comes from pinned memory the device wrote. The same
-// rules as the host allgather (exchange_allgather.cc): a failure code from
-// any rank fails the bucket on every rank with the same message (naming the
-// rank, and for a staging code the tensor and the cause), the outputs are
-// not written, and the residual commits exactly when every rank's selection
-// was applied. The CUDA side (src/device/cuda/cuda_local_stage.cc) ran on an H100 at np 1
-// (gpu/device_bucket, python.cuda_sparse.nccl.np1); this part is tested on
-// the CPU with a stand-in resident stage (tests/unit/core/device_bucket_test.cc).
+// bucket whose members are all CUDA tensors, with a device communicator
+// (NCCL), runs as enqueued work only: the local stage, the exchange on the
+// device communicator's stream, the verdict and the scatter. Two exchanges
+// run this way:
+//  - the allgather of the fixed-capacity blocks, the verdict over every
+//    rank's header;
+//  - the agreed exchange (leader >= 0, as exchange_agreed.cc picks it): the
+//    leader's block broadcast, every rank's values at its indices and one
+//    verdict slot per rank summed by one allreduce, the verdict over the
+//    leader's block and the slots.
+// The pipeline finishes a device bucket once its event has passed; the
+// verdict comes from pinned memory the device wrote. The same rules as the
+// host exchanges: a failure code from any rank fails the bucket on every
+// rank with the same message (naming the rank, and for a staging code the
+// tensor and the cause), the outputs are not written, and the residual
+// commits exactly when every rank's selection (agreed: every rank's values)
+// was applied. The CUDA side of the allgather (src/device/cuda/) ran on an
+// H100 at np 1 (gpu/device_bucket, python.cuda_sparse.nccl.np1); its agreed
+// side never ran on a GPU. This part is tested on the CPU with a stand-in
+// resident stage (tests/unit/core/device_bucket_test.cc).
 #include <algorithm>
 
 #include "common/check.h"
@@ -25,14 +33,16 @@ namespace {
 // each holds its acc slab in device memory until it finishes.
 constexpr size_t kMaxDeviceInFlight = 64;
 
-// The local stage's job, as the host allgather's but with the block on the device.
-LocalJob deviceJob(ExchangeContext& ctx, const std::vector<Request>& members, const BucketStart& b, size_t* cap) {
+// The local stage's job, as the host allgather's but with the block on the
+// device; for the agreed exchange only its leader selects.
+LocalJob deviceJob(ExchangeContext& ctx, const std::vector<Request>& members, const BucketStart& b, size_t* cap,
+                   bool select = true) {
   const compress::Selector& sel = ctx.selector(b.density);
   *cap = std::max<size_t>(sel.maxCount(b.n), 1);
   LocalJob job;
   job.members = &members;
   job.n = b.n;
-  job.select = true;
+  job.select = select;
   job.selector = &sel;
   job.cap = *cap;
   job.step = ctx.step();
@@ -42,15 +52,18 @@ LocalJob deviceJob(ExchangeContext& ctx, const std::vector<Request>& members, co
 
 class DeviceExchange : public BucketExchange {
  public:
-  DeviceExchange(ExchangeContext& ctx, BucketStart& b) : BucketExchange(std::move(b.members)), ctx_(ctx), n_(b.n) {}
+  // leader >= 0: the agreed exchange's device bucket with that leader.
+  DeviceExchange(ExchangeContext& ctx, BucketStart& b, int leader)
+      : BucketExchange(std::move(b.members)), ctx_(ctx), n_(b.n), leader_(leader) {}
 
   void start(BucketStart& b) {
     device::DeviceComm* dc = ctx_.device_comm();
-    LocalJob job = deviceJob(ctx_, members_, b, &cap_);
+    LocalJob job = deviceJob(ctx_, members_, b, &cap_, !agreed() || ctx_.comm.rank() == leader_);
     k_ = compress::kForDensity(n_, b.density);
     started_ = Clock::now();
     DeviceBucketJob dj;
     dj.job = &job;
+    dj.leader = leader_;
     dj.comm = dc->comm.get();
     dj.comm_stream = dc->stream;
     dj.comm_device = dc->device;
@@ -62,7 +75,7 @@ class DeviceExchange : public BucketExchange {
       // the peers' device communicator fails them at its deadline.
       dev_.reset();
       dev_done_ = true;
-      dev_status_ = Status(st.code(), "rank " + std::to_string(ctx_.comm.rank()) + ": sparse allreduce of " + b.name +
+      dev_status_ = Status(st.code(), "rank " + std::to_string(ctx_.comm.rank()) + ": " + what(b.name) +
                                           " on the device: " + st.message());
     }
   }
@@ -89,14 +102,21 @@ class DeviceExchange : public BucketExchange {
     if (st.ok()) st = dev_->result(&r);
     std::unique_ptr<LocalSlab> slab = dev_ ? dev_->takeSlab() : nullptr;
     const auto now = Clock::now();
-    ctx_.online.exchanged(OnlineCost::kAllgather, double(block::allgatherBytes(cap_)) * ctx_.comm.size(), started_,
-                          now);
+    if (agreed())
+      ctx_.online.exchangeEnded(now);  // as the host agreed exchange: the step's span
+    else
+      ctx_.online.exchanged(OnlineCost::kAllgather, double(block::allgatherBytes(cap_)) * ctx_.comm.size(), started_,
+                            now);
     if (ctx_.timeline)
       for (auto& m : members_)
         ctx_.timeline->span(m.name, "DEVICE_BUCKET", started_, now,
-                            "{\"cap\":" + std::to_string(cap_) + ",\"path\":\"device\"}");
+                            "{\"cap\":" + std::to_string(cap_) + ",\"path\":\"device\",\"exchange\":\"" +
+                                (agreed() ? "agreed\",\"leader\":" + std::to_string(leader_) : std::string("allgather\"")) +
+                                "}");
     if (st.ok()) st = verdict(r);
     if (st.ok() && !local_.ok() && !skipped_) st = local_;
+    // A bucket some rank's slot stopped does not rotate its leader (as the host agreed exchange).
+    if (agreed() && !flagged_) ctx_.blocks.agreedApplied(bucketName(members_));
     // Commit exactly when every rank's selection was applied (the device's
     // verdict, the same everywhere).
     ctx_.local->settle(members_, std::move(slab), delivered_);
@@ -117,12 +137,13 @@ class DeviceExchange : public BucketExchange {
     MGS_ENSURE(r.headers.size() == static_cast<size_t>(P), kInternal,
                "device bucket " << name << ": " << r.headers.size() << " headers for " << P << " ranks");
     if (r.malformed_rank >= 0)
-      return Status(Code::kCommunication, "sparse allreduce of " + name + ": rank " + std::to_string(r.malformed_rank) +
+      return Status(Code::kCommunication, what(name) + ": rank " + std::to_string(r.malformed_rank) +
                                               " sent a malformed block (torn, a count above the capacity, an index "
                                               "outside the bucket or a non-finite value); nothing was written");
     bool other_error = false;
     const std::string failed = ctx_.failedRanks(r.headers.data(), cap_, members_, &other_error);
     if (!failed.empty()) {
+      flagged_ = true;
       MGS_ENSURE(!r.written, kInternal,
                  "device bucket " << name << ": the device wrote the outputs although " << failed);
       if (!other_error && ctx_.propagateNonFinite()) {
@@ -132,7 +153,7 @@ class DeviceExchange : public BucketExchange {
         skipped_ = true;
         return Status::OK();
       }
-      return ExchangeContext::failedVerdict("sparse allreduce of " + name, failed, other_error, local_);
+      return ExchangeContext::failedVerdict(what(name), failed, other_error, local_);
     }
     MGS_ENSURE(r.written, kInternal,
                "device bucket " << name << ": every header is a count, but the outputs were not written");
@@ -140,13 +161,24 @@ class DeviceExchange : public BucketExchange {
     ++ctx_.stats.buckets;
     ctx_.stats.selected += count;
     ctx_.stats.target += k_;
-    ctx_.stats.bytes_sent += 8 * count;
-    ctx_.countPath(BucketPath::kDevice, 1, 8 * count);
+    // Payload on the wire: the allgather's pairs; the agreed exchange's
+    // values, and the indices on its leader (as the host agreed exchange).
+    const uint64_t bytes = !agreed() ? 8 * count : 4 * count + (ctx_.comm.rank() == leader_ ? 4 * count : 0);
+    if (agreed()) ++ctx_.stats.agreed_buckets;
+    ctx_.stats.bytes_sent += bytes;
+    ctx_.countPath(BucketPath::kDevice, 1, bytes);
     return Status::OK();
+  }
+
+  bool agreed() const { return leader_ >= 0; }
+  std::string what(const std::string& name) const {
+    return "sparse allreduce of " + name + (agreed() ? " (agreed exchange)" : "");
   }
 
   ExchangeContext& ctx_;
   const size_t n_;
+  const int leader_;     // the agreed exchange's leader, or -1 (the allgather)
+  bool flagged_ = false;  // some rank's code failed the bucket
   size_t cap_ = 1, k_ = 0;
   Clock::time_point started_;
   Status local_;
@@ -158,16 +190,29 @@ class DeviceExchange : public BucketExchange {
 
 }  // namespace
 
-// Device buckets exist for the allgather only; the agreed and hierarchical
-// exchanges of CUDA buckets run on the local stage's route.
+// Device buckets exist for the allgather and, where the resident stage
+// takes them, the agreed exchange; the hierarchical exchange of CUDA
+// buckets runs on the local stage's route.
 bool deviceClaims(ExchangeContext& ctx, const BucketStart& b) {
   size_t cap = 1;
   const LocalJob job = deviceJob(ctx, b.members, b, &cap);
   return ctx.device_bucket(b.members, job);
 }
 
+// Every rank has a resident stage once device buckets run (deviceBucket
+// agreed on it), and every rank's is the same kind: the same answer everywhere.
+bool deviceAgreedClaims(ExchangeContext& ctx, const BucketStart& b) {
+  return deviceClaims(ctx, b) && ctx.local->resident() && ctx.local->resident()->runsAgreedDeviceBuckets();
+}
+
 std::unique_ptr<BucketExchange> startDeviceExchange(ExchangeContext& ctx, BucketStart& b) {
-  auto ex = std::make_unique<DeviceExchange>(ctx, b);
+  auto ex = std::make_unique<DeviceExchange>(ctx, b, -1);
+  ex->start(b);
+  return ex;
+}
+
+std::unique_ptr<BucketExchange> startDeviceAgreedExchange(ExchangeContext& ctx, BucketStart& b) {
+  auto ex = std::make_unique<DeviceExchange>(ctx, b, ctx.blocks.agreedLeader(b.name));
   ex->start(b);
   return ex;
 }

@@ -41,8 +41,18 @@ namespace mgs {
 // synchronisation; the pipeline polls PendingDeviceBucket::test (an event
 // query) and reads the verdict from pinned host memory once it is done.
 
+// The agreed exchange's device bucket (leader >= 0; exchange_device.cc):
+// every rank fuses, the leader selects into a device block of the
+// allgather layout, the device communicator broadcasts that block from the
+// leader, every rank takes its acc's values at the leader's indices (+0
+// left in the slab; the leader's are the block's), and one allreduce sums
+// [cap values | one verdict slot per rank] (block::agreedSlot). The verdict
+// over the leader's block and the P slots, and the scatter (every output
+// +0 but the sums at the agreed indices, times the member's factor), run on
+// the device too.
 struct DeviceBucketJob {
   const LocalJob* job = nullptr;  // an allgather job; job->block is null (the block lives on the device)
+  int leader = -1;                // >= 0: the agreed exchange with this leader (job->select only on it)
   Communicator* comm = nullptr;   // the device communicator: allgather on device pointers, on comm_stream
   void* comm_stream = nullptr;    // cudaStream_t its collectives run on
   int comm_device = -1;           // its CUDA device: every member's input and output must be there
@@ -53,11 +63,15 @@ struct DeviceBucketJob {
 // What a finished device bucket tells the host (read from pinned memory the
 // device wrote).
 struct DeviceBucketResult {
-  std::vector<uint64_t> headers;  // every rank's block header, rank order (the same bytes on every rank)
-  int malformed_rank = -1;        // the lowest rank whose block is malformed, or -1
+  // Every rank's block header, rank order (the same bytes on every rank).
+  // The agreed exchange: every rank's verdict slot as a header (the
+  // leader's count for a rank that contributed, else its failure code).
+  std::vector<uint64_t> headers;
+  int malformed_rank = -1;  // the lowest rank whose block is malformed (agreed: the leader's), or -1
   bool written = false;           // the outputs hold the sum (every rank's selection applied)
   bool nan_written = false;       // propagate: NaN in every output (some rank had non-finite values)
-  // This rank's local part, as LocalOutcome has it.
+  // This rank's local part, as LocalOutcome has it (count: the agreed
+  // exchange's is the leader's, the entries every rank applies).
   Status local;
   int bad_member = -1;
   size_t non_finite = 0, count = 0, k = 0;
@@ -138,8 +152,10 @@ class ResidentLocalStage : public LocalStage, public ResidualStore::External {
     return Status(Code::kUnsupported, "this local stage does not time its selection");
   }
 
-  // Whether startBucket is implemented (the CUDA stage on the NCCL backend).
+  // Whether startBucket is implemented (the CUDA stage on the NCCL backend),
+  // and whether it also takes the agreed exchange's jobs (leader >= 0).
   virtual bool runsDeviceBuckets() const { return false; }
+  virtual bool runsAgreedDeviceBuckets() const { return false; }
   // Enqueues the whole bucket (see DeviceBucketJob). Returning OK means this
   // rank's block (a selection, a non-finite code or a staging code) goes into
   // the exchange: a member it cannot serve (deviceBucketProblem) does not

@@ -144,6 +144,88 @@ class StandInPending final : public PendingDeviceBucket {
   }
 };
 
+// The agreed exchange's device bucket run on the host: the broadcast of the
+// leader's block and the values' allreduce (with one verdict slot per rank)
+// run at start on the "device communicator", in the order the device
+// enqueues them; the verdict and the scatter once the pipeline polls (as
+// the device decides them: a malformed leader block or any failed slot, no
+// output written; only non-finite slots under propagate, NaN everywhere;
+// else +0 everywhere but the sums at the leader's indices, each times
+// float(factor) unless 1).
+class StandInAgreedPending final : public PendingDeviceBucket {
+ public:
+  int* waits = nullptr;
+  int polls = 0;
+  std::vector<char> block;  // the leader's, as broadcast (allgather layout)
+  std::vector<float> vals;  // [cap sums | P slots]
+  size_t cap = 0;
+  int P = 1;
+  std::vector<Request> members;  // host views
+  std::vector<double> factors;
+  bool propagate = false;
+  DeviceBucketResult res;  // local part filled at start
+  std::unique_ptr<LocalSlab> slab;
+  bool finished = false;
+
+  Status test(bool* done) override {
+    *done = polls++ > 0;  // the first poll: "the device is still working"
+    if (*done) finish();
+    return Status::OK();
+  }
+  Status wait() override {
+    ++*waits;
+    finish();
+    return Status::OK();
+  }
+  Status result(DeviceBucketResult* out) override {
+    if (!finished) return Status(Code::kInternal, "stand-in: result() before done");
+    *out = res;
+    return Status::OK();
+  }
+  std::unique_ptr<LocalSlab> takeSlab() override { return std::move(slab); }
+
+ private:
+  void finish() {
+    if (finished) return;
+    finished = true;
+    if (res.malformed_rank >= 0) return;
+    const size_t M = members.size();
+    bool failed = false, other = false;
+    for (int r = 0; r < P; ++r) {
+      const uint32_t slot = static_cast<uint32_t>(vals[cap + r]);
+      if (slot == 0) {
+        res.headers.push_back(res.count);
+        continue;
+      }
+      const uint64_t code = block::agreedSlotCode(slot, M);
+      res.headers.push_back(code);
+      const block::Header h = block::decodeHeader(code, cap, M);
+      failed = true;
+      other |= !(h.bad_member >= 0 && h.cause == block::StagingCause::kNone);
+    }
+    if (failed) {
+      if (other || !propagate) return;
+      for (auto& m : members) std::fill_n(static_cast<float*>(m.output.data), m.output.numel(), std::nanf(""));
+      res.nan_written = true;
+      return;
+    }
+    const block::ConstAllgatherBlock b(block.data(), cap);
+    std::vector<size_t> offsets{0};
+    for (const auto& m : members) {
+      std::fill_n(static_cast<float*>(m.output.data), m.output.numel(), 0.0f);
+      offsets.push_back(offsets.back() + m.output.numel());
+    }
+    for (size_t j = 0; j < res.count; ++j) {
+      const uint32_t i = b.indices()[j];
+      size_t m = 0;
+      while (i >= offsets[m + 1]) ++m;
+      const float f = static_cast<float>(factors[m]);
+      static_cast<float*>(members[m].output.data)[i - offsets[m]] = f != 1.0f ? vals[j] * f : vals[j];
+    }
+    res.written = true;
+  }
+};
+
 class DeviceStandIn final : public test::StandInStage {
  public:
   explicit DeviceStandIn(const LocalStageOptions& shared) : StandInStage(shared), rank_(shared.rank) {}
@@ -210,9 +292,11 @@ class DeviceStandIn final : public test::StandInStage {
     }
     return Status::OK();
   }
+  bool runsAgreedDeviceBuckets() const override { return !resident_only; }
   Status startBucket(const DeviceBucketJob& dj, std::unique_ptr<PendingDeviceBucket>* out) override {
     ++starts;
     if (dj.job->block != nullptr) return Status(Code::kInternal, "stand-in: a host block for a device bucket");
+    if (dj.leader >= 0) return startAgreed(dj, out);
     const std::vector<Request>& members = *dj.job->members;
     auto p = std::make_unique<StandInPending>();
     p->waits = &waits;
@@ -247,8 +331,67 @@ class DeviceStandIn final : public test::StandInStage {
     *out = std::move(p);
     return Status::OK();
   }
+  int agreed_starts = 0;
 
  private:
+  Status startAgreed(const DeviceBucketJob& dj, std::unique_ptr<PendingDeviceBucket>* out) {
+    ++agreed_starts;
+    const std::vector<Request>& members = *dj.job->members;
+    const int me = dj.comm->rank();
+    const bool lead = me == dj.leader;
+    if (dj.job->select != lead) return Status(Code::kInternal, "stand-in: only the leader selects");
+    auto p = std::make_unique<StandInAgreedPending>();
+    p->waits = &waits;
+    p->cap = dj.job->cap;
+    p->P = dj.comm->size();
+    p->factors = dj.factors;
+    p->propagate = dj.propagate;
+    for (const auto& m : members) p->members.push_back(hostCopy(m));
+    p->block.assign(block::allgatherBytes(p->cap), 0);
+    p->vals.assign(p->cap + p->P, 0.0f);
+    uint32_t slot = 0;  // this rank's verdict slot
+    int bad = -1;
+    const block::StagingCause cause = deviceBucketProblem(members, dj.comm_device, &bad);
+    if (cause != block::StagingCause::kNone) {
+      if (lead) block::AllgatherBlock(p->block.data(), p->cap).finish(block::stagingCode(bad, cause));
+      p->res.local = Status(Code::kInvalidArgument, "stand-in: " + std::string(block::stagingCauseText(cause)));
+      slot = block::agreedSlot(bad, static_cast<uint8_t>(cause));
+    } else {
+      MGS_RETURN_IF_ERROR(adopt(members));
+      LocalJob j = *dj.job;
+      j.members = &p->members;
+      j.block = lead ? p->block.data() : nullptr;  // the allgather layout on the device
+      LocalOutcome lo;
+      inner_->run(j, &lo);
+      p->res.local = lo.status;
+      p->res.k = lo.k;
+      p->res.bad_member = lo.bad_member;
+      p->res.non_finite = lo.non_finite;
+      p->slab = std::move(lo.slab);
+      if (!lo.status.ok()) slot = block::agreedSlot(lo.bad_member, 0);
+    }
+    // The leader's block to every rank.
+    MGS_RETURN_IF_ERROR(dj.comm->broadcast(p->block.data(), p->block.size(), dj.leader));
+    const block::ConstAllgatherBlock b(p->block.data(), p->cap);
+    const block::Header h = block::decodeHeader(b.header(), p->cap, members.size());
+    bool malformed = !b.sealed() || h.kind == block::Header::kInvalid;
+    const size_t count = h.kind == block::Header::kCount ? h.count : 0;
+    for (size_t j = 0; j < count && !malformed; ++j) malformed = b.indices()[j] >= dj.job->n;
+    if (malformed) p->res.malformed_rank = dj.leader;
+    p->res.count = malformed ? 0 : count;
+    // This rank's values at the leader's indices (+0 left in its acc); the
+    // leader's are its block's. A failed rank adds zeros and its slot.
+    if (slot == 0 && !malformed) {
+      if (lead)
+        std::copy(b.values(), b.values() + count, p->vals.begin());
+      else
+        MGS_RETURN_IF_ERROR(inner_->extract(*p->slab, b.indices(), count, p->vals.data()));
+    }
+    p->vals[p->cap + me] = static_cast<float>(slot);
+    MGS_RETURN_IF_ERROR(dj.comm->allreduce(p->vals.data(), p->vals.size(), MGS_FLOAT32, CommOp::kSum));
+    *out = std::move(p);
+    return Status::OK();
+  }
   int rank_;
 };
 
@@ -286,7 +429,7 @@ struct RankLog {
   std::vector<std::vector<float>> residuals;  // after each step, [step * tensors + t]
   std::vector<std::vector<float>> residuals_before;
   uint64_t device_buckets = 0, host_buckets = 0;
-  int waits = 0, starts = 0, resident_runs = 0, agreed_scatters = 0;
+  int waits = 0, starts = 0, resident_runs = 0, agreed_scatters = 0, agreed_starts = 0;
   double c_s_calibrated = -1, c_s = -1;  // the model's selection term after init, and at the end
   SparseStats stats;                     // the pipeline's counters at the end
   std::string error;                     // a REQUIRE-free report of set-up failures
@@ -397,6 +540,7 @@ void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> worl
     log->starts = standin->starts;
     log->resident_runs = standin->runs;
     log->agreed_scatters = standin->agreed_scatters;
+    log->agreed_starts = standin->agreed_starts;
   }
 }
 
@@ -684,29 +828,24 @@ TEST_CASE("device buckets: calibration times the selection where it runs, the sl
   }
 }
 
-TEST_CASE("device buckets: agreed buckets of CUDA tensors never start a device bucket", "[core][device_bucket]") {
-  // Device buckets are the allgather exchange's: a bucket of CUDA tensors
-  // that goes by another exchange takes the local stage's route (resident
-  // where the stage accepts the job, as the CUDA stage does for the agreed
-  // exchange; this stand-in of a device-bucket-only stage does not, so it is
-  // staged through host memory). Here the "CUDA" tensors are host memory, which the
-  // staging copy refuses without a GPU, so each bucket fails; what is checked
-  // is the route (no device bucket started, none counted) and that every
-  // rank takes the same verdict. The hierarchical exchange (two nodes of
-  // two thread ranks, MGS_NODE_SIZE=2) sums whole buckets in host memory, so
-  // it is staged also where a resident stage exists (resident_only).
-  for (const std::string exchange : {"agreed", "hierarchical"})
+TEST_CASE("device buckets: hierarchical buckets of CUDA tensors never start a device bucket", "[core][device_bucket]") {
+  // The hierarchical exchange (two nodes of two thread ranks,
+  // MGS_NODE_SIZE=2) sums whole buckets in host memory, so a bucket of CUDA
+  // tensors that takes it goes by the local stage's host route (staged),
+  // with a device communicator or with only a resident stage. Here the
+  // "CUDA" tensors are host memory, which the staging copy refuses without
+  // a GPU, so each bucket fails; what is checked is the route (no device
+  // bucket started, none counted) and that every rank takes the same verdict.
   for (bool resident_only : {false, true}) {
-    if (exchange == "agreed" && resident_only) continue;  // resident: the tests above
     WorldOptions wo;
     wo.P = 4;
     wo.steps = 1;
-    wo.exchange = exchange;
+    wo.exchange = "hierarchical";
     wo.node_size = 2;
     wo.resident_only = resident_only;
     const std::vector<RankLog> d = runWorld(wo);
     for (int r = 0; r < wo.P; ++r) {
-      INFO(exchange << (resident_only ? ", resident stage without NCCL" : "") << ", rank " << r);
+      INFO((resident_only ? "resident stage without NCCL" : "device communicator") << ", rank " << r);
       REQUIRE(d[r].resident_runs == 0);
       REQUIRE(d[r].stats.path_buckets[static_cast<int>(BucketPath::kResident)] == 0);
       REQUIRE(d[r].stats.path_buckets[static_cast<int>(BucketPath::kDevice)] == 0);
@@ -718,6 +857,103 @@ TEST_CASE("device buckets: agreed buckets of CUDA tensors never start a device b
         REQUIRE(d[r].statuses[i].code() == d[0].statuses[i].code());
         REQUIRE(d[r].statuses[i].message().find("incomplete job") == std::string::npos);
       }
+    }
+  }
+}
+
+TEST_CASE("device buckets: agreed buckets of CUDA tensors run as device buckets, bitwise the host agreed exchange's",
+          "[core][device_bucket]") {
+  // MGS_EXCHANGE=agreed with a device communicator: the leader's block
+  // broadcast, the values' allreduce with the verdict slots, the verdict and
+  // the scatter are one device bucket; finished by polling only (no wait),
+  // every bucket on the device path, and outputs, residuals and bytes sent
+  // bitwise the host agreed exchange's.
+  for (int P : {2, 3, 4}) {
+    WorldOptions dev, host;
+    dev.P = host.P = P;
+    dev.steps = host.steps = 5;  // the leader rotates through every rank
+    dev.exchange = host.exchange = "agreed";
+    host.device = false;
+    const std::vector<RankLog> d = runWorld(dev), h = runWorld(host);
+    const uint64_t buckets = dev.steps * kTensors.size();
+    for (int r = 0; r < P; ++r) {
+      INFO("P = " << P << ", rank " << r);
+      REQUIRE(d[r].device_buckets == buckets);
+      REQUIRE(d[r].agreed_starts == static_cast<int>(buckets));
+      REQUIRE(d[r].host_buckets == 0);
+      REQUIRE(d[r].resident_runs == 0);
+      REQUIRE(d[r].waits == 0);
+      REQUIRE(d[r].stats.agreed_buckets == buckets);
+      REQUIRE(h[r].stats.agreed_buckets == buckets);
+      requireOnePath(d[r].stats, BucketPath::kDevice, buckets);
+      REQUIRE(d[r].stats.bytes_sent == h[r].stats.bytes_sent);
+      REQUIRE(d[r].stats.selected == h[r].stats.selected);
+      requireSameResults(d[r], h[r]);
+    }
+  }
+}
+
+TEST_CASE("device buckets: a non-finite value in an agreed device bucket, on its leader or not", "[core][device_bucket]") {
+  // Rank 1 leads some steps and not others. Under 'error' every rank fails
+  // w.a's bucket at that step naming rank 1 and the tensor; under
+  // 'propagate' every output is NaN on every rank and the step is skipped.
+  // Either way nothing commits, and w.b is unaffected.
+  for (bool propagate : {false, true})
+    for (int nan_step : {0, 1, 2}) {
+      WorldOptions wo;
+      wo.P = 3;
+      wo.exchange = "agreed";
+      wo.propagate = propagate;
+      wo.nan_rank = 1;
+      wo.nan_step = nan_step;
+      const std::vector<RankLog> logs = runWorld(wo);
+      const size_t i = nan_step * kTensors.size();
+      for (int r = 0; r < wo.P; ++r) {
+        INFO("propagate " << propagate << ", NaN at step " << nan_step << ", rank " << r);
+        const Status& st = logs[r].statuses[i];
+        INFO(st.toString());
+        if (propagate) {
+          REQUIRE(st.ok());
+          for (float v : logs[r].outputs[i]) REQUIRE(std::isnan(v));
+        } else {
+          REQUIRE(st.code() == Code::kNumeric);
+          REQUIRE(st.message().find("rank 1: non-finite gradient in tensor 'w.a'") != std::string::npos);
+          REQUIRE(st.message().find("rank 0:") == std::string::npos);
+          REQUIRE(st.message().find("rank 2:") == std::string::npos);
+          for (float v : logs[r].outputs[i]) REQUIRE(v == -7.0f);
+        }
+        REQUIRE(sameBits(logs[r].residuals[i], logs[r].residuals_before[i]));
+        REQUIRE(logs[r].statuses[i + 1].ok());
+        REQUIRE(logs[r].waits == 0);
+        REQUIRE(logs[r].device_buckets == wo.steps * kTensors.size());
+      }
+    }
+}
+
+TEST_CASE("device buckets: a tensor on the wrong device fails an agreed device bucket on every rank, naming it",
+          "[core][device_bucket]") {
+  // At steps 0..2 rank 1 is the leader once: as leader its block carries the
+  // staging code; otherwise its verdict slot does. Either way every rank
+  // names rank 1, the tensor and the cause, and nothing is written.
+  for (int wrong_step : {0, 1, 2}) {
+    WorldOptions wo;
+    wo.P = 3;
+    wo.exchange = "agreed";
+    wo.wrong_device_rank = 1;
+    wo.wrong_step = wrong_step;
+    const std::vector<RankLog> logs = runWorld(wo);
+    const size_t ib = wrong_step * kTensors.size() + 1;
+    for (int r = 0; r < wo.P; ++r) {
+      INFO("step " << wrong_step << ", rank " << r);
+      const Status& st = logs[r].statuses[ib];
+      REQUIRE(!st.ok());
+      INFO(st.message());
+      REQUIRE(st.message().find("rank 1: tensor 'w.b': the input is on another CUDA device than the exchange's") !=
+              std::string::npos);
+      REQUIRE(st.message().find("rank 0:") == std::string::npos);
+      for (float v : logs[r].outputs[ib]) REQUIRE(v == -7.0f);
+      REQUIRE(sameBits(logs[r].residuals[ib], logs[r].residuals_before[ib]));
+      REQUIRE(logs[r].statuses[ib - 1].ok());  // w.a
     }
   }
 }
