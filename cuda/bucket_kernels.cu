@@ -1,8 +1,9 @@
 // Kernels of the device-resident bucket: fuse, header seal, and the scatter
 // of received blocks. Ran on an H100 (2026-11-26): tests/gpu/bucket_gpu_test.cc
 // compares them with the CPU reference (scripts/gpu_check.sh), memcheck clean.
-// The agreed exchange's gatherZero and scatterAgreed (2026-12-01) have never
-// run on a GPU (tests/gpu/multirank_gpu_test.cc has their cases).
+// The agreed exchange's gatherZero and scatterAgreed, and its device
+// bucket's agreedGather and agreedScatter (2026-12-01), have never run on a
+// GPU (tests/gpu/multirank_gpu_test.cc, device_threads_gpu_test.cc).
 //
 // Bitwise agreement with the CPU pipeline needs two things: no FMA
 // contraction (nvcc contracts a*b+c by default; the CPU rounds the product
@@ -222,7 +223,117 @@ __global__ void assignKernel(const uint32_t* __restrict__ idx, const float* __re
   }
 }
 
+// ---- The agreed exchange's device bucket ----------------------------------------
+
+// One thread: the block's check and this rank's slot.
+__global__ void agreedSlotKernel(const unsigned char* block, size_t cap, uint32_t members, int P, int rank, bool lead,
+                                 uint32_t hostSlot, const uint32_t* words, float* vals, uint64_t* state) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  const uint64_t header = *reinterpret_cast<const uint64_t*>(block);
+  const uint64_t seal = *reinterpret_cast<const uint64_t*>(block + block::sealOffset(cap));
+  state[0] = seal != (header ^ block::kAllgatherSeal) || (header > cap && !validFailure(header, members)) ? 1 : 0;
+  uint32_t slot = hostSlot;
+  if (slot == 0 && lead && header > cap) {
+    // The leader's own failure, as its block says it.
+    if (header == UINT64_MAX)
+      slot = block::agreedSlot(-1, 0);
+    else if (UINT64_MAX - 1 - header < members)
+      slot = block::agreedSlot(static_cast<int>(UINT64_MAX - 1 - header), 0);
+    else if (block::isStagingCode(header, members))
+      slot = block::agreedSlot(static_cast<int>((header >> 8) & 0xffffffffull), static_cast<uint8_t>(header & 0xff));
+    else
+      slot = block::agreedSlot(-1, 0);
+  }
+  if (slot == 0 && !lead)
+    for (uint32_t m = 0; m < members && slot == 0; ++m)
+      if (words[m]) slot = block::agreedSlot(static_cast<int>(m), 0);
+  vals[cap + static_cast<size_t>(rank)] = static_cast<float>(slot);
+  (void)P;
+}
+
+// grid-stride over the leader's count: this rank's values at its indices.
+__global__ void agreedGatherKernel(const unsigned char* block, size_t cap, size_t n, int rank, bool lead,
+                                   float* __restrict__ acc, float* __restrict__ vals, uint64_t* state) {
+  const uint64_t count = *reinterpret_cast<const uint64_t*>(block);
+  if (state[0] != 0 || count > cap || vals[cap + static_cast<size_t>(rank)] != 0.0f) return;
+  const float* bv = reinterpret_cast<const float*>(block + block::valuesOffset());
+  const uint32_t* idx = reinterpret_cast<const uint32_t*>(block + block::indicesOffset(cap));
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; j < count; j += stride) {
+    const uint32_t i = idx[j];
+    if (i >= n) {  // malformed: no rank applies this bucket (the same bytes everywhere)
+      atomicExch(reinterpret_cast<unsigned long long*>(state), 1ull);
+      continue;
+    }
+    if (lead) {
+      vals[j] = bv[j];
+    } else {
+      vals[j] = acc[i];
+      acc[i] = 0.0f;
+    }
+  }
+}
+
+// One thread: the verdict words from the block, the state and the summed slots.
+__global__ void agreedVerdictKernel(const unsigned char* block, size_t cap, uint32_t members, const float* vals,
+                                    const uint64_t* state, int P, int leader, uint64_t* verdict) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  const uint64_t header = *reinterpret_cast<const uint64_t*>(block);
+  verdict[1] = state[0] != 0 ? static_cast<uint64_t>(leader) : UINT64_MAX;
+  for (int r = 0; r < P; ++r) {
+    const float v = vals[cap + static_cast<size_t>(r)];
+    const uint32_t slot = v >= 0.0f && v < 16777216.0f ? static_cast<uint32_t>(v) : 0xffffffffu;
+    const bool exact = slot != 0xffffffffu && static_cast<float>(slot) == v;
+    verdict[2 + r] = !exact ? UINT64_MAX : slot == 0 ? (header <= cap ? header : 0) : block::agreedSlotCode(slot, members);
+  }
+}
+
+// The sums assigned at the leader's indices (kOk only).
+__global__ void agreedAssignKernel(const unsigned char* block, size_t cap, const float* __restrict__ vals,
+                                   float* __restrict__ sum, uint8_t* __restrict__ touched, const uint64_t* verdict) {
+  if (verdict[0] != static_cast<uint64_t>(VerdictKind::kOk)) return;
+  const uint64_t count = *reinterpret_cast<const uint64_t*>(block);  // <= cap and every index < n: checked
+  const uint32_t* idx = reinterpret_cast<const uint32_t*>(block + block::indicesOffset(cap));
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t j = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; j < count; j += stride) {
+    sum[idx[j]] = vals[j];
+    touched[idx[j]] = 1;
+  }
+}
+
 }  // namespace
+
+int agreedGather(const void* d_block, size_t cap, size_t n, uint32_t bucketMembers, int P, int rank, bool lead,
+                 uint32_t hostSlot, const uint32_t* d_words, float* d_acc, float* d_vals, uint64_t* d_state,
+                 void* stream) {
+  const auto s = asStream(stream);
+  if (P < 1 || rank < 0 || rank >= P) return cudaErrorInvalidValue;
+  if (!lead && hostSlot == 0 && (d_acc == nullptr || d_words == nullptr)) return cudaErrorInvalidValue;
+  const auto* block = static_cast<const unsigned char*>(d_block);
+  if (cudaError_t e = cudaMemsetAsync(d_vals, 0, (cap + static_cast<size_t>(P)) * sizeof(float), s)) return e;
+  agreedSlotKernel<<<1, 1, 0, s>>>(block, cap, bucketMembers, P, rank, lead, hostSlot, d_words, d_vals, d_state);
+  if (cap) agreedGatherKernel<<<chunksFor(cap), kThreads, 0, s>>>(block, cap, n, rank, lead, d_acc, d_vals, d_state);
+  return cudaGetLastError();
+}
+
+int agreedScatter(const void* d_block, size_t cap, size_t n, uint32_t bucketMembers, const float* d_vals,
+                  const uint64_t* d_state, int P, int leader, uint32_t members, const OutDesc* d_out, size_t maxCount,
+                  bool propagate, float* d_sum, uint8_t* d_touched, uint64_t* d_verdict, void* stream) {
+  const auto s = asStream(stream);
+  if (P < 1 || P > 65535 || leader < 0 || leader >= P) return cudaErrorInvalidValue;
+  const auto* block = static_cast<const unsigned char*>(d_block);
+  if (n) {
+    if (cudaError_t e = cudaMemsetAsync(d_sum, 0, n * sizeof(float), s)) return e;  // +0.0f
+    if (cudaError_t e = cudaMemsetAsync(d_touched, 0, n, s)) return e;
+  }
+  agreedVerdictKernel<<<1, 1, 0, s>>>(block, cap, bucketMembers, d_vals, d_state, P, leader, d_verdict);
+  decideKernel<<<1, 1, 0, s>>>(P, cap, propagate, d_verdict);
+  if (cap) agreedAssignKernel<<<chunksFor(cap), kThreads, 0, s>>>(block, cap, d_vals, d_sum, d_touched, d_verdict);
+  if (members && maxCount)
+    writeOutKernel<<<dim3(chunksFor(maxCount), membersGrid(members)), kThreads, 0, s>>>(d_out, members, d_sum,
+                                                                                        d_touched, d_verdict);
+  return cudaGetLastError();
+}
 
 int gatherZero(float* d_acc, const uint32_t* d_idx, size_t count, float* d_vals, void* stream) {
   if (count == 0) return 0;

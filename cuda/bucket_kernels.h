@@ -47,4 +47,30 @@ int scatterAgreed(const uint32_t* d_idx, const float* d_vals, size_t count, size
                   const OutDesc* d_out, size_t maxCount, float* d_sum, uint8_t* d_touched, uint64_t* d_verdict,
                   void* stream);
 
+// The agreed exchange's device bucket (never run on a GPU).
+// agreedGather, after the broadcast of the leader's block d_block (the
+// allgather layout): d_vals[0 .. cap + P) = 0; then d_vals[cap + rank] =
+// this rank's verdict slot (block::agreedSlot): hostSlot if not 0, else on
+// the leader from its block's failure code, on the others from the first
+// member with a non-finite count in d_words (M counts); d_state[0] = 1 if
+// the block is malformed (a torn seal, a header that is neither a count <=
+// cap nor a failure code, an index >= n), else 0; and where this rank's
+// slot is 0 and the block carries a count, d_vals[j] = the value at the
+// leader's index j (the leader's from the block, the others' from d_acc,
+// which keeps +0 there; d_acc may be null on a rank whose slot is set).
+int agreedGather(const void* d_block, size_t cap, size_t n, uint32_t bucketMembers, int P, int rank, bool lead,
+                 uint32_t hostSlot, const uint32_t* d_words, float* d_acc, float* d_vals, uint64_t* d_state,
+                 void* stream);
+// agreedScatter, after the sum of d_vals over every rank: the verdict words
+// (verdictWords(P): [0] the kind as scatterBlocks decides it, [1] the
+// leader if the block is malformed else UINT64_MAX, [2 + r] the leader's
+// count where rank r's slot is 0, else the failure code of its slot), then
+// for kOk every output +0 but the sums at the leader's indices, times the
+// member's factor unless 1 (bitwise scatterAgreed); NaN in every output for
+// kNaNWritten; nothing otherwise. Scratch as scatterBlocks; `members` may
+// be 0 (no output written, the verdict only).
+int agreedScatter(const void* d_block, size_t cap, size_t n, uint32_t bucketMembers, const float* d_vals,
+                  const uint64_t* d_state, int P, int leader, uint32_t members, const OutDesc* d_out, size_t maxCount,
+                  bool propagate, float* d_sum, uint8_t* d_touched, uint64_t* d_verdict, void* stream);
+
 }  // namespace mgs::cuda::kernels

@@ -374,6 +374,12 @@ Status DeviceBucketEngine::enqueueScatter(const ScatterArgs& a, PendingVerdict* 
   }
   pool_.give(scratch);
   MGS_RETURN_IF_ERROR(st);
+  return verdictToHost(d_verdict, a.P, a.cap, descs.size(), a.propagate, out);
+}
+
+Status DeviceBucketEngine::verdictToHost(const uint64_t* d_verdict, int P, size_t cap, size_t members,
+                                         bool propagate, PendingVerdict* out) {
+  const size_t words = verdictWords(P);
   // The verdict's way to the host: pinned words + an event (recycled).
   PendingVerdict pv;
   for (size_t i = 0; i < verdictFree_.size(); ++i) {
@@ -394,14 +400,57 @@ Status DeviceBucketEngine::enqueueScatter(const ScatterArgs& a, PendingVerdict* 
     pv.host_ = static_cast<uint64_t*>(h);
     pv.hostWords_ = words;
   }
-  pv.P_ = a.P;
-  pv.cap_ = a.cap;
-  pv.members_ = descs.size();
-  pv.propagate_ = a.propagate;
+  pv.P_ = P;
+  pv.cap_ = cap;
+  pv.members_ = members;
+  pv.propagate_ = propagate;
   MGS_CUDA_CHECK(cudaMemcpyAsync(pv.host_, d_verdict, words * 8, cudaMemcpyDeviceToHost, asStream(stream_)));
   MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(pv.event_), asStream(stream_)));
   *out = std::move(pv);
   return Status::OK();
+}
+
+Status DeviceBucketEngine::enqueueAgreedGather(const AgreedGatherArgs& a) {
+  MGS_ENSURE(a.d_block && a.d_vals && a.d_state, kInvalidArgument, "device agreed gather: a null buffer");
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  const int e = kernels::agreedGather(a.d_block, a.cap, a.n, a.members, a.P, a.rank, a.lead, a.hostSlot,
+                                      static_cast<const uint32_t*>(localWords()), a.d_acc, a.d_vals, a.d_state, stream_);
+  MGS_ENSURE(e == 0, kCuda, "device agreed gather: " << cudaGetErrorName(static_cast<cudaError_t>(e)));
+  return Status::OK();
+}
+
+Status DeviceBucketEngine::enqueueAgreedFinish(const AgreedFinishArgs& a, PendingVerdict* out) {
+  MGS_ENSURE(a.members != nullptr && out != nullptr && a.d_block && a.d_vals && a.d_state, kInvalidArgument,
+             "device agreed scatter: an incomplete job");
+  MGS_ENSURE(a.P >= 1 && a.P <= 65535 && a.leader >= 0 && a.leader < a.P, kInvalidArgument,
+             "device agreed scatter: P = " << a.P << ", leader " << a.leader);
+  std::vector<OutDesc> descs;
+  size_t n = 0;
+  MGS_RETURN_IF_ERROR(buildOutDescs(*a.members, &descs, &n));
+  if (a.members->empty()) n = a.n;  // the verdict only
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  const size_t words = verdictWords(a.P);
+  // Scratch: sum (n floats), touched (n bytes), verdict words; given back at
+  // once (stream order), the verdict copied out behind an event.
+  const size_t sumB = alignUp(n * sizeof(float)), touchB = alignUp(n), verdictB = alignUp(words * 8);
+  void* scratch = nullptr;
+  MGS_RETURN_IF_ERROR(pool_.take(sumB + touchB + verdictB, &scratch));
+  char* sc = static_cast<char*>(scratch);
+  auto* d_verdict = reinterpret_cast<uint64_t*>(sc + sumB + touchB);
+  void* d_descs = nullptr;
+  Status st;
+  if (!descs.empty()) st = upload(descs.data(), descs.size() * sizeof(OutDesc), &d_descs);
+  if (st.ok()) {
+    const int e = kernels::agreedScatter(a.d_block, a.cap, n, a.bucketMembers, a.d_vals, a.d_state, a.P, a.leader,
+                                         static_cast<uint32_t>(descs.size()), static_cast<const OutDesc*>(d_descs),
+                                         maxCountOf(*a.members), a.propagate, reinterpret_cast<float*>(sc),
+                                         reinterpret_cast<uint8_t*>(sc + sumB), d_verdict, stream_);
+    if (e != 0)
+      st = Status(Code::kCuda, std::string("device agreed scatter: ") + cudaGetErrorName(static_cast<cudaError_t>(e)));
+  }
+  pool_.give(scratch);
+  MGS_RETURN_IF_ERROR(st);
+  return verdictToHost(d_verdict, a.P, a.cap, a.bucketMembers, a.propagate, out);
 }
 
 }  // namespace mgs::cuda

@@ -147,6 +147,29 @@ struct LocalStageArgs {
   const char* name = "";
 };
 
+// The agreed exchange's device bucket (never run on a GPU).
+struct AgreedGatherArgs {
+  const void* d_block = nullptr;  // the leader's block, as broadcast (allgather layout)
+  size_t cap = 0, n = 0;
+  uint32_t members = 0;  // the bucket's member count
+  int P = 1, rank = 0;
+  bool lead = false;
+  uint32_t hostSlot = 0;     // this rank's verdict slot found on the host (block::agreedSlot), or 0
+  float* d_acc = nullptr;    // this rank's acc (non-leaders give up the agreed entries); null if hostSlot
+  float* d_vals = nullptr;   // cap + P floats: the values, then one verdict slot per rank
+  uint64_t* d_state = nullptr;  // one word: the block is malformed
+};
+struct AgreedFinishArgs {
+  const std::vector<BucketMember>* members = nullptr;  // outputs to write; empty: the verdict only
+  const void* d_block = nullptr;
+  const float* d_vals = nullptr;  // summed over every rank
+  const uint64_t* d_state = nullptr;
+  size_t cap = 0, n = 0;
+  uint32_t bucketMembers = 0;
+  int P = 1, leader = 0;
+  bool propagate = true;
+};
+
 struct ScatterArgs {
   const std::vector<BucketMember>* members = nullptr;
   const void* d_recv = nullptr;  // P blocks of block::allgatherBytes(cap), rank order
@@ -222,6 +245,16 @@ class DeviceBucketEngine {
   // all of them under propagate when some rank sent a non-finite code); the
   // verdict words then travel to pinned host memory behind an event.
   Status enqueueScatter(const ScatterArgs& a, PendingVerdict* out);
+  // The agreed exchange's device bucket (never run on a GPU), all on
+  // stream(), no host sync. enqueueAgreedGather: after the leader's block
+  // was broadcast, this rank's values at its indices and its verdict slot
+  // into d_vals (kernels::agreedGather; the local words of the last
+  // enqueueLocal/enqueueFuse). enqueueAgreedFinish: after d_vals was summed
+  // over every rank, the verdict and the outputs on the device
+  // (kernels::agreedScatter); the verdict words then travel to pinned host
+  // memory behind an event, as enqueueScatter's.
+  Status enqueueAgreedGather(const AgreedGatherArgs& a);
+  Status enqueueAgreedFinish(const AgreedFinishArgs& a, PendingVerdict* out);
   // Orders stream() after `event` (another stream's work, e.g. NCCL's).
   Status waitEvent(void* event);
   // Records a new cudaEvent_t on stream() into *event (caller destroys it with destroyEvent).
@@ -234,6 +267,10 @@ class DeviceBucketEngine {
   // event has passed (cudaEventQuery), else the ring grows (warm-up only).
   Status upload(const void* host, size_t bytes, void** d_out);
   Status waitReady(const std::vector<BucketMember>& members);
+  // The scatters' verdict words (verdictWords(P) at d_verdict) to pinned
+  // memory behind an event (recycled).
+  Status verdictToHost(const uint64_t* d_verdict, int P, size_t cap, size_t members, bool propagate,
+                       PendingVerdict* out);
   // enqueueLocal's and enqueueFuse's common part: checks, the ready events,
   // the words, the fuse launch.
   Status fuseInto(const LocalStageArgs& a, size_t* n, uint32_t** d_nonfinite, int32_t** d_failure);

@@ -228,7 +228,7 @@ std::vector<ParamSpec> buildSpecs() {
                         "(allgather, agreed, hierarchical where nodes allow it, and dense when "
                         "MGS_DENSE_FALLBACK allows and that is cheaper still); a bucket of CUDA tensors "
                         "that every rank keeps on the GPU takes the allgather with NCCL, the allgather or "
-                        "agreed without. At one MGS_DENSITY the agreed exchange applies k entries, the "
+                        "agreed without (with NCCL, an explicit 'agreed' runs on the device too). At one MGS_DENSITY the agreed exchange applies k entries, the "
                         "allgather the union of every rank's k. All follow MGS_NONFINITE alike.",
                         &Config::exchange));
   // The node grouping decides which collectives every rank runs.

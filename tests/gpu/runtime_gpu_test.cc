@@ -252,6 +252,41 @@ TEST_CASE("runtime over the device thread communicator, P ranks on one GPU: devi
   }
 }
 
+TEST_CASE("runtime over the device thread communicator: MGS_EXCHANGE=agreed runs as device buckets, bitwise") {
+  // The agreed exchange's device bucket (the leader's block broadcast, the
+  // values' allreduce with one verdict slot per rank, the verdict and the
+  // scatter on the device) against the CPU agreed exchange: outputs and
+  // residuals bitwise, every sparse bucket an agreed one on the device
+  // path, none staged. Written 2026-12-01: never run on a GPU.
+  for (int P : {2, 3, 4}) {
+    INFO("P = " << P);
+    Config c = sparseConfig("layerwise");
+    c.exchange = "agreed";
+    const std::vector<RankRecord> cpu = run(P, c, false);
+    c.backend = "nccl";
+    const std::vector<RankRecord> gpu = run(P, c, true, std::make_shared<CudaThreadWorld>(P, 0, 60.0));
+    for (int r = 0; r < P; ++r) {
+      INFO("rank " << r << (gpu[r].error.empty() ? "" : ": " + gpu[r].error) << (cpu[r].error.empty() ? "" : " / CPU: " + cpu[r].error));
+      REQUIRE(cpu[r].error.empty());
+      REQUIRE(gpu[r].error.empty());
+      for (int s = 0; s < kSteps; ++s)
+        for (size_t t = 0; t < kSizes.size(); ++t) {
+          INFO("step " << s << ", tensor t" << t);
+          REQUIRE(std::memcmp(gpu[r].out[s][t].data(), cpu[r].out[s][t].data(), 4 * kSizes[t]) == 0);
+        }
+      for (size_t t = 0; t < kSizes.size(); ++t)
+        REQUIRE(std::memcmp(gpu[r].residual[t].data(), cpu[r].residual[t].data(), 4 * kSizes[t]) == 0);
+      const SparseStats& st = gpu[r].sparse;
+      REQUIRE(st.buckets > 0);
+      REQUIRE(st.agreed_buckets == st.buckets);
+      REQUIRE(cpu[r].sparse.agreed_buckets == cpu[r].sparse.buckets);
+      REQUIRE(st.path_buckets[static_cast<int>(BucketPath::kDevice)] == st.buckets + st.dense_buckets);
+      REQUIRE(st.path_buckets[static_cast<int>(BucketPath::kStaged)] == 0);
+      REQUIRE(st.bytes_sent == cpu[r].sparse.bytes_sent);
+    }
+  }
+}
+
 }  // namespace mgs
 
 int main(int argc, char** argv) { return mgs::test::runGpuTests(argc, argv, "the runtime's CUDA tests"); }

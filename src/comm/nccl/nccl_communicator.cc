@@ -79,20 +79,21 @@ struct IdMessage {
 
 class NcclPending final : public PendingCollective {
  public:
-  NcclPending(NcclCommunicator* comm, cudaEvent_t ev)
-      : comm_(comm), ev_(ev), started_(std::chrono::steady_clock::now()) {}
+  NcclPending(NcclCommunicator* comm, cudaEvent_t ev, const char* what = "allgather (started)")
+      : comm_(comm), ev_(ev), what_(what), started_(std::chrono::steady_clock::now()) {}
   ~NcclPending() override { cudaEventDestroy(ev_); }
   // Polled (device buckets): the deadline counts from the start, so a dead
   // peer ends a collective nobody waits for too.
-  Status test(bool* done) override { return comm_->pollEvent(ev_, "allgather (started)", false, done, &started_); }
+  Status test(bool* done) override { return comm_->pollEvent(ev_, what_, false, done, &started_); }
   Status wait() override {
     bool done = false;
-    return comm_->pollEvent(ev_, "allgather (started)", true, &done);
+    return comm_->pollEvent(ev_, what_, true, &done);
   }
 
  private:
   NcclCommunicator* comm_;
   cudaEvent_t ev_;
+  const char* what_;  // a literal
   std::chrono::steady_clock::time_point started_;
 };
 
@@ -319,6 +320,44 @@ Status NcclCommunicator::startAllgather(const void* send, size_t bytes, void* re
   }
   MGS_CUDA_CHECK(cudaEventRecord(ev, asStream(stream_)));
   *op = std::move(pending);
+  return Status::OK();
+}
+
+// Enqueue only, as startAllgather (the agreed device bucket's broadcast and
+// values' allreduce). Written 2026-12-01 without a GPU: never run.
+Status NcclCommunicator::startAllreduce(void* buf, size_t count, DataType dtype, CommOp op,
+                                        std::unique_ptr<PendingCollective>* pending) {
+  MGS_RETURN_IF_ERROR(usable("allreduce"));
+  ncclDataType_t t = ncclFloat32;
+  ncclRedOp_t o = ncclSum;
+  MGS_RETURN_IF_ERROR(ncclTypeOf(dtype, &t));
+  MGS_RETURN_IF_ERROR(ncclOpOf(op, &o));
+  cudaEvent_t ev;
+  MGS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  auto p = std::make_unique<NcclPending>(this, ev, "allreduce (started)");  // owns ev from here on
+  if (count > 0) {
+    MGS_RETURN_IF_ERROR(checkDevice(buf, "allreduce"));
+    MGS_RETURN_IF_ERROR(enqueued(ncclAllReduce(buf, buf, count, t, o, asComm(comm_), asStream(stream_)), "allreduce"));
+  }
+  MGS_CUDA_CHECK(cudaEventRecord(ev, asStream(stream_)));
+  *pending = std::move(p);
+  return Status::OK();
+}
+
+Status NcclCommunicator::startBroadcast(void* buf, size_t bytes, int root, std::unique_ptr<PendingCollective>* pending) {
+  MGS_RETURN_IF_ERROR(usable("broadcast"));
+  MGS_ENSURE(root >= 0 && root < size_, kInvalidArgument,
+             "NCCL broadcast on rank " << rank_ << ": root " << root << " outside [0, " << size_ << ")");
+  cudaEvent_t ev;
+  MGS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  auto p = std::make_unique<NcclPending>(this, ev, "broadcast (started)");
+  if (bytes > 0) {
+    MGS_RETURN_IF_ERROR(checkDevice(buf, "broadcast"));
+    MGS_RETURN_IF_ERROR(
+        enqueued(ncclBroadcast(buf, buf, bytes, ncclUint8, root, asComm(comm_), asStream(stream_)), "broadcast"));
+  }
+  MGS_CUDA_CHECK(cudaEventRecord(ev, asStream(stream_)));
+  *pending = std::move(p);
   return Status::OK();
 }
 

@@ -16,8 +16,8 @@
 // past NcclOptions::timeoutSeconds they ncclCommAbort the communicator and
 // return kCommunication / kTimeout naming the collective and the rank, so a
 // dead peer never hangs a rank (nccl_wait.h). After an abort every call fails
-// at once with the first error. startAllgather() returns at once; its
-// PendingCollective polls the same way.
+// at once with the first error. startAllgather(), startAllreduce() and
+// startBroadcast() return at once; their PendingCollective polls the same way.
 //
 // Buffers: allreduce/allgather/allgatherv/broadcast take DEVICE pointers
 // (checked: a host pointer is an kInvalidArgument error naming the call).
@@ -59,6 +59,10 @@ class NcclCommunicator final : public Communicator {
   Status allgather(const void* send, size_t bytes, void* recv) override;
   Status allgatherv(const void* send, size_t send_bytes, void* recv, const std::vector<size_t>& recv_bytes) override;
   Status startAllgather(const void* send, size_t bytes, void* recv, std::unique_ptr<PendingCollective>* op) override;
+  // Enqueue only, like startAllgather (the agreed device bucket's phases).
+  Status startAllreduce(void* buf, size_t count, DataType dtype, CommOp op,
+                        std::unique_ptr<PendingCollective>* pending) override;
+  Status startBroadcast(void* buf, size_t bytes, int root, std::unique_ptr<PendingCollective>* pending) override;
   Status gatherStrings(const std::string& send, int root, std::vector<std::string>* out) override;
   Status broadcast(void* buf, size_t bytes, int root) override;
   Status barrier() override;

@@ -100,6 +100,7 @@ class CudaLocalStage::Pending final : public PendingDeviceBucket {
   CudaLocalStage* stage_;
   HostSlot slot_;  // [failure header, seal | P headers | M + 1 local words]
   std::unique_ptr<PendingCollective> nccl_;
+  std::unique_ptr<PendingCollective> nccl_first_;  // the agreed exchange's broadcast (nccl_: its allreduce, later on the stream)
   PendingVerdict verdict_;
   bool scattered_ = false;  // the device scatter ran (else the P headers were copied into the slot)
   Status local_;            // a failure found while enqueuing (a staging cause, a CUDA error)
@@ -134,10 +135,39 @@ Status CudaLocalStage::takeSlot(size_t bytes, HostSlot* out) {
   return Status::OK();
 }
 
+Status CudaLocalStage::ensureBucketEvents() {
+  if (localDone_) return Status::OK();
+  cudaEvent_t a = nullptr, b = nullptr;
+  MGS_CUDA_CHECK(cudaEventCreateWithFlags(&a, cudaEventDisableTiming));
+  localDone_ = a;
+  MGS_CUDA_CHECK(cudaEventCreateWithFlags(&b, cudaEventDisableTiming));
+  ncclDone_ = b;
+  return Status::OK();
+}
+
+Status CudaLocalStage::servesBucket(const std::vector<Request>& members, int comm_device, int* bad,
+                                    block::StagingCause* cause, Status* why) const {
+  *bad = -1;
+  *cause = deviceBucketProblem(members, comm_device, bad);
+  if (*cause == block::StagingCause::kNone && comm_device != device_) {
+    *cause = block::StagingCause::kWrongDevice;  // this stage lives on another device than the exchange
+    *bad = 0;
+  }
+  if (*cause == block::StagingCause::kNone) return Status::OK();
+  const TensorDesc& in = members[static_cast<size_t>(*bad)].input;
+  *why = Status(Code::kInvalidArgument,
+                "rank " + std::to_string(opt_.rank) + ", tensor '" + members[static_cast<size_t>(*bad)].name + "' of " +
+                    bucketName(members) + ": " + block::stagingCauseText(*cause) + " (input on " +
+                    (in.onCuda() ? "CUDA device " + std::to_string(in.device) : std::string("the CPU")) +
+                    ", the NCCL exchange on CUDA device " + std::to_string(comm_device) + "); every rank fails this bucket");
+  return Status::OK();
+}
+
 Status CudaLocalStage::startBucket(const DeviceBucketJob& dj, std::unique_ptr<PendingDeviceBucket>* out) {
   MGS_ENSURE(dj.job != nullptr && dj.job->members != nullptr && !dj.job->members->empty() && dj.comm != nullptr &&
                  dj.comm_stream != nullptr && dj.job->selector != nullptr,
              kInvalidArgument, "device bucket: incomplete job");
+  if (dj.leader >= 0) return startAgreedBucket(dj, out);
   const LocalJob& job = *dj.job;
   const std::vector<Request>& members = *job.members;
   const size_t M = members.size(), cap = job.cap, bb = block::allgatherBytes(cap);
@@ -147,13 +177,7 @@ Status CudaLocalStage::startBucket(const DeviceBucketJob& dj, std::unique_ptr<Pe
              "device bucket " << bucketName(members) << ": n = " << job.n << ", cap = " << cap);
   MGS_CUDA_CHECK(cudaSetDevice(device_));
   cudaStream_t stream = asStream(engine_->stream());
-  if (!localDone_) {
-    cudaEvent_t a = nullptr, b = nullptr;
-    MGS_CUDA_CHECK(cudaEventCreateWithFlags(&a, cudaEventDisableTiming));
-    localDone_ = a;
-    MGS_CUDA_CHECK(cudaEventCreateWithFlags(&b, cudaEventDisableTiming));
-    ncclDone_ = b;
-  }
+  MGS_RETURN_IF_ERROR(ensureBucketEvents());
   auto p = std::make_unique<Pending>(this);
   p->members_ = members;
   p->rank_ = rank;
@@ -174,21 +198,11 @@ Status CudaLocalStage::startBucket(const DeviceBucketJob& dj, std::unique_ptr<Pe
   // Can this rank serve the bucket? If not, it still takes part in the
   // exchange, with a code that names the member and the cause on every rank.
   int bad = -1;
-  block::StagingCause cause = deviceBucketProblem(members, dj.comm_device, &bad);
-  if (cause == block::StagingCause::kNone && dj.comm_device != device_) {
-    cause = block::StagingCause::kWrongDevice;  // this stage lives on another device than the exchange
-    bad = 0;
-  }
+  block::StagingCause cause = block::StagingCause::kNone;
+  MGS_RETURN_IF_ERROR(servesBucket(members, dj.comm_device, &bad, &cause, &p->local_));
   uint64_t failure = 0;
   if (cause != block::StagingCause::kNone) {
-    const TensorDesc& in = members[static_cast<size_t>(bad)].input;
     failure = block::stagingCode(static_cast<uint32_t>(bad), cause);
-    p->local_ = Status(Code::kInvalidArgument,
-                       "rank " + std::to_string(opt_.rank) + ", tensor '" + members[static_cast<size_t>(bad)].name +
-                           "' of " + bucketName(members) + ": " + block::stagingCauseText(cause) + " (input on " +
-                           (in.onCuda() ? "CUDA device " + std::to_string(in.device) : std::string("the CPU")) +
-                           ", the NCCL exchange on CUDA device " + std::to_string(dj.comm_device) +
-                           "); every rank fails this bucket");
   } else {
     auto lk = opt_.residuals->lock();
     BufPtr acc;
@@ -246,6 +260,138 @@ Status CudaLocalStage::startBucket(const DeviceBucketJob& dj, std::unique_ptr<Pe
     MGS_CUDA_CHECK(
         cudaMemcpy2DAsync(host + 16, 8, d_recv, bb, 8, static_cast<size_t>(P), cudaMemcpyDeviceToHost, stream));
   }
+  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(p->slot_.event), stream));
+  *out = std::move(p);
+  return Status::OK();
+}
+
+// ---- The agreed exchange's device bucket (never run on a GPU) ------------------
+// The order of one bucket, all enqueued (routed_local_stage.h, DeviceBucketJob):
+//   engine stream: [ready events] fuse; on the leader select into d_block, seal
+//                  (or, for a leader that cannot serve the bucket: its failure header and seal)
+//                  local words -> pinned, record localDone_
+//   NCCL stream:   wait localDone_, broadcast d_block from the leader, record ncclDone_
+//   engine stream: wait ncclDone_, this rank's values and slot -> d_vals (agreedGather), record localDone_
+//   NCCL stream:   wait localDone_, allreduce d_vals (cap + P floats), record ncclDone_
+//   engine stream: wait ncclDone_, verdict and outputs (agreedScatter), verdict words -> pinned,
+//                  record the slot's event
+// A rank that cannot serve the bucket (or failed to enqueue its local part)
+// still takes part in both collectives, its slot saying why; it writes no
+// output (the verdict fails the bucket on every rank).
+Status CudaLocalStage::startAgreedBucket(const DeviceBucketJob& dj, std::unique_ptr<PendingDeviceBucket>* out) {
+  const LocalJob& job = *dj.job;
+  const std::vector<Request>& members = *job.members;
+  const size_t M = members.size(), cap = job.cap, bb = block::allgatherBytes(cap);
+  const int P = dj.comm->size(), rank = dj.comm->rank();
+  const bool lead = rank == dj.leader;
+  MGS_ENSURE(dj.leader < P, kInvalidArgument, "agreed device bucket: leader " << dj.leader << " of " << P << " ranks");
+  MGS_ENSURE(job.select == lead, kInvalidArgument, "agreed device bucket: only its leader selects");
+  MGS_ENSURE(dj.factors.size() == M, kInvalidArgument, "device bucket: one output factor per member");
+  MGS_ENSURE(cap >= 1 && job.n > 0 && job.n < (size_t{1} << 32), kInvalidArgument,
+             "device bucket " << bucketName(members) << ": n = " << job.n << ", cap = " << cap);
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  cudaStream_t stream = asStream(engine_->stream());
+  cudaStream_t ncclStream = asStream(dj.comm_stream);
+  MGS_RETURN_IF_ERROR(ensureBucketEvents());
+  auto p = std::make_unique<Pending>(this);
+  p->members_ = members;
+  p->rank_ = rank;
+  p->P_ = P;
+  p->n_ = job.n;
+  p->cap_ = cap;
+  p->k_ = compress::kForDensity(job.n, job.selector->options().density);
+  MGS_RETURN_IF_ERROR(takeSlot(16 + 8 * static_cast<size_t>(P) + 4 * (M + 1), &p->slot_));
+  char* host = static_cast<char*>(p->slot_.host);
+  auto* fail = reinterpret_cast<uint64_t*>(host);
+  char* words = host + 16 + 8 * static_cast<size_t>(P);
+  std::memset(words, 0, 4 * (M + 1));
+  Scratch scratch{engine_->pool(), {}};
+  void *d_block = nullptr, *d_vals = nullptr;
+  const size_t valsB = ((cap + static_cast<size_t>(P)) * sizeof(float) + 255) / 256 * 256;
+  MGS_RETURN_IF_ERROR(scratch.take(bb, &d_block));
+  MGS_RETURN_IF_ERROR(scratch.take(valsB + 8, &d_vals));
+  auto* d_state = reinterpret_cast<uint64_t*>(static_cast<char*>(d_vals) + valsB);
+
+  int bad = -1;
+  block::StagingCause cause = block::StagingCause::kNone;
+  MGS_RETURN_IF_ERROR(servesBucket(members, dj.comm_device, &bad, &cause, &p->local_));
+  uint32_t hostSlot = 0;
+  uint64_t failure = 0;
+  float* d_acc = nullptr;
+  if (cause != block::StagingCause::kNone) {
+    failure = block::stagingCode(static_cast<uint32_t>(bad), cause);
+    hostSlot = block::agreedSlot(bad, static_cast<uint8_t>(cause));
+  } else {
+    auto lk = opt_.residuals->lock();
+    BufPtr acc;
+    const Status st = enqueueLocalPart(job, lead ? d_block : nullptr, words, &acc, &scratch.bufs);
+    if (!st.ok()) {
+      failure = block::failureCode(-1);
+      hostSlot = block::agreedSlot(-1, 0);
+      p->local_ = Status(st.code(), "rank " + std::to_string(opt_.rank) + ": device local stage of " +
+                                        bucketName(members) + ": " + st.message());
+    } else {
+      d_acc = static_cast<float*>(acc->p);
+      auto slab = std::make_unique<Slab>();
+      slab->buf = std::move(acc);
+      slab->n = job.n;
+      p->slab_ = std::move(slab);
+    }
+  }
+  if (lead && !p->local_.ok()) {
+    // The failure code and its seal: what every rank receives from the leader.
+    fail[0] = failure;
+    fail[1] = failure ^ block::kAllgatherSeal;
+    MGS_CUDA_CHECK(cudaMemcpyAsync(d_block, &fail[0], 8, cudaMemcpyHostToDevice, stream));
+    MGS_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(d_block) + block::sealOffset(cap), &fail[1], 8,
+                                   cudaMemcpyHostToDevice, stream));
+  }
+
+  // The leader's block to every rank.
+  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(localDone_), stream));
+  MGS_CUDA_CHECK(cudaStreamWaitEvent(ncclStream, static_cast<cudaEvent_t>(localDone_), 0));
+  MGS_RETURN_IF_ERROR(dj.comm->startBroadcast(d_block, bb, dj.leader, &p->nccl_first_));
+  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(ncclDone_), ncclStream));
+  MGS_RETURN_IF_ERROR(engine_->waitEvent(ncclDone_));
+
+  // This rank's values at the leader's indices and its slot.
+  AgreedGatherArgs g;
+  g.d_block = d_block;
+  g.cap = cap;
+  g.n = job.n;
+  g.members = static_cast<uint32_t>(M);
+  g.P = P;
+  g.rank = rank;
+  g.lead = lead;
+  g.hostSlot = hostSlot;
+  g.d_acc = d_acc;
+  g.d_vals = static_cast<float*>(d_vals);
+  g.d_state = d_state;
+  MGS_RETURN_IF_ERROR(engine_->enqueueAgreedGather(g));
+
+  // Their sum over every rank, with the slots.
+  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(localDone_), stream));
+  MGS_CUDA_CHECK(cudaStreamWaitEvent(ncclStream, static_cast<cudaEvent_t>(localDone_), 0));
+  MGS_RETURN_IF_ERROR(dj.comm->startAllreduce(d_vals, cap + static_cast<size_t>(P), MGS_FLOAT32, CommOp::kSum, &p->nccl_));
+  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(ncclDone_), ncclStream));
+  MGS_RETURN_IF_ERROR(engine_->waitEvent(ncclDone_));
+
+  // The verdict and the outputs (none from a rank whose part failed: its
+  // outputs may be unusable, and its slot fails the bucket everywhere).
+  const std::vector<BucketMember> bm = p->local_.ok() ? outputMembers(members, dj.factors) : std::vector<BucketMember>();
+  AgreedFinishArgs f;
+  f.members = &bm;
+  f.d_block = d_block;
+  f.d_vals = static_cast<const float*>(d_vals);
+  f.d_state = d_state;
+  f.cap = cap;
+  f.n = job.n;
+  f.bucketMembers = static_cast<uint32_t>(M);
+  f.P = P;
+  f.leader = dj.leader;
+  f.propagate = dj.propagate;
+  MGS_RETURN_IF_ERROR(engine_->enqueueAgreedFinish(f, &p->verdict_));
+  p->scattered_ = true;
   MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(p->slot_.event), stream));
   *out = std::move(p);
   return Status::OK();

@@ -78,6 +78,11 @@ class CudaLocalStage final : public ResidentLocalStage {
   // sends a staging code instead of a selection; every rank then fails the
   // bucket naming the tensor, this rank and the cause.
   bool runsDeviceBuckets() const override { return true; }
+  // The agreed exchange's device bucket too (dj.leader >= 0;
+  // cuda_device_buckets.cc): the leader's block broadcast and the values'
+  // allreduce on the communicator's stream, the verdict and the scatter on
+  // the device. Written 2026-12-01 without a GPU: never run.
+  bool runsAgreedDeviceBuckets() const override { return true; }
   Status startBucket(const DeviceBucketJob& job, std::unique_ptr<PendingDeviceBucket>* out) override;
   // The GPU selector on calibration's synthetic gradient, in place, timed
   // with events on the engine's stream: median of 3 after a warm-up, per
@@ -117,6 +122,12 @@ class CudaLocalStage final : public ResidentLocalStage {
     void* event = nullptr;  // cudaEvent_t recorded last on the engine's stream
   };
   Status takeSlot(size_t bytes, HostSlot* out);
+  Status ensureBucketEvents();  // localDone_, ncclDone_
+  // Whether this rank can serve a device bucket on comm_device; if not,
+  // *cause and *bad name the member and *why is this rank's error.
+  Status servesBucket(const std::vector<Request>& members, int comm_device, int* bad, block::StagingCause* cause,
+                      Status* why) const;
+  Status startAgreedBucket(const DeviceBucketJob& job, std::unique_ptr<PendingDeviceBucket>* out);
   void giveSlot(const HostSlot& s) { slots_.push_back(s); }
   // The local part of a device bucket into d_block (runSparse without the
   // copy to the host); this rank's non-finite words go to `words` (pinned).
