@@ -87,6 +87,8 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
     ++stats_.span_checks;
     stats_.span_predicted_us = static_cast<uint64_t>(std::llround(d.predicted_s * 1e6));
     stats_.span_measured_us = static_cast<uint64_t>(std::llround(d.measured_s * 1e6));
+    stats_.span_predicted_sum_us += stats_.span_predicted_us;
+    stats_.span_measured_sum_us += stats_.span_measured_us;
   }
   if (!d.replan) return;
   const plan::CostModel old = cost_.refit();

@@ -30,6 +30,7 @@ struct SparseStats {
   // the same on every rank), in microseconds.
   uint64_t span_checks = 0;
   uint64_t span_predicted_us = 0, span_measured_us = 0;
+  uint64_t span_predicted_sum_us = 0, span_measured_sum_us = 0;  // over every compared step
 };
 
 // Where a bucket's gradients lived while it was fused, selected and exchanged.
