@@ -434,9 +434,11 @@ typedef struct mgs_stats {
   uint64_t set_sparse_bytes_sent;  /**< values + indices this rank sent for them */
   uint64_t sparse_warmup_steps;    /**< density warm-up steps of this job (MGS_WARMUP_STEPS resolved: 'auto' gives
                                         50 at density 0.001, 0 at >= 0.01); sparse_steps says how far it is */
-  uint64_t plan_span_predicted_sum_us; /**< plan_span_predicted_us summed over every compared step */
+  uint64_t plan_span_plan_checks;      /**< compared steps of the plan that runs now (reset when a plan, a trial
+                                            candidate included, is chosen) */
+  uint64_t plan_span_predicted_sum_us; /**< plan_span_predicted_us summed over those steps */
   uint64_t plan_span_measured_sum_us;  /**< plan_span_measured_us summed likewise: predicted_sum / measured_sum
-                                            is the plan's mean prediction of the steps it ran */
+                                            is how well the plan that runs predicts its steps */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

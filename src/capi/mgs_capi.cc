@@ -420,6 +420,7 @@ mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
     s.plan_span_checks = sp.span_checks;
     s.plan_span_predicted_us = sp.span_predicted_us;
     s.plan_span_measured_us = sp.span_measured_us;
+    s.plan_span_plan_checks = sp.span_plan_checks;
     s.plan_span_predicted_sum_us = sp.span_predicted_sum_us;
     s.plan_span_measured_sum_us = sp.span_measured_sum_us;
     std::memcpy(stats, &s, std::min(size, sizeof s));

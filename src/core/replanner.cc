@@ -31,6 +31,8 @@ void Replanner::planned(const PlanChoice& p, std::optional<PlanChoice>* out) {
   // At once, not when the schedule applies it: a later check at this same
   // boundary must see the new plan's window.
   cost_.online().planned(p.predicted_span);
+  // The sums follow the plan that runs (a trial candidate, a re-plan).
+  stats_.span_predicted_sum_us = stats_.span_measured_sum_us = stats_.span_plan_checks = 0;
   *out = p;
 }
 
@@ -87,6 +89,7 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
     ++stats_.span_checks;
     stats_.span_predicted_us = static_cast<uint64_t>(std::llround(d.predicted_s * 1e6));
     stats_.span_measured_us = static_cast<uint64_t>(std::llround(d.measured_s * 1e6));
+    ++stats_.span_plan_checks;
     stats_.span_predicted_sum_us += stats_.span_predicted_us;
     stats_.span_measured_sum_us += stats_.span_measured_us;
   }

@@ -30,7 +30,8 @@ struct SparseStats {
   // the same on every rank), in microseconds.
   uint64_t span_checks = 0;
   uint64_t span_predicted_us = 0, span_measured_us = 0;
-  uint64_t span_predicted_sum_us = 0, span_measured_sum_us = 0;  // over every compared step
+  // Over the compared steps of the plan that runs now (reset when one is chosen).
+  uint64_t span_plan_checks = 0, span_predicted_sum_us = 0, span_measured_sum_us = 0;
 };
 
 // Where a bucket's gradients lived while it was fused, selected and exchanged.

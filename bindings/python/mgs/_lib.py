@@ -73,6 +73,7 @@ class MgsStats(ctypes.Structure):
         ("set_sparse_buckets", ctypes.c_uint64),
         ("set_sparse_bytes_sent", ctypes.c_uint64),
         ("sparse_warmup_steps", ctypes.c_uint64),
+        ("plan_span_plan_checks", ctypes.c_uint64),
         ("plan_span_predicted_sum_us", ctypes.c_uint64),
         ("plan_span_measured_sum_us", ctypes.c_uint64),
     ]
