@@ -15,8 +15,16 @@ namespace mgs {
 
 void Replanner::record(const std::string& name, Clock::time_point enqueued, uint64_t step, bool have_plan) {
   const uint64_t profiled = step - profile_start_;
-  if (comm_.rank() == 0 && !pinned_ && (!have_plan || cost_.online().enabled()) &&
-      profiled < static_cast<uint64_t>(config_.profile_steps)) {
+  // Only while profiling for a plan (layer-wise buckets): there every
+  // tensor's exchange holds the ranks in step, so rank 0's gaps are the
+  // pace of the slowest rank, which is what a plan's last exchange waits
+  // for. Under a plan of few buckets nothing holds them in step during
+  // backward, and rank 0's own gaps were half the span the plan then took
+  // (ResNet-50, 4 ranks on 2 cores: 141 ms of backward against 250-290 ms
+  // measured spans), so re-plans priced from them predicted steps far below
+  // what they measured. Re-plans keep this profile and take the refitted
+  // model (docs/planner.md, "Online re-planning").
+  if (comm_.rank() == 0 && !pinned_ && !have_plan && profiled < static_cast<uint64_t>(config_.profile_steps)) {
     if (profile_.size() <= profiled) profile_.resize(profiled + 1);
     profile_[profiled].emplace_back(name, enqueued);
   }
@@ -69,11 +77,6 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
       static_cast<int64_t>(b.step) <= config_.warmup_steps) {
     online.discardStep();
     return;
-  }
-  // Rank 0 keeps only the last MGS_PROFILE_STEPS steps of timings.
-  while (b.step - profile_start_ >= static_cast<uint64_t>(config_.profile_steps)) {
-    if (!profile_.empty()) profile_.erase(profile_.begin());
-    ++profile_start_;
   }
   std::vector<int64_t> wire;
   online.pack(&wire);
@@ -164,10 +167,13 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
   }
   if (plan.front_capped)
     MGS_LOG_WARN("MGS planner hit its Pareto front cap ({}): the plan may not be optimal", plan.max_front);
+  double backward_s = 0;
+  for (const auto& l : in.layers) backward_s += l.backward_s;
   MGS_LOG_INFO(
-      "merge plan ({}): {} sparse tensors in {} buckets, predicted {:.3f} ms per step (coordinator {:.3f} ms "
-      "a bucket, {})",
-      plan.planner, in.layers.size(), plan.groups.size(), plan.predicted_s * 1e3, in.cost.group_host_s * 1e3,
+      "merge plan ({}): {} sparse tensors in {} buckets, predicted {:.3f} ms per step from {:.3f} ms of profiled "
+      "backward over {} steps (coordinator {:.3f} ms a bucket, {})",
+      plan.planner, in.layers.size(), plan.groups.size(), plan.predicted_s * 1e3, backward_s * 1e3,
+      profile_.size() - first, in.cost.group_host_s * 1e3,
       steal > 0 ? fmt::format("on busy cores: each second of it costs backward {:.2f} s", steal)
                 : std::string("on a core of its own"));
   // The candidates: this plan, then (trials) uniform cuts of the same

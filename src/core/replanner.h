@@ -15,11 +15,10 @@
 // rank 0 records when each gradient was enqueued; then the planner runs on
 // rank 0 with the job's cost model (job_cost_model.h) and the plan is
 // broadcast. A tensor name the plan does not know drops the plan and starts
-// a new profile. With MGS_REPLAN_TOLERANCE > 0, rank 0 keeps recording the
-// last MGS_PROFILE_STEPS steps, and every step boundary checks the plan's
-// predicted step against the measured one (online_cost.h); a re-plan uses
-// the recent steps' timings and the refitted cost model, with no layer-wise
-// profile.
+// a new profile. With MGS_REPLAN_TOLERANCE > 0, every step boundary checks
+// the plan's predicted step against the measured one (online_cost.h); a
+// re-plan uses the layer-wise profile's timings (the ranks' common pace:
+// see record()) and the refitted cost model, with no new profile.
 //
 // Trials (MGS_PLAN_TRIAL_STEPS, 'mgs' planner): the first plan after a
 // profile is chosen by measurement, because the cost model can misjudge
