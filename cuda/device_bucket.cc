@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include <cuda_runtime_api.h>
 
@@ -317,64 +318,62 @@ Status DeviceBucketEngine::enqueueGatherZero(float* d_acc, const uint32_t* d_idx
   return Status::OK();
 }
 
-Status DeviceBucketEngine::enqueueAgreedScatter(const std::vector<BucketMember>& members, const uint32_t* d_idx,
-                                                const float* d_vals, size_t count) {
-  MGS_ENSURE(count == 0 || (d_idx && d_vals), kInvalidArgument, "device agreed scatter: a null buffer");
+Status DeviceBucketEngine::scatterInto(const std::vector<BucketMember>& members, size_t n, size_t words,
+                                       const char* what, const std::function<int(const OutScratch&)>& launch,
+                                       uint64_t** d_verdict) {
   std::vector<OutDesc> descs;
-  size_t n = 0;
-  MGS_RETURN_IF_ERROR(buildOutDescs(members, &descs, &n));
+  size_t mn = 0;
+  MGS_RETURN_IF_ERROR(buildOutDescs(members, &descs, &mn));
+  if (!members.empty()) n = mn;
   MGS_CUDA_CHECK(cudaSetDevice(device_));
-  // Scratch: sum (n floats), touched (n bytes), one verdict word; given back
-  // at once (stream order).
-  const size_t sumB = alignUp(n * sizeof(float)), touchB = alignUp(n), verdictB = alignUp(8);
+  // Scratch: sum (n floats), touched (n bytes), the verdict words. Given back
+  // at once: the next user is enqueued after these kernels (stream order).
+  const size_t sumB = alignUp(n * sizeof(float)), touchB = alignUp(n), verdictB = alignUp(words * 8);
   void* scratch = nullptr;
   MGS_RETURN_IF_ERROR(pool_.take(sumB + touchB + verdictB, &scratch));
   char* sc = static_cast<char*>(scratch);
+  OutScratch o;
+  o.n = n;
+  o.members = static_cast<uint32_t>(descs.size());
+  o.maxCount = maxCountOf(members);
+  o.d_sum = reinterpret_cast<float*>(sc);
+  o.d_touched = reinterpret_cast<uint8_t*>(sc + sumB);
+  o.d_verdict = reinterpret_cast<uint64_t*>(sc + sumB + touchB);
   void* d_descs = nullptr;
   Status st;
   if (!descs.empty()) st = upload(descs.data(), descs.size() * sizeof(OutDesc), &d_descs);
+  o.d_out = static_cast<const OutDesc*>(d_descs);
   if (st.ok()) {
-    const int e = kernels::scatterAgreed(d_idx, d_vals, count, n, static_cast<uint32_t>(descs.size()),
-                                         static_cast<const OutDesc*>(d_descs), maxCountOf(members),
-                                         reinterpret_cast<float*>(sc), reinterpret_cast<uint8_t*>(sc + sumB),
-                                         reinterpret_cast<uint64_t*>(sc + sumB + touchB), stream_);
-    if (e != 0)
-      st = Status(Code::kCuda, std::string("device agreed scatter: ") + cudaGetErrorName(static_cast<cudaError_t>(e)));
+    const int e = launch(o);
+    if (e != 0) st = Status(Code::kCuda, std::string(what) + ": " + cudaGetErrorName(static_cast<cudaError_t>(e)));
   }
   pool_.give(scratch);
+  if (d_verdict) *d_verdict = o.d_verdict;
   return st;
+}
+
+Status DeviceBucketEngine::enqueueAgreedScatter(const std::vector<BucketMember>& members, const uint32_t* d_idx,
+                                                const float* d_vals, size_t count) {
+  MGS_ENSURE(count == 0 || (d_idx && d_vals), kInvalidArgument, "device agreed scatter: a null buffer");
+  return scatterInto(members, 0, 1, "device agreed scatter", [&](const OutScratch& o) {
+    return kernels::scatterAgreed(d_idx, d_vals, count, o.n, o.members, o.d_out, o.maxCount, o.d_sum, o.d_touched,
+                                  o.d_verdict, stream_);
+  });
 }
 
 Status DeviceBucketEngine::enqueueScatter(const ScatterArgs& a, PendingVerdict* out) {
   MGS_ENSURE(a.members != nullptr && out != nullptr, kInvalidArgument, "device scatter: no members or no verdict");
   MGS_ENSURE(a.P >= 1 && a.P <= 65535, kInvalidArgument, "device scatter: P = " << a.P);
   MGS_ENSURE(a.d_recv != nullptr, kInvalidArgument, "device scatter: no received blocks");
-  std::vector<OutDesc> descs;
-  size_t n = 0;
-  MGS_RETURN_IF_ERROR(buildOutDescs(*a.members, &descs, &n));
-  MGS_CUDA_CHECK(cudaSetDevice(device_));
-  const size_t words = verdictWords(a.P);
-  // Scratch: sum (n floats), touched (n bytes), verdict words. Given back at
-  // once: the next user is enqueued after these kernels (stream order).
-  const size_t sumB = alignUp(n * sizeof(float)), touchB = alignUp(n), verdictB = alignUp(words * 8);
-  void* scratch = nullptr;
-  MGS_RETURN_IF_ERROR(pool_.take(sumB + touchB + verdictB, &scratch));
-  char* sc = static_cast<char*>(scratch);
-  auto* d_verdict = reinterpret_cast<uint64_t*>(sc + sumB + touchB);
-  void* d_descs = nullptr;
-  Status st;
-  if (!descs.empty()) st = upload(descs.data(), descs.size() * sizeof(OutDesc), &d_descs);
-  if (st.ok()) {
-    const int e =
-        kernels::scatterBlocks(a.d_recv, a.P, a.cap, n, static_cast<uint32_t>(descs.size()),
-                               static_cast<const OutDesc*>(d_descs), maxCountOf(*a.members), a.propagate,
-                               reinterpret_cast<float*>(sc), reinterpret_cast<uint8_t*>(sc + sumB), d_verdict, stream_);
-    if (e != 0)
-      st = Status(Code::kCuda, std::string("device scatter: ") + cudaGetErrorName(static_cast<cudaError_t>(e)));
-  }
-  pool_.give(scratch);
-  MGS_RETURN_IF_ERROR(st);
-  return verdictToHost(d_verdict, a.P, a.cap, descs.size(), a.propagate, out);
+  uint64_t* d_verdict = nullptr;
+  MGS_RETURN_IF_ERROR(scatterInto(
+      *a.members, 0, verdictWords(a.P), "device scatter",
+      [&](const OutScratch& o) {
+        return kernels::scatterBlocks(a.d_recv, a.P, a.cap, o.n, o.members, o.d_out, o.maxCount, a.propagate,
+                                      o.d_sum, o.d_touched, o.d_verdict, stream_);
+      },
+      &d_verdict));
+  return verdictToHost(d_verdict, a.P, a.cap, a.members->size(), a.propagate, out);
 }
 
 Status DeviceBucketEngine::verdictToHost(const uint64_t* d_verdict, int P, size_t cap, size_t members,
@@ -424,32 +423,15 @@ Status DeviceBucketEngine::enqueueAgreedFinish(const AgreedFinishArgs& a, Pendin
              "device agreed scatter: an incomplete job");
   MGS_ENSURE(a.P >= 1 && a.P <= 65535 && a.leader >= 0 && a.leader < a.P, kInvalidArgument,
              "device agreed scatter: P = " << a.P << ", leader " << a.leader);
-  std::vector<OutDesc> descs;
-  size_t n = 0;
-  MGS_RETURN_IF_ERROR(buildOutDescs(*a.members, &descs, &n));
-  if (a.members->empty()) n = a.n;  // the verdict only
-  MGS_CUDA_CHECK(cudaSetDevice(device_));
-  const size_t words = verdictWords(a.P);
-  // Scratch: sum (n floats), touched (n bytes), verdict words; given back at
-  // once (stream order), the verdict copied out behind an event.
-  const size_t sumB = alignUp(n * sizeof(float)), touchB = alignUp(n), verdictB = alignUp(words * 8);
-  void* scratch = nullptr;
-  MGS_RETURN_IF_ERROR(pool_.take(sumB + touchB + verdictB, &scratch));
-  char* sc = static_cast<char*>(scratch);
-  auto* d_verdict = reinterpret_cast<uint64_t*>(sc + sumB + touchB);
-  void* d_descs = nullptr;
-  Status st;
-  if (!descs.empty()) st = upload(descs.data(), descs.size() * sizeof(OutDesc), &d_descs);
-  if (st.ok()) {
-    const int e = kernels::agreedScatter(a.d_block, a.cap, n, a.bucketMembers, a.d_vals, a.d_state, a.P, a.leader,
-                                         static_cast<uint32_t>(descs.size()), static_cast<const OutDesc*>(d_descs),
-                                         maxCountOf(*a.members), a.propagate, reinterpret_cast<float*>(sc),
-                                         reinterpret_cast<uint8_t*>(sc + sumB), d_verdict, stream_);
-    if (e != 0)
-      st = Status(Code::kCuda, std::string("device agreed scatter: ") + cudaGetErrorName(static_cast<cudaError_t>(e)));
-  }
-  pool_.give(scratch);
-  MGS_RETURN_IF_ERROR(st);
+  uint64_t* d_verdict = nullptr;
+  MGS_RETURN_IF_ERROR(scatterInto(
+      *a.members, a.n, verdictWords(a.P), "device agreed scatter",
+      [&](const OutScratch& o) {
+        return kernels::agreedScatter(a.d_block, a.cap, o.n, a.bucketMembers, a.d_vals, a.d_state, a.P, a.leader,
+                                      o.members, o.d_out, o.maxCount, a.propagate, o.d_sum, o.d_touched, o.d_verdict,
+                                      stream_);
+      },
+      &d_verdict));
   return verdictToHost(d_verdict, a.P, a.cap, a.bucketMembers, a.propagate, out);
 }
 

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -267,6 +268,21 @@ class DeviceBucketEngine {
   // event has passed (cudaEventQuery), else the ring grows (warm-up only).
   Status upload(const void* host, size_t bytes, void** d_out);
   Status waitReady(const std::vector<BucketMember>& members);
+  // The three scatters' common part: the members' output descriptors
+  // uploaded, scratch of sum (n floats; n = the members' count unless there
+  // are none), touched (n bytes) and `words` verdict words, launch()
+  // enqueueing the kernels (a cudaError_t as int); the scratch goes back at
+  // once (stream order), *d_verdict keeps its verdict words' address.
+  struct OutScratch {
+    const OutDesc* d_out = nullptr;
+    uint32_t members = 0;
+    size_t n = 0, maxCount = 0;
+    float* d_sum = nullptr;
+    uint8_t* d_touched = nullptr;
+    uint64_t* d_verdict = nullptr;
+  };
+  Status scatterInto(const std::vector<BucketMember>& members, size_t n, size_t words, const char* what,
+                     const std::function<int(const OutScratch&)>& launch, uint64_t** d_verdict = nullptr);
   // The scatters' verdict words (verdictWords(P) at d_verdict) to pinned
   // memory behind an event (recycled).
   Status verdictToHost(const uint64_t* d_verdict, int P, size_t cap, size_t members, bool propagate,

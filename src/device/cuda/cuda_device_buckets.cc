@@ -145,6 +145,29 @@ Status CudaLocalStage::ensureBucketEvents() {
   return Status::OK();
 }
 
+Status CudaLocalStage::newPending(const DeviceBucketJob& dj, std::unique_ptr<Pending>* out) {
+  const LocalJob& job = *dj.job;
+  const std::vector<Request>& members = *job.members;
+  const size_t M = members.size(), cap = job.cap;
+  const int P = dj.comm->size();
+  MGS_ENSURE(dj.factors.size() == M, kInvalidArgument, "device bucket: one output factor per member");
+  MGS_ENSURE(cap >= 1 && job.n > 0 && job.n < (size_t{1} << 32), kInvalidArgument,
+             "device bucket " << bucketName(members) << ": n = " << job.n << ", cap = " << cap);
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  MGS_RETURN_IF_ERROR(ensureBucketEvents());
+  auto p = std::make_unique<Pending>(this);
+  p->members_ = members;
+  p->rank_ = dj.comm->rank();
+  p->P_ = P;
+  p->n_ = job.n;
+  p->cap_ = cap;
+  p->k_ = compress::kForDensity(job.n, job.selector->options().density);
+  MGS_RETURN_IF_ERROR(takeSlot(16 + 8 * static_cast<size_t>(P) + 4 * (M + 1), &p->slot_));
+  std::memset(static_cast<char*>(p->slot_.host) + 16 + 8 * static_cast<size_t>(P), 0, 4 * (M + 1));  // local words
+  *out = std::move(p);
+  return Status::OK();
+}
+
 Status CudaLocalStage::servesBucket(const std::vector<Request>& members, int comm_device, int* bad,
                                     block::StagingCause* cause, Status* why) const {
   *bad = -1;
@@ -170,26 +193,14 @@ Status CudaLocalStage::startBucket(const DeviceBucketJob& dj, std::unique_ptr<Pe
   if (dj.leader >= 0) return startAgreedBucket(dj, out);
   const LocalJob& job = *dj.job;
   const std::vector<Request>& members = *job.members;
-  const size_t M = members.size(), cap = job.cap, bb = block::allgatherBytes(cap);
-  const int P = dj.comm->size(), rank = dj.comm->rank();
-  MGS_ENSURE(dj.factors.size() == M, kInvalidArgument, "device bucket: one output factor per member");
-  MGS_ENSURE(cap >= 1 && job.n > 0 && job.n < (size_t{1} << 32), kInvalidArgument,
-             "device bucket " << bucketName(members) << ": n = " << job.n << ", cap = " << cap);
-  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  const size_t cap = job.cap, bb = block::allgatherBytes(cap);
+  const int P = dj.comm->size();
   cudaStream_t stream = asStream(engine_->stream());
-  MGS_RETURN_IF_ERROR(ensureBucketEvents());
-  auto p = std::make_unique<Pending>(this);
-  p->members_ = members;
-  p->rank_ = rank;
-  p->P_ = P;
-  p->n_ = job.n;
-  p->cap_ = cap;
-  p->k_ = compress::kForDensity(job.n, job.selector->options().density);
-  MGS_RETURN_IF_ERROR(takeSlot(16 + 8 * static_cast<size_t>(P) + 4 * (M + 1), &p->slot_));
+  std::unique_ptr<Pending> p;
+  MGS_RETURN_IF_ERROR(newPending(dj, &p));
   char* host = static_cast<char*>(p->slot_.host);
   auto* fail = reinterpret_cast<uint64_t*>(host);
   char* words = host + 16 + 8 * static_cast<size_t>(P);
-  std::memset(words, 0, 4 * (M + 1));
   Scratch scratch{engine_->pool(), {}};
   void *d_send = nullptr, *d_recv = nullptr;
   MGS_RETURN_IF_ERROR(scratch.take(bb, &d_send));
@@ -237,15 +248,7 @@ Status CudaLocalStage::startBucket(const DeviceBucketJob& dj, std::unique_ptr<Pe
 
   if (p->local_.ok()) {
     // The verdict over every rank's header and the scatter, on the device.
-    std::vector<BucketMember> bm(M);
-    for (size_t i = 0; i < M; ++i) {
-      const Request& m = members[i];
-      bm[i].name = m.name;
-      bm[i].d_out = m.output.data;
-      bm[i].dtype = m.output.dtype;
-      bm[i].count = m.output.numel();
-      bm[i].outFactor = dj.factors[i];
-    }
+    const std::vector<BucketMember> bm = outputMembers(members, dj.factors);
     ScatterArgs a;
     a.members = &bm;
     a.d_recv = d_recv;
@@ -286,25 +289,13 @@ Status CudaLocalStage::startAgreedBucket(const DeviceBucketJob& dj, std::unique_
   const bool lead = rank == dj.leader;
   MGS_ENSURE(dj.leader < P, kInvalidArgument, "agreed device bucket: leader " << dj.leader << " of " << P << " ranks");
   MGS_ENSURE(job.select == lead, kInvalidArgument, "agreed device bucket: only its leader selects");
-  MGS_ENSURE(dj.factors.size() == M, kInvalidArgument, "device bucket: one output factor per member");
-  MGS_ENSURE(cap >= 1 && job.n > 0 && job.n < (size_t{1} << 32), kInvalidArgument,
-             "device bucket " << bucketName(members) << ": n = " << job.n << ", cap = " << cap);
-  MGS_CUDA_CHECK(cudaSetDevice(device_));
   cudaStream_t stream = asStream(engine_->stream());
   cudaStream_t ncclStream = asStream(dj.comm_stream);
-  MGS_RETURN_IF_ERROR(ensureBucketEvents());
-  auto p = std::make_unique<Pending>(this);
-  p->members_ = members;
-  p->rank_ = rank;
-  p->P_ = P;
-  p->n_ = job.n;
-  p->cap_ = cap;
-  p->k_ = compress::kForDensity(job.n, job.selector->options().density);
-  MGS_RETURN_IF_ERROR(takeSlot(16 + 8 * static_cast<size_t>(P) + 4 * (M + 1), &p->slot_));
+  std::unique_ptr<Pending> p;
+  MGS_RETURN_IF_ERROR(newPending(dj, &p));
   char* host = static_cast<char*>(p->slot_.host);
   auto* fail = reinterpret_cast<uint64_t*>(host);
   char* words = host + 16 + 8 * static_cast<size_t>(P);
-  std::memset(words, 0, 4 * (M + 1));
   Scratch scratch{engine_->pool(), {}};
   void *d_block = nullptr, *d_vals = nullptr;
   const size_t valsB = ((cap + static_cast<size_t>(P)) * sizeof(float) + 255) / 256 * 256;

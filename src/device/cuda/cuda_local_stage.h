@@ -123,6 +123,9 @@ class CudaLocalStage final : public ResidentLocalStage {
   };
   Status takeSlot(size_t bytes, HostSlot* out);
   Status ensureBucketEvents();  // localDone_, ncclDone_
+  // Both device buckets' checks and pending object, with its pinned slot
+  // [failure header, seal | P headers | M + 1 local words (zeroed)].
+  Status newPending(const DeviceBucketJob& dj, std::unique_ptr<Pending>* out);
   // Whether this rank can serve a device bucket on comm_device; if not,
   // *cause and *bad name the member and *why is this rank's error.
   Status servesBucket(const std::vector<Request>& members, int comm_device, int* bad, block::StagingCause* cause,
