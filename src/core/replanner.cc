@@ -22,8 +22,9 @@ void Replanner::record(const std::string& name, Clock::time_point enqueued, uint
   // backward, and rank 0's own gaps were half the span the plan then took
   // (ResNet-50, 4 ranks on 2 cores: 141 ms of backward against 250-290 ms
   // measured spans), so re-plans priced from them predicted steps far below
-  // what they measured. Re-plans keep this profile and take the refitted
-  // model (docs/planner.md, "Online re-planning").
+  // what they measured. Re-plans keep this profile, rescaled to the
+  // backward the running plan measured (checkPlan), and take the refitted
+  // model (docs/planner.md §7).
   if (comm_.rank() == 0 && !pinned_ && !have_plan && profiled < static_cast<uint64_t>(config_.profile_steps)) {
     if (profile_.size() <= profiled) profile_.resize(profiled + 1);
     profile_[profiled].emplace_back(name, enqueued);
@@ -33,6 +34,7 @@ void Replanner::record(const std::string& name, Clock::time_point enqueued, uint
 void Replanner::restartProfile(uint64_t step) {
   profile_start_ = step;
   profile_.clear();
+  backward_scale_ = 1.0;
 }
 
 void Replanner::planned(const PlanChoice& p, std::optional<PlanChoice>* out) {
@@ -97,6 +99,16 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
     stats_.span_measured_sum_us += stats_.span_measured_us;
   }
   if (!d.replan) return;
+  // Backward as the plan ran it: the layer-wise profile's pace can be far
+  // from the steady state's either way (its per-tensor exchanges slow
+  // backward on busy cores, or hold the ranks in step where a plan does
+  // not). Rank 0 rescales the profile's backward so that, with the tail the
+  // plan predicted after it, the plan would have predicted the measured span.
+  if (comm_.rank() == 0 && last_backward_s_ > 0 && d.predicted_s > 0) {
+    const double tail = std::max(0.0, d.predicted_s - last_backward_s_);
+    const double want = std::max(0.1 * last_backward_s_, d.measured_s - tail);
+    backward_scale_ = std::clamp(backward_scale_ * want / last_backward_s_, 0.05, 20.0);
+  }
   const plan::CostModel old = cost_.refit();
   const plan::CostModel& now = cost_.model();
   MGS_LOG_INFO(
@@ -159,6 +171,8 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
   // cost backward (one per tensor): the plan charges its own instead.
   if (steal > 0)
     for (auto& l : in.layers) l.backward_s = std::max(0.0, l.backward_s - steal * in.cost.group_host_s);
+  // Re-plans: the backward the running plan measured (checkPlan).
+  for (auto& l : in.layers) l.backward_s *= backward_scale_;
   plan::Plan plan;
   Status st = plan::computePlan(config_.effectivePlanner(), in, &plan);
   if (!st.ok()) {
@@ -169,11 +183,13 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
     MGS_LOG_WARN("MGS planner hit its Pareto front cap ({}): the plan may not be optimal", plan.max_front);
   double backward_s = 0;
   for (const auto& l : in.layers) backward_s += l.backward_s;
+  // What the online check compares: the span from the first gradient, one gap later.
+  last_backward_s_ = backward_s - (in.layers.empty() ? 0.0 : in.layers.front().backward_s);
   MGS_LOG_INFO(
-      "merge plan ({}): {} sparse tensors in {} buckets, predicted {:.3f} ms per step from {:.3f} ms of profiled "
-      "backward over {} steps (coordinator {:.3f} ms a bucket, {})",
+      "merge plan ({}): {} sparse tensors in {} buckets, predicted {:.3f} ms per step from {:.3f} ms of backward "
+      "({} profiled steps x {:.2f}) (coordinator {:.3f} ms a bucket, {})",
       plan.planner, in.layers.size(), plan.groups.size(), plan.predicted_s * 1e3, backward_s * 1e3,
-      profile_.size() - first, in.cost.group_host_s * 1e3,
+      profile_.size() - first, backward_scale_, in.cost.group_host_s * 1e3,
       steal > 0 ? fmt::format("on busy cores: each second of it costs backward {:.2f} s", steal)
                 : std::string("on a core of its own"));
   // The candidates: this plan, then (trials) uniform cuts of the same

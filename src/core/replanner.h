@@ -17,8 +17,9 @@
 // broadcast. A tensor name the plan does not know drops the plan and starts
 // a new profile. With MGS_REPLAN_TOLERANCE > 0, every step boundary checks
 // the plan's predicted step against the measured one (online_cost.h); a
-// re-plan uses the layer-wise profile's timings (the ranks' common pace:
-// see record()) and the refitted cost model, with no new profile.
+// re-plan uses the layer-wise profile's timings (see record()), rescaled to
+// the backward the running plan measured, and the refitted cost model, with
+// no new profile.
 //
 // Trials (MGS_PLAN_TRIAL_STEPS, 'mgs' planner): the first plan after a
 // profile is chosen by measurement, because the cost model can misjudge
@@ -149,6 +150,10 @@ class Replanner {
   // Rank 0: the coordinator thread's scheduler totals after the first
   // profiled step (host_load.h): the plan's host_steal is measured from there.
   ThreadSchedule sched_mark_;
+  // Rank 0: the profile's backward times scaled to what the running plan
+  // measured (1 until a re-plan; checkPlan), and the backward the last plan
+  // was priced with (seconds, first gradient to last).
+  double backward_scale_ = 1.0, last_backward_s_ = 0.0;
 };
 
 }  // namespace mgs
