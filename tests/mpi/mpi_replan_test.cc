@@ -148,9 +148,11 @@ void run(double tolerance) {
            (unsigned long long)st.plan_span_predicted_sum_us, (unsigned long long)st.plan_span_measured_sum_us,
            (unsigned long long)st.plan_span_plan_checks, (unsigned long long)st.plan_span_checks);
     if (g_rank == 0)
-      std::printf("plan span: %llu steps compared; the last predicted %.2f ms, measured %.2f ms\n",
+      std::printf("plan span: %llu steps compared; the last predicted %.2f ms, measured %.2f ms; the running plan "
+                  "%.2f ms against %.2f ms over %llu steps\n",
                   (unsigned long long)st.plan_span_checks, st.plan_span_predicted_us / 1e3,
-                  st.plan_span_measured_us / 1e3);
+                  st.plan_span_measured_us / 1e3, st.plan_span_predicted_sum_us / 1e3,
+                  st.plan_span_measured_sum_us / 1e3, (unsigned long long)st.plan_span_plan_checks);
   } else {
     EXPECT(st.plan_span_checks == 0, "MGS_REPLAN_TOLERANCE=0 but %llu steps were compared",
            (unsigned long long)st.plan_span_checks);
