@@ -70,18 +70,16 @@ void sumBlocks(const std::vector<Request>& members, const char* recv, int P, siz
   }
 }
 
-// A device bucket run on the host: the local part at start, the exchange
-// started on the "device communicator", the verdict and the scatter once the
-// exchange is done (as the device does: any failure code, no output written;
-// only non-finite codes under propagate, NaN everywhere; else the sum in rank
-// order from +0, each touched entry times float(factor)).
-class StandInPending final : public PendingDeviceBucket {
+// What both stand-in device buckets share: the first poll is always "the
+// device is still working"; then done once the collective still in flight
+// (op; none: every collective ran at start) has completed, when finish()
+// decides the verdict and writes the outputs as the device does.
+class StandInPendingBase : public PendingDeviceBucket {
  public:
   int* waits = nullptr;
   int polls = 0;
   std::unique_ptr<PendingCollective> op;
-  std::vector<char> send, recv;
-  size_t cap = 0, n = 0;
+  size_t cap = 0;
   int P = 1;
   std::vector<Request> members;  // host views
   std::vector<double> factors;
@@ -92,18 +90,18 @@ class StandInPending final : public PendingDeviceBucket {
 
   Status test(bool* done) override {
     *done = false;
-    if (polls++ == 0) return Status::OK();  // "the device is still working"
-    bool d = false;
-    MGS_RETURN_IF_ERROR(op->test(&d));
+    if (polls++ == 0) return Status::OK();
+    bool d = true;
+    if (op) MGS_RETURN_IF_ERROR(op->test(&d));
     if (!d) return Status::OK();
-    finish();
+    once();
     *done = true;
     return Status::OK();
   }
   Status wait() override {
     ++*waits;
-    MGS_RETURN_IF_ERROR(op->wait());
-    finish();
+    if (op) MGS_RETURN_IF_ERROR(op->wait());
+    once();
     return Status::OK();
   }
   Status result(DeviceBucketResult* out) override {
@@ -114,10 +112,29 @@ class StandInPending final : public PendingDeviceBucket {
   }
   std::unique_ptr<LocalSlab> takeSlab() override { return std::move(slab); }
 
+ protected:
+  virtual void finish() = 0;
+
  private:
-  void finish() {
+  void once() {
     if (finished) return;
     finished = true;
+    finish();
+  }
+};
+
+// A device bucket run on the host: the local part at start, the exchange
+// started on the "device communicator", the verdict and the scatter once the
+// exchange is done (as the device does: any failure code, no output written;
+// only non-finite codes under propagate, NaN everywhere; else the sum in rank
+// order from +0, each touched entry times float(factor)).
+class StandInPending final : public StandInPendingBase {
+ public:
+  std::vector<char> send, recv;
+  size_t n = 0;
+
+ private:
+  void finish() override {
     const size_t bb = block::allgatherBytes(cap);
     bool failed = false, other = false;
     for (int r = 0; r < P; ++r) {
@@ -152,42 +169,13 @@ class StandInPending final : public PendingDeviceBucket {
 // output written; only non-finite slots under propagate, NaN everywhere;
 // else +0 everywhere but the sums at the leader's indices, each times
 // float(factor) unless 1).
-class StandInAgreedPending final : public PendingDeviceBucket {
+class StandInAgreedPending final : public StandInPendingBase {
  public:
-  int* waits = nullptr;
-  int polls = 0;
   std::vector<char> block;  // the leader's, as broadcast (allgather layout)
   std::vector<float> vals;  // [cap sums | P slots]
-  size_t cap = 0;
-  int P = 1;
-  std::vector<Request> members;  // host views
-  std::vector<double> factors;
-  bool propagate = false;
-  DeviceBucketResult res;  // local part filled at start
-  std::unique_ptr<LocalSlab> slab;
-  bool finished = false;
-
-  Status test(bool* done) override {
-    *done = polls++ > 0;  // the first poll: "the device is still working"
-    if (*done) finish();
-    return Status::OK();
-  }
-  Status wait() override {
-    ++*waits;
-    finish();
-    return Status::OK();
-  }
-  Status result(DeviceBucketResult* out) override {
-    if (!finished) return Status(Code::kInternal, "stand-in: result() before done");
-    *out = res;
-    return Status::OK();
-  }
-  std::unique_ptr<LocalSlab> takeSlab() override { return std::move(slab); }
 
  private:
-  void finish() {
-    if (finished) return;
-    finished = true;
+  void finish() override {
     if (res.malformed_rank >= 0) return;
     const size_t M = members.size();
     bool failed = false, other = false;
