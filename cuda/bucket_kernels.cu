@@ -2,7 +2,8 @@
 // of received blocks. Ran on an H100 (2026-11-26): tests/gpu/bucket_gpu_test.cc
 // compares them with the CPU reference (scripts/gpu_check.sh), memcheck clean.
 // The agreed exchange's gatherZero and scatterAgreed, and its device
-// bucket's agreedGather and agreedScatter (2026-12-01), have never run on a
+// bucket's agreedGather and agreedScatter (2026-12-01), and the dense
+// fallback's denseGather and denseScatter (2026-12-02), have never run on a
 // GPU (tests/gpu/multirank_gpu_test.cc, device_threads_gpu_test.cc).
 //
 // Bitwise agreement with the CPU pipeline needs two things: no FMA
@@ -301,7 +302,81 @@ __global__ void agreedAssignKernel(const unsigned char* block, size_t cap, const
   }
 }
 
+// ---- The dense fallback's device bucket --------------------------------------------
+
+// One thread: this rank's slot (the host's, else its first non-finite member).
+__global__ void denseSlotKernel(uint32_t members, size_t n, int rank, uint32_t hostSlot, const uint32_t* words,
+                                float* vals) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  uint32_t slot = hostSlot;
+  for (uint32_t m = 0; m < members && slot == 0 && words; ++m)
+    if (words[m]) slot = block::agreedSlot(static_cast<int>(m), 0);
+  vals[n + static_cast<size_t>(rank)] = static_cast<float>(slot);
+}
+
+// One thread: the verdict words from the summed slots (cap 0: a header of 0 is "contributed").
+__global__ void denseVerdictKernel(const float* vals, size_t n, uint32_t members, int P, uint64_t* verdict) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  verdict[1] = UINT64_MAX;
+  for (int r = 0; r < P; ++r) {
+    const float v = vals[n + static_cast<size_t>(r)];
+    const uint32_t slot = v >= 0.0f && v < 16777216.0f ? static_cast<uint32_t>(v) : 0xffffffffu;
+    const bool exact = slot != 0xffffffffu && static_cast<float>(slot) == v;
+    verdict[2 + r] = !exact ? UINT64_MAX : slot == 0 ? 0 : block::agreedSlotCode(slot, members);
+  }
+}
+
+// grid = (chunks, members): every entry the sum times the factor (unless 1),
+// converted; or NaN everywhere (kNaNWritten); or nothing (a failure).
+__global__ void denseOutKernel(const OutDesc* __restrict__ descs, uint32_t members, const float* __restrict__ sum,
+                               const uint64_t* verdict) {
+  const uint64_t kind = verdict[0];
+  if (kind != static_cast<uint64_t>(VerdictKind::kOk) && kind != static_cast<uint64_t>(VerdictKind::kNaNWritten))
+    return;
+  for (uint32_t m = blockIdx.y; m < members; m += gridDim.y) {
+    const OutDesc d = descs[m];
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < d.count; i += stride) {
+      if (kind == static_cast<uint64_t>(VerdictKind::kNaNWritten)) {
+        storeNaN(d.dst, d.dtype, i);
+        continue;
+      }
+      float s = sum[d.offset + i];
+      if (d.factor != 1.0f) s = __fmul_rn(s, d.factor);
+      storeFromFloat(d.dst, d.dtype, i, s);
+    }
+  }
+}
+
 }  // namespace
+
+int denseGather(float* d_acc, size_t n, uint32_t bucketMembers, int P, int rank, uint32_t hostSlot,
+                const uint32_t* d_words, float* d_vals, void* stream) {
+  const auto s = asStream(stream);
+  if (P < 1 || rank < 0 || rank >= P) return cudaErrorInvalidValue;
+  if (hostSlot == 0 && (d_acc == nullptr || d_words == nullptr)) return cudaErrorInvalidValue;
+  if (cudaError_t e = cudaMemsetAsync(d_vals + n, 0, static_cast<size_t>(P) * sizeof(float), s)) return e;
+  if (hostSlot != 0) {
+    if (cudaError_t e = cudaMemsetAsync(d_vals, 0, n * sizeof(float), s)) return e;
+  } else if (n) {
+    if (cudaError_t e = cudaMemcpyAsync(d_vals, d_acc, n * sizeof(float), cudaMemcpyDeviceToDevice, s)) return e;
+    if (cudaError_t e = cudaMemsetAsync(d_acc, 0, n * sizeof(float), s)) return e;  // +0.0f: all was sent
+  }
+  denseSlotKernel<<<1, 1, 0, s>>>(bucketMembers, n, rank, hostSlot, hostSlot ? nullptr : d_words, d_vals);
+  return cudaGetLastError();
+}
+
+int denseScatter(const float* d_vals, size_t n, uint32_t bucketMembers, int P, uint32_t members, const OutDesc* d_out,
+                 size_t maxCount, bool propagate, uint64_t* d_verdict, void* stream) {
+  const auto s = asStream(stream);
+  if (P < 1 || P > 65535) return cudaErrorInvalidValue;
+  denseVerdictKernel<<<1, 1, 0, s>>>(d_vals, n, bucketMembers, P, d_verdict);
+  decideKernel<<<1, 1, 0, s>>>(P, 0, propagate, d_verdict);
+  if (members && maxCount)
+    denseOutKernel<<<dim3(chunksFor(maxCount), membersGrid(members)), kThreads, 0, s>>>(d_out, members, d_vals,
+                                                                                        d_verdict);
+  return cudaGetLastError();
+}
 
 int agreedGather(const void* d_block, size_t cap, size_t n, uint32_t bucketMembers, int P, int rank, bool lead,
                  uint32_t hostSlot, const uint32_t* d_words, float* d_acc, float* d_vals, uint64_t* d_state,

@@ -73,4 +73,21 @@ int agreedScatter(const void* d_block, size_t cap, size_t n, uint32_t bucketMemb
                   const uint64_t* d_state, int P, int leader, uint32_t members, const OutDesc* d_out, size_t maxCount,
                   bool propagate, float* d_sum, uint8_t* d_touched, uint64_t* d_verdict, void* stream);
 
+// The dense fallback's device bucket (never run on a GPU).
+// denseGather, after the fuse: d_vals[n .. n + P) = 0, d_vals[n + rank] =
+// this rank's verdict slot (hostSlot if not 0, else the first member with
+// a non-finite count in d_words, else 0); d_vals[0 .. n) = d_acc and d_acc
+// = +0 (everything is sent), or d_vals[0 .. n) = 0 where hostSlot is set
+// (d_acc may then be null).
+int denseGather(float* d_acc, size_t n, uint32_t bucketMembers, int P, int rank, uint32_t hostSlot,
+                const uint32_t* d_words, float* d_vals, void* stream);
+// denseScatter, after the sum of d_vals over every rank: the verdict words
+// (verdictWords(P): [0] the kind as scatterBlocks decides it with cap 0,
+// [1] UINT64_MAX, [2 + r] 0 where rank r's slot is 0, else the failure code
+// of its slot), then for kOk every output entry the sum times the member's
+// factor unless 1, converted (bitwise ScatterStage::unfuseDense); NaN in
+// every output for kNaNWritten; nothing otherwise. `members` may be 0.
+int denseScatter(const float* d_vals, size_t n, uint32_t bucketMembers, int P, uint32_t members, const OutDesc* d_out,
+                 size_t maxCount, bool propagate, uint64_t* d_verdict, void* stream);
+
 }  // namespace mgs::cuda::kernels

@@ -435,4 +435,28 @@ Status DeviceBucketEngine::enqueueAgreedFinish(const AgreedFinishArgs& a, Pendin
   return verdictToHost(d_verdict, a.P, a.cap, a.bucketMembers, a.propagate, out);
 }
 
+Status DeviceBucketEngine::enqueueDenseGather(const DenseGatherArgs& a) {
+  MGS_ENSURE(a.d_vals && (a.hostSlot != 0 || a.d_acc), kInvalidArgument, "device dense gather: a null buffer");
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  const int e = kernels::denseGather(a.d_acc, a.n, a.members, a.P, a.rank, a.hostSlot,
+                                     static_cast<const uint32_t*>(localWords()), a.d_vals, stream_);
+  MGS_ENSURE(e == 0, kCuda, "device dense gather: " << cudaGetErrorName(static_cast<cudaError_t>(e)));
+  return Status::OK();
+}
+
+Status DeviceBucketEngine::enqueueDenseFinish(const DenseFinishArgs& a, PendingVerdict* out) {
+  MGS_ENSURE(a.members != nullptr && out != nullptr && a.d_vals, kInvalidArgument,
+             "device dense scatter: an incomplete job");
+  MGS_ENSURE(a.P >= 1 && a.P <= 65535, kInvalidArgument, "device dense scatter: P = " << a.P);
+  uint64_t* d_verdict = nullptr;
+  MGS_RETURN_IF_ERROR(scatterInto(
+      *a.members, a.n, verdictWords(a.P), "device dense scatter",
+      [&](const OutScratch& o) {
+        return kernels::denseScatter(a.d_vals, a.n, a.bucketMembers, a.P, o.members, o.d_out, o.maxCount, a.propagate,
+                                     o.d_verdict, stream_);
+      },
+      &d_verdict));
+  return verdictToHost(d_verdict, a.P, 0, a.bucketMembers, a.propagate, out);
+}
+
 }  // namespace mgs::cuda

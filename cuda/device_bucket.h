@@ -171,6 +171,24 @@ struct AgreedFinishArgs {
   bool propagate = true;
 };
 
+// The dense fallback's device bucket (never run on a GPU).
+struct DenseGatherArgs {
+  float* d_acc = nullptr;  // this rank's acc (n floats; +0 afterwards); null if hostSlot
+  size_t n = 0;
+  uint32_t members = 0;  // the bucket's member count
+  int P = 1, rank = 0;
+  uint32_t hostSlot = 0;    // this rank's verdict slot found on the host (block::agreedSlot), or 0
+  float* d_vals = nullptr;  // n + P floats: acc, then one verdict slot per rank
+};
+struct DenseFinishArgs {
+  const std::vector<BucketMember>* members = nullptr;  // outputs to write; empty: the verdict only
+  const float* d_vals = nullptr;                       // summed over every rank
+  size_t n = 0;
+  uint32_t bucketMembers = 0;
+  int P = 1;
+  bool propagate = true;
+};
+
 struct ScatterArgs {
   const std::vector<BucketMember>* members = nullptr;
   const void* d_recv = nullptr;  // P blocks of block::allgatherBytes(cap), rank order
@@ -256,6 +274,15 @@ class DeviceBucketEngine {
   // memory behind an event, as enqueueScatter's.
   Status enqueueAgreedGather(const AgreedGatherArgs& a);
   Status enqueueAgreedFinish(const AgreedFinishArgs& a, PendingVerdict* out);
+  // The dense fallback's device bucket (never run on a GPU), all on
+  // stream(), no host sync. enqueueDenseGather: after the fuse, acc and
+  // this rank's verdict slot into d_vals, acc +0 (kernels::denseGather; the
+  // local words of the last enqueueLocal/enqueueFuse). enqueueDenseFinish:
+  // after d_vals was summed over every rank, the verdict and the outputs
+  // (kernels::denseScatter); the verdict words to pinned memory as
+  // enqueueScatter's.
+  Status enqueueDenseGather(const DenseGatherArgs& a);
+  Status enqueueDenseFinish(const DenseFinishArgs& a, PendingVerdict* out);
   // Orders stream() after `event` (another stream's work, e.g. NCCL's).
   Status waitEvent(void* event);
   // Records a new cudaEvent_t on stream() into *event (caller destroys it with destroyEvent).

@@ -16,6 +16,8 @@ std::unique_ptr<BucketExchange> startAllgatherExchange(ExchangeContext& ctx, Buc
 std::unique_ptr<BucketExchange> startAgreedExchange(ExchangeContext& ctx, BucketStart& b);
 std::unique_ptr<BucketExchange> startHierarchicalExchange(ExchangeContext& ctx, BucketStart& b);
 std::unique_ptr<BucketExchange> startDenseExchange(ExchangeContext& ctx, BucketStart& b);
+bool deviceDenseClaims(ExchangeContext& ctx, const BucketStart& b);
+std::unique_ptr<BucketExchange> startDeviceDenseExchange(ExchangeContext& ctx, BucketStart& b);
 
 const std::vector<ExchangeEntry>& exchangeRegistry() {
   static const std::vector<ExchangeEntry> entries = {
@@ -24,6 +26,7 @@ const std::vector<ExchangeEntry>& exchangeRegistry() {
       {plan::Exchange::kAgreed, "agreed (device)", &deviceAgreedClaims, &startDeviceAgreedExchange},
       {plan::Exchange::kAgreed, "agreed", nullptr, &startAgreedExchange},
       {plan::Exchange::kHierarchical, "hierarchical", nullptr, &startHierarchicalExchange},
+      {plan::Exchange::kDense, "dense (device)", &deviceDenseClaims, &startDeviceDenseExchange},
       {plan::Exchange::kDense, "dense", nullptr, &startDenseExchange},
   };
   return entries;

@@ -1,14 +1,17 @@
 // A device bucket (routed_local_stage.h "Device buckets"): a sparse
 // bucket whose members are all CUDA tensors, with a device communicator
 // (NCCL), runs as enqueued work only: the local stage, the exchange on the
-// device communicator's stream, the verdict and the scatter. Two exchanges
-// run this way:
+// device communicator's stream, the verdict and the scatter. Three
+// exchanges run this way:
 //  - the allgather of the fixed-capacity blocks, the verdict over every
 //    rank's header;
 //  - the agreed exchange (leader >= 0, as exchange_agreed.cc picks it): the
 //    leader's block broadcast, every rank's values at its indices and one
 //    verdict slot per rank summed by one allreduce, the verdict over the
-//    leader's block and the slots.
+//    leader's block and the slots;
+//  - the dense fallback (as exchange_dense.cc picks it): no selection, the
+//    fused acc and one verdict slot per rank summed by one allreduce, every
+//    output entry written from the sum, the residual +0.
 // The pipeline finishes a device bucket once its event has passed; the
 // verdict comes from pinned memory the device wrote. The same rules as the
 // host exchanges: a failure code from any rank fails the bucket on every
@@ -17,7 +20,7 @@
 // commits exactly when every rank's selection (agreed: every rank's values)
 // was applied. The CUDA side of the allgather (src/device/cuda/) ran on an
 // H100 at np 1 (gpu/device_bucket, python.cuda_sparse.nccl.np1); its agreed
-// side never ran on a GPU. This part is tested on the CPU with a stand-in
+// and dense sides never ran on a GPU. This part is tested on the CPU with a stand-in
 // resident stage (tests/unit/core/device_bucket_test.cc).
 #include <algorithm>
 
@@ -52,18 +55,20 @@ LocalJob deviceJob(ExchangeContext& ctx, const std::vector<Request>& members, co
 
 class DeviceExchange : public BucketExchange {
  public:
-  // leader >= 0: the agreed exchange's device bucket with that leader.
-  DeviceExchange(ExchangeContext& ctx, BucketStart& b, int leader)
-      : BucketExchange(std::move(b.members)), ctx_(ctx), n_(b.n), leader_(leader) {}
+  // leader >= 0: the agreed exchange's device bucket with that leader;
+  // dense: the dense fallback's.
+  DeviceExchange(ExchangeContext& ctx, BucketStart& b, int leader, bool dense = false)
+      : BucketExchange(std::move(b.members)), ctx_(ctx), n_(b.n), leader_(leader), dense_(dense) {}
 
   void start(BucketStart& b) {
     device::DeviceComm* dc = ctx_.device_comm();
-    LocalJob job = deviceJob(ctx_, members_, b, &cap_, !agreed() || ctx_.comm.rank() == leader_);
-    k_ = compress::kForDensity(n_, b.density);
+    LocalJob job = deviceJob(ctx_, members_, b, &cap_, !dense_ && (!agreed() || ctx_.comm.rank() == leader_));
+    k_ = dense_ ? 0 : compress::kForDensity(n_, b.density);
     started_ = Clock::now();
     DeviceBucketJob dj;
     dj.job = &job;
     dj.leader = leader_;
+    dj.dense = dense_;
     dj.comm = dc->comm.get();
     dj.comm_stream = dc->stream;
     dj.comm_device = dc->device;
@@ -104,6 +109,8 @@ class DeviceExchange : public BucketExchange {
     const auto now = Clock::now();
     if (agreed())
       ctx_.online.exchangeEnded(now);  // as the host agreed exchange: the step's span
+    else if (dense_)
+      ctx_.online.exchanged(OnlineCost::kAllreduce, 4.0 * double(n_ + size_t(ctx_.comm.size())), started_, now);
     else
       ctx_.online.exchanged(OnlineCost::kAllgather, double(block::allgatherBytes(cap_)) * ctx_.comm.size(), started_,
                             now);
@@ -111,7 +118,8 @@ class DeviceExchange : public BucketExchange {
       for (auto& m : members_)
         ctx_.timeline->span(m.name, "DEVICE_BUCKET", started_, now,
                             "{\"cap\":" + std::to_string(cap_) + ",\"path\":\"device\",\"exchange\":\"" +
-                                (agreed() ? "agreed\",\"leader\":" + std::to_string(leader_) : std::string("allgather\"")) +
+                                (agreed() ? "agreed\",\"leader\":" + std::to_string(leader_)
+                                          : std::string(dense_ ? "dense\"" : "allgather\"")) +
                                 "}");
     if (st.ok()) st = verdict(r);
     if (st.ok() && !local_.ok() && !skipped_) st = local_;
@@ -149,7 +157,7 @@ class DeviceExchange : public BucketExchange {
       if (!other_error && ctx_.propagateNonFinite()) {
         MGS_ENSURE(r.nan_written, kInternal,
                    "device bucket " << name << ": non-finite values (" << failed << ") but no NaN outputs");
-        MGS_LOG_DEBUG("sparse allreduce of {}: {}; outputs set to NaN (MGS_NONFINITE=propagate)", name, failed);
+        MGS_LOG_DEBUG("{}: {}; outputs set to NaN (MGS_NONFINITE=propagate)", what(name), failed);
         skipped_ = true;
         return Status::OK();
       }
@@ -158,6 +166,13 @@ class DeviceExchange : public BucketExchange {
     MGS_ENSURE(r.written, kInternal,
                "device bucket " << name << ": every header is a count, but the outputs were not written");
     delivered_ = true;
+    if (dense_) {
+      // Everything was sent: the slab is +0, the residual commits to zero.
+      ++ctx_.stats.dense_buckets;
+      ctx_.stats.bytes_sent += 4 * n_;
+      ctx_.countPath(BucketPath::kDevice, 1, 4 * n_);
+      return Status::OK();
+    }
     ++ctx_.stats.buckets;
     ctx_.stats.selected += count;
     ctx_.stats.target += k_;
@@ -172,12 +187,14 @@ class DeviceExchange : public BucketExchange {
 
   bool agreed() const { return leader_ >= 0; }
   std::string what(const std::string& name) const {
+    if (dense_) return "dense allreduce of " + name;
     return "sparse allreduce of " + name + (agreed() ? " (agreed exchange)" : "");
   }
 
   ExchangeContext& ctx_;
   const size_t n_;
-  const int leader_;     // the agreed exchange's leader, or -1 (the allgather)
+  const int leader_;     // the agreed exchange's leader, or -1 (the allgather, the dense fallback)
+  const bool dense_;     // the dense fallback
   bool flagged_ = false;  // some rank's code failed the bucket
   size_t cap_ = 1, k_ = 0;
   Clock::time_point started_;
@@ -191,8 +208,8 @@ class DeviceExchange : public BucketExchange {
 }  // namespace
 
 // Device buckets exist for the allgather and, where the resident stage
-// takes them, the agreed exchange; the hierarchical exchange of CUDA
-// buckets runs on the local stage's route.
+// takes them, the agreed exchange and the dense fallback; the hierarchical
+// exchange of CUDA buckets runs on the local stage's route.
 bool deviceClaims(ExchangeContext& ctx, const BucketStart& b) {
   size_t cap = 1;
   const LocalJob job = deviceJob(ctx, b.members, b, &cap);
@@ -205,6 +222,10 @@ bool deviceAgreedClaims(ExchangeContext& ctx, const BucketStart& b) {
   return deviceClaims(ctx, b) && ctx.local->resident() && ctx.local->resident()->runsAgreedDeviceBuckets();
 }
 
+bool deviceDenseClaims(ExchangeContext& ctx, const BucketStart& b) {
+  return deviceClaims(ctx, b) && ctx.local->resident() && ctx.local->resident()->runsDenseDeviceBuckets();
+}
+
 std::unique_ptr<BucketExchange> startDeviceExchange(ExchangeContext& ctx, BucketStart& b) {
   auto ex = std::make_unique<DeviceExchange>(ctx, b, -1);
   ex->start(b);
@@ -213,6 +234,12 @@ std::unique_ptr<BucketExchange> startDeviceExchange(ExchangeContext& ctx, Bucket
 
 std::unique_ptr<BucketExchange> startDeviceAgreedExchange(ExchangeContext& ctx, BucketStart& b) {
   auto ex = std::make_unique<DeviceExchange>(ctx, b, ctx.blocks.agreedLeader(b.name));
+  ex->start(b);
+  return ex;
+}
+
+std::unique_ptr<BucketExchange> startDeviceDenseExchange(ExchangeContext& ctx, BucketStart& b) {
+  auto ex = std::make_unique<DeviceExchange>(ctx, b, -1, true);
   ex->start(b);
   return ex;
 }

@@ -50,9 +50,16 @@ namespace mgs {
 // over the leader's block and the P slots, and the scatter (every output
 // +0 but the sums at the agreed indices, times the member's factor), run on
 // the device too.
+//
+// The dense fallback's device bucket (dense; exchange_device.cc): every
+// rank fuses (no selection), and one allreduce sums [acc (n) | one verdict
+// slot per rank]; the verdict over the P slots and the outputs (every entry
+// the sum times the member's factor, converted) run on the device. The slab
+// the pending bucket hands back is +0 everywhere: all of acc was sent.
 struct DeviceBucketJob {
   const LocalJob* job = nullptr;  // an allgather job; job->block is null (the block lives on the device)
   int leader = -1;                // >= 0: the agreed exchange with this leader (job->select only on it)
+  bool dense = false;             // the dense fallback (leader -1, job->select false)
   Communicator* comm = nullptr;   // the device communicator: allgather on device pointers, on comm_stream
   void* comm_stream = nullptr;    // cudaStream_t its collectives run on
   int comm_device = -1;           // its CUDA device: every member's input and output must be there
@@ -66,6 +73,7 @@ struct DeviceBucketResult {
   // Every rank's block header, rank order (the same bytes on every rank).
   // The agreed exchange: every rank's verdict slot as a header (the
   // leader's count for a rank that contributed, else its failure code).
+  // The dense fallback: 0 for a rank that contributed, else its failure code.
   std::vector<uint64_t> headers;
   int malformed_rank = -1;  // the lowest rank whose block is malformed (agreed: the leader's), or -1
   bool written = false;           // the outputs hold the sum (every rank's selection applied)
@@ -153,9 +161,11 @@ class ResidentLocalStage : public LocalStage, public ResidualStore::External {
   }
 
   // Whether startBucket is implemented (the CUDA stage on the NCCL backend),
-  // and whether it also takes the agreed exchange's jobs (leader >= 0).
+  // and whether it also takes the agreed exchange's jobs (leader >= 0) and
+  // the dense fallback's (dense).
   virtual bool runsDeviceBuckets() const { return false; }
   virtual bool runsAgreedDeviceBuckets() const { return false; }
+  virtual bool runsDenseDeviceBuckets() const { return false; }
   // Enqueues the whole bucket (see DeviceBucketJob). Returning OK means this
   // rank's block (a selection, a non-finite code or a staging code) goes into
   // the exchange: a member it cannot serve (deviceBucketProblem) does not

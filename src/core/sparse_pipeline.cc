@@ -165,8 +165,9 @@ plan::Exchange SparsePipeline::chooseExchange(std::vector<Request>& members, siz
     //    send only compact data through MPI, so the cost model chooses
     //    between them; the hierarchical exchange, which sums whole buckets
     //    in host memory, becomes the allgather.
-    // Dense only where the 1/P rule says sparse cannot pay (then through
-    // host memory too).
+    // Dense only where the 1/P rule says sparse cannot pay: a device
+    // bucket too where the resident stage runs them (runsDenseDeviceBuckets),
+    // else through host memory.
     LocalJob probe;
     probe.members = &members;
     probe.n = n;

@@ -287,6 +287,44 @@ TEST_CASE("runtime over the device thread communicator: MGS_EXCHANGE=agreed runs
   }
 }
 
+TEST_CASE("runtime over the device thread communicator: dense fallback buckets run as device buckets, bitwise") {
+  // Where the 1/P rule sends every bucket dense (MGS_DENSE_FALLBACK, density
+  // * P >= 1): the fused acc and the verdict slots in one device allreduce,
+  // the verdict and the outputs on the device, against the CPU dense
+  // exchange: outputs bitwise (the same rank-order sum, the same float
+  // product), residuals +0, every bucket dense and on the device path, none
+  // staged. Written 2026-12-02: never run on a GPU.
+  for (int P : {2, 3, 4}) {
+    INFO("P = " << P);
+    Config c = sparseConfig("layerwise");
+    c.exchange = "auto";
+    c.dense_fallback = true;
+    c.density = 0.5;
+    const std::vector<RankRecord> cpu = run(P, c, false);
+    c.backend = "nccl";
+    const std::vector<RankRecord> gpu = run(P, c, true, std::make_shared<CudaThreadWorld>(P, 0, 60.0));
+    for (int r = 0; r < P; ++r) {
+      INFO("rank " << r << (gpu[r].error.empty() ? "" : ": " + gpu[r].error) << (cpu[r].error.empty() ? "" : " / CPU: " + cpu[r].error));
+      REQUIRE(cpu[r].error.empty());
+      REQUIRE(gpu[r].error.empty());
+      for (int s = 0; s < kSteps; ++s)
+        for (size_t t = 0; t < kSizes.size(); ++t) {
+          INFO("step " << s << ", tensor t" << t);
+          REQUIRE(std::memcmp(gpu[r].out[s][t].data(), cpu[r].out[s][t].data(), 4 * kSizes[t]) == 0);
+        }
+      for (size_t t = 0; t < kSizes.size(); ++t)
+        for (float v : gpu[r].residual[t]) REQUIRE(v == 0.0f);
+      const SparseStats& st = gpu[r].sparse;
+      REQUIRE(st.dense_buckets > 0);
+      REQUIRE(st.buckets == 0);
+      REQUIRE(cpu[r].sparse.dense_buckets == st.dense_buckets);
+      REQUIRE(st.path_buckets[static_cast<int>(BucketPath::kDevice)] == st.dense_buckets);
+      REQUIRE(st.path_buckets[static_cast<int>(BucketPath::kStaged)] == 0);
+      REQUIRE(st.bytes_sent == cpu[r].sparse.bytes_sent);
+    }
+  }
+}
+
 }  // namespace mgs
 
 int main(int argc, char** argv) { return mgs::test::runGpuTests(argc, argv, "the runtime's CUDA tests"); }

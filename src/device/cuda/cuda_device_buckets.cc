@@ -190,6 +190,7 @@ Status CudaLocalStage::startBucket(const DeviceBucketJob& dj, std::unique_ptr<Pe
   MGS_ENSURE(dj.job != nullptr && dj.job->members != nullptr && !dj.job->members->empty() && dj.comm != nullptr &&
                  dj.comm_stream != nullptr && dj.job->selector != nullptr,
              kInvalidArgument, "device bucket: incomplete job");
+  if (dj.dense) return startDenseBucket(dj, out);
   if (dj.leader >= 0) return startAgreedBucket(dj, out);
   const LocalJob& job = *dj.job;
   const std::vector<Request>& members = *job.members;
@@ -382,6 +383,87 @@ Status CudaLocalStage::startAgreedBucket(const DeviceBucketJob& dj, std::unique_
   f.leader = dj.leader;
   f.propagate = dj.propagate;
   MGS_RETURN_IF_ERROR(engine_->enqueueAgreedFinish(f, &p->verdict_));
+  p->scattered_ = true;
+  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(p->slot_.event), stream));
+  *out = std::move(p);
+  return Status::OK();
+}
+
+// ---- The dense fallback's device bucket (never run on a GPU) -------------------
+// The order of one bucket, all enqueued (routed_local_stage.h, DeviceBucketJob):
+//   engine stream: [ready events] fuse (no selection), local words -> pinned;
+//                  acc and this rank's slot -> d_vals, acc +0 (denseGather), record localDone_
+//   NCCL stream:   wait localDone_, allreduce d_vals (n + P floats), record ncclDone_
+//   engine stream: wait ncclDone_, verdict and outputs (denseScatter), verdict words -> pinned,
+//                  record the slot's event
+// A rank that cannot serve the bucket (or failed to enqueue its local part)
+// still takes part in the allreduce with zeros and its slot; it writes no
+// output (the verdict fails the bucket on every rank).
+Status CudaLocalStage::startDenseBucket(const DeviceBucketJob& dj, std::unique_ptr<PendingDeviceBucket>* out) {
+  const LocalJob& job = *dj.job;
+  const std::vector<Request>& members = *job.members;
+  const size_t M = members.size(), n = job.n;
+  const int P = dj.comm->size(), rank = dj.comm->rank();
+  MGS_ENSURE(!job.select && dj.leader < 0, kInvalidArgument, "dense device bucket: selects nothing, has no leader");
+  cudaStream_t stream = asStream(engine_->stream());
+  cudaStream_t ncclStream = asStream(dj.comm_stream);
+  std::unique_ptr<Pending> p;
+  MGS_RETURN_IF_ERROR(newPending(dj, &p));
+  char* words = static_cast<char*>(p->slot_.host) + 16 + 8 * static_cast<size_t>(P);
+  Scratch scratch{engine_->pool(), {}};
+  void* d_vals = nullptr;
+  MGS_RETURN_IF_ERROR(scratch.take((n + static_cast<size_t>(P)) * sizeof(float), &d_vals));
+
+  int bad = -1;
+  block::StagingCause cause = block::StagingCause::kNone;
+  MGS_RETURN_IF_ERROR(servesBucket(members, dj.comm_device, &bad, &cause, &p->local_));
+  uint32_t hostSlot = 0;
+  float* d_acc = nullptr;
+  if (cause != block::StagingCause::kNone) {
+    hostSlot = block::agreedSlot(bad, static_cast<uint8_t>(cause));
+  } else {
+    auto lk = opt_.residuals->lock();
+    BufPtr acc;
+    const Status st = enqueueLocalPart(job, nullptr, words, &acc, &scratch.bufs);
+    if (!st.ok()) {
+      hostSlot = block::agreedSlot(-1, 0);
+      p->local_ = Status(st.code(), "rank " + std::to_string(opt_.rank) + ": device local stage of " +
+                                        bucketName(members) + ": " + st.message());
+    } else {
+      d_acc = static_cast<float*>(acc->p);
+      auto slab = std::make_unique<Slab>();
+      slab->buf = std::move(acc);
+      slab->n = n;
+      p->slab_ = std::move(slab);
+    }
+  }
+
+  DenseGatherArgs g;
+  g.d_acc = d_acc;
+  g.n = n;
+  g.members = static_cast<uint32_t>(M);
+  g.P = P;
+  g.rank = rank;
+  g.hostSlot = hostSlot;
+  g.d_vals = static_cast<float*>(d_vals);
+  MGS_RETURN_IF_ERROR(engine_->enqueueDenseGather(g));
+
+  // The one collective: every rank's acc and slot, summed.
+  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(localDone_), stream));
+  MGS_CUDA_CHECK(cudaStreamWaitEvent(ncclStream, static_cast<cudaEvent_t>(localDone_), 0));
+  MGS_RETURN_IF_ERROR(dj.comm->startAllreduce(d_vals, n + static_cast<size_t>(P), MGS_FLOAT32, CommOp::kSum, &p->nccl_));
+  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(ncclDone_), ncclStream));
+  MGS_RETURN_IF_ERROR(engine_->waitEvent(ncclDone_));
+
+  const std::vector<BucketMember> bm = p->local_.ok() ? outputMembers(members, dj.factors) : std::vector<BucketMember>();
+  DenseFinishArgs f;
+  f.members = &bm;
+  f.d_vals = static_cast<const float*>(d_vals);
+  f.n = n;
+  f.bucketMembers = static_cast<uint32_t>(M);
+  f.P = P;
+  f.propagate = dj.propagate;
+  MGS_RETURN_IF_ERROR(engine_->enqueueDenseFinish(f, &p->verdict_));
   p->scattered_ = true;
   MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(p->slot_.event), stream));
   *out = std::move(p);

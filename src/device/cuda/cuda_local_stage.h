@@ -83,6 +83,11 @@ class CudaLocalStage final : public ResidentLocalStage {
   // allreduce on the communicator's stream, the verdict and the scatter on
   // the device. Written 2026-12-01 without a GPU: never run.
   bool runsAgreedDeviceBuckets() const override { return true; }
+  // And the dense fallback's (dj.dense; cuda_device_buckets.cc): the fused
+  // acc and the verdict slots in one NCCL allreduce, the verdict and the
+  // outputs on the device, the residual +0. Written 2026-12-02 without a
+  // GPU: never run.
+  bool runsDenseDeviceBuckets() const override { return true; }
   Status startBucket(const DeviceBucketJob& job, std::unique_ptr<PendingDeviceBucket>* out) override;
   // The GPU selector on calibration's synthetic gradient, in place, timed
   // with events on the engine's stream: median of 3 after a warm-up, per
@@ -131,6 +136,7 @@ class CudaLocalStage final : public ResidentLocalStage {
   Status servesBucket(const std::vector<Request>& members, int comm_device, int* bad, block::StagingCause* cause,
                       Status* why) const;
   Status startAgreedBucket(const DeviceBucketJob& job, std::unique_ptr<PendingDeviceBucket>* out);
+  Status startDenseBucket(const DeviceBucketJob& job, std::unique_ptr<PendingDeviceBucket>* out);
   void giveSlot(const HostSlot& s) { slots_.push_back(s); }
   // The local part of a device bucket into d_block (runSparse without the
   // copy to the host); this rank's non-finite words go to `words` (pinned).

@@ -214,6 +214,45 @@ class StandInAgreedPending final : public StandInPendingBase {
   }
 };
 
+// The dense fallback's device bucket run on the host: the allreduce of
+// [acc | P slots] at start on the "device communicator"; the verdict and
+// the outputs once the pipeline polls (any failed slot: no output written;
+// only non-finite slots under propagate, NaN everywhere; else every entry
+// the sum, times float(factor) unless 1). The slab is +0: all was sent.
+class StandInDensePending final : public StandInPendingBase {
+ public:
+  std::vector<float> vals;  // [n sums | P slots]
+  size_t n = 0;
+
+ private:
+  void finish() override {
+    const size_t M = members.size();
+    bool failed = false, other = false;
+    for (int r = 0; r < P; ++r) {
+      const uint32_t slot = static_cast<uint32_t>(vals[n + r]);
+      const uint64_t code = slot == 0 ? 0 : block::agreedSlotCode(slot, M);
+      res.headers.push_back(code);
+      if (slot == 0) continue;
+      const block::Header h = block::decodeHeader(code, cap, M);
+      failed = true;
+      other |= !(h.bad_member >= 0 && h.cause == block::StagingCause::kNone);
+    }
+    if (failed) {
+      if (other || !propagate) return;
+      for (auto& m : members) std::fill_n(static_cast<float*>(m.output.data), m.output.numel(), std::nanf(""));
+      res.nan_written = true;
+      return;
+    }
+    size_t off = 0;
+    for (size_t m = 0; m < M; ++m) {
+      const float f = static_cast<float>(factors[m]);
+      float* o = static_cast<float*>(members[m].output.data);
+      for (size_t i = 0; i < members[m].output.numel(); ++i, ++off) o[i] = f != 1.0f ? vals[off] * f : vals[off];
+    }
+    res.written = true;
+  }
+};
+
 class DeviceStandIn final : public test::StandInStage {
  public:
   explicit DeviceStandIn(const LocalStageOptions& shared) : StandInStage(shared), rank_(shared.rank) {}
@@ -281,9 +320,11 @@ class DeviceStandIn final : public test::StandInStage {
     return Status::OK();
   }
   bool runsAgreedDeviceBuckets() const override { return !resident_only; }
+  bool runsDenseDeviceBuckets() const override { return !resident_only; }
   Status startBucket(const DeviceBucketJob& dj, std::unique_ptr<PendingDeviceBucket>* out) override {
     ++starts;
     if (dj.job->block != nullptr) return Status(Code::kInternal, "stand-in: a host block for a device bucket");
+    if (dj.dense) return startDense(dj, out);
     if (dj.leader >= 0) return startAgreed(dj, out);
     const std::vector<Request>& members = *dj.job->members;
     auto p = std::make_unique<StandInPending>();
@@ -319,9 +360,50 @@ class DeviceStandIn final : public test::StandInStage {
     *out = std::move(p);
     return Status::OK();
   }
-  int agreed_starts = 0;
+  int agreed_starts = 0, dense_starts = 0;
 
  private:
+  Status startDense(const DeviceBucketJob& dj, std::unique_ptr<PendingDeviceBucket>* out) {
+    ++dense_starts;
+    const std::vector<Request>& members = *dj.job->members;
+    if (dj.job->select || dj.leader >= 0) return Status(Code::kInternal, "stand-in: a dense job selects nothing");
+    auto p = std::make_unique<StandInDensePending>();
+    p->waits = &waits;
+    p->cap = dj.job->cap;
+    p->n = dj.job->n;
+    p->P = dj.comm->size();
+    p->factors = dj.factors;
+    p->propagate = dj.propagate;
+    for (const auto& m : members) p->members.push_back(hostCopy(m));
+    p->vals.assign(p->n + p->P, 0.0f);
+    uint32_t slot = 0;
+    int bad = -1;
+    const block::StagingCause cause = deviceBucketProblem(members, dj.comm_device, &bad);
+    if (cause != block::StagingCause::kNone) {
+      p->res.local = Status(Code::kInvalidArgument, "stand-in: " + std::string(block::stagingCauseText(cause)));
+      slot = block::agreedSlot(bad, static_cast<uint8_t>(cause));
+    } else {
+      MGS_RETURN_IF_ERROR(adopt(members));
+      LocalJob j = *dj.job;
+      j.members = &p->members;
+      LocalOutcome lo;
+      inner_->run(j, &lo);
+      p->res.local = lo.status;
+      p->res.bad_member = lo.bad_member;
+      p->res.non_finite = lo.non_finite;
+      p->slab = std::move(lo.slab);
+      if (!lo.status.ok()) slot = block::agreedSlot(lo.bad_member, 0);
+      // All of acc into the sum; the slab keeps +0 everywhere.
+      std::vector<uint32_t> all(p->n);
+      for (size_t i = 0; i < p->n; ++i) all[i] = static_cast<uint32_t>(i);
+      if (p->slab) MGS_RETURN_IF_ERROR(inner_->extract(*p->slab, all.data(), p->n, p->vals.data()));
+    }
+    p->vals[p->n + dj.comm->rank()] = static_cast<float>(slot);
+    MGS_RETURN_IF_ERROR(dj.comm->allreduce(p->vals.data(), p->vals.size(), MGS_FLOAT32, CommOp::kSum));
+    *out = std::move(p);
+    return Status::OK();
+  }
+
   Status startAgreed(const DeviceBucketJob& dj, std::unique_ptr<PendingDeviceBucket>* out) {
     ++agreed_starts;
     const std::vector<Request>& members = *dj.job->members;
@@ -399,6 +481,8 @@ struct WorldOptions {
   int node_size = 0;
   size_t size_scale = 1;  // every tensor this many times its kTensors size
   bool resident_only = false;  // CUDA tensors and a resident stage, but no device communicator (MPI only)
+  double density = 0.05;
+  bool dense_fallback = false;  // MGS_DENSE_FALLBACK
 };
 
 const std::vector<std::pair<std::string, size_t>> kTensors = {{"w.a", 300}, {"w.b", 200}};
@@ -417,7 +501,7 @@ struct RankLog {
   std::vector<std::vector<float>> residuals;  // after each step, [step * tensors + t]
   std::vector<std::vector<float>> residuals_before;
   uint64_t device_buckets = 0, host_buckets = 0;
-  int waits = 0, starts = 0, resident_runs = 0, agreed_scatters = 0, agreed_starts = 0;
+  int waits = 0, starts = 0, resident_runs = 0, agreed_scatters = 0, agreed_starts = 0, dense_starts = 0;
   double c_s_calibrated = -1, c_s = -1;  // the model's selection term after init, and at the end
   SparseStats stats;                     // the pipeline's counters at the end
   std::string error;                     // a REQUIRE-free report of set-up failures
@@ -428,12 +512,12 @@ void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> worl
   ThreadCommunicator comm(world, rank);
   Config config;
   config.compressor = "topk";
-  config.density = 0.05;
+  config.density = wo.density;
   config.min_sparse_elements = 1;
   config.calibration = wo.calibrate ? "auto" : "off";
   config.exchange = wo.exchange;
   config.node_size = wo.node_size;
-  config.dense_fallback = false;
+  config.dense_fallback = wo.dense_fallback;
   config.profile_steps = 1000;  // layer-wise buckets throughout
   config.replan_tolerance = 0;
   config.nonfinite = wo.propagate ? "propagate" : "error";
@@ -529,6 +613,7 @@ void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> worl
     log->resident_runs = standin->runs;
     log->agreed_scatters = standin->agreed_scatters;
     log->agreed_starts = standin->agreed_starts;
+    log->dense_starts = standin->dense_starts;
   }
 }
 
@@ -849,6 +934,53 @@ TEST_CASE("device buckets: hierarchical buckets of CUDA tensors never start a de
   }
 }
 
+// A world of the agreed exchange (MGS_EXCHANGE=agreed), or of the dense
+// fallback (auto, MGS_DENSE_FALLBACK, density * P >= 1: every bucket dense).
+WorldOptions exchangeWorld(bool dense, int P) {
+  WorldOptions wo;
+  wo.P = P;
+  if (dense) {
+    wo.exchange = "auto";
+    wo.dense_fallback = true;
+    wo.density = 0.5;
+  } else {
+    wo.exchange = "agreed";
+  }
+  return wo;
+}
+
+TEST_CASE("device buckets: dense fallback buckets of CUDA tensors run as device buckets, bitwise the host dense exchange's",
+          "[core][device_bucket]") {
+  // Where the 1/P rule sends a bucket of CUDA tensors dense: the fused acc
+  // and the verdict slots summed by one allreduce, the verdict and the
+  // outputs on the device; finished by polling only, every bucket on the
+  // device path, outputs, residuals (+0: everything was sent) and bytes
+  // bitwise the host dense exchange's.
+  for (int P : {2, 3, 4}) {
+    WorldOptions dev = exchangeWorld(true, P), host = dev;
+    host.device = false;
+    const std::vector<RankLog> d = runWorld(dev), h = runWorld(host);
+    const uint64_t buckets = dev.steps * kTensors.size();
+    for (int r = 0; r < P; ++r) {
+      INFO("P = " << P << ", rank " << r);
+      REQUIRE(d[r].device_buckets == buckets);
+      REQUIRE(d[r].dense_starts == static_cast<int>(buckets));
+      REQUIRE(d[r].host_buckets == 0);
+      REQUIRE(d[r].resident_runs == 0);
+      REQUIRE(d[r].waits == 0);
+      REQUIRE(d[r].stats.dense_buckets == buckets);
+      REQUIRE(h[r].stats.dense_buckets == buckets);  // the reference is the host dense exchange
+      requireOnePath(d[r].stats, BucketPath::kDevice, buckets);
+      requireOnePath(h[r].stats, BucketPath::kHost, buckets);
+      REQUIRE(d[r].stats.bytes_sent == h[r].stats.bytes_sent);
+      REQUIRE(d[r].stats.selected == 0);
+      requireSameResults(d[r], h[r]);
+      for (const auto& res : d[r].residuals)
+        for (float v : res) REQUIRE(bits(v) == 0);
+    }
+  }
+}
+
 TEST_CASE("device buckets: agreed buckets of CUDA tensors run as device buckets, bitwise the host agreed exchange's",
           "[core][device_bucket]") {
   // MGS_EXCHANGE=agreed with a device communicator: the leader's block
@@ -881,23 +1013,24 @@ TEST_CASE("device buckets: agreed buckets of CUDA tensors run as device buckets,
   }
 }
 
-TEST_CASE("device buckets: a non-finite value in an agreed device bucket, on its leader or not", "[core][device_bucket]") {
-  // Rank 1 leads some steps and not others. Under 'error' every rank fails
-  // w.a's bucket at that step naming rank 1 and the tensor; under
+TEST_CASE("device buckets: a non-finite value in an agreed (on its leader or not) or dense device bucket",
+          "[core][device_bucket]") {
+  // Agreed: rank 1 leads some steps and not others. Under 'error' every
+  // rank fails w.a's bucket at that step naming rank 1 and the tensor; under
   // 'propagate' every output is NaN on every rank and the step is skipped.
   // Either way nothing commits, and w.b is unaffected.
+  for (bool dense : {false, true})
   for (bool propagate : {false, true})
     for (int nan_step : {0, 1, 2}) {
-      WorldOptions wo;
-      wo.P = 3;
-      wo.exchange = "agreed";
+      WorldOptions wo = exchangeWorld(dense, 3);
       wo.propagate = propagate;
       wo.nan_rank = 1;
       wo.nan_step = nan_step;
       const std::vector<RankLog> logs = runWorld(wo);
       const size_t i = nan_step * kTensors.size();
       for (int r = 0; r < wo.P; ++r) {
-        INFO("propagate " << propagate << ", NaN at step " << nan_step << ", rank " << r);
+        INFO((dense ? "dense" : "agreed") << ", propagate " << propagate << ", NaN at step " << nan_step << ", rank "
+                                          << r);
         const Status& st = logs[r].statuses[i];
         INFO(st.toString());
         if (propagate) {
@@ -914,25 +1047,26 @@ TEST_CASE("device buckets: a non-finite value in an agreed device bucket, on its
         REQUIRE(logs[r].statuses[i + 1].ok());
         REQUIRE(logs[r].waits == 0);
         REQUIRE(logs[r].device_buckets == wo.steps * kTensors.size());
+        REQUIRE(logs[r].dense_starts == (dense ? static_cast<int>(wo.steps * kTensors.size()) : 0));
       }
     }
 }
 
-TEST_CASE("device buckets: a tensor on the wrong device fails an agreed device bucket on every rank, naming it",
+TEST_CASE("device buckets: a tensor on the wrong device fails an agreed or dense device bucket on every rank, naming it",
           "[core][device_bucket]") {
-  // At steps 0..2 rank 1 is the leader once: as leader its block carries the
-  // staging code; otherwise its verdict slot does. Either way every rank
-  // names rank 1, the tensor and the cause, and nothing is written.
+  // Agreed: at steps 0..2 rank 1 is the leader once: as leader its block
+  // carries the staging code; otherwise its verdict slot does (dense: always
+  // its slot). Either way every rank names rank 1, the tensor and the cause,
+  // and nothing is written.
+  for (bool dense : {false, true})
   for (int wrong_step : {0, 1, 2}) {
-    WorldOptions wo;
-    wo.P = 3;
-    wo.exchange = "agreed";
+    WorldOptions wo = exchangeWorld(dense, 3);
     wo.wrong_device_rank = 1;
     wo.wrong_step = wrong_step;
     const std::vector<RankLog> logs = runWorld(wo);
     const size_t ib = wrong_step * kTensors.size() + 1;
     for (int r = 0; r < wo.P; ++r) {
-      INFO("step " << wrong_step << ", rank " << r);
+      INFO((dense ? "dense" : "agreed") << ", step " << wrong_step << ", rank " << r);
       const Status& st = logs[r].statuses[ib];
       REQUIRE(!st.ok());
       INFO(st.message());
