@@ -46,8 +46,9 @@ endif()
 
 # The host local stage (src/core/CMakeLists.txt's mgs_core_local): the
 # reference the device local stage is tested against, and what it builds on.
-add_library(mgs_core_local STATIC src/core/cpu_local_stage.cc src/core/nonfinite.cc src/core/residual_store.cc)
-target_link_libraries(mgs_core_local PUBLIC mgs_compress mgs_common PRIVATE mgs_device_memory_cuda)
+add_library(mgs_core_local STATIC src/core/collective_timing.cc src/core/cpu_local_stage.cc src/core/nonfinite.cc
+                                  src/core/residual_store.cc)
+target_link_libraries(mgs_core_local PUBLIC mgs_comm mgs_compress mgs_common PRIVATE mgs_device_memory_cuda)
 set_source_files_properties(src/core/nonfinite.cc PROPERTIES COMPILE_OPTIONS "$<$<NOT:$<CONFIG:Debug>>:-O3>")
 
 add_subdirectory(cuda)

@@ -52,32 +52,31 @@ double allgatherOverlap(double one_s, double together_s, int k) {
   return std::min(1.0, std::max(0.0, overlap));
 }
 
+Status fitCollectives(const CollectiveSizes& sizes, const std::vector<double>& t, int P, plan::CostModel* out) {
+  MGS_ENSURE(t.size() >= sizes.allreduce.size() + sizes.allgather.size() + sizes.broadcast.size(), kInternal,
+             "collective timings: " << t.size() << " figures");
+  std::vector<plan::Sample> ar, ag, bc;
+  size_t i = 0;
+  for (size_t b : sizes.allreduce) ar.emplace_back(double(b), t[i++]);
+  for (size_t b : sizes.allgather) ag.emplace_back(double(b) * P, t[i++]);  // the model takes total bytes
+  for (size_t b : sizes.broadcast) bc.emplace_back(double(b), t[i++]);
+  // Piecewise-linear through the measured points, not one least-squares line:
+  // a line fitted over 4 KiB..64 MiB is dominated by the large sizes and gets
+  // the per-call startup (what decides small buckets) wrong.
+  MGS_RETURN_IF_ERROR(plan::CommModel::table(ar, &out->allreduce));
+  MGS_RETURN_IF_ERROR(plan::CommModel::table(ag, &out->allgather));
+  MGS_RETURN_IF_ERROR(plan::CommModel::table(bc, &out->broadcast));
+  return Status::OK();
+}
+
 Status measureCostModel(Communicator& comm, const compress::Selector& selector, plan::CostModel* out) {
   const int P = comm.size();
-  const std::vector<size_t> ar_bytes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
-  const std::vector<size_t> ag_bytes = {4 << 10, 64 << 10, 1 << 20, 8 << 20};  // per rank
+  const CollectiveSizes& cs = hostCollectiveSizes();
   const std::vector<size_t>& sel_n = calibrationSelectionSizes();
   std::vector<double> t;  // all timings, max-reduced in one call below
-  std::vector<float> buf(ar_bytes.back() / 4, 0.0f);
-  for (size_t b : ar_bytes) {
-    double s;
-    MGS_RETURN_IF_ERROR(timeCall(3, &s, [&] { return comm.allreduce(buf.data(), b / 4, MGS_FLOAT32, CommOp::kSum); }));
-    t.push_back(s);
-  }
-  std::vector<char> gathered(ag_bytes.back() * P);
-  for (size_t b : ag_bytes) {
-    double s;
-    MGS_RETURN_IF_ERROR(timeCall(3, &s, [&] { return comm.allgather(buf.data(), b, gathered.data()); }));
-    t.push_back(s);
-  }
-  // The agreed exchange's index block travels by broadcast (root 0; the
-  // leader rotates, the cost does not depend on which rank it is).
-  const std::vector<size_t> bc_bytes = {4 << 10, 64 << 10, 1 << 20, 8 << 20};
-  for (size_t b : bc_bytes) {
-    double s;
-    MGS_RETURN_IF_ERROR(timeCall(3, &s, [&] { return comm.broadcast(buf.data(), b, 0); }));
-    t.push_back(s);
-  }
+  std::vector<float> buf(cs.bufferBytes() / 4, 0.0f);
+  std::vector<char> gathered(cs.recvBytes(P));
+  MGS_RETURN_IF_ERROR(measureCollectives(comm, cs, buf.data(), gathered.data(), &t));
   {
     std::vector<float> x(sel_n.back()), res(sel_n.back(), 0.0f);
     compress::syntheticGradient(x.data(), x.size());
@@ -156,22 +155,13 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
   }
   MGS_RETURN_IF_ERROR(comm.allreduce(t.data(), t.size(), MGS_FLOAT64, CommOp::kMax));
 
-  std::vector<plan::Sample> ar, ag, sel;
-  size_t i = 0;
-  for (size_t b : ar_bytes) ar.emplace_back(double(b), t[i++]);
-  for (size_t b : ag_bytes) ag.emplace_back(double(b) * P, t[i++]);  // the model takes total bytes
-  std::vector<plan::Sample> bc;
-  for (size_t b : bc_bytes) bc.emplace_back(double(b), t[i++]);
+  MGS_RETURN_IF_ERROR(fitCollectives(cs, t, P, out));
+  size_t i = cs.allreduce.size() + cs.allgather.size() + cs.broadcast.size();
+  std::vector<plan::Sample> sel;
   for (size_t n : sel_n) sel.emplace_back(double(n), t[i++]);
   out->group_host_s = t[i++];
   const double ag_one = t[i++], ag_k = t[i++];
   out->allgather_overlap = allgatherOverlap(ag_one, ag_k, kOverlapK);
-  // Piecewise-linear through the measured points, not one least-squares line:
-  // a line fitted over 4 KiB..64 MiB is dominated by the large sizes and gets
-  // the per-call startup (what decides small buckets) wrong.
-  MGS_RETURN_IF_ERROR(plan::CommModel::table(ar, &out->allreduce));
-  MGS_RETURN_IF_ERROR(plan::CommModel::table(ag, &out->allgather));
-  MGS_RETURN_IF_ERROR(plan::CommModel::table(bc, &out->broadcast));
   // Every CPU selector (exact top-k included) is a constant number of passes: linear.
   MGS_RETURN_IF_ERROR(plan::SparsifyModel::fit(plan::SparsifyModel::Kind::kLinear, sel, &out->sparsify));
   // A negotiation round is an allreduce of a few hundred bytes (the ready

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/collective_timing.h"
 #include "compress/selector.h"
 #include "plan/cost_model.h"
 
@@ -22,6 +23,10 @@ inline const std::vector<size_t>& calibrationSelectionSizes() {
   static const std::vector<size_t> sizes = {size_t{1} << 16, size_t{1} << 20, size_t{1} << 22};
   return sizes;
 }
+
+// The allreduce, allgather and broadcast tables of *out from such timings
+// (max-reduced over ranks first), piecewise linear through the points.
+Status fitCollectives(const CollectiveSizes& sizes, const std::vector<double>& seconds, int P, plan::CostModel* out);
 
 // Collective: every rank ends with the same terms (allreduce, allgather,
 // broadcast, sparsify, negotiation_s, group_host_s, allgather_overlap); the

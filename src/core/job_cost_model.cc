@@ -146,6 +146,44 @@ void JobCostModel::agreeDeviceSelection(const Status& own, const std::vector<dou
   online_.setBase(base);
 }
 
+void JobCostModel::agreeDeviceCollectives(const Status& own, const std::vector<double>& mine) {
+  device_comm_asked_ = true;
+  const CollectiveSizes& sizes = deviceCollectiveSizes();
+  const size_t calls = sizes.allreduce.size() + sizes.allgather.size() + sizes.broadcast.size();
+  std::vector<double> t(calls + 1, 0.0);
+  if (own.ok() && mine.size() == calls)
+    std::copy(mine.begin(), mine.end(), t.begin());
+  else
+    t.back() = 1.0;  // this rank has no figures: every rank keeps the MPI terms
+  const Status st = comm_.allreduce(t.data(), t.size(), MGS_FLOAT64, CommOp::kMax);
+  if (!st.ok() || t.back() > 0) {
+    MGS_LOG_WARN("rank {}: the device communicator's collectives were not timed ({}); the cost model keeps MPI's "
+                 "terms and CUDA device buckets take the allgather",
+                 comm_.rank(), !st.ok() ? st.message() : own.ok() ? "another rank could not" : own.message());
+    return;
+  }
+  plan::CostModel m = model_;
+  if (!fitCollectives(sizes, t, comm_.size(), &m).ok()) return;
+  if (comm_.rank() == 0)
+    MGS_LOG_INFO(
+        "device communicator timed: allgather {:.3g} ms for 1 MiB in all, allreduce {:.3g} ms for 1 MiB, broadcast "
+        "{:.3g} ms for 1 MiB (MPI's: {:.3g}, {:.3g}, {:.3g} ms); the exchange choice of device buckets and the merge "
+        "plan use them",
+        m.allgather.seconds(1 << 20) * 1e3, m.allreduce.seconds(1 << 20) * 1e3, m.broadcast.seconds(1 << 20) * 1e3,
+        model_.allgather.seconds(1 << 20) * 1e3, model_.allreduce.seconds(1 << 20) * 1e3,
+        model_.broadcast.seconds(1 << 20) * 1e3);
+  if (pinned_) return;  // the plan file's model decides, not a measurement
+  model_.allreduce = m.allreduce;
+  model_.allgather = m.allgather;
+  model_.broadcast = m.broadcast;
+  plan::CostModel base = online_.base();
+  base.allreduce = m.allreduce;
+  base.allgather = m.allgather;
+  base.broadcast = m.broadcast;
+  online_.setBase(base);
+  device_priced_ = true;
+}
+
 void JobCostModel::pin(const plan::CostModel& saved) {
   // The file's model prices what the file does not fix (warm-up densities,
   // partial buckets), so nothing measured in this job decides.

@@ -14,6 +14,9 @@
 //                 anything that belongs in it.
 //   agreeDeviceSelection()  the selection term timed where CUDA buckets
 //                 are selected (the first such bucket, MGS_CALIBRATION=auto)
+//   agreeDeviceCollectives()  the collective terms timed on the device
+//                 communicator (NCCL) where CUDA buckets run as device
+//                 buckets (the same bucket)
 //   pin()         a saved plan's model (MGS_PLAN_FILE) replaces the measured
 //                 one; nothing measured changes it afterwards
 //   refit()       the online re-planning's correction (online_cost.h)
@@ -76,6 +79,20 @@ class JobCostModel {
   // refit's base, unless a plan file pinned the model.
   void agreeDeviceSelection(const Status& own, const std::vector<double>& seconds);
 
+  // Whether the next bucket of CUDA tensors, if it runs as a device bucket,
+  // is to time the device communicator's collectives (MGS_CALIBRATION=auto,
+  // once per job). Collective at that bucket: `own` and `seconds` are this
+  // rank's measureCollectives at deviceCollectiveSizes(); the slowest rank's
+  // figures replace the allreduce, allgather and broadcast terms (in the
+  // model and the online refit's base) unless a plan file pinned the model,
+  // and from then on devicePriced(): the exchange choice of device buckets
+  // follows the model. A rank that could not time them keeps every rank on
+  // the MPI terms (and device buckets on the allgather).
+  bool wantsDeviceCollectives() const { return !device_comm_asked_ && ready_ && config_.calibration == "auto"; }
+  void skipDeviceCollectives() { device_comm_asked_ = true; }
+  void agreeDeviceCollectives(const Status& own, const std::vector<double>& seconds);
+  bool devicePriced() const { return device_priced_; }
+
   // A saved plan's model (MGS_PLAN_FILE) replaces this one; the job's ranks
   // per node stay. Collective state: every rank pins the same bytes.
   void pin(const plan::CostModel& saved);
@@ -99,6 +116,7 @@ class JobCostModel {
   plan::CostModel model_;
   OnlineCost online_;
   bool ready_ = false, pinned_ = false, device_asked_ = false;
+  bool device_comm_asked_ = false, device_priced_ = false;
   // Rank 0 saves MGS_CALIBRATION=<file> once, in useNodes(): set when the
   // file was missing (measured here) or lacked the node terms.
   bool save_ = false;

@@ -27,6 +27,7 @@
 #include "comm/communicator.h"
 #include "core/local_stage.h"
 #include "core/residual_store.h"
+#include "core/calibration.h"
 #include "core/sparse_block.h"
 
 namespace mgs {
@@ -158,6 +159,18 @@ class ResidentLocalStage : public LocalStage, public ResidualStore::External {
     (void)sizes;
     (void)seconds;
     return Status(Code::kUnsupported, "this local stage does not time its selection");
+  }
+
+  // The device communicator's collectives (NCCL), timed on this stage's
+  // memory at `sizes` (measureCollectives' order and rule): the first
+  // device bucket's calibration (MGS_CALIBRATION=auto), so that the cost
+  // model prices the collectives device buckets run. Collective over
+  // `comm` (every rank of it calls this at the same bucket).
+  virtual Status timeCollectives(Communicator& comm, const CollectiveSizes& sizes, std::vector<double>* seconds) {
+    (void)comm;
+    (void)sizes;
+    (void)seconds;
+    return Status(Code::kUnsupported, "this local stage does not time the device communicator");
   }
 
   // Whether startBucket is implemented (the CUDA stage on the NCCL backend),

@@ -149,6 +149,21 @@ void SparsePipeline::calibrateDeviceSelection(std::vector<Request>& members, siz
   cost_.agreeDeviceSelection(own, mine);
 }
 
+void SparsePipeline::calibrateDeviceCollectives(std::vector<Request>& members, size_t n) {
+  LocalJob probe;
+  probe.members = &members;
+  probe.n = n;
+  // The same answer on every rank: either none times, or every rank does.
+  if (!deviceBucket(members, probe) || !local_->resident()) {
+    cost_.skipDeviceCollectives();
+    return;
+  }
+  device::DeviceComm* dc = device_comm_();
+  std::vector<double> mine;
+  const Status own = local_->resident()->timeCollectives(*dc->comm, deviceCollectiveSizes(), &mine);
+  cost_.agreeDeviceCollectives(own, mine);
+}
+
 plan::Exchange SparsePipeline::chooseExchange(std::vector<Request>& members, size_t n, double density) {
   const int P = comm_.size();
   // on_cuda is negotiated: every rank takes the same branch.
@@ -158,8 +173,10 @@ plan::Exchange SparsePipeline::chooseExchange(std::vector<Request>& members, siz
     // takes an exchange that would stage its gradient through host memory
     // and select it on the CPU, whatever the MPI-calibrated cost model says.
     //  - Device buckets (NCCL, every rank with a device stage: deviceBucket
-    //    agrees on that once): the allgather, the exchange that runs whole
-    //    on the device (the cost model prices host collectives, not NCCL).
+    //    agrees on that once): the allgather, or where the model was given
+    //    the device communicator's terms (devicePriced) its choice among
+    //    the exchanges with a device bucket: the allgather, the agreed
+    //    exchange and the dense fallback.
     //  - A resident stage on every rank without device buckets (no NCCL):
     //    the allgather and the agreed exchange both select on the GPU and
     //    send only compact data through MPI, so the cost model chooses
@@ -174,8 +191,10 @@ plan::Exchange SparsePipeline::chooseExchange(std::vector<Request>& members, siz
     const bool device = deviceBucket(members, probe);
     if (device || residentEverywhere(members, n)) {
       if (config_.dense_fallback && density * P >= 1.0) return plan::Exchange::kDense;
-      if (!device && schedule_.exchangeFor(members, n, density) == plan::Exchange::kAgreed)
-        return plan::Exchange::kAgreed;
+      if (device && !cost_.devicePriced()) return plan::Exchange::kAllgather;
+      const plan::Exchange e = schedule_.exchangeFor(members, n, density);
+      if (e == plan::Exchange::kAgreed) return e;
+      if (e == plan::Exchange::kDense && device && local_->resident()->runsDenseDeviceBuckets()) return e;
       return plan::Exchange::kAllgather;
     }
   }
@@ -198,6 +217,9 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
   if (cost_.wantsDeviceSelection() &&
       std::all_of(members.begin(), members.end(), [](const Request& m) { return m.sig.on_cuda; }))
     calibrateDeviceSelection(members, n);
+  if (cost_.wantsDeviceCollectives() &&
+      std::all_of(members.begin(), members.end(), [](const Request& m) { return m.sig.on_cuda; }))
+    calibrateDeviceCollectives(members, n);
   const double density = schedule_.currentDensity();
   // The same choice on every rank.
   const plan::Exchange exchange = chooseExchange(members, n, density);

@@ -130,6 +130,10 @@ class SparsePipeline {
   // same bucket); a rank whose buckets are selected on the CPU keeps every
   // rank on calibration's figure.
   void calibrateDeviceSelection(std::vector<Request>& members, size_t n);
+  // At the same bucket, where it runs as a device bucket: time the device
+  // communicator's collectives on the resident stage's memory and hand
+  // them to the cost model (JobCostModel::agreeDeviceCollectives). Collective.
+  void calibrateDeviceCollectives(std::vector<Request>& members, size_t n);
   const compress::Selector& selectorFor(double density);
   // The options of every selector this pipeline makes (one per density).
   compress::SelectorOptions selectorOptions(double density) const;

@@ -229,6 +229,25 @@ uint64_t CudaLocalStage::failedSelection(const std::vector<Request>& members, co
   return block::failureCode(-1);
 }
 
+Status CudaLocalStage::timeCollectives(Communicator& comm, const CollectiveSizes& sizes,
+                                       std::vector<double>* seconds) {
+  MGS_ENSURE(seconds != nullptr, kInvalidArgument, "timeCollectives: no output");
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  Scratch scratch{engine_->pool(), {}};
+  void *d_buf = nullptr, *d_recv = nullptr;
+  const size_t bufB = sizes.bufferBytes(), recvB = sizes.recvBytes(comm.size());
+  MGS_RETURN_IF_ERROR(scratch.take(bufB, &d_buf));
+  MGS_RETURN_IF_ERROR(scratch.take(recvB, &d_recv));
+  cudaStream_t stream = asStream(engine_->stream());
+  MGS_CUDA_CHECK(cudaMemsetAsync(d_buf, 0, bufB, stream));  // zeros: no NaN in the sums
+  MGS_CUDA_CHECK(cudaMemsetAsync(d_recv, 0, recvB, stream));
+  MGS_RETURN_IF_ERROR(syncStream(stream));  // before the communicator's stream reads them
+  seconds->clear();
+  // Blocking collectives: every call has ended when measureCollectives
+  // returns, so the buffers go back to the pool with nothing in flight.
+  return measureCollectives(comm, sizes, d_buf, d_recv, seconds);
+}
+
 Status CudaLocalStage::timeSelection(const compress::Selector& cpu, const std::vector<size_t>& sizes,
                                      std::vector<double>* seconds) {
   MGS_ENSURE(!sizes.empty() && seconds != nullptr, kInvalidArgument, "timeSelection: no sizes");

@@ -95,6 +95,11 @@ class CudaLocalStage final : public ResidentLocalStage {
   // in steady state). Written 2026-11-27 without a GPU: never run.
   Status timeSelection(const compress::Selector& cpu, const std::vector<size_t>& sizes,
                        std::vector<double>* seconds) override;
+  // The NCCL communicator's allreduce, allgather and broadcast on two
+  // device buffers from the pool (measureCollectives: blocking calls,
+  // wall-clock medians). At the same bucket as timeSelection. Written
+  // 2026-12-02 without a GPU: never run.
+  Status timeCollectives(Communicator& comm, const CollectiveSizes& sizes, std::vector<double>* seconds) override;
 
   // ResidualStore::External (called with the store's lock held).
   bool holds(const std::string& name, size_t* n) const override;

@@ -267,6 +267,25 @@ class DeviceStandIn final : public test::StandInStage {
     return Status::OK();
   }
 
+  // "The device communicator" takes (rank + 1) x (5 us + bytes x c) per
+  // call, c = 1 ns per byte, the allgather's allgather_ns (per byte of this
+  // rank's block): the slowest rank's figures are what every rank must price.
+  // cannot_time: this rank cannot time them.
+  double allgather_ns = 1.0;
+  bool cannot_time = false;
+  int collective_timings = 0;
+  Status timeCollectives(Communicator& comm, const CollectiveSizes& sizes, std::vector<double>* seconds) override {
+    ++collective_timings;
+    if (comm.size() < 1) return Status(Code::kInternal, "stand-in: no device communicator");
+    if (cannot_time) return Status(Code::kCuda, "stand-in: cannot time the device communicator");
+    seconds->clear();
+    auto call = [&](size_t b, double ns) { seconds->push_back((rank_ + 1) * (5e-6 + 1e-9 * ns * double(b))); };
+    for (size_t b : sizes.allreduce) call(b, 1.0);
+    for (size_t b : sizes.allgather) call(b, allgather_ns);
+    for (size_t b : sizes.broadcast) call(b, 1.0);
+    return Status::OK();
+  }
+
   // Device buckets only; or (resident_only: a GPU without NCCL) the local
   // stage of the allgather and the agreed exchange, only compact data going
   // to MPI (the hierarchical exchange's and dense buckets stay on the host).
@@ -483,6 +502,8 @@ struct WorldOptions {
   bool resident_only = false;  // CUDA tensors and a resident stage, but no device communicator (MPI only)
   double density = 0.05;
   bool dense_fallback = false;  // MGS_DENSE_FALLBACK
+  double device_allgather_ns = 1.0;  // the stand-in device communicator's allgather cost (see DeviceStandIn)
+  int cannot_time_rank = -1;         // this rank cannot time the device communicator
 };
 
 const std::vector<std::pair<std::string, size_t>> kTensors = {{"w.a", 300}, {"w.b", 200}};
@@ -502,6 +523,8 @@ struct RankLog {
   std::vector<std::vector<float>> residuals_before;
   uint64_t device_buckets = 0, host_buckets = 0;
   int waits = 0, starts = 0, resident_runs = 0, agreed_scatters = 0, agreed_starts = 0, dense_starts = 0;
+  int collective_timings = 0;
+  double allgather_1m = -1;  // the model's allgather of 1 MiB per rank, at the end
   double c_s_calibrated = -1, c_s = -1;  // the model's selection term after init, and at the end
   SparseStats stats;                     // the pipeline's counters at the end
   std::string error;                     // a REQUIRE-free report of set-up failures
@@ -542,6 +565,8 @@ void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> worl
       if (rank == wo.no_stage_rank) return Status(Code::kCuda, "stand-in: no device here");
       auto s = std::make_unique<DeviceStandIn>(o);
       s->resident_only = wo.resident_only;
+      s->allgather_ns = wo.device_allgather_ns;
+      s->cannot_time = rank == wo.cannot_time_rank;
       standin = s.get();
       *out = std::move(s);
       return Status::OK();
@@ -605,6 +630,7 @@ void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> worl
   pipe->drain();
   log->device_buckets = pipe->localStage().deviceBuckets();
   if (pipe->costModel()) log->c_s = pipe->costModel()->sparsify.c_s;
+  if (pipe->costModel()) log->allgather_1m = pipe->costModel()->allgather.seconds(double(wo.P) * (1 << 20));
   log->host_buckets = pipe->localStage().hostBuckets();
   log->stats = pipe->stats();
   if (standin) {
@@ -614,6 +640,7 @@ void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> worl
     log->agreed_scatters = standin->agreed_scatters;
     log->agreed_starts = standin->agreed_starts;
     log->dense_starts = standin->dense_starts;
+    log->collective_timings = standin->collective_timings;
   }
 }
 
@@ -899,6 +926,45 @@ TEST_CASE("device buckets: calibration times the selection where it runs, the sl
     const auto logs = runWorld(wo);
     for (const auto& l : logs) REQUIRE(l.c_s == l.c_s_calibrated);
   }
+}
+
+TEST_CASE("device buckets: the device communicator's collectives are timed once and decide the exchange under auto",
+          "[core][device_bucket]") {
+  // MGS_CALIBRATION=auto: at the first device bucket every rank times the
+  // device communicator; the slowest rank's figures replace the model's
+  // collective terms on every rank, and auto then picks among the exchanges
+  // with a device bucket by that model: an allgather priced 1,000x the
+  // other collectives per byte makes every bucket agreed, a cheap one keeps
+  // the allgather. One rank that cannot time them keeps every rank on the
+  // MPI terms and device buckets on the allgather.
+  const uint64_t buckets = 4 * kTensors.size();
+  for (double ag_ns : {0.01, 1000.0})
+    for (int cannot : {-1, 1}) {
+      WorldOptions wo;
+      wo.P = 3;
+      wo.calibrate = true;
+      wo.exchange = "auto";
+      wo.device_allgather_ns = ag_ns;
+      wo.cannot_time_rank = cannot;
+      const std::vector<RankLog> logs = runWorld(wo);
+      const double slowest = 3 * (5e-6 + 1e-9 * ag_ns * double(1 << 20));  // rank 2, 1 MiB per rank
+      for (int r = 0; r < wo.P; ++r) {
+        INFO("allgather " << ag_ns << " ns/B, rank " << cannot << " cannot time; rank " << r);
+        const RankLog& l = logs[r];
+        REQUIRE(l.collective_timings == 1);
+        REQUIRE(l.device_buckets == buckets);
+        requireOnePath(l.stats, BucketPath::kDevice, buckets);
+        REQUIRE(l.waits == 0);
+        if (cannot >= 0) {
+          REQUIRE(l.allgather_1m != Approx(slowest).epsilon(1e-6));
+          REQUIRE(l.agreed_starts == 0);
+          continue;
+        }
+        REQUIRE(l.allgather_1m == Approx(slowest).epsilon(1e-9));
+        REQUIRE(l.agreed_starts == (ag_ns > 1 ? static_cast<int>(buckets) : 0));
+        REQUIRE(l.stats.agreed_buckets == (ag_ns > 1 ? buckets : 0));
+      }
+    }
 }
 
 TEST_CASE("device buckets: hierarchical buckets of CUDA tensors never start a device bucket", "[core][device_bucket]") {
