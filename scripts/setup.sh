@@ -17,7 +17,7 @@ case "$mode" in
   *) echo "usage: $0 [--test]" >&2; exit 2 ;;
 esac
 
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> %s  [%d s]\n' "$*" "$SECONDS"; }
 
 # --- 1. Packages (Debian) ----------------------------------------------------
 packages=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libspdlog-dev libcli11-dev catch2 nlohmann-json3-dev
