@@ -13,6 +13,13 @@
 
 namespace mgs {
 
+double rescaleBackward(double scale, double backward_s, double predicted_s, double measured_s) {
+  if (!(backward_s > 0) || !(predicted_s > 0)) return scale;
+  const double tail = std::max(0.0, predicted_s - backward_s);
+  const double want = std::max(0.1 * backward_s, measured_s - tail);
+  return std::clamp(scale * want / backward_s, 0.05, 20.0);
+}
+
 void Replanner::record(const std::string& name, Clock::time_point enqueued, uint64_t step, bool have_plan) {
   const uint64_t profiled = step - profile_start_;
   // Only while profiling for a plan (layer-wise buckets): there every
@@ -104,11 +111,8 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
   // backward on busy cores, or hold the ranks in step where a plan does
   // not). Rank 0 rescales the profile's backward so that, with the tail the
   // plan predicted after it, the plan would have predicted the measured span.
-  if (comm_.rank() == 0 && last_backward_s_ > 0 && d.predicted_s > 0) {
-    const double tail = std::max(0.0, d.predicted_s - last_backward_s_);
-    const double want = std::max(0.1 * last_backward_s_, d.measured_s - tail);
-    backward_scale_ = std::clamp(backward_scale_ * want / last_backward_s_, 0.05, 20.0);
-  }
+  if (comm_.rank() == 0)
+    backward_scale_ = rescaleBackward(backward_scale_, last_backward_s_, d.predicted_s, d.measured_s);
   const plan::CostModel old = cost_.refit();
   const plan::CostModel& now = cost_.model();
   MGS_LOG_INFO(

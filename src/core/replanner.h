@@ -55,6 +55,16 @@
 
 namespace mgs {
 
+// A re-plan's backward scale (Replanner::checkPlan). The running plan was
+// priced with `backward_s` of backward (the profile's, times `scale`) and
+// predicted `predicted_s`, whose tail after backward is predicted_s -
+// backward_s (at least 0); it measured `measured_s`. The new scale makes
+// that backward, with the same tail, add up to the measured span: backward
+// times new/old = measured - tail, at least a tenth of backward_s, and the
+// scale stays within [0.05, 20]. Unchanged when backward_s or predicted_s is
+// not positive.
+double rescaleBackward(double scale, double backward_s, double predicted_s, double measured_s);
+
 class Replanner {
  public:
   // A plan as rank 0 broadcasts it.
