@@ -17,6 +17,8 @@ std::unique_ptr<BucketExchange> startAgreedExchange(ExchangeContext& ctx, Bucket
 std::unique_ptr<BucketExchange> startHierarchicalExchange(ExchangeContext& ctx, BucketStart& b);
 std::unique_ptr<BucketExchange> startDenseExchange(ExchangeContext& ctx, BucketStart& b);
 bool deviceDenseClaims(ExchangeContext& ctx, const BucketStart& b);
+bool deviceHierarchicalClaims(ExchangeContext& ctx, const BucketStart& b);
+std::unique_ptr<BucketExchange> startDeviceHierarchicalExchange(ExchangeContext& ctx, BucketStart& b);
 std::unique_ptr<BucketExchange> startDeviceDenseExchange(ExchangeContext& ctx, BucketStart& b);
 
 const std::vector<ExchangeEntry>& exchangeRegistry() {
@@ -25,6 +27,8 @@ const std::vector<ExchangeEntry>& exchangeRegistry() {
       {plan::Exchange::kAllgather, "allgather", nullptr, &startAllgatherExchange},
       {plan::Exchange::kAgreed, "agreed (device)", &deviceAgreedClaims, &startDeviceAgreedExchange},
       {plan::Exchange::kAgreed, "agreed", nullptr, &startAgreedExchange},
+      {plan::Exchange::kHierarchical, "hierarchical (device)", &deviceHierarchicalClaims,
+       &startDeviceHierarchicalExchange},
       {plan::Exchange::kHierarchical, "hierarchical", nullptr, &startHierarchicalExchange},
       {plan::Exchange::kDense, "dense (device)", &deviceDenseClaims, &startDeviceDenseExchange},
       {plan::Exchange::kDense, "dense", nullptr, &startDenseExchange},

@@ -46,6 +46,7 @@ struct NodeGroups {
   std::unique_ptr<Communicator> node_bcast;     // the node broadcast in flight (nonblocking backends)
   bool hierarchy = false;                       // at least 2 nodes, one of them with 2 or more ranks
   int nodes = 0, ranks_per_node = 1;
+  int color = -1;                               // this rank's node as split() took it (the device split reuses it)
 };
 // Groups the ranks into nodes (MGS_NODE_SIZE, or by host name). Collective.
 Status setupNodes(Communicator& comm, const Config& config, NodeGroups* g);
@@ -79,6 +80,7 @@ struct ExchangeContext {
   // different ranks need a communicator of their own each, in bucket order.
   std::unique_ptr<Communicator> values_comm, names_comm;
   NodeGroups nodes;
+  bool hierarchical_staged_warned = false;  // the warning that CUDA buckets are staged, once
   std::vector<uint64_t> counts;  // per-rank block headers (scratch)
 
   bool phasesInFlight() const { return values_comm != nullptr; }

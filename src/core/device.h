@@ -36,6 +36,13 @@ struct DeviceComm {
   std::unique_ptr<Communicator> comm;
   void* stream = nullptr;  // cudaStream_t of its collectives
   int device = -1;
+  // The hierarchical exchange's device communicators, split from `comm` at
+  // its first device bucket (exchange_device.cc): this rank's node, and the
+  // nodes' leaders (null on the other ranks). split_tried: the split ran
+  // (every rank alike); node null afterwards: it failed, and hierarchical
+  // buckets go by the local stage's route.
+  std::unique_ptr<Communicator> node, leaders;
+  bool split_tried = false;
 };
 Status createNcclComm(Communicator& bootstrap, double timeoutSeconds, DeviceComm* out);
 // Makes the device communicator in place of NCCL (collective over

@@ -1,7 +1,7 @@
 // A device bucket (routed_local_stage.h "Device buckets"): a sparse
 // bucket whose members are all CUDA tensors, with a device communicator
 // (NCCL), runs as enqueued work only: the local stage, the exchange on the
-// device communicator's stream, the verdict and the scatter. Three
+// device communicator's stream, the verdict and the scatter. Four
 // exchanges run this way:
 //  - the allgather of the fixed-capacity blocks, the verdict over every
 //    rank's header;
@@ -11,7 +11,12 @@
 //    leader's block and the slots;
 //  - the dense fallback (as exchange_dense.cc picks it): no selection, the
 //    fused acc and one verdict slot per rank summed by one allreduce, every
-//    output entry written from the sum, the residual +0.
+//    output entry written from the sum, the residual +0;
+//  - the hierarchical exchange (MGS_EXCHANGE=hierarchical, nodes of several
+//    ranks, the resident stage taking it): P verdict slots summed on the
+//    device communicator, acc summed inside the node, the node leader's
+//    selection allgathered among the leaders and broadcast in the node, the
+//    verdict over the slots and the node blocks (routed_local_stage.h).
 // The pipeline finishes a device bucket once its event has passed; the
 // verdict comes from pinned memory the device wrote. The same rules as the
 // host exchanges: a failure code from any rank fails the bucket on every
@@ -20,7 +25,8 @@
 // commits exactly when every rank's selection (agreed: every rank's values)
 // was applied. The CUDA side of the allgather (src/device/cuda/) ran on an
 // H100 at np 1 (gpu/device_bucket, python.cuda_sparse.nccl.np1); its agreed
-// and dense sides never ran on a GPU. This part is tested on the CPU with a stand-in
+// and dense sides never ran on a GPU; no CUDA stage takes the hierarchical
+// one yet. This part is tested on the CPU with a stand-in
 // resident stage (tests/unit/core/device_bucket_test.cc).
 #include <algorithm>
 
@@ -53,22 +59,33 @@ LocalJob deviceJob(ExchangeContext& ctx, const std::vector<Request>& members, co
   return job;
 }
 
+enum class DeviceMode { kAllgather, kAgreed, kDense, kHierarchical };
+
 class DeviceExchange : public BucketExchange {
  public:
-  // leader >= 0: the agreed exchange's device bucket with that leader;
-  // dense: the dense fallback's.
-  DeviceExchange(ExchangeContext& ctx, BucketStart& b, int leader, bool dense = false)
-      : BucketExchange(std::move(b.members)), ctx_(ctx), n_(b.n), leader_(leader), dense_(dense) {}
+  // kAgreed: the agreed exchange's device bucket with `leader`.
+  DeviceExchange(ExchangeContext& ctx, BucketStart& b, DeviceMode mode, int leader = -1)
+      : BucketExchange(std::move(b.members)), ctx_(ctx), n_(b.n), mode_(mode), leader_(leader),
+        dense_(mode == DeviceMode::kDense) {}
 
   void start(BucketStart& b) {
     device::DeviceComm* dc = ctx_.device_comm();
-    LocalJob job = deviceJob(ctx_, members_, b, &cap_, !dense_ && (!agreed() || ctx_.comm.rank() == leader_));
+    const bool hier = mode_ == DeviceMode::kHierarchical;
+    node_lead_ = hier && dc->node->rank() == 0;
+    const bool select = mode_ == DeviceMode::kAllgather || (agreed() && ctx_.comm.rank() == leader_) || node_lead_;
+    LocalJob job = deviceJob(ctx_, members_, b, &cap_, select);
     k_ = dense_ ? 0 : compress::kForDensity(n_, b.density);
     started_ = Clock::now();
     DeviceBucketJob dj;
     dj.job = &job;
     dj.leader = leader_;
     dj.dense = dense_;
+    if (hier) {
+      dj.hier = true;
+      dj.node_comm = dc->node.get();
+      dj.leader_comm = dc->leaders.get();
+      dj.nodes = ctx_.nodes.nodes;
+    }
     dj.comm = dc->comm.get();
     dj.comm_stream = dc->stream;
     dj.comm_device = dc->device;
@@ -107,8 +124,8 @@ class DeviceExchange : public BucketExchange {
     if (st.ok()) st = dev_->result(&r);
     std::unique_ptr<LocalSlab> slab = dev_ ? dev_->takeSlab() : nullptr;
     const auto now = Clock::now();
-    if (agreed())
-      ctx_.online.exchangeEnded(now);  // as the host agreed exchange: the step's span
+    if (agreed() || mode_ == DeviceMode::kHierarchical)
+      ctx_.online.exchangeEnded(now);  // as the host agreed and hierarchical exchanges: the step's span
     else if (dense_)
       ctx_.online.exchanged(OnlineCost::kAllreduce, 4.0 * double(n_ + size_t(ctx_.comm.size())), started_, now);
     else
@@ -119,7 +136,7 @@ class DeviceExchange : public BucketExchange {
         ctx_.timeline->span(m.name, "DEVICE_BUCKET", started_, now,
                             "{\"cap\":" + std::to_string(cap_) + ",\"path\":\"device\",\"exchange\":\"" +
                                 (agreed() ? "agreed\",\"leader\":" + std::to_string(leader_)
-                                          : std::string(dense_ ? "dense\"" : "allgather\"")) +
+                                          : std::string(modeName()) + "\"") +
                                 "}");
     if (st.ok()) st = verdict(r);
     if (st.ok() && !local_.ok() && !skipped_) st = local_;
@@ -144,12 +161,27 @@ class DeviceExchange : public BucketExchange {
     const size_t count = r.count;
     MGS_ENSURE(r.headers.size() == static_cast<size_t>(P), kInternal,
                "device bucket " << name << ": " << r.headers.size() << " headers for " << P << " ranks");
+    const bool hier = mode_ == DeviceMode::kHierarchical;
+    MGS_ENSURE(!hier || r.node_headers.size() == static_cast<size_t>(ctx_.nodes.nodes), kInternal,
+               "device bucket " << name << ": " << r.node_headers.size() << " node blocks for " << ctx_.nodes.nodes
+                                << " nodes");
     if (r.malformed_rank >= 0)
-      return Status(Code::kCommunication, what(name) + ": rank " + std::to_string(r.malformed_rank) +
+      return Status(Code::kCommunication, what(name) + ": " + (hier ? "the leader of node " : "rank ") +
+                                              std::to_string(r.malformed_rank) +
                                               " sent a malformed block (torn, a count above the capacity, an index "
                                               "outside the bucket or a non-finite value); nothing was written");
     bool other_error = false;
-    const std::string failed = ctx_.failedRanks(r.headers.data(), cap_, members_, &other_error);
+    std::string failed = ctx_.failedRanks(r.headers.data(), cap_, members_, &other_error);
+    if (hier && failed.empty())
+      for (size_t i = 0; i < r.node_headers.size(); ++i) {
+        // No rank failed, yet a leader's selection did: its node's sum.
+        const block::Header h = block::decodeHeader(r.node_headers[i], cap_, members_.size());
+        if (h.kind == block::Header::kCount) continue;
+        const bool numeric = h.bad_member >= 0 && h.cause == block::StagingCause::kNone;
+        other_error |= !numeric;
+        failed += std::string(failed.empty() ? "" : "; ") + "the leader of node " + std::to_string(i) +
+                  (numeric ? ": the sum of its node's values is not finite" : ": its selection failed (see its log)");
+      }
     if (!failed.empty()) {
       flagged_ = true;
       MGS_ENSURE(!r.written, kInternal,
@@ -176,6 +208,14 @@ class DeviceExchange : public BucketExchange {
     ++ctx_.stats.buckets;
     ctx_.stats.selected += count;
     ctx_.stats.target += k_;
+    if (hier) {
+      // As the host hierarchical exchange: a leader sends its node's
+      // selection, the others their whole acc (inside the node).
+      const uint64_t bytes = node_lead_ ? 8 * count : 4 * n_;
+      ctx_.stats.bytes_sent += bytes;
+      ctx_.countPath(BucketPath::kDevice, 1, bytes);
+      return Status::OK();
+    }
     // Payload on the wire: the allgather's pairs; the agreed exchange's
     // values, and the indices on its leader (as the host agreed exchange).
     const uint64_t bytes = !agreed() ? 8 * count : 4 * count + (ctx_.comm.rank() == leader_ ? 4 * count : 0);
@@ -185,16 +225,31 @@ class DeviceExchange : public BucketExchange {
     return Status::OK();
   }
 
-  bool agreed() const { return leader_ >= 0; }
+  bool agreed() const { return mode_ == DeviceMode::kAgreed; }
+  const char* modeName() const {
+    switch (mode_) {
+      case DeviceMode::kAgreed:
+        return "agreed";
+      case DeviceMode::kDense:
+        return "dense";
+      case DeviceMode::kHierarchical:
+        return "hierarchical";
+      default:
+        return "allgather";
+    }
+  }
   std::string what(const std::string& name) const {
     if (dense_) return "dense allreduce of " + name;
+    if (mode_ == DeviceMode::kHierarchical) return "sparse allreduce of " + name + " (hierarchical exchange)";
     return "sparse allreduce of " + name + (agreed() ? " (agreed exchange)" : "");
   }
 
   ExchangeContext& ctx_;
   const size_t n_;
-  const int leader_;     // the agreed exchange's leader, or -1 (the allgather, the dense fallback)
+  const DeviceMode mode_;
+  const int leader_;     // the agreed exchange's leader, or -1
   const bool dense_;     // the dense fallback
+  bool node_lead_ = false;  // the hierarchical exchange: this rank leads its node
   bool flagged_ = false;  // some rank's code failed the bucket
   size_t cap_ = 1, k_ = 0;
   Clock::time_point started_;
@@ -226,20 +281,53 @@ bool deviceDenseClaims(ExchangeContext& ctx, const BucketStart& b) {
   return deviceClaims(ctx, b) && ctx.local->resident() && ctx.local->resident()->runsDenseDeviceBuckets();
 }
 
+// With nodes of several ranks and a resident stage that takes them; the
+// device communicator is split into the nodes (as the job's NodeGroups)
+// and their leaders at the first such bucket (collective over it: every
+// rank asks at the same bucket).
+bool deviceHierarchicalClaims(ExchangeContext& ctx, const BucketStart& b) {
+  if (!ctx.nodes.hierarchy || !deviceClaims(ctx, b) || !ctx.local->resident() ||
+      !ctx.local->resident()->runsHierarchicalDeviceBuckets())
+    return false;
+  device::DeviceComm* dc = ctx.device_comm();
+  if (!dc->split_tried) {
+    dc->split_tried = true;
+    const int me = dc->comm->rank();
+    Status st = dc->comm->split(ctx.nodes.color, me, &dc->node);
+    if (st.ok()) st = dc->comm->split(dc->node && dc->node->rank() == 0 ? 0 : -1, me, &dc->leaders);
+    if (st.ok() && (!dc->node || dc->node->size() != ctx.nodes.node->size()))
+      st = Status(Code::kInternal, "the device communicator's nodes are not the job's");
+    if (!st.ok()) {
+      dc->node.reset();
+      dc->leaders.reset();
+      MGS_LOG_WARN("rank {}: the device communicator could not be split into nodes ({}); hierarchical buckets of CUDA "
+                   "tensors are staged through host memory",
+                   me, st.message());
+    }
+  }
+  return dc->node != nullptr;
+}
+
 std::unique_ptr<BucketExchange> startDeviceExchange(ExchangeContext& ctx, BucketStart& b) {
-  auto ex = std::make_unique<DeviceExchange>(ctx, b, -1);
+  auto ex = std::make_unique<DeviceExchange>(ctx, b, DeviceMode::kAllgather);
   ex->start(b);
   return ex;
 }
 
 std::unique_ptr<BucketExchange> startDeviceAgreedExchange(ExchangeContext& ctx, BucketStart& b) {
-  auto ex = std::make_unique<DeviceExchange>(ctx, b, ctx.blocks.agreedLeader(b.name));
+  auto ex = std::make_unique<DeviceExchange>(ctx, b, DeviceMode::kAgreed, ctx.blocks.agreedLeader(b.name));
   ex->start(b);
   return ex;
 }
 
 std::unique_ptr<BucketExchange> startDeviceDenseExchange(ExchangeContext& ctx, BucketStart& b) {
-  auto ex = std::make_unique<DeviceExchange>(ctx, b, -1, true);
+  auto ex = std::make_unique<DeviceExchange>(ctx, b, DeviceMode::kDense);
+  ex->start(b);
+  return ex;
+}
+
+std::unique_ptr<BucketExchange> startDeviceHierarchicalExchange(ExchangeContext& ctx, BucketStart& b) {
+  auto ex = std::make_unique<DeviceExchange>(ctx, b, DeviceMode::kHierarchical);
   ex->start(b);
   return ex;
 }

@@ -79,6 +79,14 @@ class HierarchicalExchange : public BucketExchange {
     ctx_.runLocal(job, b.t0, &out);
     local_ = out.status;
     path_ = ExchangeContext::pathOf(members_, out);
+    if (path_ == BucketPath::kStaged && !ctx_.hierarchical_staged_warned) {
+      ctx_.hierarchical_staged_warned = true;
+      MGS_LOG_WARN(
+          "rank {}: MGS_EXCHANGE=hierarchical stages sparse buckets of CUDA tensors through host memory and selects "
+          "them on the CPU here (its device path needs NCCL and a device stage that takes it; MGS_EXCHANGE=auto, "
+          "allgather or agreed keeps the selection on the GPU)",
+          ctx_.comm.rank());
+    }
     lead_ = g_.node->rank() == 0;
     bad_member_ = out.bad_member;
     const compress::Selector& sel = ctx_.selector(b.density);
@@ -417,6 +425,7 @@ Status setupNodes(Communicator& comm, const Config& config, NodeGroups* g) {
         break;
       }
   }
+  g->color = color;
   Status st = comm.split(color, me, &g->node);
   if (st.ok()) st = comm.split(g->node && g->node->rank() == 0 ? 0 : -1, me, &g->leaders);
   if (!st.ok()) {

@@ -57,10 +57,33 @@ namespace mgs {
 // slot per rank]; the verdict over the P slots and the outputs (every entry
 // the sum times the member's factor, converted) run on the device. The slab
 // the pending bucket hands back is +0 everywhere: all of acc was sent.
+//
+// The hierarchical exchange's device bucket (hier; exchange_device.cc), for
+// nodes of several ranks, every rank in this order on the device
+// communicators:
+//   1. fuse (no selection) into acc; this rank's verdict slot (as the
+//      agreed exchange's: 0, or its staging or non-finite failure, its acc
+//      then sent as zeros) into P slots summed by one allreduce on `comm`;
+//   2. acc summed inside the node (an allreduce on node_comm); the slab a
+//      non-leader hands back is +0 (all of its acc went into the sum);
+//   3. the node's leader (node_comm rank 0) selects from the node's sum
+//      into a block of the allgather layout (a failure code where the
+//      selection fails, e.g. a non-finite sum); its slab is the sum with the
+//      selected entries +0;
+//   4. the leaders allgather their blocks (leader_comm: one block per node,
+//      node order);
+//   5. the leader broadcasts the `nodes` blocks inside its node (node_comm);
+//   6. the verdict over the P slots and the node blocks, and the scatter of
+//      the node blocks (node order, from +0, each touched entry times the
+//      factor), as the allgather's device bucket decides it.
 struct DeviceBucketJob {
   const LocalJob* job = nullptr;  // an allgather job; job->block is null (the block lives on the device)
   int leader = -1;                // >= 0: the agreed exchange with this leader (job->select only on it)
   bool dense = false;             // the dense fallback (leader -1, job->select false)
+  bool hier = false;              // the hierarchical exchange (job->select on the node's leader only)
+  Communicator* node_comm = nullptr;    // hier: this rank's node
+  Communicator* leader_comm = nullptr;  // hier: the nodes' leaders; null on the other ranks
+  int nodes = 0;                        // hier: how many nodes (leader_comm's size)
   Communicator* comm = nullptr;   // the device communicator: allgather on device pointers, on comm_stream
   void* comm_stream = nullptr;    // cudaStream_t its collectives run on
   int comm_device = -1;           // its CUDA device: every member's input and output must be there
@@ -74,8 +97,12 @@ struct DeviceBucketResult {
   // Every rank's block header, rank order (the same bytes on every rank).
   // The agreed exchange: every rank's verdict slot as a header (the
   // leader's count for a rank that contributed, else its failure code).
-  // The dense fallback: 0 for a rank that contributed, else its failure code.
+  // The dense fallback and the hierarchical exchange: 0 for a rank that
+  // contributed, else its failure code.
   std::vector<uint64_t> headers;
+  // The hierarchical exchange: every node's block header, node order
+  // (malformed_rank then names a node).
+  std::vector<uint64_t> node_headers;
   int malformed_rank = -1;  // the lowest rank whose block is malformed (agreed: the leader's), or -1
   bool written = false;           // the outputs hold the sum (every rank's selection applied)
   bool nan_written = false;       // propagate: NaN in every output (some rank had non-finite values)
@@ -174,11 +201,12 @@ class ResidentLocalStage : public LocalStage, public ResidualStore::External {
   }
 
   // Whether startBucket is implemented (the CUDA stage on the NCCL backend),
-  // and whether it also takes the agreed exchange's jobs (leader >= 0) and
-  // the dense fallback's (dense).
+  // and whether it also takes the agreed exchange's jobs (leader >= 0), the
+  // dense fallback's (dense) and the hierarchical exchange's (hier).
   virtual bool runsDeviceBuckets() const { return false; }
   virtual bool runsAgreedDeviceBuckets() const { return false; }
   virtual bool runsDenseDeviceBuckets() const { return false; }
+  virtual bool runsHierarchicalDeviceBuckets() const { return false; }
   // Enqueues the whole bucket (see DeviceBucketJob). Returning OK means this
   // rank's block (a selection, a non-finite code or a staging code) goes into
   // the exchange: a member it cannot serve (deviceBucketProblem) does not

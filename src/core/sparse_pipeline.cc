@@ -198,13 +198,6 @@ plan::Exchange SparsePipeline::chooseExchange(std::vector<Request>& members, siz
       return plan::Exchange::kAllgather;
     }
   }
-  if (cuda_bucket && !cuda_exchange_warned_ && P > 1 && config_.exchange == "hierarchical") {
-    cuda_exchange_warned_ = true;
-    MGS_LOG_WARN(
-        "rank {}: MGS_EXCHANGE=hierarchical has no device path: sparse buckets of CUDA tensors are staged through host "
-        "memory and selected on the CPU (MGS_EXCHANGE=auto, allgather or agreed keeps the selection on the GPU)",
-        comm_.rank());
-  }
   // The cost model's choice, or the plan file's (MGS_PLAN_FILE).
   return schedule_.exchangeFor(members, n, density);
 }

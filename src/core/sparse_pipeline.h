@@ -141,7 +141,6 @@ class SparsePipeline {
   // The bucket's exchange (the same on every rank): a CUDA bucket that can
   // run on the device takes an exchange that has a device path.
   plan::Exchange chooseExchange(std::vector<Request>& members, size_t n, double density);
-  bool cuda_exchange_warned_ = false;
   // Whether this bucket runs as a device bucket: the same answer on every
   // rank (negotiated on_cuda, the backend; the first time, every rank says
   // whether its resident stage runs device buckets, in one 4-byte allreduce).

@@ -253,6 +253,57 @@ class StandInDensePending final : public StandInPendingBase {
   }
 };
 
+// The hierarchical exchange's device bucket run on the host (every
+// collective at start, in the order routed_local_stage.h gives): the
+// verdict over the P slots and the node blocks once the pipeline polls
+// (a malformed block: nothing; any failed slot or node block: no output,
+// NaN everywhere where every failure is non-finite under propagate; else
+// the node blocks summed in node order from +0, touched entries times
+// float(factor)).
+class StandInHierPending final : public StandInPendingBase {
+ public:
+  std::vector<float> slots;  // P, summed over every rank
+  std::vector<char> recv;    // the nodes' blocks
+  int nodes = 0;
+  size_t n = 0;
+
+ private:
+  void finish() override {
+    const size_t M = members.size(), bb = block::allgatherBytes(cap);
+    bool failed = false, other = false;
+    auto note = [&](uint64_t code) {
+      const block::Header h = block::decodeHeader(code, cap, M);
+      if (h.kind == block::Header::kCount) return;
+      failed = true;
+      other |= !(h.bad_member >= 0 && h.cause == block::StagingCause::kNone);
+    };
+    for (int r = 0; r < P; ++r) {
+      const uint32_t slot = static_cast<uint32_t>(slots[r]);
+      res.headers.push_back(slot == 0 ? 0 : block::agreedSlotCode(slot, M));
+      note(res.headers.back());
+    }
+    for (int r = 0; r < nodes; ++r) {
+      const block::ConstAllgatherBlock b(recv.data() + r * bb, cap);
+      res.node_headers.push_back(b.header());
+      const block::Header h = block::decodeHeader(b.header(), cap, M);
+      bool malformed = !b.sealed() || h.kind == block::Header::kInvalid;
+      for (size_t j = 0; h.kind == block::Header::kCount && j < h.count && !malformed; ++j)
+        malformed = b.indices()[j] >= n;
+      if (malformed && res.malformed_rank < 0) res.malformed_rank = r;
+      note(b.header());
+    }
+    if (res.malformed_rank >= 0) return;
+    if (failed) {
+      if (other || !propagate) return;
+      for (auto& m : members) std::fill_n(static_cast<float*>(m.output.data), m.output.numel(), std::nanf(""));
+      res.nan_written = true;
+      return;
+    }
+    sumBlocks(members, recv.data(), nodes, cap, n, factors);
+    res.written = true;
+  }
+};
+
 class DeviceStandIn final : public test::StandInStage {
  public:
   explicit DeviceStandIn(const LocalStageOptions& shared) : StandInStage(shared), rank_(shared.rank) {}
@@ -340,10 +391,13 @@ class DeviceStandIn final : public test::StandInStage {
   }
   bool runsAgreedDeviceBuckets() const override { return !resident_only; }
   bool runsDenseDeviceBuckets() const override { return !resident_only; }
+  bool hierarchical = true;  // takes the hierarchical exchange's device buckets
+  bool runsHierarchicalDeviceBuckets() const override { return !resident_only && hierarchical; }
   Status startBucket(const DeviceBucketJob& dj, std::unique_ptr<PendingDeviceBucket>* out) override {
     ++starts;
     if (dj.job->block != nullptr) return Status(Code::kInternal, "stand-in: a host block for a device bucket");
     if (dj.dense) return startDense(dj, out);
+    if (dj.hier) return startHier(dj, out);
     if (dj.leader >= 0) return startAgreed(dj, out);
     const std::vector<Request>& members = *dj.job->members;
     auto p = std::make_unique<StandInPending>();
@@ -379,9 +433,84 @@ class DeviceStandIn final : public test::StandInStage {
     *out = std::move(p);
     return Status::OK();
   }
-  int agreed_starts = 0, dense_starts = 0;
+  int agreed_starts = 0, dense_starts = 0, hier_starts = 0;
 
  private:
+  Status startHier(const DeviceBucketJob& dj, std::unique_ptr<PendingDeviceBucket>* out) {
+    ++hier_starts;
+    const std::vector<Request>& members = *dj.job->members;
+    if (dj.node_comm == nullptr || dj.nodes < 2) return Status(Code::kInternal, "stand-in: no node communicator");
+    const bool lead = dj.node_comm->rank() == 0;
+    if (lead != (dj.leader_comm != nullptr) || dj.job->select != lead)
+      return Status(Code::kInternal, "stand-in: only the node's leader selects and allgathers");
+    auto p = std::make_unique<StandInHierPending>();
+    p->waits = &waits;
+    p->cap = dj.job->cap;
+    p->n = dj.job->n;
+    p->P = dj.comm->size();
+    p->nodes = dj.nodes;
+    p->factors = dj.factors;
+    p->propagate = dj.propagate;
+    for (const auto& m : members) p->members.push_back(hostCopy(m));
+    p->slots.assign(p->P, 0.0f);
+    std::vector<float> sum(p->n, 0.0f);
+    uint32_t slot = 0;
+    int bad = -1;
+    const block::StagingCause cause = deviceBucketProblem(members, dj.comm_device, &bad);
+    std::unique_ptr<LocalSlab> fused;
+    if (cause != block::StagingCause::kNone) {
+      p->res.local = Status(Code::kInvalidArgument, "stand-in: " + std::string(block::stagingCauseText(cause)));
+      slot = block::agreedSlot(bad, static_cast<uint8_t>(cause));
+    } else {
+      MGS_RETURN_IF_ERROR(adopt(members));
+      // 1. fuse only; all of acc goes into the node's sum (the slab +0).
+      LocalJob j = *dj.job;
+      j.members = &p->members;
+      j.select = false;
+      LocalOutcome lo;
+      inner_->run(j, &lo);
+      p->res.local = lo.status;
+      p->res.bad_member = lo.bad_member;
+      p->res.non_finite = lo.non_finite;
+      fused = std::move(lo.slab);
+      if (!lo.status.ok()) {
+        slot = block::agreedSlot(lo.bad_member, 0);
+      } else if (fused) {
+        std::vector<uint32_t> all(p->n);
+        for (size_t i = 0; i < p->n; ++i) all[i] = static_cast<uint32_t>(i);
+        MGS_RETURN_IF_ERROR(inner_->extract(*fused, all.data(), p->n, sum.data()));
+      }
+    }
+    p->slots[dj.comm->rank()] = static_cast<float>(slot);
+    MGS_RETURN_IF_ERROR(dj.comm->allreduce(p->slots.data(), p->slots.size(), MGS_FLOAT32, CommOp::kSum));
+    // 2. the node's sum.
+    MGS_RETURN_IF_ERROR(dj.node_comm->allreduce(sum.data(), sum.size(), MGS_FLOAT32, CommOp::kSum));
+    const size_t bb = block::allgatherBytes(p->cap);
+    p->recv.assign(bb * p->nodes, 0);
+    if (lead) {
+      // 3. the leader's selection from it: its new residual is the sum
+      // with the selected entries +0.
+      std::vector<char> send(bb, 0);
+      LocalJob j = *dj.job;
+      j.members = &p->members;
+      j.block = send.data();
+      j.acc_in = sum.data();
+      LocalOutcome lo;
+      inner_->run(j, &lo);  // a failure (a non-finite sum) packs its code into the block
+      p->res.count = lo.status.ok() ? lo.count : 0;
+      p->res.k = lo.k;
+      if (fused) inner_->settle(members, std::move(fused), false);  // replaced by the selection's slab
+      fused = std::move(lo.slab);
+      // 4. the leaders' blocks.
+      MGS_RETURN_IF_ERROR(dj.leader_comm->allgather(send.data(), bb, p->recv.data()));
+    }
+    p->slab = std::move(fused);
+    // 5. inside the node.
+    MGS_RETURN_IF_ERROR(dj.node_comm->broadcast(p->recv.data(), p->recv.size(), 0));
+    *out = std::move(p);
+    return Status::OK();
+  }
+
   Status startDense(const DeviceBucketJob& dj, std::unique_ptr<PendingDeviceBucket>* out) {
     ++dense_starts;
     const std::vector<Request>& members = *dj.job->members;
@@ -504,6 +633,7 @@ struct WorldOptions {
   bool dense_fallback = false;  // MGS_DENSE_FALLBACK
   double device_allgather_ns = 1.0;  // the stand-in device communicator's allgather cost (see DeviceStandIn)
   int cannot_time_rank = -1;         // this rank cannot time the device communicator
+  bool hier_device = true;           // the stand-in takes the hierarchical exchange's device buckets
 };
 
 const std::vector<std::pair<std::string, size_t>> kTensors = {{"w.a", 300}, {"w.b", 200}};
@@ -523,7 +653,7 @@ struct RankLog {
   std::vector<std::vector<float>> residuals_before;
   uint64_t device_buckets = 0, host_buckets = 0;
   int waits = 0, starts = 0, resident_runs = 0, agreed_scatters = 0, agreed_starts = 0, dense_starts = 0;
-  int collective_timings = 0;
+  int collective_timings = 0, hier_starts = 0;
   double allgather_1m = -1;  // the model's allgather of 1 MiB per rank, at the end
   double c_s_calibrated = -1, c_s = -1;  // the model's selection term after init, and at the end
   SparseStats stats;                     // the pipeline's counters at the end
@@ -567,6 +697,7 @@ void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> worl
       s->resident_only = wo.resident_only;
       s->allgather_ns = wo.device_allgather_ns;
       s->cannot_time = rank == wo.cannot_time_rank;
+      s->hierarchical = wo.hier_device;
       standin = s.get();
       *out = std::move(s);
       return Status::OK();
@@ -641,6 +772,7 @@ void runRank(const WorldOptions& wo, int rank, std::shared_ptr<ThreadWorld> worl
     log->agreed_starts = standin->agreed_starts;
     log->dense_starts = standin->dense_starts;
     log->collective_timings = standin->collective_timings;
+    log->hier_starts = standin->hier_starts;
   }
 }
 
@@ -967,11 +1099,14 @@ TEST_CASE("device buckets: the device communicator's collectives are timed once 
     }
 }
 
-TEST_CASE("device buckets: hierarchical buckets of CUDA tensors never start a device bucket", "[core][device_bucket]") {
+TEST_CASE("device buckets: hierarchical buckets of CUDA tensors the stage does not take are staged",
+          "[core][device_bucket]") {
   // The hierarchical exchange (two nodes of two thread ranks,
-  // MGS_NODE_SIZE=2) sums whole buckets in host memory, so a bucket of CUDA
-  // tensors that takes it goes by the local stage's host route (staged),
-  // with a device communicator or with only a resident stage. Here the
+  // MGS_NODE_SIZE=2) where the resident stage does not take its device
+  // buckets (the CUDA stage today) sums whole buckets in host memory, so a
+  // bucket of CUDA tensors that takes it goes by the local stage's host
+  // route (staged), with a device communicator or with only a resident
+  // stage. Here the
   // "CUDA" tensors are host memory, which the staging copy refuses without
   // a GPU, so each bucket fails; what is checked is the route (no device
   // bucket started, none counted) and that every rank takes the same verdict.
@@ -982,6 +1117,7 @@ TEST_CASE("device buckets: hierarchical buckets of CUDA tensors never start a de
     wo.exchange = "hierarchical";
     wo.node_size = 2;
     wo.resident_only = resident_only;
+    wo.hier_device = false;
     const std::vector<RankLog> d = runWorld(wo);
     for (int r = 0; r < wo.P; ++r) {
       INFO((resident_only ? "resident stage without NCCL" : "device communicator") << ", rank " << r);
@@ -1274,6 +1410,86 @@ TEST_CASE("device buckets: a non-finite value in a resident agreed bucket fails 
       REQUIRE(logs[r].statuses[i + 1].ok());
     }
   }
+}
+
+TEST_CASE("device buckets: hierarchical buckets of CUDA tensors run as device buckets, bitwise the host hierarchical's",
+          "[core][device_bucket]") {
+  // Nodes of thread ranks (MGS_NODE_SIZE): the P slots, the node's sum, the
+  // leaders' allgather and the node broadcast on the split device
+  // communicator; finished by polling only, every bucket on the device
+  // path, outputs, residuals (+0 on non-leaders, the node sum less its
+  // selection on leaders), bytes and selections bitwise the host
+  // hierarchical exchange's.
+  for (auto [P, node] : {std::pair<int, int>{4, 2}, {6, 3}, {6, 2}}) {
+    WorldOptions dev, host;
+    dev.P = host.P = P;
+    dev.node_size = host.node_size = node;
+    dev.exchange = host.exchange = "hierarchical";
+    host.device = false;
+    const std::vector<RankLog> d = runWorld(dev), h = runWorld(host);
+    const uint64_t buckets = dev.steps * kTensors.size();
+    for (int r = 0; r < P; ++r) {
+      INFO("P = " << P << ", nodes of " << node << ", rank " << r);
+      REQUIRE(d[r].hier_starts == static_cast<int>(buckets));
+      REQUIRE(d[r].device_buckets == buckets);
+      REQUIRE(d[r].host_buckets == 0);
+      REQUIRE(d[r].waits == 0);
+      requireOnePath(d[r].stats, BucketPath::kDevice, buckets);
+      requireOnePath(h[r].stats, BucketPath::kHost, buckets);
+      REQUIRE(d[r].stats.bytes_sent == h[r].stats.bytes_sent);
+      REQUIRE(d[r].stats.selected == h[r].stats.selected);
+      requireSameResults(d[r], h[r]);
+      if (r % node != 0)
+        for (const auto& res : d[r].residuals)
+          for (float v : res) REQUIRE(bits(v) == 0);
+    }
+  }
+}
+
+TEST_CASE("device buckets: a non-finite value or a wrong-device tensor in a hierarchical device bucket",
+          "[core][device_bucket]") {
+  // Two nodes of two: rank 1 (not a leader) or rank 2 (node 1's leader)
+  // has the bad input. Every rank names that rank (and the tensor and the
+  // cause); nothing is written but NaN under propagate for a non-finite
+  // value; no residual moves.
+  for (int bad_rank : {1, 2})
+    for (int kind = 0; kind < 3; ++kind) {  // NaN under error, NaN under propagate, wrong device
+      WorldOptions wo;
+      wo.P = 4;
+      wo.node_size = 2;
+      wo.exchange = "hierarchical";
+      wo.propagate = kind == 1;
+      if (kind < 2) {
+        wo.nan_rank = bad_rank;
+        wo.nan_step = 1;
+      } else {
+        wo.wrong_device_rank = bad_rank;
+        wo.wrong_step = 1;
+      }
+      const std::vector<RankLog> logs = runWorld(wo);
+      const size_t i = kTensors.size() + (kind < 2 ? 0 : 1);  // step 1: w.a (NaN) or w.b (wrong device)
+      for (int r = 0; r < wo.P; ++r) {
+        INFO("bad rank " << bad_rank << ", kind " << kind << ", rank " << r);
+        const Status& st = logs[r].statuses[i];
+        INFO(st.toString());
+        REQUIRE(logs[r].hier_starts == static_cast<int>(wo.steps * kTensors.size()));
+        REQUIRE(sameBits(logs[r].residuals[i], logs[r].residuals_before[i]));
+        REQUIRE(logs[r].statuses[kind < 2 ? i + 1 : i - 1].ok());  // the other tensor's bucket
+        if (kind == 1) {
+          REQUIRE(st.ok());
+          for (float v : logs[r].outputs[i]) REQUIRE(std::isnan(v));
+          continue;
+        }
+        REQUIRE(!st.ok());
+        const std::string want = "rank " + std::to_string(bad_rank) +
+                                 (kind == 0 ? ": non-finite gradient in tensor 'w.a'"
+                                            : ": tensor 'w.b': the input is on another CUDA device than the exchange's");
+        REQUIRE(st.message().find(want) != std::string::npos);
+        for (int o = 0; o < wo.P; ++o)
+          if (o != bad_rank) REQUIRE(st.message().find("rank " + std::to_string(o) + ":") == std::string::npos);
+        for (float v : logs[r].outputs[i]) REQUIRE(v == -7.0f);
+      }
+    }
 }
 
 TEST_CASE("hierarchical exchange over thread ranks: every rank the same outputs, every bucket on the host path",
