@@ -3,8 +3,8 @@
 // compares them with the CPU reference (scripts/gpu_check.sh), memcheck clean.
 // The agreed exchange's gatherZero and scatterAgreed, and its device
 // bucket's agreedGather and agreedScatter (2026-12-01), and the dense
-// fallback's denseGather and denseScatter (2026-12-02), have never run on a
-// GPU (tests/gpu/multirank_gpu_test.cc, device_threads_gpu_test.cc).
+// fallback's denseGather and denseScatter and the hierarchical exchange's
+// scatterHierarchical (2026-12-02), have never run on a GPU (tests/gpu/multirank_gpu_test.cc, device_threads_gpu_test.cc).
 //
 // Bitwise agreement with the CPU pipeline needs two things: no FMA
 // contraction (nvcc contracts a*b+c by default; the CPU rounds the product
@@ -348,7 +348,43 @@ __global__ void denseOutKernel(const OutDesc* __restrict__ descs, uint32_t membe
   }
 }
 
+// One thread: every rank's code from the summed slots, after the nodes' headers.
+__global__ void slotCodesKernel(const float* slots, int P, uint32_t members, uint64_t* codes) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  for (int r = 0; r < P; ++r) {
+    const float v = slots[r];
+    const uint32_t slot = v >= 0.0f && v < 16777216.0f ? static_cast<uint32_t>(v) : 0xffffffffu;
+    const bool exact = slot != 0xffffffffu && static_cast<float>(slot) == v;
+    codes[r] = !exact ? UINT64_MAX : slot == 0 ? 0 : block::agreedSlotCode(slot, members);
+  }
+}
+
 }  // namespace
+
+int scatterHierarchical(const void* d_recv, int nodes, const float* d_slots, int P, size_t cap, size_t n,
+                        uint32_t bucketMembers, uint32_t members, const OutDesc* d_out, size_t maxCount, bool propagate,
+                        float* d_sum, uint8_t* d_touched, uint64_t* d_verdict, void* stream) {
+  const auto s = asStream(stream);
+  if (nodes < 1 || P < 1 || nodes + P > 65535) return cudaErrorInvalidValue;
+  const size_t bb = block::allgatherBytes(cap);
+  const auto* recv = static_cast<const unsigned char*>(d_recv);
+  if (cudaError_t e = cudaMemsetAsync(d_verdict, 0xFF, 2 * sizeof(uint64_t), s)) return e;
+  if (n) {
+    if (cudaError_t e = cudaMemsetAsync(d_sum, 0, n * sizeof(float), s)) return e;  // +0.0f
+    if (cudaError_t e = cudaMemsetAsync(d_touched, 0, n, s)) return e;
+  }
+  checkKernel<<<dim3(chunksFor(cap), static_cast<unsigned>(nodes)), kThreads, 0, s>>>(recv, bb, cap, n, bucketMembers,
+                                                                                   d_verdict);
+  slotCodesKernel<<<1, 1, 0, s>>>(d_slots, P, bucketMembers, d_verdict + 2 + nodes);
+  decideKernel<<<1, 1, 0, s>>>(nodes + P, cap, propagate, d_verdict);
+  for (int r = 0; r < nodes && cap > 0; ++r)
+    addRankKernel<<<chunksFor(cap), kThreads, 0, s>>>(recv + static_cast<size_t>(r) * bb, cap, d_sum, d_touched,
+                                                      d_verdict);
+  if (members && maxCount)
+    writeOutKernel<<<dim3(chunksFor(maxCount), membersGrid(members)), kThreads, 0, s>>>(d_out, members, d_sum,
+                                                                                        d_touched, d_verdict);
+  return cudaGetLastError();
+}
 
 int denseGather(float* d_acc, size_t n, uint32_t bucketMembers, int P, int rank, uint32_t hostSlot,
                 const uint32_t* d_words, float* d_vals, void* stream) {

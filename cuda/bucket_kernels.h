@@ -90,4 +90,17 @@ int denseGather(float* d_acc, size_t n, uint32_t bucketMembers, int P, int rank,
 int denseScatter(const float* d_vals, size_t n, uint32_t bucketMembers, int P, uint32_t members, const OutDesc* d_out,
                  size_t maxCount, bool propagate, uint64_t* d_verdict, void* stream);
 
+// The hierarchical exchange's device bucket (never run on a GPU), after
+// the node broadcast of the `nodes` leaders' blocks (d_recv, node order)
+// and the sum of the P verdict slots (d_slots) over every rank: the
+// verdict words (2 + nodes + P: [0] the kind as scatterBlocks decides it
+// over the nodes' headers and the slots' codes together, [1] the lowest
+// malformed node or UINT64_MAX, [2 + i] node i's header, [2 + nodes + r]
+// rank r's code: 0 where its slot is 0), then the nodes' blocks added in
+// node order from +0 and written as scatterBlocks writes them. Scratch as
+// scatterBlocks.
+int scatterHierarchical(const void* d_recv, int nodes, const float* d_slots, int P, size_t cap, size_t n,
+                        uint32_t bucketMembers, uint32_t members, const OutDesc* d_out, size_t maxCount, bool propagate,
+                        float* d_sum, uint8_t* d_touched, uint64_t* d_verdict, void* stream);
+
 }  // namespace mgs::cuda::kernels

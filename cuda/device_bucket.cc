@@ -253,6 +253,15 @@ Status DeviceBucketEngine::fuseInto(const LocalStageArgs& a, size_t* n, uint32_t
   MGS_CUDA_CHECK(cudaSetDevice(device_));
   MGS_RETURN_IF_ERROR(waitReady(*a.members));
   const uint32_t M = static_cast<uint32_t>(descs.size());
+  MGS_RETURN_IF_ERROR(ensureWords(M, d_nonfinite, d_failure));
+  void* d_descs = nullptr;
+  if (M) MGS_RETURN_IF_ERROR(upload(descs.data(), descs.size() * sizeof(FuseDesc), &d_descs));
+  MGS_CUDA_CHECK(kernels::fuseMembers(static_cast<const FuseDesc*>(d_descs), M, maxCountOf(*a.members), a.d_residual,
+                                      a.d_acc, *d_nonfinite, stream_));
+  return Status::OK();
+}
+
+Status DeviceBucketEngine::ensureWords(uint32_t M, uint32_t** d_nonfinite, int32_t** d_failure) {
   // Non-finite counts (M words) and the selector's failure word.
   const size_t wb = alignUp((M + 1) * sizeof(uint32_t));
   if (wordsBytes_ < wb) {
@@ -264,10 +273,6 @@ Status DeviceBucketEngine::fuseInto(const LocalStageArgs& a, size_t* n, uint32_t
   }
   *d_nonfinite = static_cast<uint32_t*>(d_words_);
   *d_failure = reinterpret_cast<int32_t*>(*d_nonfinite + M);
-  void* d_descs = nullptr;
-  if (M) MGS_RETURN_IF_ERROR(upload(descs.data(), descs.size() * sizeof(FuseDesc), &d_descs));
-  MGS_CUDA_CHECK(kernels::fuseMembers(static_cast<const FuseDesc*>(d_descs), M, maxCountOf(*a.members), a.d_residual,
-                                      a.d_acc, *d_nonfinite, stream_));
   return Status::OK();
 }
 
@@ -278,6 +283,25 @@ Status DeviceBucketEngine::enqueueLocal(const GpuSelector& selector, const Local
   uint32_t* d_nonfinite = nullptr;
   int32_t* d_failure = nullptr;
   MGS_RETURN_IF_ERROR(fuseInto(a, &n, &d_nonfinite, &d_failure));
+  return selectInto(selector, a, n, d_nonfinite, d_failure);
+}
+
+Status DeviceBucketEngine::enqueueSelectGiven(const GpuSelector& selector, const LocalStageArgs& a, size_t n) {
+  MGS_ENSURE(a.members != nullptr && a.d_acc != nullptr, kInvalidArgument,
+             "device selection of " << a.name << ": no members or no sum");
+  MGS_ENSURE(a.d_block != nullptr && reinterpret_cast<uintptr_t>(a.d_block) % 8 == 0, kInvalidArgument,
+             "device selection of " << a.name << ": the block is null or not 8-byte aligned");
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  const uint32_t M = static_cast<uint32_t>(a.members->size());
+  uint32_t* d_nonfinite = nullptr;
+  int32_t* d_failure = nullptr;
+  MGS_RETURN_IF_ERROR(ensureWords(M, &d_nonfinite, &d_failure));
+  MGS_CUDA_CHECK(cudaMemsetAsync(d_nonfinite, 0, (M + 1) * sizeof(uint32_t), asStream(stream_)));  // nothing fused
+  return selectInto(selector, a, n, d_nonfinite, d_failure);
+}
+
+Status DeviceBucketEngine::selectInto(const GpuSelector& selector, const LocalStageArgs& a, size_t n,
+                                      const uint32_t* d_nonfinite, int32_t* d_failure) {
   const size_t need = selector.maxCount(n);
   MGS_ENSURE(a.cap >= need, kInvalidArgument,
              "device local stage of " << a.name << ": block capacity " << a.cap << " < the selector's bound " << need);
@@ -457,6 +481,23 @@ Status DeviceBucketEngine::enqueueDenseFinish(const DenseFinishArgs& a, PendingV
       },
       &d_verdict));
   return verdictToHost(d_verdict, a.P, 0, a.bucketMembers, a.propagate, out);
+}
+
+Status DeviceBucketEngine::enqueueHierFinish(const HierFinishArgs& a, PendingVerdict* out) {
+  MGS_ENSURE(a.members != nullptr && out != nullptr && a.d_recv && a.d_slots, kInvalidArgument,
+             "device hierarchical scatter: an incomplete job");
+  MGS_ENSURE(a.nodes >= 1 && a.P >= 1 && a.nodes + a.P <= 65535, kInvalidArgument,
+             "device hierarchical scatter: " << a.nodes << " nodes, P = " << a.P);
+  uint64_t* d_verdict = nullptr;
+  MGS_RETURN_IF_ERROR(scatterInto(
+      *a.members, a.n, verdictWords(a.nodes + a.P), "device hierarchical scatter",
+      [&](const OutScratch& o) {
+        return kernels::scatterHierarchical(a.d_recv, a.nodes, a.d_slots, a.P, a.cap, o.n, a.bucketMembers, o.members,
+                                            o.d_out, o.maxCount, a.propagate, o.d_sum, o.d_touched, o.d_verdict,
+                                            stream_);
+      },
+      &d_verdict));
+  return verdictToHost(d_verdict, a.nodes + a.P, a.cap, a.bucketMembers, a.propagate, out);
 }
 
 }  // namespace mgs::cuda

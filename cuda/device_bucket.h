@@ -189,6 +189,18 @@ struct DenseFinishArgs {
   bool propagate = true;
 };
 
+// The hierarchical exchange's device bucket (never run on a GPU).
+struct HierFinishArgs {
+  const std::vector<BucketMember>* members = nullptr;  // outputs to write; empty: the verdict only
+  const void* d_recv = nullptr;                        // the nodes' blocks, node order
+  int nodes = 1;
+  const float* d_slots = nullptr;  // P verdict slots, summed over every rank
+  int P = 1;
+  size_t cap = 0, n = 0;
+  uint32_t bucketMembers = 0;
+  bool propagate = true;
+};
+
 struct ScatterArgs {
   const std::vector<BucketMember>* members = nullptr;
   const void* d_recv = nullptr;  // P blocks of block::allgatherBytes(cap), rank order
@@ -283,6 +295,16 @@ class DeviceBucketEngine {
   // enqueueScatter's.
   Status enqueueDenseGather(const DenseGatherArgs& a);
   Status enqueueDenseFinish(const DenseFinishArgs& a, PendingVerdict* out);
+  // The hierarchical exchange's device bucket (never run on a GPU), all on
+  // stream(), no host sync. enqueueSelectGiven: the selection of a sum
+  // already in a.d_acc (the node's, on its leader), in place, into a.d_block
+  // (no fuse: a.members gives the member count only, their non-finite
+  // counts are 0). enqueueHierFinish: after the node broadcast, the verdict
+  // over the nodes' blocks and the slots and the outputs
+  // (kernels::scatterHierarchical); verdictWords(nodes + P) words to pinned
+  // memory as enqueueScatter's.
+  Status enqueueSelectGiven(const GpuSelector& selector, const LocalStageArgs& a, size_t n);
+  Status enqueueHierFinish(const HierFinishArgs& a, PendingVerdict* out);
   // Orders stream() after `event` (another stream's work, e.g. NCCL's).
   Status waitEvent(void* event);
   // Records a new cudaEvent_t on stream() into *event (caller destroys it with destroyEvent).
@@ -317,6 +339,11 @@ class DeviceBucketEngine {
   // enqueueLocal's and enqueueFuse's common part: checks, the ready events,
   // the words, the fuse launch.
   Status fuseInto(const LocalStageArgs& a, size_t* n, uint32_t** d_nonfinite, int32_t** d_failure);
+  // The words of M members (non-finite counts, then the failure word).
+  Status ensureWords(uint32_t M, uint32_t** d_nonfinite, int32_t** d_failure);
+  // enqueueLocal's and enqueueSelectGiven's selection of a.d_acc into a.d_block, and the seal.
+  Status selectInto(const GpuSelector& selector, const LocalStageArgs& a, size_t n, const uint32_t* d_nonfinite,
+                    int32_t* d_failure);
 
   int device_;
   bool ownStream_ = false;

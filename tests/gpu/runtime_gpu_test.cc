@@ -325,6 +325,40 @@ TEST_CASE("runtime over the device thread communicator: dense fallback buckets r
   }
 }
 
+TEST_CASE("runtime over the device thread communicator: MGS_EXCHANGE=hierarchical runs as device buckets, bitwise") {
+  // Two nodes of two thread ranks (MGS_NODE_SIZE=2): the slots and the
+  // node's sum, the leader's GPU selection, the leaders' allgather and the
+  // node broadcast on communicators split from the device thread
+  // communicator, the verdict and the scatter on the device; against the
+  // CPU hierarchical exchange: outputs and residuals bitwise, every bucket on
+  // the device path, none staged. Written 2026-12-02: never run on a GPU.
+  const int P = 4;
+  Config c = sparseConfig("layerwise");
+  c.exchange = "hierarchical";
+  c.node_size = 2;
+  const std::vector<RankRecord> cpu = run(P, c, false);
+  c.backend = "nccl";
+  const std::vector<RankRecord> gpu = run(P, c, true, std::make_shared<CudaThreadWorld>(P, 0, 60.0));
+  for (int r = 0; r < P; ++r) {
+    INFO("rank " << r << (gpu[r].error.empty() ? "" : ": " + gpu[r].error) << (cpu[r].error.empty() ? "" : " / CPU: " + cpu[r].error));
+    REQUIRE(cpu[r].error.empty());
+    REQUIRE(gpu[r].error.empty());
+    for (int s = 0; s < kSteps; ++s)
+      for (size_t t = 0; t < kSizes.size(); ++t) {
+        INFO("step " << s << ", tensor t" << t);
+        REQUIRE(std::memcmp(gpu[r].out[s][t].data(), cpu[r].out[s][t].data(), 4 * kSizes[t]) == 0);
+      }
+    for (size_t t = 0; t < kSizes.size(); ++t)
+      REQUIRE(std::memcmp(gpu[r].residual[t].data(), cpu[r].residual[t].data(), 4 * kSizes[t]) == 0);
+    const SparseStats& st = gpu[r].sparse;
+    REQUIRE(st.buckets > 0);
+    REQUIRE(st.path_buckets[static_cast<int>(BucketPath::kDevice)] == st.buckets + st.dense_buckets);
+    REQUIRE(st.path_buckets[static_cast<int>(BucketPath::kStaged)] == 0);
+    REQUIRE(st.bytes_sent == cpu[r].sparse.bytes_sent);
+    REQUIRE(st.selected == cpu[r].sparse.selected);
+  }
+}
+
 }  // namespace mgs
 
 int main(int argc, char** argv) { return mgs::test::runGpuTests(argc, argv, "the runtime's CUDA tests"); }

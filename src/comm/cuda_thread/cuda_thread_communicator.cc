@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -86,7 +87,47 @@ CudaThreadCommunicator::~CudaThreadCommunicator() {
   if (stream_) (void)cudaStreamSynchronize(asStream(stream_));
   for (void* e : {ready_, done_[0], done_[1]})
     if (e) (void)cudaEventDestroy(asEvent(e));
-  if (stream_) (void)cudaStreamDestroy(asStream(stream_));
+  if (stream_ && ownsStream_) (void)cudaStreamDestroy(asStream(stream_));
+}
+
+Status CudaThreadCommunicator::split(int color, int key, std::unique_ptr<Communicator>* out) {
+  out->reset();
+  MGS_RETURN_IF_ERROR(usable("split"));
+  struct Entry {
+    int color, key, rank;
+  };
+  const Entry mine{color, key, rank_};
+  std::vector<const void*> all;
+  MGS_RETURN_IF_ERROR(world_->exchange(rank_, &mine, "split", &all));
+  std::vector<Entry> group;
+  for (const void* p : all) {
+    const Entry e = *static_cast<const Entry*>(p);
+    if (color >= 0 && e.color == color) group.push_back(e);
+  }
+  std::sort(group.begin(), group.end(),
+            [](const Entry& a, const Entry& b) { return a.key != b.key ? a.key < b.key : a.rank < b.rank; });
+  // The group's first member makes its world; every member takes it (a
+  // second exchange, which also ends the reads of the first).
+  std::shared_ptr<CudaThreadWorld> made;
+  if (!group.empty() && group[0].rank == rank_)
+    made = std::make_shared<CudaThreadWorld>(static_cast<int>(group.size()), world_->device(), kWaitTimeout);
+  MGS_RETURN_IF_ERROR(world_->exchange(rank_, &made, "split", &all));
+  if (group.empty()) return world_->exchange(rank_, nullptr, "split", &all);
+  std::shared_ptr<CudaThreadWorld> sub = *static_cast<const std::shared_ptr<CudaThreadWorld>*>(all[group[0].rank]);
+  MGS_RETURN_IF_ERROR(world_->exchange(rank_, nullptr, "split", &all));  // every rank has copied its pointer
+  int index = 0;
+  while (group[index].rank != rank_) ++index;
+  std::unique_ptr<CudaThreadCommunicator> c(new CudaThreadCommunicator(std::move(sub), index));
+  MGS_CUDA_CHECK(cudaSetDevice(world_->device()));
+  c->stream_ = stream_;
+  c->ownsStream_ = false;
+  for (void** e : {&c->ready_, &c->done_[0], &c->done_[1]}) {
+    cudaEvent_t ev = nullptr;
+    MGS_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    *e = ev;
+  }
+  *out = std::move(c);
+  return Status::OK();
 }
 
 Status CudaThreadCommunicator::usable(const char* what) const {

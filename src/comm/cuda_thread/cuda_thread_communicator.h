@@ -77,6 +77,10 @@ class CudaThreadCommunicator final : public Communicator {
   Status gatherStrings(const std::string& send, int root, std::vector<std::string>* out) override;
   Status broadcast(void* buf, size_t bytes, int root) override;
   Status barrier() override;
+  // The ranks of one color as a new world on the same device, in (key,
+  // rank) order; the new communicator enqueues on THIS communicator's
+  // stream (as NcclCommunicator::split) and must not outlive it.
+  Status split(int color, int key, std::unique_ptr<Communicator>* out) override;
 
   // NCCL's ncclCommAbort: every rank's pending and later operations fail.
   void abort(const std::string& why) { world_->abort("rank " + std::to_string(rank_) + ": " + why); }
@@ -98,6 +102,7 @@ class CudaThreadCommunicator final : public Communicator {
   std::shared_ptr<CudaThreadWorld> world_;
   int rank_;
   void* stream_ = nullptr;                    // cudaStream_t
+  bool ownsStream_ = true;                    // false for a split communicator (its parent's stream)
   void* ready_ = nullptr;                     // cudaEvent_t: send data ready
   void* done_[2] = {nullptr, nullptr};        // cudaEvent_t: this rank's copies, by collective parity
   uint64_t calls_ = 0;

@@ -172,7 +172,40 @@ NcclCommunicator::~NcclCommunicator() {
     if (!aborted_) ncclCommDestroy(asComm(comm_));
   }
   if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
-  if (stream_) cudaStreamDestroy(asStream(stream_));
+  if (stream_ && ownsStream_) cudaStreamDestroy(asStream(stream_));
+}
+
+Status NcclCommunicator::split(int color, int key, std::unique_ptr<Communicator>* out) {
+  out->reset();
+  MGS_RETURN_IF_ERROR(usable("split"));
+  std::unique_ptr<Communicator> boot;
+  MGS_RETURN_IF_ERROR(bootstrap_->split(color, key, &boot));
+  MGS_CUDA_CHECK(cudaSetDevice(device_));
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;  // as the parent: a deadline can abandon it
+  ncclComm_t comm = nullptr;
+  const ncclResult_t r = ncclCommSplit(asComm(comm_), color >= 0 ? color : NCCL_SPLIT_NOCOLOR, key, &comm, &cfg);
+  if (r != ncclSuccess && r != ncclInProgress)
+    return Status(Code::kCommunication, std::string("ncclCommSplit on rank ") + std::to_string(rank_) + ": " +
+                                            ncclGetErrorString(r) + " (" + ncclGetLastError(asComm(comm_)) + ")");
+  MGS_RETURN_IF_ERROR(settle("ncclCommSplit"));  // the parent's part
+  if (color < 0 || comm == nullptr) return Status::OK();
+  std::unique_ptr<NcclCommunicator> c(new NcclCommunicator());
+  c->ownBootstrap_ = std::move(boot);
+  c->bootstrap_ = c->ownBootstrap_.get();
+  c->options_ = options_;
+  c->rank_ = c->bootstrap_->rank();
+  c->size_ = c->bootstrap_->size();
+  c->device_ = device_;
+  c->stream_ = stream_;
+  c->ownsStream_ = false;
+  c->comm_ = comm;
+  cudaEvent_t e;
+  MGS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  c->event_ = e;
+  MGS_RETURN_IF_ERROR(c->settle("ncclCommSplit"));
+  *out = std::move(c);
+  return Status::OK();
 }
 
 std::string NcclCommunicator::asyncError() {

@@ -66,6 +66,12 @@ class NcclCommunicator final : public Communicator {
   Status gatherStrings(const std::string& send, int root, std::vector<std::string>* out) override;
   Status broadcast(void* buf, size_t bytes, int root) override;
   Status barrier() override;
+  // ncclCommSplit (collective), with the bootstrap split alike: the new
+  // communicator enqueues on THIS communicator's stream (so that the
+  // collectives of a hierarchical device bucket on the three are ordered
+  // by their enqueue order) and must not outlive it. Written 2026-12-02
+  // without a GPU: never run.
+  Status split(int color, int key, std::unique_ptr<Communicator>* out) override;
 
   // Used by the pending operations: waits for `event` (a cudaEvent_t) the
   // NCCL way (async errors, deadline, abort); test() when !block, with the
@@ -89,6 +95,8 @@ class NcclCommunicator final : public Communicator {
   void* comm_ = nullptr;    // ncclComm_t
   void* stream_ = nullptr;  // cudaStream_t
   void* event_ = nullptr;   // cudaEvent_t of the blocking calls
+  bool ownsStream_ = true;  // false for a split communicator (its parent's stream)
+  std::unique_ptr<Communicator> ownBootstrap_;  // a split communicator's bootstrap
   bool aborted_ = false;
   std::string abortReason_;
 };

@@ -62,7 +62,9 @@ class CudaLocalStage::Pending final : public PendingDeviceBucket {
     if (scattered_) {
       BucketVerdict v;
       MGS_RETURN_IF_ERROR(verdict_.verdict(&v));
-      headers = verdict_.words() + 2;
+      // The hierarchical exchange's words: the nodes' headers, then every rank's code.
+      headers = verdict_.words() + 2 + nodes_;
+      r.node_headers.assign(verdict_.words() + 2, verdict_.words() + 2 + nodes_);
       r.malformed_rank = v.malformedRank;
       r.written = v.kind == VerdictKind::kOk;
       r.nan_written = v.kind == VerdictKind::kNaNWritten;
@@ -78,6 +80,12 @@ class CudaLocalStage::Pending final : public PendingDeviceBucket {
     const char* words = host + 16 + 8 * static_cast<size_t>(P_);
     if (h.kind == block::Header::kCount) {
       r.count = h.count;
+      if (nodes_ > 0) {
+        // Its leader's selection, on a leader; nothing selected elsewhere.
+        const block::Header nh =
+            block::decodeHeader(leadNode_ >= 0 ? r.node_headers[static_cast<size_t>(leadNode_)] : 0, cap_, M);
+        r.count = nh.kind == block::Header::kCount ? nh.count : 0;
+      }
     } else if (h.kind == block::Header::kFailure && h.bad_member >= 0 && h.cause == block::StagingCause::kNone) {
       std::vector<uint32_t> nonfinite(M);
       std::memcpy(nonfinite.data(), words, M * sizeof(uint32_t));
@@ -101,6 +109,9 @@ class CudaLocalStage::Pending final : public PendingDeviceBucket {
   HostSlot slot_;  // [failure header, seal | P headers | M + 1 local words]
   std::unique_ptr<PendingCollective> nccl_;
   std::unique_ptr<PendingCollective> nccl_first_;  // the agreed exchange's broadcast (nccl_: its allreduce, later on the stream)
+  std::vector<std::unique_ptr<PendingCollective>> nccl_more_;  // the hierarchical exchange's earlier collectives
+  int nodes_ = 0;      // the hierarchical exchange: how many node blocks lead the verdict words
+  int leadNode_ = -1;  // and the node this rank leads (leader_comm's rank), or -1
   PendingVerdict verdict_;
   bool scattered_ = false;  // the device scatter ran (else the P headers were copied into the slot)
   Status local_;            // a failure found while enqueuing (a staging cause, a CUDA error)
@@ -191,6 +202,7 @@ Status CudaLocalStage::startBucket(const DeviceBucketJob& dj, std::unique_ptr<Pe
                  dj.comm_stream != nullptr && dj.job->selector != nullptr,
              kInvalidArgument, "device bucket: incomplete job");
   if (dj.dense) return startDenseBucket(dj, out);
+  if (dj.hier) return startHierBucket(dj, out);
   if (dj.leader >= 0) return startAgreedBucket(dj, out);
   const LocalJob& job = *dj.job;
   const std::vector<Request>& members = *job.members;
@@ -464,6 +476,140 @@ Status CudaLocalStage::startDenseBucket(const DeviceBucketJob& dj, std::unique_p
   f.P = P;
   f.propagate = dj.propagate;
   MGS_RETURN_IF_ERROR(engine_->enqueueDenseFinish(f, &p->verdict_));
+  p->scattered_ = true;
+  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(p->slot_.event), stream));
+  *out = std::move(p);
+  return Status::OK();
+}
+
+// ---- The hierarchical exchange's device bucket (never run on a GPU) --------------
+// The order of one bucket, all enqueued (routed_local_stage.h, DeviceBucketJob):
+//   engine stream: [ready events] fuse (no selection), local words -> pinned;
+//                  acc -> d_sum and this rank's slot -> d_slots, acc +0 (denseGather), record localDone_
+//   NCCL stream:   wait localDone_, allreduce d_slots (P floats, every rank), allreduce d_sum (n floats,
+//                  the node), record ncclDone_
+//   leader:        engine: wait ncclDone_, select d_sum in place into d_block (enqueueSelectGiven),
+//                  d_sum (the sum less the selection) -> its slab, record localDone_;
+//                  NCCL: wait localDone_, allgather d_block among the leaders -> d_recv
+//   NCCL stream:   broadcast d_recv (nodes blocks) from the node's leader, record ncclDone_
+//   engine stream: wait ncclDone_, verdict and outputs (scatterHierarchical), verdict words -> pinned,
+//                  record the slot's event
+// Every collective of the bucket is on the device communicator's stream
+// (the node and leader communicators split from it share it), so their
+// order is the enqueue order, the same on every rank of a communicator.
+Status CudaLocalStage::startHierBucket(const DeviceBucketJob& dj, std::unique_ptr<PendingDeviceBucket>* out) {
+  const LocalJob& job = *dj.job;
+  const std::vector<Request>& members = *job.members;
+  const size_t M = members.size(), n = job.n, cap = job.cap, bb = block::allgatherBytes(cap);
+  const int P = dj.comm->size(), rank = dj.comm->rank();
+  MGS_ENSURE(dj.node_comm != nullptr && dj.nodes >= 1, kInvalidArgument, "hierarchical device bucket: no node communicator");
+  const bool lead = dj.node_comm->rank() == 0;
+  MGS_ENSURE(lead == (dj.leader_comm != nullptr) && job.select == lead, kInvalidArgument,
+             "hierarchical device bucket: only the node's leader selects and allgathers");
+  cudaStream_t stream = asStream(engine_->stream());
+  cudaStream_t ncclStream = asStream(dj.comm_stream);
+  std::unique_ptr<Pending> p;
+  MGS_RETURN_IF_ERROR(newPending(dj, &p));
+  p->nodes_ = dj.nodes;
+  p->leadNode_ = lead ? dj.leader_comm->rank() : -1;
+  char* words = static_cast<char*>(p->slot_.host) + 16 + 8 * static_cast<size_t>(P);
+  Scratch scratch{engine_->pool(), {}};
+  void *d_vals = nullptr, *d_block = nullptr, *d_recv = nullptr;
+  MGS_RETURN_IF_ERROR(scratch.take((n + static_cast<size_t>(P)) * sizeof(float), &d_vals));  // [sum | P slots]
+  MGS_RETURN_IF_ERROR(scratch.take(bb, &d_block));
+  MGS_RETURN_IF_ERROR(scratch.take(static_cast<size_t>(dj.nodes) * bb, &d_recv));
+  float* d_sum = static_cast<float*>(d_vals);
+  float* d_slots = d_sum + n;
+
+  int bad = -1;
+  block::StagingCause cause = block::StagingCause::kNone;
+  MGS_RETURN_IF_ERROR(servesBucket(members, dj.comm_device, &bad, &cause, &p->local_));
+  uint32_t hostSlot = 0;
+  float* d_acc = nullptr;
+  if (cause != block::StagingCause::kNone) {
+    hostSlot = block::agreedSlot(bad, static_cast<uint8_t>(cause));
+  } else {
+    auto lk = opt_.residuals->lock();
+    BufPtr acc;
+    LocalJob fuse = job;
+    fuse.select = false;  // the leader selects from the node's sum, below
+    const Status st = enqueueLocalPart(fuse, nullptr, words, &acc, &scratch.bufs);
+    if (!st.ok()) {
+      hostSlot = block::agreedSlot(-1, 0);
+      p->local_ = Status(st.code(), "rank " + std::to_string(opt_.rank) + ": device local stage of " +
+                                        bucketName(members) + ": " + st.message());
+    } else {
+      d_acc = static_cast<float*>(acc->p);
+      auto slab = std::make_unique<Slab>();
+      slab->buf = std::move(acc);
+      slab->n = n;
+      p->slab_ = std::move(slab);
+    }
+  }
+  // 1. acc into the node's sum (acc left +0) and this rank's slot.
+  DenseGatherArgs g;
+  g.d_acc = d_acc;
+  g.n = n;
+  g.members = static_cast<uint32_t>(M);
+  g.P = P;
+  g.rank = rank;
+  g.hostSlot = hostSlot;
+  g.d_vals = d_sum;
+  MGS_RETURN_IF_ERROR(engine_->enqueueDenseGather(g));
+  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(localDone_), stream));
+  MGS_CUDA_CHECK(cudaStreamWaitEvent(ncclStream, static_cast<cudaEvent_t>(localDone_), 0));
+  std::unique_ptr<PendingCollective> op;
+  MGS_RETURN_IF_ERROR(dj.comm->startAllreduce(d_slots, static_cast<size_t>(P), MGS_FLOAT32, CommOp::kSum, &op));
+  p->nccl_more_.push_back(std::move(op));
+  // 2. The node's sum.
+  MGS_RETURN_IF_ERROR(dj.node_comm->startAllreduce(d_sum, n, MGS_FLOAT32, CommOp::kSum, &op));
+  p->nccl_more_.push_back(std::move(op));
+  if (lead) {
+    // 3. The leader's selection from it; the sum less the selection is its new residual.
+    MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(ncclDone_), ncclStream));
+    MGS_RETURN_IF_ERROR(engine_->waitEvent(ncclDone_));
+    const GpuSelector* sel = nullptr;
+    MGS_RETURN_IF_ERROR(selectorFor(*job.selector, &sel));
+    size_t ws = 0;
+    MGS_RETURN_IF_ERROR(sel->workspaceBytes(n, &ws));
+    void* d_ws = nullptr;
+    MGS_RETURN_IF_ERROR(scratch.take(ws, &d_ws));
+    std::vector<BucketMember> counted(M);  // the member count, for the seal
+    LocalStageArgs a;
+    a.members = &counted;
+    a.d_acc = d_sum;
+    a.d_block = d_block;
+    a.cap = cap;
+    a.d_workspace = d_ws;
+    a.workspaceBytes = ws;
+    a.step = job.step;
+    a.name = job.name;
+    MGS_RETURN_IF_ERROR(engine_->enqueueSelectGiven(*sel, a, n));
+    if (d_acc) MGS_CUDA_CHECK(cudaMemcpyAsync(d_acc, d_sum, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(localDone_), stream));
+    MGS_CUDA_CHECK(cudaStreamWaitEvent(ncclStream, static_cast<cudaEvent_t>(localDone_), 0));
+    // 4. The leaders' blocks.
+    MGS_RETURN_IF_ERROR(dj.leader_comm->startAllgather(d_block, bb, d_recv, &op));
+    p->nccl_more_.push_back(std::move(op));
+  }
+  // 5. Inside the node.
+  MGS_RETURN_IF_ERROR(dj.node_comm->startBroadcast(d_recv, static_cast<size_t>(dj.nodes) * bb, 0, &p->nccl_));
+  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(ncclDone_), ncclStream));
+  MGS_RETURN_IF_ERROR(engine_->waitEvent(ncclDone_));
+
+  // 6. The verdict and the outputs (none from a rank whose part failed).
+  const std::vector<BucketMember> bm = p->local_.ok() ? outputMembers(members, dj.factors) : std::vector<BucketMember>();
+  HierFinishArgs f;
+  f.members = &bm;
+  f.d_recv = d_recv;
+  f.nodes = dj.nodes;
+  f.d_slots = d_slots;
+  f.P = P;
+  f.cap = cap;
+  f.n = n;
+  f.bucketMembers = static_cast<uint32_t>(M);
+  f.propagate = dj.propagate;
+  MGS_RETURN_IF_ERROR(engine_->enqueueHierFinish(f, &p->verdict_));
   p->scattered_ = true;
   MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(p->slot_.event), stream));
   *out = std::move(p);

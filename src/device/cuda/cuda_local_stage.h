@@ -88,6 +88,12 @@ class CudaLocalStage final : public ResidentLocalStage {
   // outputs on the device, the residual +0. Written 2026-12-02 without a
   // GPU: never run.
   bool runsDenseDeviceBuckets() const override { return true; }
+  // And the hierarchical exchange's (dj.hier; cuda_device_buckets.cc): the
+  // slots and the node's sum, the leader's selection from it on the
+  // device, the leaders' allgather and the node broadcast on communicators
+  // split from the NCCL one (sharing its stream), the verdict and the
+  // scatter on the device. Written 2026-12-02 without a GPU: never run.
+  bool runsHierarchicalDeviceBuckets() const override { return true; }
   Status startBucket(const DeviceBucketJob& job, std::unique_ptr<PendingDeviceBucket>* out) override;
   // The GPU selector on calibration's synthetic gradient, in place, timed
   // with events on the engine's stream: median of 3 after a warm-up, per
@@ -142,6 +148,7 @@ class CudaLocalStage final : public ResidentLocalStage {
                       Status* why) const;
   Status startAgreedBucket(const DeviceBucketJob& job, std::unique_ptr<PendingDeviceBucket>* out);
   Status startDenseBucket(const DeviceBucketJob& job, std::unique_ptr<PendingDeviceBucket>* out);
+  Status startHierBucket(const DeviceBucketJob& job, std::unique_ptr<PendingDeviceBucket>* out);
   void giveSlot(const HostSlot& s) { slots_.push_back(s); }
   // The local part of a device bucket into d_block (runSparse without the
   // copy to the host); this rank's non-finite words go to `words` (pinned).
