@@ -178,8 +178,9 @@ __global__ void addRankKernel(const unsigned char* block, size_t cap, float* sum
   }
 }
 
-// grid = (chunks, members): scale each touched entry once and convert, or
-// NaN everywhere (kNaNWritten), or leave the outputs alone (a failure).
+// grid = (chunks, members): scale each touched entry once (every entry
+// where touched is null: the dense fallback) and convert, or NaN everywhere
+// (kNaNWritten), or leave the outputs alone (a failure).
 __global__ void writeOutKernel(const OutDesc* __restrict__ descs, uint32_t members, const float* __restrict__ sum,
                                const uint8_t* __restrict__ touched, const uint64_t* verdict) {
   const uint64_t kind = verdict[0];
@@ -194,7 +195,7 @@ __global__ void writeOutKernel(const OutDesc* __restrict__ descs, uint32_t membe
         continue;
       }
       float s = sum[d.offset + i];
-      if (touched[d.offset + i] && d.factor != 1.0f) s = __fmul_rn(s, d.factor);
+      if ((touched == nullptr || touched[d.offset + i]) && d.factor != 1.0f) s = __fmul_rn(s, d.factor);
       storeFromFloat(d.dst, d.dtype, i, s);
     }
   }
@@ -222,6 +223,15 @@ __global__ void assignKernel(const uint32_t* __restrict__ idx, const float* __re
     sum[i] = vals[j];
     touched[i] = 1;
   }
+}
+
+// A verdict slot summed over every rank as a header: `contributed` where it
+// is 0, the failure code it carries otherwise, UINT64_MAX where the float
+// is not a slot any rank could have written (block_layout.h agreedSlot).
+__device__ uint64_t slotHeader(float v, uint32_t members, uint64_t contributed) {
+  const uint32_t slot = v >= 0.0f && v < 16777216.0f ? static_cast<uint32_t>(v) : 0xffffffffu;
+  const bool exact = slot != 0xffffffffu && static_cast<float>(slot) == v;
+  return !exact ? UINT64_MAX : slot == 0 ? contributed : block::agreedSlotCode(slot, members);
 }
 
 // ---- The agreed exchange's device bucket ----------------------------------------
@@ -281,12 +291,7 @@ __global__ void agreedVerdictKernel(const unsigned char* block, size_t cap, uint
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   const uint64_t header = *reinterpret_cast<const uint64_t*>(block);
   verdict[1] = state[0] != 0 ? static_cast<uint64_t>(leader) : UINT64_MAX;
-  for (int r = 0; r < P; ++r) {
-    const float v = vals[cap + static_cast<size_t>(r)];
-    const uint32_t slot = v >= 0.0f && v < 16777216.0f ? static_cast<uint32_t>(v) : 0xffffffffu;
-    const bool exact = slot != 0xffffffffu && static_cast<float>(slot) == v;
-    verdict[2 + r] = !exact ? UINT64_MAX : slot == 0 ? (header <= cap ? header : 0) : block::agreedSlotCode(slot, members);
-  }
+  for (int r = 0; r < P; ++r) verdict[2 + r] = slotHeader(vals[cap + static_cast<size_t>(r)], members, header <= cap ? header : 0);
 }
 
 // The sums assigned at the leader's indices (kOk only).
@@ -314,49 +319,39 @@ __global__ void denseSlotKernel(uint32_t members, size_t n, int rank, uint32_t h
   vals[n + static_cast<size_t>(rank)] = static_cast<float>(slot);
 }
 
-// One thread: the verdict words from the summed slots (cap 0: a header of 0 is "contributed").
-__global__ void denseVerdictKernel(const float* vals, size_t n, uint32_t members, int P, uint64_t* verdict) {
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  verdict[1] = UINT64_MAX;
-  for (int r = 0; r < P; ++r) {
-    const float v = vals[n + static_cast<size_t>(r)];
-    const uint32_t slot = v >= 0.0f && v < 16777216.0f ? static_cast<uint32_t>(v) : 0xffffffffu;
-    const bool exact = slot != 0xffffffffu && static_cast<float>(slot) == v;
-    verdict[2 + r] = !exact ? UINT64_MAX : slot == 0 ? 0 : block::agreedSlotCode(slot, members);
-  }
-}
-
-// grid = (chunks, members): every entry the sum times the factor (unless 1),
-// converted; or NaN everywhere (kNaNWritten); or nothing (a failure).
-__global__ void denseOutKernel(const OutDesc* __restrict__ descs, uint32_t members, const float* __restrict__ sum,
-                               const uint64_t* verdict) {
-  const uint64_t kind = verdict[0];
-  if (kind != static_cast<uint64_t>(VerdictKind::kOk) && kind != static_cast<uint64_t>(VerdictKind::kNaNWritten))
-    return;
-  for (uint32_t m = blockIdx.y; m < members; m += gridDim.y) {
-    const OutDesc d = descs[m];
-    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < d.count; i += stride) {
-      if (kind == static_cast<uint64_t>(VerdictKind::kNaNWritten)) {
-        storeNaN(d.dst, d.dtype, i);
-        continue;
-      }
-      float s = sum[d.offset + i];
-      if (d.factor != 1.0f) s = __fmul_rn(s, d.factor);
-      storeFromFloat(d.dst, d.dtype, i, s);
-    }
-  }
-}
-
-// One thread: every rank's code from the summed slots, after the nodes' headers.
+// One thread: every rank's code from the summed slots (0: it contributed).
 __global__ void slotCodesKernel(const float* slots, int P, uint32_t members, uint64_t* codes) {
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  for (int r = 0; r < P; ++r) {
-    const float v = slots[r];
-    const uint32_t slot = v >= 0.0f && v < 16777216.0f ? static_cast<uint32_t>(v) : 0xffffffffu;
-    const bool exact = slot != 0xffffffffu && static_cast<float>(slot) == v;
-    codes[r] = !exact ? UINT64_MAX : slot == 0 ? 0 : block::agreedSlotCode(slot, members);
+  for (int r = 0; r < P; ++r) codes[r] = slotHeader(slots[r], members, 0);
+}
+
+// The scatter of `blocks` received blocks (rank or node order), their
+// headers the first verdict words, then (d_slots given) P ranks' codes
+// from their summed verdict slots; the verdict over all of them.
+int scatterReceived(const void* d_recv, int blocks, const float* d_slots, int P, size_t cap, size_t n,
+                    uint32_t bucketMembers, uint32_t members, const OutDesc* d_out, size_t maxCount, bool propagate,
+                    float* d_sum, uint8_t* d_touched, uint64_t* d_verdict, void* stream) {
+  const auto s = asStream(stream);
+  const size_t bb = block::allgatherBytes(cap);
+  const auto* recv = static_cast<const unsigned char*>(d_recv);
+  // verdict[0..1] = UINT64_MAX (kind is always rewritten; [1] is the atomicMin start).
+  if (cudaError_t e = cudaMemsetAsync(d_verdict, 0xFF, 2 * sizeof(uint64_t), s)) return e;
+  if (n) {
+    if (cudaError_t e = cudaMemsetAsync(d_sum, 0, n * sizeof(float), s)) return e;  // +0.0f
+    if (cudaError_t e = cudaMemsetAsync(d_touched, 0, n, s)) return e;
   }
+  checkKernel<<<dim3(chunksFor(cap), static_cast<unsigned>(blocks)), kThreads, 0, s>>>(recv, bb, cap, n, bucketMembers,
+                                                                                    d_verdict);
+  const int words = d_slots ? blocks + P : blocks;
+  if (d_slots) slotCodesKernel<<<1, 1, 0, s>>>(d_slots, P, bucketMembers, d_verdict + 2 + blocks);
+  decideKernel<<<1, 1, 0, s>>>(words, cap, propagate, d_verdict);
+  for (int r = 0; r < blocks && cap > 0; ++r)
+    addRankKernel<<<chunksFor(cap), kThreads, 0, s>>>(recv + static_cast<size_t>(r) * bb, cap, d_sum, d_touched,
+                                                      d_verdict);
+  if (members && maxCount)
+    writeOutKernel<<<dim3(chunksFor(maxCount), membersGrid(members)), kThreads, 0, s>>>(d_out, members, d_sum,
+                                                                                        d_touched, d_verdict);
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -364,26 +359,9 @@ __global__ void slotCodesKernel(const float* slots, int P, uint32_t members, uin
 int scatterHierarchical(const void* d_recv, int nodes, const float* d_slots, int P, size_t cap, size_t n,
                         uint32_t bucketMembers, uint32_t members, const OutDesc* d_out, size_t maxCount, bool propagate,
                         float* d_sum, uint8_t* d_touched, uint64_t* d_verdict, void* stream) {
-  const auto s = asStream(stream);
-  if (nodes < 1 || P < 1 || nodes + P > 65535) return cudaErrorInvalidValue;
-  const size_t bb = block::allgatherBytes(cap);
-  const auto* recv = static_cast<const unsigned char*>(d_recv);
-  if (cudaError_t e = cudaMemsetAsync(d_verdict, 0xFF, 2 * sizeof(uint64_t), s)) return e;
-  if (n) {
-    if (cudaError_t e = cudaMemsetAsync(d_sum, 0, n * sizeof(float), s)) return e;  // +0.0f
-    if (cudaError_t e = cudaMemsetAsync(d_touched, 0, n, s)) return e;
-  }
-  checkKernel<<<dim3(chunksFor(cap), static_cast<unsigned>(nodes)), kThreads, 0, s>>>(recv, bb, cap, n, bucketMembers,
-                                                                                   d_verdict);
-  slotCodesKernel<<<1, 1, 0, s>>>(d_slots, P, bucketMembers, d_verdict + 2 + nodes);
-  decideKernel<<<1, 1, 0, s>>>(nodes + P, cap, propagate, d_verdict);
-  for (int r = 0; r < nodes && cap > 0; ++r)
-    addRankKernel<<<chunksFor(cap), kThreads, 0, s>>>(recv + static_cast<size_t>(r) * bb, cap, d_sum, d_touched,
-                                                      d_verdict);
-  if (members && maxCount)
-    writeOutKernel<<<dim3(chunksFor(maxCount), membersGrid(members)), kThreads, 0, s>>>(d_out, members, d_sum,
-                                                                                        d_touched, d_verdict);
-  return cudaGetLastError();
+  if (nodes < 1 || P < 1 || nodes + P > 65535 || d_slots == nullptr) return cudaErrorInvalidValue;
+  return scatterReceived(d_recv, nodes, d_slots, P, cap, n, bucketMembers, members, d_out, maxCount, propagate, d_sum,
+                         d_touched, d_verdict, stream);
 }
 
 int denseGather(float* d_acc, size_t n, uint32_t bucketMembers, int P, int rank, uint32_t hostSlot,
@@ -406,11 +384,13 @@ int denseScatter(const float* d_vals, size_t n, uint32_t bucketMembers, int P, u
                  size_t maxCount, bool propagate, uint64_t* d_verdict, void* stream) {
   const auto s = asStream(stream);
   if (P < 1 || P > 65535) return cudaErrorInvalidValue;
-  denseVerdictKernel<<<1, 1, 0, s>>>(d_vals, n, bucketMembers, P, d_verdict);
+  // verdict[1] = UINT64_MAX (nothing can be malformed), [2 + r] rank r's code (cap 0: 0 is "contributed").
+  if (cudaError_t e = cudaMemsetAsync(d_verdict, 0xFF, 2 * sizeof(uint64_t), s)) return e;
+  slotCodesKernel<<<1, 1, 0, s>>>(d_vals + n, P, bucketMembers, d_verdict + 2);
   decideKernel<<<1, 1, 0, s>>>(P, 0, propagate, d_verdict);
   if (members && maxCount)
-    denseOutKernel<<<dim3(chunksFor(maxCount), membersGrid(members)), kThreads, 0, s>>>(d_out, members, d_vals,
-                                                                                        d_verdict);
+    writeOutKernel<<<dim3(chunksFor(maxCount), membersGrid(members)), kThreads, 0, s>>>(d_out, members, d_vals,
+                                                                                        nullptr, d_verdict);
   return cudaGetLastError();
 }
 
@@ -491,25 +471,9 @@ int sealBlock(void* d_block, size_t cap, const uint32_t* d_nonfinite, uint32_t m
 int scatterBlocks(const void* d_recv, int P, size_t cap, size_t n, uint32_t members, const OutDesc* d_out,
                   size_t maxCount, bool propagate, float* d_sum, uint8_t* d_touched, uint64_t* d_verdict,
                   void* stream) {
-  const auto s = asStream(stream);
   if (P < 1 || P > 65535) return cudaErrorInvalidValue;
-  const size_t bb = block::allgatherBytes(cap);
-  const auto* recv = static_cast<const unsigned char*>(d_recv);
-  // verdict[0..1] = UINT64_MAX (kind is always rewritten; [1] is the atomicMin start).
-  if (cudaError_t e = cudaMemsetAsync(d_verdict, 0xFF, 2 * sizeof(uint64_t), s)) return e;
-  if (n) {
-    if (cudaError_t e = cudaMemsetAsync(d_sum, 0, n * sizeof(float), s)) return e;  // +0.0f
-    if (cudaError_t e = cudaMemsetAsync(d_touched, 0, n, s)) return e;
-  }
-  checkKernel<<<dim3(chunksFor(cap), static_cast<unsigned>(P)), kThreads, 0, s>>>(recv, bb, cap, n, members, d_verdict);
-  decideKernel<<<1, 1, 0, s>>>(P, cap, propagate, d_verdict);
-  for (int r = 0; r < P && cap > 0; ++r)
-    addRankKernel<<<chunksFor(cap), kThreads, 0, s>>>(recv + static_cast<size_t>(r) * bb, cap, d_sum, d_touched,
-                                                      d_verdict);
-  if (members && maxCount)
-    writeOutKernel<<<dim3(chunksFor(maxCount), membersGrid(members)), kThreads, 0, s>>>(d_out, members, d_sum,
-                                                                                        d_touched, d_verdict);
-  return cudaGetLastError();
+  return scatterReceived(d_recv, P, nullptr, 0, cap, n, members, members, d_out, maxCount, propagate, d_sum, d_touched,
+                         d_verdict, stream);
 }
 
 }  // namespace mgs::cuda::kernels

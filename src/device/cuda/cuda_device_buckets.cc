@@ -281,6 +281,47 @@ Status CudaLocalStage::startBucket(const DeviceBucketJob& dj, std::unique_ptr<Pe
   return Status::OK();
 }
 
+Status CudaLocalStage::slottedLocalPart(const DeviceBucketJob& dj, const LocalJob& job, void* d_block, Pending* p,
+                                        std::vector<void*>* scratch, uint32_t* hostSlot, uint64_t* failure,
+                                        float** d_acc) {
+  const std::vector<Request>& members = *job.members;
+  char* words = static_cast<char*>(p->slot_.host) + 16 + 8 * static_cast<size_t>(dj.comm->size());
+  *hostSlot = 0;
+  *failure = 0;
+  *d_acc = nullptr;
+  int bad = -1;
+  block::StagingCause cause = block::StagingCause::kNone;
+  MGS_RETURN_IF_ERROR(servesBucket(members, dj.comm_device, &bad, &cause, &p->local_));
+  if (cause != block::StagingCause::kNone) {
+    *failure = block::stagingCode(static_cast<uint32_t>(bad), cause);
+    *hostSlot = block::agreedSlot(bad, static_cast<uint8_t>(cause));
+    return Status::OK();
+  }
+  auto lk = opt_.residuals->lock();
+  BufPtr acc;
+  const Status st = enqueueLocalPart(job, d_block, words, &acc, scratch);
+  if (!st.ok()) {
+    *failure = block::failureCode(-1);
+    *hostSlot = block::agreedSlot(-1, 0);
+    p->local_ = Status(st.code(), "rank " + std::to_string(opt_.rank) + ": device local stage of " +
+                                      bucketName(members) + ": " + st.message());
+    return Status::OK();
+  }
+  *d_acc = static_cast<float*>(acc->p);
+  auto slab = std::make_unique<Slab>();
+  slab->buf = std::move(acc);
+  slab->n = job.n;
+  p->slab_ = std::move(slab);
+  return Status::OK();
+}
+
+Status CudaLocalStage::handOver(std::unique_ptr<Pending> p, std::unique_ptr<PendingDeviceBucket>* out) {
+  p->scattered_ = true;
+  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(p->slot_.event), asStream(engine_->stream())));
+  *out = std::move(p);
+  return Status::OK();
+}
+
 // ---- The agreed exchange's device bucket (never run on a GPU) ------------------
 // The order of one bucket, all enqueued (routed_local_stage.h, DeviceBucketJob):
 //   engine stream: [ready events] fuse; on the leader select into d_block, seal
@@ -308,7 +349,6 @@ Status CudaLocalStage::startAgreedBucket(const DeviceBucketJob& dj, std::unique_
   MGS_RETURN_IF_ERROR(newPending(dj, &p));
   char* host = static_cast<char*>(p->slot_.host);
   auto* fail = reinterpret_cast<uint64_t*>(host);
-  char* words = host + 16 + 8 * static_cast<size_t>(P);
   Scratch scratch{engine_->pool(), {}};
   void *d_block = nullptr, *d_vals = nullptr;
   const size_t valsB = ((cap + static_cast<size_t>(P)) * sizeof(float) + 255) / 256 * 256;
@@ -316,32 +356,11 @@ Status CudaLocalStage::startAgreedBucket(const DeviceBucketJob& dj, std::unique_
   MGS_RETURN_IF_ERROR(scratch.take(valsB + 8, &d_vals));
   auto* d_state = reinterpret_cast<uint64_t*>(static_cast<char*>(d_vals) + valsB);
 
-  int bad = -1;
-  block::StagingCause cause = block::StagingCause::kNone;
-  MGS_RETURN_IF_ERROR(servesBucket(members, dj.comm_device, &bad, &cause, &p->local_));
   uint32_t hostSlot = 0;
   uint64_t failure = 0;
   float* d_acc = nullptr;
-  if (cause != block::StagingCause::kNone) {
-    failure = block::stagingCode(static_cast<uint32_t>(bad), cause);
-    hostSlot = block::agreedSlot(bad, static_cast<uint8_t>(cause));
-  } else {
-    auto lk = opt_.residuals->lock();
-    BufPtr acc;
-    const Status st = enqueueLocalPart(job, lead ? d_block : nullptr, words, &acc, &scratch.bufs);
-    if (!st.ok()) {
-      failure = block::failureCode(-1);
-      hostSlot = block::agreedSlot(-1, 0);
-      p->local_ = Status(st.code(), "rank " + std::to_string(opt_.rank) + ": device local stage of " +
-                                        bucketName(members) + ": " + st.message());
-    } else {
-      d_acc = static_cast<float*>(acc->p);
-      auto slab = std::make_unique<Slab>();
-      slab->buf = std::move(acc);
-      slab->n = job.n;
-      p->slab_ = std::move(slab);
-    }
-  }
+  MGS_RETURN_IF_ERROR(
+      slottedLocalPart(dj, job, lead ? d_block : nullptr, p.get(), &scratch.bufs, &hostSlot, &failure, &d_acc));
   if (lead && !p->local_.ok()) {
     // The failure code and its seal: what every rank receives from the leader.
     fail[0] = failure;
@@ -395,10 +414,7 @@ Status CudaLocalStage::startAgreedBucket(const DeviceBucketJob& dj, std::unique_
   f.leader = dj.leader;
   f.propagate = dj.propagate;
   MGS_RETURN_IF_ERROR(engine_->enqueueAgreedFinish(f, &p->verdict_));
-  p->scattered_ = true;
-  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(p->slot_.event), stream));
-  *out = std::move(p);
-  return Status::OK();
+  return handOver(std::move(p), out);
 }
 
 // ---- The dense fallback's device bucket (never run on a GPU) -------------------
@@ -421,34 +437,14 @@ Status CudaLocalStage::startDenseBucket(const DeviceBucketJob& dj, std::unique_p
   cudaStream_t ncclStream = asStream(dj.comm_stream);
   std::unique_ptr<Pending> p;
   MGS_RETURN_IF_ERROR(newPending(dj, &p));
-  char* words = static_cast<char*>(p->slot_.host) + 16 + 8 * static_cast<size_t>(P);
   Scratch scratch{engine_->pool(), {}};
   void* d_vals = nullptr;
   MGS_RETURN_IF_ERROR(scratch.take((n + static_cast<size_t>(P)) * sizeof(float), &d_vals));
 
-  int bad = -1;
-  block::StagingCause cause = block::StagingCause::kNone;
-  MGS_RETURN_IF_ERROR(servesBucket(members, dj.comm_device, &bad, &cause, &p->local_));
   uint32_t hostSlot = 0;
+  uint64_t failure = 0;
   float* d_acc = nullptr;
-  if (cause != block::StagingCause::kNone) {
-    hostSlot = block::agreedSlot(bad, static_cast<uint8_t>(cause));
-  } else {
-    auto lk = opt_.residuals->lock();
-    BufPtr acc;
-    const Status st = enqueueLocalPart(job, nullptr, words, &acc, &scratch.bufs);
-    if (!st.ok()) {
-      hostSlot = block::agreedSlot(-1, 0);
-      p->local_ = Status(st.code(), "rank " + std::to_string(opt_.rank) + ": device local stage of " +
-                                        bucketName(members) + ": " + st.message());
-    } else {
-      d_acc = static_cast<float*>(acc->p);
-      auto slab = std::make_unique<Slab>();
-      slab->buf = std::move(acc);
-      slab->n = n;
-      p->slab_ = std::move(slab);
-    }
-  }
+  MGS_RETURN_IF_ERROR(slottedLocalPart(dj, job, nullptr, p.get(), &scratch.bufs, &hostSlot, &failure, &d_acc));
 
   DenseGatherArgs g;
   g.d_acc = d_acc;
@@ -476,10 +472,7 @@ Status CudaLocalStage::startDenseBucket(const DeviceBucketJob& dj, std::unique_p
   f.P = P;
   f.propagate = dj.propagate;
   MGS_RETURN_IF_ERROR(engine_->enqueueDenseFinish(f, &p->verdict_));
-  p->scattered_ = true;
-  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(p->slot_.event), stream));
-  *out = std::move(p);
-  return Status::OK();
+  return handOver(std::move(p), out);
 }
 
 // ---- The hierarchical exchange's device bucket (never run on a GPU) --------------
@@ -512,7 +505,6 @@ Status CudaLocalStage::startHierBucket(const DeviceBucketJob& dj, std::unique_pt
   MGS_RETURN_IF_ERROR(newPending(dj, &p));
   p->nodes_ = dj.nodes;
   p->leadNode_ = lead ? dj.leader_comm->rank() : -1;
-  char* words = static_cast<char*>(p->slot_.host) + 16 + 8 * static_cast<size_t>(P);
   Scratch scratch{engine_->pool(), {}};
   void *d_vals = nullptr, *d_block = nullptr, *d_recv = nullptr;
   MGS_RETURN_IF_ERROR(scratch.take((n + static_cast<size_t>(P)) * sizeof(float), &d_vals));  // [sum | P slots]
@@ -521,31 +513,12 @@ Status CudaLocalStage::startHierBucket(const DeviceBucketJob& dj, std::unique_pt
   float* d_sum = static_cast<float*>(d_vals);
   float* d_slots = d_sum + n;
 
-  int bad = -1;
-  block::StagingCause cause = block::StagingCause::kNone;
-  MGS_RETURN_IF_ERROR(servesBucket(members, dj.comm_device, &bad, &cause, &p->local_));
   uint32_t hostSlot = 0;
+  uint64_t failure = 0;
   float* d_acc = nullptr;
-  if (cause != block::StagingCause::kNone) {
-    hostSlot = block::agreedSlot(bad, static_cast<uint8_t>(cause));
-  } else {
-    auto lk = opt_.residuals->lock();
-    BufPtr acc;
-    LocalJob fuse = job;
-    fuse.select = false;  // the leader selects from the node's sum, below
-    const Status st = enqueueLocalPart(fuse, nullptr, words, &acc, &scratch.bufs);
-    if (!st.ok()) {
-      hostSlot = block::agreedSlot(-1, 0);
-      p->local_ = Status(st.code(), "rank " + std::to_string(opt_.rank) + ": device local stage of " +
-                                        bucketName(members) + ": " + st.message());
-    } else {
-      d_acc = static_cast<float*>(acc->p);
-      auto slab = std::make_unique<Slab>();
-      slab->buf = std::move(acc);
-      slab->n = n;
-      p->slab_ = std::move(slab);
-    }
-  }
+  LocalJob fuse = job;
+  fuse.select = false;  // the leader selects from the node's sum, below
+  MGS_RETURN_IF_ERROR(slottedLocalPart(dj, fuse, nullptr, p.get(), &scratch.bufs, &hostSlot, &failure, &d_acc));
   // 1. acc into the node's sum (acc left +0) and this rank's slot.
   DenseGatherArgs g;
   g.d_acc = d_acc;
@@ -610,10 +583,7 @@ Status CudaLocalStage::startHierBucket(const DeviceBucketJob& dj, std::unique_pt
   f.bucketMembers = static_cast<uint32_t>(M);
   f.propagate = dj.propagate;
   MGS_RETURN_IF_ERROR(engine_->enqueueHierFinish(f, &p->verdict_));
-  p->scattered_ = true;
-  MGS_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(p->slot_.event), stream));
-  *out = std::move(p);
-  return Status::OK();
+  return handOver(std::move(p), out);
 }
 
 }  // namespace mgs::cuda

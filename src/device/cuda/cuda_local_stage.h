@@ -142,6 +142,15 @@ class CudaLocalStage final : public ResidentLocalStage {
   // Both device buckets' checks and pending object, with its pinned slot
   // [failure header, seal | P headers | M + 1 local words (zeroed)].
   Status newPending(const DeviceBucketJob& dj, std::unique_ptr<Pending>* out);
+  // This rank's local part of a device bucket with verdict slots (agreed,
+  // dense, hierarchical): a member it cannot serve, or a local part that
+  // failed to enqueue, becomes *hostSlot (and *failure, the header code of a
+  // block it leads); else job's local part (into d_block where it selects)
+  // and the fused acc in *d_acc, p's slab. Scratch goes to *scratch.
+  Status slottedLocalPart(const DeviceBucketJob& dj, const LocalJob& job, void* d_block, Pending* p,
+                          std::vector<void*>* scratch, uint32_t* hostSlot, uint64_t* failure, float** d_acc);
+  // The last of a device bucket with a device scatter: the slot's event after it, *out takes p.
+  Status handOver(std::unique_ptr<Pending> p, std::unique_ptr<PendingDeviceBucket>* out);
   // Whether this rank can serve a device bucket on comm_device; if not,
   // *cause and *bad name the member and *why is this rank's error.
   Status servesBucket(const std::vector<Request>& members, int comm_device, int* bad, block::StagingCause* cause,
