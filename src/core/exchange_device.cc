@@ -26,8 +26,9 @@
 // was applied. The CUDA side of the allgather (src/device/cuda/) ran on an
 // H100 at np 1 (gpu/device_bucket, python.cuda_sparse.nccl.np1); its agreed
 // and dense sides never ran on a GPU, nor did its hierarchical side (the
-// CUDA stage's startHierBucket over split NCCL communicators). This part is tested on the CPU with a stand-in
-// resident stage (tests/unit/core/device_bucket_test.cc).
+// CUDA stage's startHierBucket over split NCCL communicators). This part
+// is tested on the CPU with a stand-in resident stage
+// (tests/unit/core/device_bucket_test.cc).
 #include <algorithm>
 
 #include "common/check.h"
