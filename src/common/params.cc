@@ -227,8 +227,11 @@ std::vector<ParamSpec> buildSpecs() {
                         "of 2 or more ranks). 'auto': the cheapest per bucket by the calibrated cost model "
                         "(allgather, agreed, hierarchical where nodes allow it, and dense when "
                         "MGS_DENSE_FALLBACK allows and that is cheaper still); a bucket of CUDA tensors "
-                        "that every rank keeps on the GPU takes the allgather with NCCL, the allgather or "
-                        "agreed without (with NCCL, an explicit 'agreed' runs on the device too). At one MGS_DENSITY the agreed exchange applies k entries, the "
+                        "that every rank keeps on the GPU takes, with NCCL, the allgather until the NCCL "
+                        "collectives are timed (MGS_CALIBRATION=auto, at the first such bucket) and then the "
+                        "cheapest of allgather, agreed and dense; without NCCL the allgather or agreed (with "
+                        "NCCL, an explicit 'agreed' or 'hierarchical' runs on the device too). At one "
+                        "MGS_DENSITY the agreed exchange applies k entries, the "
                         "allgather the union of every rank's k. All follow MGS_NONFINITE alike.",
                         &Config::exchange));
   // The node grouping decides which collectives every rank runs.

@@ -39,6 +39,11 @@ def sparse_runtime(**overrides):
     """mgs restarted with SPARSE (plus overrides) for the test; the suite's runtime back afterwards."""
     env = dict(SPARSE, **overrides)
     saved = {k: os.environ.get(k) for k in env}
+    # Every rank done with the suite's runtime before any shuts it down: a
+    # rank that runs ahead out of a test that ended with local restores would
+    # stop the job under a slower rank still restoring (MGS_ERR_SHUTDOWN there,
+    # then a hang until ctest's timeout: seen once in a fresh-clone CI run).
+    hvd.barrier()
     hvd.shutdown()
     os.environ.update(env)
     try:
@@ -60,6 +65,7 @@ def sparse_runtime(**overrides):
 
 def restart():
     """What a resumed job does: a new runtime (nothing of the old one's state survives)."""
+    hvd.barrier()  # as in sparse_runtime: no rank stops the runtime under another's local work
     hvd.shutdown()
     hvd.init()
 
