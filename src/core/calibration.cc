@@ -21,10 +21,10 @@ using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Median of `reps` timed calls after one warm-up; `cpu`, when given, gets
-// the median of their CPU time on this thread.
+// timeMedian (collective_timing.h) with the median of the calls' CPU time
+// on this thread in *cpu as well.
 template <typename F>
-Status timeCall(int reps, double* out, F&& fn, double* cpu = nullptr) {
+Status timeCall(int reps, double* out, F&& fn, double* cpu) {
   MGS_RETURN_IF_ERROR(fn());
   std::vector<double> t, c;
   for (int i = 0; i < reps; ++i) {
@@ -148,8 +148,8 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
       return st;
     };
     double one = 0, k = 0;
-    MGS_RETURN_IF_ERROR(timeCall(5, &one, [&] { return together(1); }));
-    MGS_RETURN_IF_ERROR(timeCall(5, &k, [&] { return together(kOverlapK); }));
+    MGS_RETURN_IF_ERROR(timeMedian(5, &one, [&] { return together(1); }));
+    MGS_RETURN_IF_ERROR(timeMedian(5, &k, [&] { return together(kOverlapK); }));
     t.push_back(one);
     t.push_back(k);
   }

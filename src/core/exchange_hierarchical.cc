@@ -41,26 +41,12 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "core/bucket_exchange.h"
+#include "core/collective_timing.h"
 
 namespace mgs {
 namespace {
 
 constexpr size_t kHierFlags = 2;  // as the agreed exchange's flags, after the node sum
-
-// Median of 3 timed calls after one warm-up (as calibration.cc times).
-template <typename F>
-Status timed(double* out, F&& fn) {
-  MGS_RETURN_IF_ERROR(fn());
-  double t[3];
-  for (double& s : t) {
-    const auto t0 = Clock::now();
-    MGS_RETURN_IF_ERROR(fn());
-    s = std::chrono::duration<double>(Clock::now() - t0).count();
-  }
-  std::sort(t, t + 3);
-  *out = t[1];
-  return Status::OK();
-}
 
 class HierarchicalExchange : public BucketExchange {
  public:
@@ -382,11 +368,11 @@ Status measureNodes(Communicator& comm, const NodeGroups& g, plan::CostModel* co
   std::vector<float> buf(node_bytes.back() / 4, 0.0f);
   for (size_t i = 0; i < node_bytes.size(); ++i)
     MGS_RETURN_IF_ERROR(
-        timed(&t[i], [&] { return g.node->allreduce(buf.data(), node_bytes[i] / 4, MGS_FLOAT32, CommOp::kSum); }));
+        timeMedian(3, &t[i], [&] { return g.node->allreduce(buf.data(), node_bytes[i] / 4, MGS_FLOAT32, CommOp::kSum); }));
   if (g.leaders) {
     std::vector<char> gathered(leader_bytes.back() * g.nodes);
     for (size_t i = 0; i < leader_bytes.size(); ++i)
-      MGS_RETURN_IF_ERROR(timed(&t[node_bytes.size() + i],
+      MGS_RETURN_IF_ERROR(timeMedian(3, &t[node_bytes.size() + i],
                                 [&] { return g.leaders->allgather(buf.data(), leader_bytes[i], gathered.data()); }));
   }
   MGS_RETURN_IF_ERROR(comm.allreduce(t.data(), t.size(), MGS_FLOAT64, CommOp::kMax));

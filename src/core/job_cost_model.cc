@@ -173,13 +173,14 @@ void JobCostModel::agreeDeviceCollectives(const Status& own, const std::vector<d
         model_.allgather.seconds(1 << 20) * 1e3, model_.allreduce.seconds(1 << 20) * 1e3,
         model_.broadcast.seconds(1 << 20) * 1e3);
   if (pinned_) return;  // the plan file's model decides, not a measurement
-  model_.allreduce = m.allreduce;
-  model_.allgather = m.allgather;
-  model_.broadcast = m.broadcast;
+  auto take = [&m](plan::CostModel* to) {
+    to->allreduce = m.allreduce;
+    to->allgather = m.allgather;
+    to->broadcast = m.broadcast;
+  };
+  take(&model_);
   plan::CostModel base = online_.base();
-  base.allreduce = m.allreduce;
-  base.allgather = m.allgather;
-  base.broadcast = m.broadcast;
+  take(&base);
   online_.setBase(base);
   device_priced_ = true;
 }
