@@ -103,10 +103,8 @@ void Executor::run(std::vector<ReadyOp>& ops) {
 
 bool Executor::startInFlight(std::vector<Request*>& group, Status* st) {
   const Signature& sig = group[0]->sig;
-  if (!comm_.asyncCollectives() || sig.dtype == MGS_FLOAT16 || sig.dtype == MGS_BFLOAT16) return false;
+  if (!comm_.asyncCollectives()) return false;
   size_t total = 0;
-  for (Request* r : group) total += r->input.numel();
-  if (total * dtypeSize(sig.dtype) > kInFlightMaxBytes) return false;
   // The same answer on every rank (negotiated signatures and sizes), so
   // every rank starts the same collective here, at the same place.
   auto fail = [&](Status s) {

@@ -58,12 +58,6 @@ class Executor {
   void failInFlight(const Status& st);
   bool idle() const { return inflight_.empty(); }
 
-  // Small host allreduces (fused or not) up to this many bytes run in flight
-  // where the backend has nonblocking collectives: they are latency-bound,
-  // and the coordinator negotiates, selects and exchanges meanwhile. Larger
-  // ones run mgs's ring to the end (ring_allreduce.h).
-  static constexpr size_t kInFlightMaxBytes = size_t{64} << 10;
-
  private:
   std::atomic<uint64_t>*cuda_nccl_ = nullptr, *cuda_staged_ = nullptr;
   // A host allreduce in flight: its requests (moved out of the cycle's ops),

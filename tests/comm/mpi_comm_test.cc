@@ -5,7 +5,8 @@
 // waits.
 // Results must equal the exact reference and be bitwise the same on every rank.
 // And the nonblocking collectives kept in flight, on duplicated
-// communicators, with the wait hook (inFlight).
+// communicators, with the wait hook (inFlight), and many rings in flight at
+// once on one communicator (ringsInFlight).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -290,6 +291,75 @@ void inFlight(Communicator& c) {
   CHECK_TRUE(calls == before, "a cleared hook was called");
 }
 
+// Large float sums started in flight run mgs's ring stepped on by each test()
+// (ring_allreduce.h). More of them in flight on one communicator than there
+// are tag ranges (64), of sizes from one chunk to eight, a blocking ring on
+// the same communicator in between, tested in a different order on every
+// rank and with one rank late: each result is exact and bitwise the blocking
+// ring's.
+void ringsInFlight(Communicator& c) {
+  const int P = c.size(), me = c.rank();
+  constexpr int kRings = 70;
+  std::vector<std::vector<float>> bufs(kRings), want(kRings);
+  std::vector<std::unique_ptr<PendingCollective>> ops(kRings);
+  for (int r = 0; r < kRings; ++r) {
+    const size_t n = (r % 7 == 0) ? (size_t{1} << 20) + size_t(r) : size_t{16384} + size_t(r) * 1001;
+    bufs[r].resize(n);
+    for (size_t i = 0; i < n; ++i) bufs[r][i] = float((i * 31 + size_t(r)) % 1000) * 0.25f + float(me);
+    want[r] = bufs[r];
+    CHECK_OK(c.allreduce(want[r].data(), n, MGS_FLOAT32, CommOp::kSum));  // the blocking ring
+  }
+  for (int r = 0; r < kRings; ++r) {
+    CHECK_OK(c.startAllreduce(bufs[r].data(), bufs[r].size(), MGS_FLOAT32, CommOp::kSum, &ops[r]));
+    if (r == kRings / 2) {
+      std::vector<float> mid(100000, float(me));
+      CHECK_OK(c.allreduce(mid.data(), mid.size(), MGS_FLOAT32, CommOp::kSum));
+      CHECK_TRUE(mid[99999] == float(P) * float(P - 1) / 2, "the blocking ring between: %g", double(mid[99999]));
+    }
+  }
+  if (me == 0) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  std::vector<bool> done(kRings, false);
+  for (int left = kRings, pass = 0; left > 0; ++pass) {
+    for (int j = 0; j < kRings; ++j) {
+      const int r = (me % 2 == 0) ? kRings - 1 - j : (j + pass * 7) % kRings;
+      if (done[r]) continue;
+      bool d = false;
+      CHECK_OK(ops[r]->test(&d));
+      if (d) {
+        done[r] = true;
+        --left;
+      }
+    }
+    CHECK_TRUE(pass < 2000000, "rings in flight did not finish");
+    if (pass >= 2000000) return;
+  }
+  int bad = 0, unequal = 0;
+  for (int r = 0; r < kRings; ++r) {
+    unequal += std::memcmp(bufs[r].data(), want[r].data(), bufs[r].size() * sizeof(float)) != 0;
+    for (size_t i = 0; i < bufs[r].size(); ++i)
+      bad += bufs[r][i] != float((i * 31 + size_t(r)) % 1000) * 0.25f * float(P) + float(P) * float(P - 1) / 2;
+  }
+  CHECK_TRUE(bad == 0, "%d wrong entries in the rings in flight", bad);
+  CHECK_TRUE(unequal == 0, "%d rings in flight differ from the blocking ring", unequal);
+  // 16-bit floats (no MPI type) go in flight on the ring too, below the
+  // float threshold as well: values whose sum depends on the order, and the
+  // bits of the blocking ring's result on every rank.
+  std::mt19937 gen(99 + me);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (DataType d : {MGS_FLOAT16, MGS_BFLOAT16}) {
+    for (size_t n : {size_t{5}, size_t{300001}}) {
+      std::vector<char> b(n * dtypeSize(d));
+      for (size_t i = 0; i < n; ++i) put(b, d, i, dist(gen));
+      std::vector<char> blocking = b;
+      CHECK_OK(c.allreduce(blocking.data(), n, d, CommOp::kSum));
+      std::unique_ptr<PendingCollective> op;
+      CHECK_OK(c.startAllreduce(b.data(), n, d, CommOp::kSum, &op));
+      if (op) CHECK_OK(op->wait());
+      CHECK_TRUE(b == blocking, "%s n=%zu: in flight differs from the blocking ring", dtypeName(d).c_str(), n);
+    }
+  }
+}
+
 int main() {
   std::unique_ptr<Communicator> c;
   Status st = MpiCommunicator::create(&c);
@@ -303,6 +373,7 @@ int main() {
   integerAndOthers(*c);
   smallAlgorithms(*c);
   inFlight(*c);
+  ringsInFlight(*c);
   int64_t failures = g_failures;
   const bool ok = c->allreduce(&failures, 1, MGS_INT64, CommOp::kSum).ok() && failures == 0;
   if (g_rank == 0) std::printf("%s: %lld failure(s) across ranks\n", ok ? "PASSED" : "FAILED", (long long)failures);

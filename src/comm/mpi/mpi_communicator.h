@@ -17,6 +17,7 @@
 
 #include "comm/communicator.h"
 #include "comm/mpi/mpi_util.h"
+#include "comm/mpi/ring_allreduce.h"
 
 namespace mgs {
 
@@ -63,6 +64,10 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   WaitPolicy wait_;
   std::vector<char> scratch_;  // the ring's receive buffer, reused
+  // startAllreduce's rings: each takes the next of these tag ranges, in the
+  // same order on every rank.
+  std::vector<std::weak_ptr<RingAllreduce::Steps>> ring_slots_;
+  size_t rings_started_ = 0;
 };
 
 }  // namespace mgs

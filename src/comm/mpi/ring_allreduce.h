@@ -18,6 +18,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -33,6 +34,29 @@ constexpr size_t kRingChunkBytes = size_t{256} << 10;  // below this per chunk, 
 // reused across calls. Collective over `comm`; uses tags [tag, tag + kRingChunks).
 Status ringAllreduce(MPI_Comm comm, int rank, int size, void* buf, size_t count, DataType dtype, CommOp op,
                      const WaitPolicy& wait, int tag, std::vector<char>* scratch);
+// The ring as a nonblocking collective (Communicator::startAllreduce): start()
+// posts the first messages and returns; each test() moves on, without
+// blocking, the chunks whose pieces have arrived (reduced and sent on as in
+// the blocking form, so the result is bitwise the same), and wait() blocks
+// to the end. MPI only moves a piece when it is polled, so the caller tests
+// often (the coordinator does every 100 us while one is in flight). Rings in
+// flight at once on one communicator need tag ranges of their own.
+class RingAllreduce final : public PendingCollective {
+ public:
+  RingAllreduce();
+  ~RingAllreduce() override;
+  class Steps;
+  // Uses tags [tag, tag + kRingChunks); `slot` is the ring last started on
+  // them, finished here first if it is still running.
+  Status start(MPI_Comm comm, int rank, int size, void* buf, size_t count, DataType dtype, CommOp op,
+               const WaitPolicy& wait, int tag, std::weak_ptr<Steps>* slot);
+  Status test(bool* done) override;
+  Status wait() override;
+
+ private:
+  std::shared_ptr<Steps> steps_;
+};
+
 // The ring's first half only, over the parts `bounds` gives (size + 1
 // element offsets, bounds[0] = 0, bounds[size] = count): in place, and when
 // it returns this rank's part [bounds[rank], bounds[rank + 1]) of `buf` holds
