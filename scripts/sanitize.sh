@@ -9,7 +9,12 @@ cd "$(dirname "$0")/.."
 which=${1:-all}
 jobs=${SETUP_JOBS:-$(nproc)}
 [ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-common=(-DMGS_WITH_CUDA=OFF -DMGS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+# -O1 -g1 (line tables only) instead of RelWithDebInfo's -O2 -g: the level
+# AddressSanitizer's documentation suggests, file:line in every report, and it
+# compiles in 37-44 % of the time (the largest unit-test file: 47 s -> 17 s
+# under ASan+UBSan), which is most of these stages' time.
+common=(-DMGS_WITH_CUDA=OFF -DMGS_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
 
 if [ "$which" = asan ] || [ "$which" = all ]; then
   printf '\n==> AddressSanitizer + UndefinedBehaviorSanitizer  [%d s]\n' "$SECONDS"
