@@ -38,9 +38,10 @@ Status ringAllreduce(MPI_Comm comm, int rank, int size, void* buf, size_t count,
 // posts the first messages and returns; each test() moves on, without
 // blocking, the chunks whose pieces have arrived (reduced and sent on as in
 // the blocking form, so the result is bitwise the same), and wait() blocks
-// to the end. MPI only moves a piece when it is polled, so the caller tests
-// often (the coordinator does every 100 us while one is in flight). Rings in
-// flight at once on one communicator need tag ranges of their own.
+// to the end. A piece moves on only when the ring is tested, so the caller
+// tests often (the coordinator: every negotiation cycle and in the waits of
+// negotiation, Executor::poll). Rings in flight at once on one
+// communicator need tag ranges of their own.
 class RingAllreduce final : public PendingCollective {
  public:
   RingAllreduce();
