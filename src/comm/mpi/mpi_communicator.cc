@@ -77,6 +77,20 @@ constexpr int kSmallTag = 7200;
 constexpr int kRingAsyncTag = 7300;
 constexpr size_t kRingSlots = 64;
 
+// The blocking and the nonblocking allreduce choose alike. A few bytes among
+// many ranks are latency-bound: log2(P) hops by recursive doubling, not
+// libnbc's 2 log2(P) (small_allreduce.h).
+bool smallSum(int ranks, size_t count, DataType dtype) {
+  return ranks >= kSmallAllreduceMinRanks && count <= kSmallAllreduceMaxBytes / dtypeSize(dtype);
+}
+// Otherwise a chunk of `count` elements takes the ring when it is a float sum
+// large enough to be bandwidth-bound, or any 16-bit float (MPI has no type
+// for them); the rest MPI's own algorithms.
+bool onRing(size_t count, DataType dtype, CommOp op) {
+  if (dtype == MGS_FLOAT16 || dtype == MGS_BFLOAT16) return true;
+  return dtypeIsFloat(dtype) && count * dtypeSize(dtype) >= kRingMinBytes && op == CommOp::kSum;
+}
+
 }  // namespace
 
 Status MpiCommunicator::create(std::unique_ptr<Communicator>* out) {
@@ -225,16 +239,11 @@ Status MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, CommO
   MGS_ENSURE(reducible(dtype, op), kInternal, "allreduce of " << dtypeName(dtype) << " with this operation");
   auto* p = static_cast<char*>(buf);
   const size_t esize = dtypeSize(dtype);
-  // A few bytes among many ranks are latency-bound: log2(P) hops, not
-  // libnbc's 2 log2(P) (small_allreduce.h).
-  if (size_ >= kSmallAllreduceMinRanks && count <= kSmallAllreduceMaxBytes / esize)
+  if (smallSum(size_, count, dtype))
     return smallAllreduce(comm_, rank_, size_, buf, count, dtype, op, wait_, kSmallTag, &scratch_);
-  // Floats large enough to be bandwidth-bound, and every 16-bit float (MPI
-  // has no type for them), take the ring; the rest MPI's own algorithms.
-  const bool sixteen = dtype == MGS_FLOAT16 || dtype == MGS_BFLOAT16;
   for (size_t done = 0; done < count;) {
     const size_t n = std::min(kMaxChunk, count - done);
-    if (sixteen || (dtypeIsFloat(dtype) && n * esize >= kRingMinBytes && op == CommOp::kSum)) {
+    if (onRing(n, dtype, op)) {
       MGS_RETURN_IF_ERROR(
           ringAllreduce(comm_, rank_, size_, p + done * esize, n, dtype, op, wait_, kRingTag, &scratch_));
     } else {
@@ -258,9 +267,8 @@ Status MpiCommunicator::reduceScatter(void* buf, void* recv, const std::vector<s
   // sum, take the first half of mgs's ring (on one host Open MPI's
   // reduce-scatter ran 2-3.7x slower than the whole ring allreduce from 4 MiB
   // on; docs/benchmarks.md "Collectives").
-  const bool sixteen = dtype == MGS_FLOAT16 || dtype == MGS_BFLOAT16;
   if (size_ > 1 && counts.size() == static_cast<size_t>(size_) && op == CommOp::kSum && total <= kMaxChunk &&
-      (sixteen || (dtypeIsFloat(dtype) && total * esize >= kRingMinBytes))) {
+      onRing(total, dtype, op)) {
     std::vector<size_t> bounds(counts.size() + 1, 0);
     for (size_t q = 0; q < counts.size(); ++q) bounds[q + 1] = bounds[q] + counts[q];
     MGS_RETURN_IF_ERROR(ringReduceScatter(comm_, rank_, size_, buf, bounds, dtype, op, wait_, kRingTag, &scratch_));
@@ -345,18 +353,13 @@ Status MpiCommunicator::startAllreduce(void* buf, size_t count, DataType dtype, 
                                        std::unique_ptr<PendingCollective>* pending) {
   MGS_ENSURE(reducible(dtype, op), kInternal, "allreduce of " << dtypeName(dtype) << " with this operation");
   const size_t bytes = count * dtypeSize(dtype);
-  // What the blocking allreduce runs on the ring (every 16-bit float, float
-  // sums from kRingMinBytes, but for the few bytes it sends by recursive
-  // doubling) runs the same ring here, bitwise the same,
-  // moved on by each test(). Open MPI's nonblocking allreduce moves a large
-  // buffer only while it is polled too, but kept a 1 Gbit/s link less busy:
-  // ResNet-50 on 4 emulated hosts ran 4-7% slower with it in flight than
-  // with the blocking ring, and as fast with the stepped ring
-  // (docs/benchmarks.md, "The sweep").
-  const bool sixteen = dtype == MGS_FLOAT16 || dtype == MGS_BFLOAT16;
-  const bool small = size_ >= kSmallAllreduceMinRanks && count <= kSmallAllreduceMaxBytes / dtypeSize(dtype);
-  if (size_ > 1 && !small && count <= kMaxChunk &&
-      (sixteen || (dtypeIsFloat(dtype) && bytes >= kRingMinBytes && op == CommOp::kSum))) {
+  // What the blocking allreduce runs on the ring runs the same ring here,
+  // bitwise the same, moved on by each test(). Open MPI's nonblocking
+  // allreduce moves a large buffer only while it is polled too, but kept a
+  // 1 Gbit/s link less busy: ResNet-50 on 4 emulated hosts ran 4-7% slower
+  // with it in flight than with the blocking ring, and as fast with the
+  // stepped ring.
+  if (size_ > 1 && !smallSum(size_, count, dtype) && count <= kMaxChunk && onRing(count, dtype, op)) {
     if (ring_slots_.empty()) ring_slots_.resize(kRingSlots);
     const size_t s = rings_started_++ % kRingSlots;
     auto ring = std::make_unique<RingAllreduce>();
