@@ -439,6 +439,12 @@ typedef struct mgs_stats {
   uint64_t plan_span_predicted_sum_us; /**< plan_span_predicted_us summed over those steps */
   uint64_t plan_span_measured_sum_us;  /**< plan_span_measured_us summed likewise: predicted_sum / measured_sum
                                             is how well the plan that runs predicts its steps */
+  /* The dense allreduces of host memory (float sums of 64 KiB and more, the global set's), by algorithm: */
+  uint64_t allreduce_ring_ops;       /**< on mgs's ring (bandwidth-optimal, 2(P-1) start-ups) */
+  uint64_t allreduce_library_ops;    /**< on the MPI library's own algorithms (fewer start-ups) */
+  uint64_t allreduce_ring_min_bytes; /**< the bound between them: float sums of at least this many bytes take
+                                          the ring (measured at init unless MGS_CALIBRATION=off or
+                                          MGS_PLAN_FILE is set; 64 KiB then) */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

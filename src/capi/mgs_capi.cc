@@ -423,6 +423,9 @@ mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
     s.plan_span_plan_checks = sp.span_plan_checks;
     s.plan_span_predicted_sum_us = sp.span_predicted_sum_us;
     s.plan_span_measured_sum_us = sp.span_measured_sum_us;
+    s.allreduce_ring_ops = n.allreduce_ring_ops;
+    s.allreduce_library_ops = n.allreduce_library_ops;
+    s.allreduce_ring_min_bytes = n.allreduce_ring_min_bytes;
     std::memcpy(stats, &s, std::min(size, sizeof s));
     return Status::OK();
   });

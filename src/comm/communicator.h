@@ -81,6 +81,23 @@ class Communicator {
   // are undefined afterwards. The default runs an allreduce of `buf` and
   // keeps this rank's part (an allreduce's traffic); backends override it.
   virtual Status reduceScatter(void* buf, void* recv, const std::vector<size_t>& counts, DataType dtype, CommOp op);
+  // Backends with two allreduce algorithms for float sums (MPI: mgs's ring,
+  // bandwidth-optimal but 2(P-1) start-ups, and the MPI library's own, fewer
+  // start-ups): float sums of at least `bytes` take the ring, smaller ones
+  // the library's. duplicate() inherits the setting; split() starts from the
+  // backend's default. Returns false where the backend has no such choice.
+  // Every rank must set the same value before the collectives it affects.
+  virtual bool setRingMinBytes(size_t bytes) {
+    (void)bytes;
+    return false;
+  }
+  virtual size_t ringMinBytes() const { return 0; }
+  // How many float sums of at least 64 KiB this communicator ran on each
+  // algorithm (blocking and nonblocking calls; zeros without the choice).
+  struct AllreduceCounts {
+    uint64_t ring = 0, library = 0;
+  };
+  virtual AllreduceCounts allreduceCounts() const { return {}; }
   // Variable-size byte strings gathered to `root`; `out` is filled on root only.
   virtual Status gatherStrings(const std::string& send, int root, std::vector<std::string>* out) = 0;
   virtual Status broadcast(void* buf, size_t bytes, int root) = 0;

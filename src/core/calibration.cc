@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -66,6 +67,45 @@ Status fitCollectives(const CollectiveSizes& sizes, const std::vector<double>& t
   MGS_RETURN_IF_ERROR(plan::CommModel::table(ar, &out->allreduce));
   MGS_RETURN_IF_ERROR(plan::CommModel::table(ag, &out->allgather));
   MGS_RETURN_IF_ERROR(plan::CommModel::table(bc, &out->broadcast));
+  return Status::OK();
+}
+
+size_t ringMinBytesFrom(const std::vector<size_t>& sizes, const std::vector<double>& ring_s,
+                        const std::vector<double>& library_s) {
+  size_t from = sizes.size();
+  while (from > 0 && ring_s[from - 1] <= library_s[from - 1]) --from;
+  if (from == sizes.size()) return sizes.empty() ? 0 : 2 * sizes.back();
+  return sizes[from];
+}
+
+Status chooseAllreduceAlgorithm(Communicator& comm, RingChoice* out) {
+  *out = RingChoice();
+  const int P = comm.size();
+  const size_t saved = comm.ringMinBytes();
+  // Every rank asks the same backend: the answer is the same everywhere.
+  if (P < 2 || !comm.setRingMinBytes(saved)) return Status::OK();
+  const std::vector<size_t>& sizes = ringChoiceSizes();
+  std::vector<float> buf(sizes.back() / 4, 0.0f);
+  std::vector<double> t;  // ring at each size, then the library at each
+  for (size_t forced : {size_t{0}, SIZE_MAX}) {
+    comm.setRingMinBytes(forced);
+    for (size_t b : sizes) {
+      double s = 0;
+      Status st = timeMedian(3, &s, [&] { return comm.allreduce(buf.data(), b / 4, MGS_FLOAT32, CommOp::kSum); });
+      if (!st.ok()) {
+        comm.setRingMinBytes(saved);
+        return st;
+      }
+      t.push_back(s);
+    }
+  }
+  comm.setRingMinBytes(saved);
+  MGS_RETURN_IF_ERROR(comm.allreduce(t.data(), t.size(), MGS_FLOAT64, CommOp::kMax));
+  out->measured = true;
+  out->ring_s.assign(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(sizes.size()));
+  out->library_s.assign(t.begin() + static_cast<std::ptrdiff_t>(sizes.size()), t.end());
+  out->ring_min_bytes = ringMinBytesFrom(sizes, out->ring_s, out->library_s);
+  comm.setRingMinBytes(out->ring_min_bytes);
   return Status::OK();
 }
 

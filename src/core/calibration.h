@@ -39,4 +39,36 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
 // measurement).
 double allgatherOverlap(double one_s, double together_s, int k);
 
+// The allreduce algorithm by size (Communicator::setRingMinBytes). mgs's
+// ring has 2(P-1) start-ups; Open MPI's nonblocking allreduce (out of place:
+// reduce-scatter and allgather by recursive halving and doubling) about
+// 2 log2(P). Where a link's start-up is long against a group's transfer
+// time (many ranks, small groups, slow round trips) the library's wins.
+// Timed at these sizes (bytes), both algorithms, at init.
+inline const std::vector<size_t>& ringChoiceSizes() {
+  static const std::vector<size_t> sizes = {size_t{64} << 10, size_t{256} << 10, size_t{1} << 20, size_t{4} << 20};
+  return sizes;
+}
+
+// The ring's bound from timings at ringChoiceSizes() (max-reduced over
+// ranks): the smallest measured size from which the ring is no slower than
+// the library at it and at every larger measured size; twice the largest
+// size when the ring is slower at the largest (the ring stays the
+// algorithm for what was not measured: bandwidth-bound sums).
+size_t ringMinBytesFrom(const std::vector<size_t>& sizes, const std::vector<double>& ring_s,
+                        const std::vector<double>& library_s);
+
+// What chooseAllreduceAlgorithm measured and chose.
+struct RingChoice {
+  bool measured = false;  // false: the communicator has no choice, or one rank
+  size_t ring_min_bytes = 0;
+  std::vector<double> ring_s, library_s;  // at ringChoiceSizes(), max over ranks
+};
+
+// Collective, at init (MGS_CALIBRATION other than 'off', no MGS_PLAN_FILE):
+// times both algorithms on every rank, takes the slowest rank's figures and
+// sets the bound on `comm` (the same on every rank). A communicator without
+// the choice, or of one rank, is left as it is.
+Status chooseAllreduceAlgorithm(Communicator& comm, RingChoice* out);
+
 }  // namespace mgs

@@ -73,6 +73,13 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
       if (st.ok()) st = checkConfigAgrees(*comm, self->config_);
       // MGS_BACKEND: the same verdict on every rank (core/device_backend.h).
       if (st.ok()) st = DeviceBackend::init(*comm, self->config_, &backend, self->device_factory_);
+      // The dense allreduce's algorithm by size, measured (calibration.h),
+      // before the sparse pipeline duplicates the communicator and calibrates
+      // on it. Not with presets, nor with a saved plan: a replayed run sums
+      // as the run that saved it did, whatever the timings say.
+      if (st.ok() && self->config_.calibration != "off" && self->config_.plan_file.empty())
+        st = chooseAllreduceAlgorithm(*comm, &self->ring_choice_);
+      if (st.ok()) self->ring_min_bytes_ = comm->ringMinBytes();
       // The sparse pipeline builds its selector and calibrates here, so a
       // bad setting fails at init, not at the first gradient.
       if (st.ok())
@@ -91,6 +98,15 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
       self->local_size_ = comm->localSize();
       self->sets_.reset(self->size_);
       configureLogging(self->rank_, self->config_.log_level);
+      const RingChoice& rc = self->ring_choice_;
+      if (self->rank_ == 0 && rc.measured) {
+        std::string times;
+        for (size_t i = 0; i < rc.ring_s.size(); ++i)
+          times += fmt::format("{}{} KiB {:.2f}/{:.2f} ms", i ? ", " : "", ringChoiceSizes()[i] >> 10,
+                               rc.ring_s[i] * 1e3, rc.library_s[i] * 1e3);
+        MGS_LOG_INFO("dense allreduce: mgs's ring from {} KiB, Open MPI's below (ring/library at {})",
+                     rc.ring_min_bytes >> 10, times);
+      }
       self->running_ = true;
     }
     ready.set_value(st);
@@ -233,6 +249,8 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
   sparse.setDeviceComm([b = backend.get()]() -> device::DeviceComm* { return b ? b->forCuda() : nullptr; });
   Executor executor(*comm, config_, timeline.get(), &sparse, complete, backend.get());
   executor.countCudaPaths(&cuda_nccl_ops_, &cuda_staged_ops_);
+  // The algorithm counters from here on: init's calibration is not the job's.
+  const Communicator::AllreduceCounts counts0 = comm->allreduceCounts();
   ProcessSetRunner set_runner(*comm, config_, timeline.get(), complete, sets_, controller, residuals_, set_totals_);
   // Requests of a process set removed after they were enqueued fail here,
   // on this rank alone (every rank has removed it by now).
@@ -304,6 +322,9 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
         std::lock_guard<std::mutex> lk(stats_mu_);
         sparse_stats_ = sparse.stats();
       }
+      const Communicator::AllreduceCounts counts = comm->allreduceCounts();
+      ring_ops_ = counts.ring - counts0.ring;
+      library_ops_ = counts.library - counts0.library;
       if (timeline) timeline->flush();
     } catch (const std::exception& e) {
       negotiating = false;
@@ -387,6 +408,9 @@ NegotiationStats Runtime::negotiationStats() const {
   s.set_sparse_bytes_sent = set_totals_.bytes_sent.load(std::memory_order_relaxed);
   s.cuda_staged_ops = cuda_staged_ops_;
   s.device_host_syncs = device::hostSyncs();
+  s.allreduce_ring_ops = ring_ops_;
+  s.allreduce_library_ops = library_ops_;
+  s.allreduce_ring_min_bytes = ring_min_bytes_;
   return s;
 }
 

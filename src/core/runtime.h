@@ -19,6 +19,7 @@
 
 #include "comm/communicator.h"
 #include "common/params.h"
+#include "core/calibration.h"
 #include "core/device.h"
 #include "core/handle_table.h"
 #include "core/process_set_runner.h"
@@ -54,6 +55,10 @@ struct NegotiationStats {
   uint64_t device_host_syncs = 0;  // times runtime code blocked the host on the GPU (process-wide)
   uint64_t set_sparse_buckets = 0;     // sparse buckets of process sets other than the global one
   uint64_t set_sparse_bytes_sent = 0;  // ... values + indices this rank sent for them
+  // The global set's host allreduces (float sums of 64 KiB and more) since
+  // init, by algorithm (Communicator::allreduceCounts), and the bound between
+  // them (0: the communicator has no choice).
+  uint64_t allreduce_ring_ops = 0, allreduce_library_ops = 0, allreduce_ring_min_bytes = 0;
 };
 
 class Runtime {
@@ -155,8 +160,10 @@ class Runtime {
   std::atomic<uint64_t> idle_cycles_{0}, cycles_{0}, fast_cycles_{0}, slow_cycles_{0}, ops_completed_{0}, bytes_reduced_{0};
   std::atomic<uint64_t> cached_names_{0};
   std::atomic<uint64_t> cuda_nccl_ops_{0}, cuda_staged_ops_{0};
+  std::atomic<uint64_t> ring_ops_{0}, library_ops_{0}, ring_min_bytes_{0};
   ProcessSetRunner::SetTotals set_totals_;
   std::atomic<double> negotiation_s_{0};
+  RingChoice ring_choice_;  // what init measured (chooseAllreduceAlgorithm), logged by rank 0
   mutable std::mutex stats_mu_;
   SparseStats sparse_stats_;
   ResidualStore residuals_;

@@ -370,6 +370,50 @@ void ringsInFlight(Communicator& c) {
   }
 }
 
+// setRingMinBytes moves float sums between mgs's ring and Open MPI's
+// algorithms: both exact, blocking and in flight bitwise alike, each call
+// counted on the algorithm that ran, and the bound inherited by a duplicate.
+void ringBound(Communicator& c) {
+  const int P = c.size(), me = c.rank();
+  CHECK_TRUE(c.ringMinBytes() == size_t{64} << 10, "default bound %zu", c.ringMinBytes());
+  auto fill = [&](std::vector<float>& b) {
+    for (size_t i = 0; i < b.size(); ++i) b[i] = float((i * 7) % 1000) * 0.5f + float(me);
+  };
+  auto exact = [&](const std::vector<float>& b) {
+    int bad = 0;
+    for (size_t i = 0; i < b.size(); ++i)
+      bad += b[i] != float((i * 7) % 1000) * 0.5f * float(P) + float(P) * float(P - 1) / 2;
+    return bad;
+  };
+  for (size_t bound : {SIZE_MAX, size_t{0}}) {
+    CHECK_TRUE(c.setRingMinBytes(bound), "MPI has the choice");
+    const Communicator::AllreduceCounts before = c.allreduceCounts();
+    const bool ring = bound == 0;
+    for (size_t n : {size_t{5}, size_t{300001}, (size_t{1} << 20) + 3}) {
+      std::vector<float> blocking(n), flight(n);
+      fill(blocking);
+      fill(flight);
+      CHECK_OK(c.allreduce(blocking.data(), n, MGS_FLOAT32, CommOp::kSum));
+      std::unique_ptr<PendingCollective> op;
+      CHECK_OK(c.startAllreduce(flight.data(), n, MGS_FLOAT32, CommOp::kSum, &op));
+      if (op) CHECK_OK(op->wait());
+      CHECK_TRUE(exact(blocking) == 0, "bound %zu n=%zu: %d wrong entries", bound, n, exact(blocking));
+      CHECK_TRUE(blocking == flight, "bound %zu n=%zu: in flight differs from the blocking call", bound, n);
+    }
+    const Communicator::AllreduceCounts after = c.allreduceCounts();
+    // The two sizes of 64 KiB and more, blocking and in flight, on the algorithm the bound gives.
+    CHECK_TRUE((ring ? after.ring - before.ring : after.library - before.library) == 4, "bound %zu: %llu/%llu", bound,
+               (unsigned long long)(after.ring - before.ring), (unsigned long long)(after.library - before.library));
+    CHECK_TRUE((ring ? after.library - before.library : after.ring - before.ring) == 0, "bound %zu: the other ran",
+               bound);
+  }
+  c.setRingMinBytes(size_t{1} << 20);
+  std::unique_ptr<Communicator> dup;
+  CHECK_OK(c.duplicate(&dup));
+  CHECK_TRUE(dup && dup->ringMinBytes() == size_t{1} << 20, "a duplicate keeps the bound");
+  c.setRingMinBytes(size_t{64} << 10);
+}
+
 int main() {
   std::unique_ptr<Communicator> c;
   Status st = MpiCommunicator::create(&c);
@@ -384,6 +428,7 @@ int main() {
   smallAlgorithms(*c);
   inFlight(*c);
   ringsInFlight(*c);
+  ringBound(*c);
   int64_t failures = g_failures;
   const bool ok = c->allreduce(&failures, 1, MGS_INT64, CommOp::kSum).ok() && failures == 0;
   if (g_rank == 0) std::printf("%s: %lld failure(s) across ranks\n", ok ? "PASSED" : "FAILED", (long long)failures);

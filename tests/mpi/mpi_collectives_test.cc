@@ -591,6 +591,73 @@ void scenarioMpiSettings() {
   EXPECT(pt != nullptr && std::string(pt) == "1", "OMPI_MCA_btl_tcp_progress_thread is '%s'", pt ? pt : "(unset)");
 }
 
+// The dense allreduce's algorithm by size: the bound init chose (measured,
+// or 64 KiB with EXPECT_RING_MIN under MGS_CALIBRATION=off) is the same on
+// every rank, and each float sum of 64 KiB and more runs on the algorithm
+// the bound gives it, exactly.
+void scenarioRingChoice() {
+  mgs_stats_t st{};
+  EXPECT_OK(mgs_get_stats(&st, sizeof st));
+  const uint64_t bound = st.allreduce_ring_min_bytes;
+  if (const char* want = std::getenv("EXPECT_RING_MIN")) {
+    EXPECT(bound == std::stoull(want), "bound %llu, expected %s", (unsigned long long)bound, want);
+  } else {
+    const std::vector<uint64_t> measured = {64 << 10, 256 << 10, 1 << 20, 4 << 20, 8 << 20};
+    EXPECT(std::find(measured.begin(), measured.end(), bound) != measured.end(), "bound %llu is none of the "
+           "measured sizes", (unsigned long long)bound);
+  }
+  // The same bound everywhere: every rank finds the sum over ranks P times
+  // its own (were they not all equal, the smallest's would be less).
+  {
+    std::vector<int64_t> v{static_cast<int64_t>(bound)};
+    const std::vector<int64_t> shape{1};  // cpuTensor keeps a pointer to it
+    mgs_tensor_t t = cpuTensor(v.data(), MGS_INT64, shape);
+    mgs_handle_t h = 0;
+    EXPECT_OK(mgs_allreduce_async("ring.bound", &t, &t, MGS_REDUCE_SUM, 1, 1, 0, &h));
+    EXPECT_OK(mgs_wait(h));
+    EXPECT_OK(mgs_release(h));
+    EXPECT(v[0] == static_cast<int64_t>(bound) * g_size, "bound %llu here, sum %lld over %d ranks",
+           (unsigned long long)bound, (long long)v[0], g_size);
+  }
+  uint64_t want_ring = 0, want_library = 0;
+  for (size_t bytes : {size_t{64} << 10, size_t{256} << 10, size_t{1} << 20, size_t{4} << 20, size_t{9} << 20}) {
+    const size_t n = bytes / 4;
+    ++(bytes >= bound ? want_ring : want_library);
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(contribution(g_rank, i));
+    const std::vector<int64_t> shape{static_cast<int64_t>(n)};
+    mgs_tensor_t t = cpuTensor(x.data(), MGS_FLOAT32, shape);
+    mgs_handle_t h = 0;
+    const std::string name = "ring." + std::to_string(bytes);
+    EXPECT_OK(mgs_allreduce_async(name.c_str(), &t, &t, MGS_REDUCE_SUM, 1, 1, 0, &h));
+    EXPECT_OK(mgs_wait(h));
+    EXPECT_OK(mgs_release(h));
+    int bad = 0;
+    for (size_t i = 0; i < n; ++i) bad += x[i] != static_cast<float>(expected(MGS_FLOAT32, i, false, 1, 1));
+    EXPECT(bad == 0, "%s: %d wrong entries", name.c_str(), bad);
+  }
+  // One more (small) operation: the cycle that ran the last large one has
+  // published its counters before this one completes.
+  std::vector<float> one{1.0f};
+  const std::vector<int64_t> shape{1};
+  mgs_tensor_t t = cpuTensor(one.data(), MGS_FLOAT32, shape);
+  mgs_handle_t h = 0;
+  EXPECT_OK(mgs_allreduce_async("ring.after", &t, &t, MGS_REDUCE_SUM, 1, 1, 0, &h));
+  EXPECT_OK(mgs_wait(h));
+  EXPECT_OK(mgs_release(h));
+  mgs_stats_t after{};
+  EXPECT_OK(mgs_get_stats(&after, sizeof after));
+  EXPECT(after.allreduce_ring_ops - st.allreduce_ring_ops == want_ring &&
+             after.allreduce_library_ops - st.allreduce_library_ops == want_library,
+         "ring %llu, library %llu; bound %llu gives %llu and %llu",
+         (unsigned long long)(after.allreduce_ring_ops - st.allreduce_ring_ops),
+         (unsigned long long)(after.allreduce_library_ops - st.allreduce_library_ops), (unsigned long long)bound,
+         (unsigned long long)want_ring, (unsigned long long)want_library);
+  if (g_rank == 0)
+    std::printf("ring_choice: ring from %llu bytes; %llu on the ring, %llu on Open MPI's\n",
+                (unsigned long long)bound, (unsigned long long)want_ring, (unsigned long long)want_library);
+}
+
 }  // namespace
 
 // Launched with a different MGS_CYCLE_TIME_MS on some ranks (it decides when
@@ -641,7 +708,8 @@ int main(int argc, char** argv) {
                                                        {"shutdown", scenarioShutdown},
                                                        {"sparse", scenarioSparse},
                                                        {"conservation", scenarioConservation},
-                                                       {"mpi_settings", scenarioMpiSettings}};
+                                                       {"mpi_settings", scenarioMpiSettings},
+                                                       {"ring_choice", scenarioRingChoice}};
   auto it = scenarios.find(scenario);
   if (it == scenarios.end()) {
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());

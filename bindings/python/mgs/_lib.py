@@ -76,6 +76,9 @@ class MgsStats(ctypes.Structure):
         ("plan_span_plan_checks", ctypes.c_uint64),
         ("plan_span_predicted_sum_us", ctypes.c_uint64),
         ("plan_span_measured_sum_us", ctypes.c_uint64),
+        ("allreduce_ring_ops", ctypes.c_uint64),
+        ("allreduce_library_ops", ctypes.c_uint64),
+        ("allreduce_ring_min_bytes", ctypes.c_uint64),
     ]
 
 

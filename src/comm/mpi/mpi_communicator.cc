@@ -68,7 +68,9 @@ MPI_Op mpiOp(CommOp op) {
 
 // MPI counts are ints; larger transfers go in chunks of this many elements.
 constexpr size_t kMaxChunk = size_t{1} << 30;
-// Float sums of at least this many bytes take the ring (ring_allreduce.h).
+// Float sums of at least this many bytes take the ring (ring_allreduce.h)
+// unless setRingMinBytes() moved the bound (calibration, core/calibration.h).
+// Below it Open MPI's algorithms run, out of place from this size on.
 constexpr size_t kRingMinBytes = size_t{64} << 10;
 constexpr int kRingTag = 7100;
 constexpr int kSmallTag = 7200;
@@ -84,14 +86,24 @@ bool smallSum(int ranks, size_t count, DataType dtype) {
   return ranks >= kSmallAllreduceMinRanks && count <= kSmallAllreduceMaxBytes / dtypeSize(dtype);
 }
 // Otherwise a chunk of `count` elements takes the ring when it is a float sum
-// large enough to be bandwidth-bound, or any 16-bit float (MPI has no type
-// for them); the rest MPI's own algorithms.
-bool onRing(size_t count, DataType dtype, CommOp op) {
+// of at least `min_bytes`, or any 16-bit float (MPI has no type for them);
+// the rest MPI's own algorithms.
+bool ringFor(size_t count, DataType dtype, CommOp op, size_t min_bytes) {
   if (dtype == MGS_FLOAT16 || dtype == MGS_BFLOAT16) return true;
-  return dtypeIsFloat(dtype) && count * dtypeSize(dtype) >= kRingMinBytes && op == CommOp::kSum;
+  return dtypeIsFloat(dtype) && count * dtypeSize(dtype) >= min_bytes && op == CommOp::kSum;
+}
+// The float sums the algorithm counters count (Communicator::allreduceCounts).
+bool counted(size_t count, DataType dtype, CommOp op) {
+  return dtypeIsFloat(dtype) && op == CommOp::kSum && count * dtypeSize(dtype) >= kRingMinBytes;
 }
 
 }  // namespace
+
+MpiCommunicator::MpiCommunicator() : ring_min_bytes_(kRingMinBytes) {}
+
+bool MpiCommunicator::onRing(size_t count, DataType dtype, CommOp op) const {
+  return ringFor(count, dtype, op, ring_min_bytes_);
+}
 
 Status MpiCommunicator::create(std::unique_ptr<Communicator>* out) {
   int initialized = 0, finalized = 0;
@@ -186,6 +198,7 @@ Status MpiCommunicator::duplicate(std::unique_ptr<Communicator>* out) {
   std::unique_ptr<MpiCommunicator> c(new MpiCommunicator());
   MGS_MPI_CHECK(MPI_Comm_dup(comm_, &c->comm_));
   c->wait_.hook = wait_.hook;
+  c->ring_min_bytes_ = ring_min_bytes_;
   MGS_MPI_CHECK(MPI_Comm_set_errhandler(c->comm_, MPI_ERRORS_RETURN));
   MGS_RETURN_IF_ERROR(c->describe());
   *out = std::move(c);
@@ -243,14 +256,25 @@ Status MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, CommO
     return smallAllreduce(comm_, rank_, size_, buf, count, dtype, op, wait_, kSmallTag, &scratch_);
   for (size_t done = 0; done < count;) {
     const size_t n = std::min(kMaxChunk, count - done);
-    if (onRing(n, dtype, op)) {
+    const bool ring = onRing(n, dtype, op);
+    if (counted(n, dtype, op)) ++(ring ? counts_.ring : counts_.library);
+    if (ring) {
       MGS_RETURN_IF_ERROR(
           ringAllreduce(comm_, rank_, size_, p + done * esize, n, dtype, op, wait_, kRingTag, &scratch_));
     } else {
       MPI_Datatype type;
       MGS_RETURN_IF_ERROR(mpiType(dtype, &type));
+      // Out of place from kRingMinBytes, as startAllreduce calls it (there
+      // Open MPI takes a bandwidth-optimal algorithm, in place a binomial
+      // tree), so that both run the same algorithm, bitwise alike.
+      char* chunk = p + done * esize;
+      const void* send = MPI_IN_PLACE;
+      if (n * esize >= kRingMinBytes) {
+        send_copy_.assign(chunk, chunk + n * esize);
+        send = send_copy_.data();
+      }
       MPI_Request req;
-      MGS_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, p + done * esize, static_cast<int>(n), type, mpiOp(op), comm_, &req));
+      MGS_MPI_CHECK(MPI_Iallreduce(send, chunk, static_cast<int>(n), type, mpiOp(op), comm_, &req));
       MGS_RETURN_IF_ERROR(mpiWait(&req, wait_));
     }
     done += n;
@@ -268,7 +292,7 @@ Status MpiCommunicator::reduceScatter(void* buf, void* recv, const std::vector<s
   // reduce-scatter ran 2-3.7x slower than the whole ring allreduce from 4 MiB
   // on; docs/benchmarks.md "Collectives").
   if (size_ > 1 && counts.size() == static_cast<size_t>(size_) && op == CommOp::kSum && total <= kMaxChunk &&
-      onRing(total, dtype, op)) {
+      ringFor(total, dtype, op, kRingMinBytes)) {
     std::vector<size_t> bounds(counts.size() + 1, 0);
     for (size_t q = 0; q < counts.size(); ++q) bounds[q + 1] = bounds[q] + counts[q];
     MGS_RETURN_IF_ERROR(ringReduceScatter(comm_, rank_, size_, buf, bounds, dtype, op, wait_, kRingTag, &scratch_));
@@ -359,7 +383,10 @@ Status MpiCommunicator::startAllreduce(void* buf, size_t count, DataType dtype, 
   // 1 Gbit/s link less busy: ResNet-50 on 4 emulated hosts ran 4-7% slower
   // with it in flight than with the blocking ring, and as fast with the
   // stepped ring.
-  if (size_ > 1 && !smallSum(size_, count, dtype) && count <= kMaxChunk && onRing(count, dtype, op)) {
+  const bool small = size_ > 1 && smallSum(size_, count, dtype);
+  const bool ring = size_ > 1 && !small && count <= kMaxChunk && onRing(count, dtype, op);
+  if (size_ > 1 && !small && count <= kMaxChunk && counted(count, dtype, op)) ++(ring ? counts_.ring : counts_.library);
+  if (ring) {
     if (ring_slots_.empty()) ring_slots_.resize(kRingSlots);
     const size_t s = rings_started_++ % kRingSlots;
     auto ring = std::make_unique<RingAllreduce>();

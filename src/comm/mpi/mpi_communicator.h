@@ -55,11 +55,19 @@ class MpiCommunicator final : public Communicator {
   bool asyncCollectives() const override { return true; }
   Status duplicate(std::unique_ptr<Communicator>* out) override;
   void setWaitHook(std::function<void()> hook) override { *wait_.hook = std::move(hook); }
+  bool setRingMinBytes(size_t bytes) override {
+    ring_min_bytes_ = bytes;
+    return true;
+  }
+  size_t ringMinBytes() const override { return ring_min_bytes_; }
+  AllreduceCounts allreduceCounts() const override { return counts_; }
 
  private:
   // Rank, size and the node-local numbers of `comm_` (owned).
   Status describe();
-  MpiCommunicator() = default;
+  // Whether a chunk of `count` elements takes the ring (see setRingMinBytes).
+  bool onRing(size_t count, DataType dtype, CommOp op) const;
+  MpiCommunicator();
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   WaitPolicy wait_;
@@ -68,6 +76,9 @@ class MpiCommunicator final : public Communicator {
   // same order on every rank.
   std::vector<std::weak_ptr<RingAllreduce::Steps>> ring_slots_;
   size_t rings_started_ = 0;
+  size_t ring_min_bytes_;  // set in the constructor (the backend's default)
+  AllreduceCounts counts_;
+  std::vector<char> send_copy_;  // the blocking allreduce's out-of-place input
 };
 
 }  // namespace mgs

@@ -323,3 +323,17 @@ TEST_CASE("allgather_overlap from one allgather against four started together", 
   CHECK(mgs::allgatherOverlap(0.0, 1.0, 4) == 1.0);   // no usable measurement: the model's default
   CHECK(mgs::allgatherOverlap(1.0, 1.0, 1) == 1.0);
 }
+
+TEST_CASE("the ring's bound from timings of both allreduce algorithms", "[calibration]") {
+  const std::vector<size_t> sizes = {64 << 10, 256 << 10, 1 << 20, 4 << 20};
+  // The ring no slower everywhere: from the smallest size (ties go to the ring).
+  CHECK(mgs::ringMinBytesFrom(sizes, {1, 2, 3, 4}, {1, 2.5, 3, 5}) == size_t{64} << 10);
+  // The library faster up to 256 KiB: the ring from 1 MiB.
+  CHECK(mgs::ringMinBytesFrom(sizes, {2, 3, 3, 4}, {1, 2, 4, 5}) == size_t{1} << 20);
+  // A win at 256 KiB between losses does not count: from the size past the
+  // last loss.
+  CHECK(mgs::ringMinBytesFrom(sizes, {2, 2, 5, 4}, {1, 3, 4, 5}) == size_t{4} << 20);
+  // Slower at every size, the largest included: twice the largest.
+  CHECK(mgs::ringMinBytesFrom(sizes, {2, 3, 4, 6}, {1, 2, 3, 5}) == size_t{8} << 20);
+  CHECK(mgs::ringMinBytesFrom({}, {}, {}) == 0);
+}
