@@ -383,6 +383,11 @@ int main(int argc, char** argv) {
        << ",\"median_s\":" << fmt(med) << ",\"min_s\":" << fmt(*std::min_element(max_s.begin(), max_s.end()))
        << ",\"max_s\":" << fmt(*std::max_element(max_s.begin(), max_s.end())) << ",\"step_s\":" << jsonArray(max_s)
        << ",\"plan_buckets\":" << s1.plan_buckets << ",\"plans\":" << s1.plans
+       << ",\"allreduce_ring_min_bytes\":" << s1.allreduce_ring_min_bytes
+       << ",\"allreduce_ring_ops_per_step\":"
+       << fmt(double(s1.allreduce_ring_ops - s0.allreduce_ring_ops) / double(std::max<size_t>(1, timed)))
+       << ",\"allreduce_library_ops_per_step\":"
+       << fmt(double(s1.allreduce_library_ops - s0.allreduce_library_ops) / double(std::max<size_t>(1, timed)))
        << ",\"sparse_buckets_per_step\":" << fmt(dsteps > 0 ? (s1.sparse_buckets - s0.sparse_buckets) / dsteps : 0)
        << ",\"dense_buckets_per_step\":"
        << fmt(dsteps > 0 ? (s1.sparse_dense_buckets - s0.sparse_dense_buckets) / dsteps : 0)

@@ -72,8 +72,12 @@ Status fitCollectives(const CollectiveSizes& sizes, const std::vector<double>& t
 
 size_t ringMinBytesFrom(const std::vector<size_t>& sizes, const std::vector<double>& ring_s,
                         const std::vector<double>& library_s) {
+  // The library must win by kLibraryMargin: near ties stay on the ring, so
+  // that noise between two runs of a job moves no group between algorithms
+  // (each sums in its own order: bitwise different results).
+  constexpr double kLibraryMargin = 0.9;
   size_t from = sizes.size();
-  while (from > 0 && ring_s[from - 1] <= library_s[from - 1]) --from;
+  while (from > 0 && !(library_s[from - 1] < kLibraryMargin * ring_s[from - 1])) --from;
   if (from == sizes.size()) return sizes.empty() ? 0 : 2 * sizes.back();
   return sizes[from];
 }

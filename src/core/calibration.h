@@ -51,10 +51,10 @@ inline const std::vector<size_t>& ringChoiceSizes() {
 }
 
 // The ring's bound from timings at ringChoiceSizes() (max-reduced over
-// ranks): the smallest measured size from which the ring is no slower than
-// the library at it and at every larger measured size; twice the largest
-// size when the ring is slower at the largest (the ring stays the
-// algorithm for what was not measured: bandwidth-bound sums).
+// ranks): the smallest measured size from which the library is not 10 %
+// faster than the ring, at it and at every larger measured size; twice the
+// largest size when the library is 10 % faster at the largest too (the ring
+// stays the algorithm for what was not measured: bandwidth-bound sums).
 size_t ringMinBytesFrom(const std::vector<size_t>& sizes, const std::vector<double>& ring_s,
                         const std::vector<double>& library_s);
 
