@@ -264,12 +264,14 @@ Status MpiCommunicator::allreduce(void* buf, size_t count, DataType dtype, CommO
     } else {
       MPI_Datatype type;
       MGS_RETURN_IF_ERROR(mpiType(dtype, &type));
-      // Out of place from kRingMinBytes, as startAllreduce calls it (there
-      // Open MPI takes a bandwidth-optimal algorithm, in place a binomial
-      // tree), so that both run the same algorithm, bitwise alike.
+      // Float sums out of place from kRingMinBytes, as startAllreduce calls
+      // them (there Open MPI takes a bandwidth-optimal algorithm, in place a
+      // binomial tree), so that both run the same algorithm, bitwise alike.
+      // Integer and min/max results do not depend on the order: in place,
+      // with no copy of a large buffer.
       char* chunk = p + done * esize;
       const void* send = MPI_IN_PLACE;
-      if (n * esize >= kRingMinBytes) {
+      if (counted(n, dtype, op)) {
         send_copy_.assign(chunk, chunk + n * esize);
         send = send_copy_.data();
       }
