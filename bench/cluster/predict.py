@@ -11,7 +11,7 @@ at run time, and today's, each as pred/meas.
 
 usage: bench/cluster/predict.py -b BUILD --log results/X.log --jsonl results/X.jsonl
            [--min-sparse 40] [--trace tools/traces/resnet50.json]
-           [--ranks-per-node R] [--exchanges allgather,agreed,...] [--no-dense]
+           [--ranks-per-node R] [--exchanges allgather,agreed,...] [--no-dense] [--old-auto]
            [--timeline-model] [--cycle-ms 1] [--in-flight 4] [--overlap X] [--phase barrier|mean]
 
 By default the prediction uses the coordinator model (docs/planner.md §8):
@@ -33,6 +33,8 @@ ap.add_argument("--min-sparse", type=int, default=None, help="default 4096 x sca
 ap.add_argument("--exchanges", default=None, help="default: the run's exchange and dense (MGS_DENSE_FALLBACK=1)")
 ap.add_argument("--ranks-per-node", type=int, default=None)
 ap.add_argument("--no-dense", action="store_true", help="the runs had MGS_DENSE_FALLBACK=0 (run_hier.sh)")
+ap.add_argument("--old-auto", action="store_true",
+                help="runs labelled 'auto' chose between the allgather and the agreed exchange (older builds)")
 ap.add_argument("--timeline-model", action="store_true", help="the model before the coordinator terms")
 ap.add_argument("--cycle-ms", type=float, default=1.0, help="MGS_CYCLE_TIME_MS of the runs (runtime default 1)")
 ap.add_argument("--in-flight", type=int, default=4, help="allgathers in flight (BlockExchange::kMaxInFlight)")
@@ -61,10 +63,13 @@ def layers_for(r):
     return replay_instance.layers_for(trace, r["scale_elements"], r["scale_time"], a.min_sparse)
 
 def run_exchanges(r):
-    """The exchanges the run's MGS_EXCHANGE let a bucket take (auto: the
-    cheaper of allgather and agreed per bucket), plus dense unless --no-dense."""
+    """The exchanges the run's MGS_EXCHANGE let a bucket take, plus dense
+    unless --no-dense. 'auto' takes the allgather; runs recorded before it
+    stopped taking the agreed exchange (the results/ files labelled 'auto')
+    chose between the two, as --old-auto re-predicts them."""
     ex = r.get("exchange", "allgather")
-    ex = "allgather,agreed" if ex == "auto" else ex
+    if ex == "auto":
+        ex = "allgather,agreed" if a.old_auto else "allgather"
     return ex + ("" if a.no_dense else ",dense")
 
 def predict(r):

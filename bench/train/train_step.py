@@ -193,7 +193,8 @@ def bucket_paths(args):
             "cuda_nccl_ops", "cuda_staged_ops", "device_host_syncs", "sparse_buckets", "sparse_dense_buckets",
             "plan_span_checks", "plan_span_predicted_us", "plan_span_measured_us",
             "plan_span_plan_checks", "plan_span_predicted_sum_us", "plan_span_measured_sum_us",
-            "allreduce_ring_ops", "allreduce_library_ops", "allreduce_ring_min_bytes")
+            "allreduce_ring_ops", "allreduce_library_ops", "allreduce_ring_min_bytes",
+            "sparse_agreed_buckets", "sparse_hierarchical_buckets")
     return {k: rs.get(k) for k in keys}
 
 

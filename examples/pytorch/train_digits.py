@@ -145,7 +145,11 @@ def main():
 
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
-            json.dump({"ranks": size, "args": vars(args), "history": history}, f, indent=1)
+            import mgs  # mgs.torch is the Horovod-style API; the runtime's counters are mgs's
+            rs = mgs.runtime_stats() or {}  # which exchange the sparse buckets took (MGS_EXCHANGE)
+            exchanges = {k: rs.get(k) for k in ("sparse_buckets", "sparse_agreed_buckets",
+                                                "sparse_hierarchical_buckets", "sparse_dense_buckets")}
+            json.dump({"ranks": size, "args": vars(args), "history": history, "exchanges": exchanges}, f, indent=1)
     final = history[-1]["test_accuracy"] if history else 0.0
     if args.min_accuracy is not None and final < args.min_accuracy:
         if rank == 0:

@@ -445,6 +445,9 @@ typedef struct mgs_stats {
   uint64_t allreduce_ring_min_bytes; /**< the bound between them: float sums of at least this many bytes take
                                           the ring (measured at init unless MGS_CALIBRATION=off or
                                           MGS_PLAN_FILE is set; 64 KiB then) */
+  uint64_t sparse_hierarchical_buckets; /**< of sparse_buckets, those exchanged by the hierarchical exchange
+                                             (MGS_EXCHANGE=hierarchical; 'auto' takes the allgather, never it
+                                             or the agreed exchange) */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

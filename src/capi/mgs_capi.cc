@@ -426,6 +426,7 @@ mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
     s.allreduce_ring_ops = n.allreduce_ring_ops;
     s.allreduce_library_ops = n.allreduce_library_ops;
     s.allreduce_ring_min_bytes = n.allreduce_ring_min_bytes;
+    s.sparse_hierarchical_buckets = sp.hierarchical_buckets;
     std::memcpy(stats, &s, std::min(size, sizeof s));
     return Status::OK();
   });

@@ -227,15 +227,15 @@ std::vector<ParamSpec> buildSpecs() {
                         "'hierarchical': the ranks of a node (MGS_NODE_SIZE) sum their buckets densely to "
                         "the node's first rank, which selects from that sum; only these leaders allgather "
                         "their blocks, which are then broadcast inside each node (needs 2 or more nodes "
-                        "of 2 or more ranks). 'auto': the cheapest per bucket by the calibrated cost model "
-                        "(allgather, agreed, hierarchical where nodes allow it, and dense when "
-                        "MGS_DENSE_FALLBACK allows and that is cheaper still); a bucket of CUDA tensors "
-                        "that every rank keeps on the GPU takes, with NCCL, the allgather until the NCCL "
-                        "collectives are timed (MGS_CALIBRATION=auto, at the first such bucket) and then the "
-                        "cheapest of allgather, agreed and dense; without NCCL the allgather or agreed (with "
-                        "NCCL, an explicit 'agreed' or 'hierarchical' runs on the device too). At one "
-                        "MGS_DENSITY the agreed exchange applies k entries, the "
-                        "allgather the union of every rank's k. All follow MGS_NONFINITE alike.",
+                        "of 2 or more ranks). 'auto': per bucket the allgather, or dense where "
+                        "MGS_DENSE_FALLBACK allows and the calibrated cost model prices it cheaper (for a "
+                        "bucket of CUDA tensors that every rank keeps on the GPU, with NCCL, once the NCCL "
+                        "collectives are timed at the first such bucket). 'auto' never takes the agreed or "
+                        "the hierarchical exchange: at one MGS_DENSITY the allgather applies the union of "
+                        "every rank's k entries, the agreed exchange k in all and the hierarchical one k per "
+                        "node, so they compress more than the density says and converge differently; name "
+                        "them to use them (with NCCL they run on the device too). All follow MGS_NONFINITE "
+                        "alike.",
                         &Config::exchange));
   // The node grouping decides which collectives every rank runs.
   s.push_back(intParam("MGS_NODE_SIZE", "0", 0, 1 << 20, "an integer in [0, 1048576]", kSame,

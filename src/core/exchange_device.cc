@@ -210,6 +210,7 @@ class DeviceExchange : public BucketExchange {
     ctx_.stats.selected += count;
     ctx_.stats.target += k_;
     if (hier) {
+      ++ctx_.stats.hierarchical_buckets;
       // As the host hierarchical exchange: a leader sends its node's
       // selection, the others their whole acc (inside the node).
       const uint64_t bytes = node_lead_ ? 8 * count : 4 * n_;

@@ -143,6 +143,7 @@ class HierarchicalExchange : public BucketExchange {
       if (ctx_.timeline)
         for (auto& m : members_) ctx_.timeline->span(m.name, "SCATTER_ADD", t0, Clock::now());
       ++ctx_.stats.buckets;
+      ++ctx_.stats.hierarchical_buckets;
       ctx_.countPath(path_, 1, 0);
       ctx_.stats.target += k_;
       // Every rank's contribution was delivered, whatever writing this rank's

@@ -175,13 +175,12 @@ plan::Exchange SparsePipeline::chooseExchange(std::vector<Request>& members, siz
     //  - Device buckets (NCCL, every rank with a device stage: deviceBucket
     //    agrees on that once): the allgather, or where the model was given
     //    the device communicator's terms (devicePriced) its choice among
-    //    the exchanges with a device bucket: the allgather, the agreed
-    //    exchange and the dense fallback.
+    //    the exchanges 'auto' allows (allowedExchanges: the allgather and
+    //    the dense fallback) that have a device bucket.
     //  - A resident stage on every rank without device buckets (no NCCL):
-    //    the allgather and the agreed exchange both select on the GPU and
-    //    send only compact data through MPI, so the cost model chooses
-    //    between them; the hierarchical exchange, which sums whole buckets
-    //    in host memory, becomes the allgather.
+    //    the allgather selects on the GPU and sends only compact data
+    //    through MPI. (The agreed exchange does too, and is kept should the
+    //    allowed set include it.)
     // Dense only where the 1/P rule says sparse cannot pay: a device
     // bucket too where the resident stage runs them (runsDenseDeviceBuckets),
     // else through host memory.

@@ -10,6 +10,7 @@ struct SparseStats {
   uint64_t steps = 0;           // completed steps
   uint64_t buckets = 0;         // buckets exchanged sparsely
   uint64_t agreed_buckets = 0;  // of those, by the agreed-index exchange (exchange_agreed.cc)
+  uint64_t hierarchical_buckets = 0;  // of those, by the hierarchical exchange (exchange_hierarchical.cc)
   uint64_t dense_buckets = 0;   // buckets the cost model sent dense
   uint64_t selected = 0;        // entries this rank sent
   uint64_t target = 0;          // k summed over sparse buckets

@@ -169,7 +169,7 @@ void checkHostPaths() {
 std::vector<uint64_t> exchangeCounts() {
   mgs_stats_t st{};
   EXPECT_OK(mgs_get_stats(&st, sizeof st));
-  return {st.sparse_buckets, st.sparse_agreed_buckets, st.sparse_dense_buckets};
+  return {st.sparse_buckets, st.sparse_agreed_buckets, st.sparse_dense_buckets, st.sparse_hierarchical_buckets};
 }
 
 void scenarioAgreed() {
@@ -212,6 +212,10 @@ void scenarioAuto() {
       EXPECT(all[r * c.size() + i] == all[i], "rank %d counted %llu buckets of kind %zu, rank 0 %llu", r,
              (unsigned long long)all[r * c.size() + i], i, (unsigned long long)all[i]);
   EXPECT(c[0] + c[2] > 0, "no buckets counted");
+  // 'auto' takes the allgather or dense, never an exchange that applies
+  // fewer entries than the density says (allowedExchanges).
+  EXPECT(c[1] == 0 && c[3] == 0, "auto took %llu agreed and %llu hierarchical buckets", (unsigned long long)c[1],
+         (unsigned long long)c[3]);
   if (g_rank == 0)
     std::printf("auto: %llu sparse buckets (%llu agreed, %llu allgather), %llu dense\n", (unsigned long long)c[0],
                 (unsigned long long)c[1], (unsigned long long)(c[0] - c[1]), (unsigned long long)c[2]);
@@ -382,6 +386,9 @@ void scenarioHierarchical() {
   int nonzero = 0;
   for (float v : r3) nonzero += v != 0.0f;
   EXPECT(leader ? nonzero > sizes[3] / 2 : nonzero == 0, "rank %d: %d nonzero residual entries of h3", g_rank, nonzero);
+  const auto c = exchangeCounts();
+  EXPECT(c[0] > 0 && c[3] == c[0] && c[1] == 0, "%llu sparse buckets, %llu hierarchical, %llu agreed",
+         (unsigned long long)c[0], (unsigned long long)c[3], (unsigned long long)c[1]);
   if (g_rank == 0) std::printf("hierarchical: %d tensor-steps checked bitwise\n", checked);
   if (std::getenv("TEST_EXPECT_IN_FLIGHT")) {  // MPI: the buckets' exchanges overlapped
     mgs_stats_t st{};
