@@ -352,3 +352,36 @@ def test_velocity_is_saved_and_restored_per_rank():
     model2, opt2 = make(momentum_correction=True)
     opt2.load_state_dict(state)
     assert torch.equal(opt2._mc.velocity[model2.w], u)
+
+
+def test_finite_check_sees_every_kind_of_entry():
+    """finish() keeps the old velocity on a non-finite result: its one-pass check must agree with
+    torch.isfinite(...).all(), including a float32 sum that overflows with every entry finite."""
+    from mgs.torch import _dgc
+    big = torch.full((8,), 3e38)  # finite entries whose float32 sum is inf
+    assert _dgc._finite(big)
+    for bad in (float("inf"), float("-inf"), float("nan")):
+        t = torch.zeros(10000)
+        t[7777] = bad
+        assert not _dgc._finite(t)
+    assert _dgc._finite(torch.zeros(0))
+    assert _dgc._finite(torch.arange(100, dtype=torch.float16))
+
+
+def test_zero_finding_matches_torch():
+    """The sent entries are found as the residual's zeros: the sampled all-zero check and the index
+    search agree with torch on tensors above and below the sampling size, zeros between the samples."""
+    from mgs.torch import _dgc
+    g = torch.Generator().manual_seed(5)
+    for n in (1, 4096, 4097, 1 << 20):
+        t = torch.randn(n, generator=g)
+        idx = torch.randperm(n, generator=g)[:max(1, n // 1000)]
+        t[idx] = 0
+        assert torch.equal(_dgc._zeros(t), torch.nonzero(t == 0).view(-1))
+        assert _dgc._all_zero(t) == (n == 1)
+        z = torch.zeros(n)
+        assert _dgc._all_zero(z)
+        assert _dgc._zeros(z).numel() == n
+        if n > 1:
+            z[n - 1 if (n - 1) % 1024 else n - 2] = 1.0  # off the sampled stride
+            assert not _dgc._all_zero(z)
