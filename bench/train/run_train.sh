@@ -7,7 +7,7 @@
 # usage: bench/train/run_train.sh [-n HOSTS] [-r "1gbit 10gbit"] [-M "resnet50 transformer"]
 #                                 [-S "systems"] [-R repeats] [-o OUT.jsonl] [-b BUILD] [-s STEPS]
 #                                 [-e "VAR=VALUE ..."]
-# -s: steps per run (default 30), the last 10 measured (all of them below 11).
+# -s: steps per run (default 40), the last 10 measured (all of them below 11).
 # -b: the build whose libmgs.so runs (an A/B of two commits: two builds,
 # two calls); -e: extra variables for every rank of every system (an A/B of
 # a setting).
@@ -31,10 +31,11 @@ systems="compute ddp powersgd horovod horovod-fp16 mgs mgs-fp16 mgs-sparse"
 repeats=1
 out=""
 build=build
-# 30 steps, the last 10 measured: mgs-sparse profiles 5 steps and then runs up
-# to 5 candidate plans on trial for 3 steps each (MGS_PLAN_TRIAL_STEPS), so its
-# plan is settled by step 20; every system is measured over the same steps.
-steps=30
+# 40 steps, the last 10 measured: mgs-sparse profiles 5 steps and then runs up
+# to 5 candidate plans on trial, 2 rounds of 2 steps each (MGS_PLAN_TRIAL_STEPS
+# = 3), so its plan is settled by step 25; every system is measured over the
+# same steps.
+steps=40
 extra_env=""
 while getopts "n:r:M:S:R:o:b:s:e:h" opt; do
   case $opt in
