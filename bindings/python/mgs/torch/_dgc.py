@@ -108,6 +108,10 @@ class MomentumCorrection:
         self.velocity = {}    # param -> u (committed after a finished exchange)
         self._pending = {}    # param -> (u_next, (sent, residual before) or None), between hook and synchronize
         self._residual = {}   # param -> this rank's residual after the last exchange (fp32, flat)
+        # Buffers reused every step (a fresh tensor of a large parameter costs its page faults again):
+        # param -> the velocity buffer not in use, the residual buffer not in use.
+        self._spare_velocity = {}
+        self._spare_residual = {}
 
     @staticmethod
     def active(group):
@@ -120,8 +124,14 @@ class MomentumCorrection:
         if group.get("nesterov", False):
             u_next = (g if u is None else g + u).mul(m)
             send = u_next + g
+        elif u is None:
+            u_next = send = g.clone()
         else:
-            u_next = send = g.clone() if u is None else torch.add(g, u, alpha=m)
+            spare = self._spare_velocity.pop(p, None)
+            if spare is None or spare.shape != g.shape or spare.dtype != torch.result_type(g, u) or \
+                    spare.device != g.device or spare is u:
+                spare = None
+            u_next = send = torch.add(g, u, alpha=m) if spare is None else torch.add(g, u, alpha=m, out=spare)
         # Masking needs what this rank sent and its residual before (finish() reads them only where the
         # residual is 0 afterwards, a few entries per thousand): kept, not turned into a mask here.
         masking = None
@@ -148,15 +158,22 @@ class MomentumCorrection:
             # A skipped step (loss scaling, MGS_NONFINITE=propagate): the runtime kept its residual,
             # so this rank keeps its velocity too.
             return
+        old = self.velocity.get(p)
         self.velocity[p] = u_next
+        if old is not None and old is not u_next:
+            self._spare_velocity[p] = old
         if masking is None:
             return
         send, before = masking
-        after = torch.empty(p.numel(), dtype=torch.float32)
+        after = self._spare_residual.pop(p, None)
+        if after is None or after.numel() != p.numel():
+            after = torch.empty(p.numel(), dtype=torch.float32)
         if not _runtime.residual_copy(runtime_name, after.data_ptr(), after.numel()):
             self._residual.pop(p, None)  # not sparsified this step: a dense tensor keeps its velocity
             return
         self._residual[p] = after
+        if before is not None:
+            self._spare_residual[p] = before
         if _all_zero(after):
             return  # delivered whole: treated as DGC treats an uncompressed tensor
         zero = _zeros(after)
@@ -173,6 +190,8 @@ class MomentumCorrection:
     def forget_residuals(self):
         """The runtime's residuals were replaced (load_state_dict): read them again next step."""
         self._residual.clear()
+        self._spare_residual.clear()
+        self._spare_velocity.clear()
 
     def discard_pending(self):
         self._pending.clear()
