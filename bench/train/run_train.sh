@@ -18,7 +18,8 @@
 # 50 steps, and these runs time steps 20-29, which should be the steady
 # state every later step runs at, not the warm-up's denser transient. `mgs-rndv` and
 # `mgs-sparse-rndv` are the same with Open MPI's default TCP eager limits
-# (64 KiB) instead of the 1 MiB mgs sets (an A/B of that default). Horovod runs when
+# (64 KiB) instead of the 1 MiB mgs sets (an A/B of that default); `mgs-sparse-nomc`
+# is `mgs-sparse` with DistributedOptimizer(momentum_correction=False). Horovod runs when
 # .peers/horovod holds a build (bench/train/build_horovod.sh); DDP/PowerSGD
 # use gloo. Needs root (network namespaces).
 set -euo pipefail
@@ -48,7 +49,7 @@ while getopts "n:r:M:S:R:o:b:s:e:h" opt; do
     b) build=$OPTARG ;;
     s) steps=$OPTARG ;;
     e) extra_env=$OPTARG ;;
-    h) sed -n '2,18p' "$0"; exit 0 ;;
+    h) sed -n '2,19p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done
@@ -77,6 +78,7 @@ for rep in $(seq 1 "$repeats"); do
         for kv in $extra_env; do env_args+=" -x $kv"; done
         py_path=$root/bindings/python
         run_system=$system
+        step_args=""
         case $system in
           horovod*)
             if [ ! -d "$hvd_dir/horovod" ]; then echo "run_train: skip $system (no $hvd_dir)" >&2; continue; fi
@@ -87,14 +89,15 @@ for rep in $(seq 1 "$repeats"); do
             env_args+=" -x OMPI_MCA_btl_tcp_eager_limit=65536 -x OMPI_MCA_btl_tcp_rndv_eager_limit=65536"
             env_args+=" -x OMPI_MCA_btl_tcp_max_send_size=131072"
             if [ "$system" = mgs-sparse-rndv ]; then env_args+=" -x MGS_COMPRESSOR=gaussiank -x MGS_DENSITY=0.001 -x MGS_WARMUP_STEPS=0"; fi ;;
-          mgs-sparse)
+          mgs-sparse|mgs-sparse-nomc)
             run_system=mgs
+            [ "$system" = mgs-sparse-nomc ] && step_args="--momentum-correction off"
             env_args+=" -x MGS_COMPRESSOR=gaussiank -x MGS_DENSITY=0.001 -x MGS_WARMUP_STEPS=0" ;;
         esac
         echo "run_train: rep $rep $model $rate $system" >&2
         line=$(PYTHONPATH=$py_path scripts/emulated_cluster.sh -n "$hosts" -r "$rate" -s "$subnet" -m "$env_args" -- \
                  /usr/bin/python3 "$root/bench/train/train_step.py" --system "$run_system" --model "$model" \
-                 --steps "$steps" --measure-from "$(( steps > 10 ? steps - 9 : 1 ))" --label "$system@$rate" 2>/tmp/run_train.err | grep '^{' || true)
+                 --steps "$steps" --measure-from "$(( steps > 10 ? steps - 9 : 1 ))" --label "$system@$rate" $step_args 2>/tmp/run_train.err | grep '^{' || true)
         if [ -z "$line" ]; then
           echo "run_train: $system failed:" >&2; tail -5 /tmp/run_train.err >&2
           line="{\"label\": \"$system@$rate\", \"system\": \"$run_system\", \"model\": \"$model\", \"failed\": true}"

@@ -43,6 +43,8 @@ def parse_args():
     p.add_argument("--batch", type=int, default=2, help="per rank")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--label", default="", help="copied into the JSON line")
+    p.add_argument("--momentum-correction", default="auto", choices=["auto", "off"],
+                   help="mgs only: DistributedOptimizer's momentum_correction ('auto', its default, or False)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--image-size", type=int, default=32, help="resnet50 input side")
     p.add_argument("--ddp-backend", default="gloo", choices=["gloo", "nccl"],
@@ -141,7 +143,9 @@ def setup(args, model):
         compression = hvd.Compression.fp16 if args.system.endswith("fp16") else hvd.Compression.none
     hvd.init()
     opt = hvd.DistributedOptimizer(sgd(model.parameters()), named_parameters=model.named_parameters(),
-                                   compression=compression)
+                                   compression=compression,
+                                   **({} if args.momentum_correction == "auto" or args.system != "mgs"
+                                      else {"momentum_correction": False}))
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     stats = (lambda: hvd.compression_stats()) if hasattr(hvd, "compression_stats") else none
     if hasattr(hvd, "reset_compression_stats"):
