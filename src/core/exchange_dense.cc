@@ -1,12 +1,8 @@
 // The dense fallback (docs/architecture.md "Exchanges"): where sparse cannot
 // pay (density * P >= 1 under MGS_DENSE_FALLBACK, or the plan says so) the
-// bucket's gradient + residual is summed by one allreduce. On a backend with
-// nonblocking collectives (MPI) the allreduce starts at the bucket's
-// negotiated place and stays in flight like the allgather's blocks: it is
-// moved on by every poll and blocking wait of the coordinator, so dense
-// buckets overlap each other, negotiation and backward, and finish in order.
-// Elsewhere it runs at once. The residual becomes zero exactly when every
-// rank's acc went into the sum.
+// bucket's gradient + residual is summed by one allreduce, at once (not
+// queued). The residual becomes zero exactly when every rank's acc went
+// into the sum.
 #include <algorithm>
 
 #include "common/check.h"
@@ -20,81 +16,47 @@ class DenseExchange : public BucketExchange {
  public:
   DenseExchange(ExchangeContext& ctx, BucketStart& b) : BucketExchange(std::move(b.members)), ctx_(ctx), n_(b.n) {}
 
+  void start(BucketStart& b) {
+    const int P = ctx_.comm.size();
+    LocalJob job;
+    job.members = &members_;
+    job.n = n_;
+    job.dense_acc = ctx_.scatter.denseBuffer(n_ + P);  // + one verdict slot per rank
+    LocalOutcome out;
+    ctx_.runLocal(job, b.t0, &out);
+    status_ = exchange(job.dense_acc, out.status, out.bad_member);
+  }
+
+  bool queued() const override { return false; }
+  bool ready() override { return true; }
+
+  Status finish() override {
+    if (sent_) ctx_.local->zeroResidual(members_);  // everything was delivered, on every rank
+    return status_;
+  }
+
+ private:
   // acc = [gradient + residual (n) | one verdict slot per rank]: each rank
   // writes its own slot (0: fine, m + 1: non-finite values in member m, -1:
   // another local error) and zeros in the others, so the one allreduce that
   // sums the gradients also tells every rank every rank's verdict (small
   // integers: exact in float). A rank whose staging failed must still take part.
-  void start(BucketStart& b) {
+  Status exchange(float* acc, const Status& local, int bad_member) {
     const int P = ctx_.comm.size();
-    acc_ = ctx_.takeVals(n_ + P);
-    LocalJob job;
-    job.members = &members_;
-    job.n = n_;
-    job.dense_acc = acc_.data();
-    LocalOutcome out;
-    ctx_.runLocal(job, b.t0, &out);
-    local_ = out.status;
-    float* verdict = acc_.data() + n_;
-    std::fill(verdict, verdict + P, 0.0f);
-    if (!local_.ok()) verdict[ctx_.comm.rank()] = out.bad_member >= 0 ? static_cast<float>(out.bad_member + 1) : -1.0f;
-    ctx_.stats.dense_bytes += 4 * n_;
-    started_ = Clock::now();
-    status_ = ctx_.comm.startAllreduce(acc_.data(), n_ + P, MGS_FLOAT32, CommOp::kSum, &op_);
-    if (!status_.ok() || !ctx_.phasesInFlight()) step(/*wait=*/true);
-  }
-
-  bool queued() const override { return ctx_.phasesInFlight(); }
-  bool phased() const override { return true; }
-  void progress(PhaseOrder&) override { step(false); }  // one collective, started in bucket order at its place
-  bool ready() override {
-    step(false);
-    return done_;
-  }
-
-  Status finish() override {
-    step(/*wait=*/true);
-    Status st = status_.ok() ? verdictAndUnfuse() : status_;
-    if (sent_) ctx_.local->zeroResidual(members_);  // everything was delivered, on every rank
-    return st;
-  }
-
-  void release() override { ctx_.giveVals(std::move(acc_)); }
-
-  // Leaked: the allreduce may still write into it.
-  void abandon() override {
-    (void)op_.release();
-    new std::vector<float>(std::move(acc_));
-  }
-
- private:
-  // Tests (or waits for) the allreduce; once it completed, its time goes to
-  // the online cost model and the timeline.
-  void step(bool wait) {
-    if (done_) return;
-    if (op_) {
-      bool done = true;
-      Status st = wait ? op_->wait() : op_->test(&done);
-      if (st.ok() && !done) return;
-      if (!st.ok()) status_ = st;
-      op_.reset();
-    }
-    done_ = true;
-    if (!status_.ok()) return;
-    const auto end = Clock::now();
-    const int P = ctx_.comm.size();
-    ctx_.online.exchanged(OnlineCost::kAllreduce, 4.0 * double(n_ + size_t(P)), started_, end);
-    if (ctx_.timeline)
-      for (auto& m : members_) ctx_.timeline->span(m.name, "ALLREDUCE_DENSE_BUCKET", started_, end);
-  }
-
-  Status verdictAndUnfuse() {
-    const int P = ctx_.comm.size();
+    const size_t n = n_;
     std::vector<Request>& members = members_;
-    const float* verdict = acc_.data() + n_;
+    float* verdict = acc + n;
+    std::fill(verdict, verdict + P, 0.0f);
+    if (!local.ok()) verdict[ctx_.comm.rank()] = bad_member >= 0 ? static_cast<float>(bad_member + 1) : -1.0f;
+    auto t0 = Clock::now();
+    ctx_.stats.dense_bytes += 4 * n;
+    MGS_RETURN_IF_ERROR(ctx_.comm.allreduce(acc, n + P, MGS_FLOAT32, CommOp::kSum));
+    ctx_.online.exchanged(OnlineCost::kAllreduce, 4.0 * (n + P), t0, Clock::now());
+    if (ctx_.timeline)
+      for (auto& m : members) ctx_.timeline->span(m.name, "ALLREDUCE_DENSE_BUCKET", t0, Clock::now());
     ++ctx_.stats.dense_buckets;
-    ctx_.stats.bytes_sent += 4 * n_;
-    ctx_.countPath(ExchangeContext::pathOf(members, LocalOutcome()), 1, 4 * n_);  // the dense acc is host memory
+    ctx_.stats.bytes_sent += 4 * n;
+    ctx_.countPath(ExchangeContext::pathOf(members, LocalOutcome()), 1, 4 * n);  // the dense acc is host memory
     std::string failed;
     bool other_error = false;
     for (int r = 0; r < P; ++r) {
@@ -111,11 +73,11 @@ class DenseExchange : public BucketExchange {
         MGS_LOG_DEBUG("dense bucket {}: {}; outputs set to NaN (MGS_NONFINITE=propagate)", bucketName(members), failed);
         return ctx_.scatter.writeNaNOutputs(members);
       }
-      return ExchangeContext::failedVerdict("dense allreduce of " + bucketName(members), failed, other_error, local_);
+      return ExchangeContext::failedVerdict("dense allreduce of " + bucketName(members), failed, other_error, local);
     }
     sent_ = true;  // on every rank: even if writing this rank's outputs fails below
-    const auto t0 = Clock::now();
-    Status st = ctx_.scatter.unfuseDense(members, acc_.data());
+    t0 = Clock::now();
+    Status st = ctx_.scatter.unfuseDense(members, acc);
     if (ctx_.timeline)
       for (auto& m : members) ctx_.timeline->span(m.name, "UNFUSE", t0, Clock::now());
     return st;
@@ -123,13 +85,8 @@ class DenseExchange : public BucketExchange {
 
   ExchangeContext& ctx_;
   const size_t n_;
-  std::vector<float> acc_;  // [gradient + residual | verdict slots], summed in place
-  std::unique_ptr<PendingCollective> op_;
-  Clock::time_point started_;
-  Status local_;   // this rank's local stage
-  Status status_;  // the allreduce
-  bool done_ = false;
   bool sent_ = false;  // every rank's acc went into the sum: the residual is zero
+  Status status_;
 };
 
 }  // namespace

@@ -42,6 +42,13 @@ class ScatterStage {
   // Every member's output filled with NaN (the propagate verdict).
   Status writeNaNOutputs(const std::vector<Request>& members);
 
+  // A host buffer of `size` floats for the dense fallback's allreduce; valid
+  // until the next call of any function here.
+  float* denseBuffer(size_t size) {
+    out_.resize(size);
+    return out_.data();
+  }
+
  private:
   // dest_[m]: member m's output if it is host float32, else a slice of out_
   // (returns whether some member is staged). offsets_: member offsets (M + 1).
@@ -51,7 +58,7 @@ class ScatterStage {
   Status writeOutput(const Request& m, const float* src, size_t cnt);
 
   int P_;
-  std::vector<float> out_;                  // staged outputs
+  std::vector<float> out_;                  // dense sums / staged outputs
   std::vector<char> stage_;                 // conversion for device outputs
   std::vector<float*> dest_;                // per member: where its result goes
   std::vector<size_t> offsets_;             // member offsets in the bucket (M + 1)

@@ -10,12 +10,6 @@
 //           0..TEST_JITTER_US between enqueues, so the buckets' phases
 //           complete at different times on different ranks; and the
 //           exchanges really were in flight together (sparse_in_flight_max).
-//   dense_inflight  MGS_DENSITY=0.5 (density x P >= 1: every sparse bucket
-//           takes the dense fallback), 16 layer-wise buckets per step and
-//           random sleeps between enqueues: results equal the average of
-//           every rank's accumulator, the same bits on every rank, each
-//           residual +0 after each step, every bucket dense, and the dense
-//           allreduces really were in flight together (sparse_in_flight_max).
 //   auto    MGS_EXCHANGE=auto with a measured calibration: results equal the
 //           average of what each rank sent, identical everywhere, and every
 //           rank counted the same buckets per exchange (the same choices).
@@ -207,32 +201,6 @@ void scenarioAgreedInFlight() {
   if (g_rank == 0)
     std::printf("agreed_inflight: %llu agreed buckets, at most %llu in flight at once\n",
                 (unsigned long long)st.sparse_agreed_buckets, (unsigned long long)st.sparse_in_flight_max);
-}
-
-void scenarioDenseInFlight() {
-  const char* j = std::getenv("TEST_JITTER_US");
-  const int jitter = j ? std::atoi(j) : 2000;
-  std::vector<int64_t> sizes;
-  for (int t = 0; t < 16; ++t) sizes.push_back(4096 + 2731 * t);
-  runSteps(/*agreed=*/false, sizes, 8, jitter);
-  // Everything went into the sums: each residual is +0, bitwise.
-  for (size_t t = 0; t < sizes.size(); ++t) {
-    const std::vector<float> r = residualOf("x" + std::to_string(t), sizes[t]);
-    int kept = 0;
-    for (float v : r) kept += std::signbit(v) || v != 0.0f;
-    EXPECT(kept == 0, "x%zu: %d residual entries are not +0 after a dense bucket", t, kept);
-  }
-  mgs_stats_t st{};
-  EXPECT_OK(mgs_get_stats(&st, sizeof st));
-  EXPECT(st.sparse_dense_buckets > 0 && st.sparse_buckets == 0,
-         "dense buckets %llu, sparse %llu: every bucket should take the dense fallback",
-         (unsigned long long)st.sparse_dense_buckets, (unsigned long long)st.sparse_buckets);
-  // MPI has nonblocking collectives: the dense allreduces overlap.
-  EXPECT(st.sparse_in_flight_max >= 2, "at most %llu dense allreduce(s) in flight at once: they did not overlap",
-         (unsigned long long)st.sparse_in_flight_max);
-  if (g_rank == 0)
-    std::printf("dense_inflight: %llu dense buckets, at most %llu in flight at once\n",
-                (unsigned long long)st.sparse_dense_buckets, (unsigned long long)st.sparse_in_flight_max);
 }
 
 void scenarioAuto() {
@@ -453,7 +421,7 @@ int main(int argc, char** argv) {
   mgs_rank(&g_rank);
   mgs_size(&g_size);
   const std::map<std::string, void (*)()> scenarios = {
-      {"agreed", scenarioAgreed}, {"agreed_inflight", scenarioAgreedInFlight}, {"dense_inflight", scenarioDenseInFlight}, {"auto", scenarioAuto}, {"hierarchical", scenarioHierarchical}, {"warmup", scenarioWarmup}};
+      {"agreed", scenarioAgreed}, {"agreed_inflight", scenarioAgreedInFlight}, {"auto", scenarioAuto}, {"hierarchical", scenarioHierarchical}, {"warmup", scenarioWarmup}};
   auto it = scenarios.find(scenario);
   if (it == scenarios.end()) {
     std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
