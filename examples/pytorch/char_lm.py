@@ -70,6 +70,9 @@ def parse_args(argv=None):
                    help="DistributedOptimizer(momentum_correction=...): 'auto' (the default: on for SGD when a "
                         "compressor is set), True (on, or the bare flag) or False (off)")
     p.add_argument("--no-masking", action="store_true", help="momentum_masking=False (with momentum correction)")
+    p.add_argument("--no-lr-weighting", action="store_true",
+                   help="lr_weighting=False (with momentum correction): DGC's rule, each entry applied at the lr "
+                        "of the step that sends it")
     p.add_argument("--clip-norm", type=float, default=1.0,
                    help="DistributedOptimizer(local_clip_norm=...): each rank's gradients clipped to this "
                         "norm / sqrt(ranks) (default 1; 0: no clipping)")
@@ -178,7 +181,8 @@ def main(argv=None):
         optimizer, named_parameters=model.named_parameters(),
         momentum_correction={"auto": "auto", "on": True, "off": False}[args.momentum_correction],
         momentum_masking=False if args.no_masking else None,
-        local_clip_norm=args.clip_norm or None)
+        local_clip_norm=args.clip_norm or None,
+        lr_weighting=False if args.no_lr_weighting else None)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps)))

@@ -37,7 +37,7 @@ def parse_args():
                    help="DGC variants of every sparse run: 'plain' (the defaults: momentum correction 'auto', "
                         "on for this SGD, with masking; MGS_WARMUP_STEPS=auto), or '+'-joined parts of "
                         "nomc (momentum correction off), mc (momentum correction, masking off), mask (momentum "
-                        "correction with masking), "
+                        "correction with masking), nolrw (momentum correction without learning-rate weighting), "
                         "clipX (local clipping at norm X), warmupN (MGS_WARMUP_STEPS=N; warmup0: none); "
                         "e.g. mask+clip2")
     p.add_argument("--out", type=Path, default=Path("convergence-results"))
@@ -74,6 +74,8 @@ def dgc_settings(variant):
     for part in variant.split("+"):
         if part in ("mc", "mask"):
             args += ["--momentum-correction"] + (["--no-masking"] if part == "mc" else [])
+        elif part == "nolrw":
+            args += ["--no-lr-weighting"]
         elif part == "nomc":
             args += ["--momentum-correction", "off"]
         elif part.startswith("clip"):

@@ -34,6 +34,9 @@ def parse_args():
                    help="DGC momentum correction: DistributedOptimizer(momentum_correction=...) 'auto' (the default: "
                         "on when a compressor is set), True (on, or the bare flag) or False (off)")
     p.add_argument("--no-masking", action="store_true", help="momentum_masking=False (with momentum correction)")
+    p.add_argument("--no-lr-weighting", action="store_true",
+                   help="lr_weighting=False (with momentum correction): DGC's rule, each entry applied at the lr "
+                        "of the step that sends it")
     p.add_argument("--clip-norm", type=float, help="DGC local gradient clipping (local_clip_norm)")
     p.add_argument("--json", metavar="PATH", help="rank 0 writes the per-epoch metrics here")
     p.add_argument("--min-accuracy", type=float, default=None,
@@ -99,7 +102,8 @@ def main():
         optimizer, named_parameters=model.named_parameters(),
         compression=hvd.Compression.fp16 if args.fp16 else hvd.Compression.none,
         momentum_correction={"auto": "auto", "on": True, "off": False}[args.momentum_correction],
-        momentum_masking=False if args.no_masking else None, local_clip_norm=args.clip_norm)
+        momentum_masking=False if args.no_masking else None, local_clip_norm=args.clip_norm,
+        lr_weighting=False if args.no_lr_weighting else None)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.epochs)

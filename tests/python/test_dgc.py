@@ -89,11 +89,14 @@ def residual(name, process_set=None):
     return out if _runtime.residual_copy(runtime_name, out.data_ptr(), N) else None
 
 
-def dgc_reference(steps, size, k, masking=True, ranks=None):
+def dgc_reference(steps, size, k, masking=True, ranks=None, lrs=None, weighted=True):
     """DGC by hand (algorithms.md 8.3, non-Nesterov): per rank u = m*u + g, v = v + u, send v's top k
     by magnitude, clear v and (masking) u there; W -= lr * mean of what was sent. The bias is dense:
-    u = m*u + g, all of u sent. `ranks`: the ranks that average (default: all). Returns W, b, each
-    rank's u and v after every step."""
+    u = m*u + g, all of u sent. `ranks`: the ranks that average (default: all). `lrs`: each step's
+    learning rate (default LR throughout); with `weighted` (learning-rate weighting) v accumulates
+    (lr_s / lrs[0]) * u and W -= lrs[0] * mean, else W -= lr_s * mean. Returns W, b, each rank's u and
+    v after every step."""
+    lrs = [LR] * steps if lrs is None else lrs
     ranks = list(range(size)) if ranks is None else list(ranks)
     model = Linear()
     w, b = model.w.detach().clone().view(-1), model.b.detach().clone()
@@ -103,10 +106,12 @@ def dgc_reference(steps, size, k, masking=True, ranks=None):
     out = []
     for s in range(steps):
         total, total_b = torch.zeros(N), torch.zeros(8)
+        f = lrs[s] / lrs[0] if weighted else 1.0
+        lr = lrs[0] if weighted else lrs[s]
         for r in ranks:
             gw, gb = grads(r, s)
             u[r] = M * u[r] + gw.view(-1)
-            v[r] = v[r] + u[r]
+            v[r] = v[r] + f * u[r]
             mags = v[r].abs().sort(descending=True).values
             assert k == N or mags[k - 1] > mags[k], "a tie at the k-th entry: choose other values"
             idx = v[r].abs().topk(k).indices
@@ -115,9 +120,9 @@ def dgc_reference(steps, size, k, masking=True, ranks=None):
             if masking and k < N:
                 u[r][idx] = 0
             ub[r] = M * ub[r] + gb
-            total_b += ub[r]
-        w = w - LR * (total / len(ranks))
-        b = b - LR * (total_b / len(ranks))
+            total_b += f * ub[r]
+        w = w - lr * (total / len(ranks))
+        b = b - lr * (total_b / len(ranks))
         out.append((w.clone(), b.clone(), [x.clone() for x in u], [x.clone() for x in v]))
     return out
 
@@ -149,6 +154,34 @@ def test_momentum_correction_matches_dgc_by_hand_at_low_density(masking):
             assert torch.equal(opt._mc.velocity[model.w].view(-1), u[r]), f"step {s}: velocity differs"
             assert torch.equal(residual("w"), v[r]), f"step {s}: the residual is not DGC's v"
         run_steps(model, opt, steps, after_step=check)
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_lr_weighting_under_a_decaying_schedule_matches_by_hand(weighted):
+    """lr halved every step (LambdaLR; powers of two keep every sum exact): with learning-rate weighting
+    (the default) the residual accumulates (lr / initial lr) * u and the averages are applied at the
+    initial lr, bit for bit the by-hand reference; without it, DGC's rule (each step's lr on what it
+    sends). The two differ, and the scheduler's lr is the group's again after every step."""
+    steps, density = 4, 0.01
+    lrs = [LR * 0.5 ** s for s in range(steps)]
+    ref = dgc_reference(steps, hvd.size(), int(N * density), lrs=lrs, weighted=weighted)
+    other = dgc_reference(steps, hvd.size(), int(N * density), lrs=lrs, weighted=not weighted)
+    assert not torch.equal(ref[-1][0], other[-1][0]), "the schedule does not tell the two rules apart"
+    with topk_runtime(density):
+        model, opt = make(momentum_correction=True, **({} if weighted else {"lr_weighting": False}))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 ** s)
+
+        def check(s):
+            w, b, u, v = ref[s]
+            assert torch.equal(model.w.detach().view(-1), w), f"step {s}: W differs from the by-hand rule"
+            assert torch.equal(model.b.detach(), b), f"step {s}: the dense bias differs"
+            assert torch.equal(residual("w"), v[hvd.rank()]), f"step {s}: the residual differs"
+            assert opt.param_groups[0]["lr"] == lrs[s], "step() left the group's lr changed"
+            sched.step()
+        run_steps(model, opt, steps, after_step=check)
+        assert opt.param_groups[0].get("mgs_lr_reference") == (LR if weighted else None)
+        with pytest.raises(ValueError, match="lr_weighting=True needs momentum_correction=True"):
+            make(momentum_correction=False, momentum_masking=False, lr_weighting=True)
 
 
 def test_momentum_correction_is_on_by_default_when_sparsifying():

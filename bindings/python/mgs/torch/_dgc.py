@@ -19,6 +19,16 @@ all it costs. A tensor whose residual is 0 everywhere afterwards was delivered w
 fallback bucket, density 1, a hierarchical non-leader) and keeps its velocity, as DGC treats an
 uncompressed tensor; a tensor without a residual (dense job, under MGS_MIN_SPARSE_ELEMENTS) too.
 
+Learning-rate weighting (mgs's addition, on by default with momentum correction): DGC applies a
+delayed entry with the learning rate of the step that sends it, so under a decaying schedule a
+velocity accumulated while the rate was high is applied at a lower one, and the entries still in the
+residual at the end of a cosine schedule are applied at almost none. Instead each rank hands the
+allreduce (lr / lr_ref) * u, lr_ref being the group's reference rate (its "initial_lr" from a
+torch.optim.lr_scheduler, else the first positive lr seen; kept in the group as "mgs_lr_reference",
+so checkpoints carry it), and step() applies the average at lr_ref: every entry is applied with the
+rates of the steps it came from, as error feedback on the update (Karimireddy et al., 2019) does.
+With a constant rate the factor is exactly 1 and nothing changes, bit for bit.
+
 This module holds the per-parameter state; the optimizer (optimizer.py) calls it.
 """
 
@@ -103,8 +113,9 @@ class MomentumCorrection:
     parameter (step() waits for the hooks' allreduces).
     """
 
-    def __init__(self, masking):
+    def __init__(self, masking, lr_weighted=True):
         self.masking = masking
+        self.lr_weighted = lr_weighted
         self.velocity = {}    # param -> u (committed after a finished exchange)
         self._pending = {}    # param -> (u_next, (sent, residual before) or None), between hook and synchronize
         self._residual = {}   # param -> this rank's residual after the last exchange (fp32, flat)
@@ -116,6 +127,25 @@ class MomentumCorrection:
     @staticmethod
     def active(group):
         return group.get("momentum", 0) != 0
+
+    @staticmethod
+    def lr_reference(group):
+        """The group's reference learning rate (> 0), or None while it has none (every lr so far 0)."""
+        ref = group.get("mgs_lr_reference")
+        if ref is None:
+            ref = float(group.get("initial_lr", 0) or 0) or float(group["lr"])
+            if not ref > 0:
+                return None
+            group["mgs_lr_reference"] = ref
+        return ref
+
+    def lr_factor(self, group):
+        """lr / lr_ref for this step's send (1.0 without learning-rate weighting); 0 while lr is 0."""
+        if not self.lr_weighted:
+            return 1.0
+        lr = float(group["lr"])
+        ref = self.lr_reference(group)
+        return lr / ref if ref is not None else 0.0
 
     def velocity_into_grad(self, p, group, runtime_name):
         """Replace p.grad by what DGC sends for it this step, remembering u_next until the exchange ends."""
@@ -132,6 +162,9 @@ class MomentumCorrection:
                     spare.device != g.device or spare is u:
                 spare = None
             u_next = send = torch.add(g, u, alpha=m) if spare is None else torch.add(g, u, alpha=m, out=spare)
+        factor = self.lr_factor(group)
+        if factor != 1.0:  # learning-rate weighting: u_next stays the velocity, what is sent is weighted
+            send = send.mul(factor)
         # Masking needs what this rank sent and its residual before (finish() reads them only where the
         # residual is 0 afterwards, a few entries per thousand): kept, not turned into a mask here.
         masking = None

@@ -39,10 +39,10 @@ class _DistributedOptimizer:
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
                  gradient_predivide_factor, sparse, sparse_as_dense, process_set=mpi_ops.global_process_set,
-                 momentum_correction=False, momentum_masking=True, local_clip_norm=None):
+                 momentum_correction=False, momentum_masking=True, local_clip_norm=None, lr_weighting=True):
         super().__init__(params)
         # DGC's rank-local techniques (_dgc.py): velocity before the exchange, and local clipping.
-        self._mc = _dgc.MomentumCorrection(momentum_masking) if momentum_correction else None
+        self._mc = _dgc.MomentumCorrection(momentum_masking, lr_weighting) if momentum_correction else None
         self.momentum_correction = bool(momentum_correction)  # as resolved ("auto": see DistributedOptimizer)
         self._local_clip_norm = local_clip_norm
         self._clip_ready = 0         # parameters whose last backward pass of this step ran (local clipping)
@@ -252,18 +252,24 @@ class _DistributedOptimizer:
         for group in self.param_groups:
             if not _dgc.MomentumCorrection.active(group):
                 continue
+            # Learning-rate weighting: the averages are already weighted by lr / lr_ref, so they are
+            # applied at lr_ref; the local weight-decay term, which is not, is weighted here.
+            lr = group["lr"]
+            factor = self._mc.lr_factor(group)
             for p in group["params"]:
                 if p.grad is not None and not p.grad.is_sparse:
                     term = self._mc.weight_decay_term(p, group, self.state[p])
                     if term is not None:
-                        p.grad.add_(term)
-            saved.append((group, group["momentum"], group["weight_decay"], group["nesterov"]))
+                        p.grad.add_(term if factor == 1.0 else term.mul_(factor))
+            saved.append((group, group["momentum"], group["weight_decay"], group["nesterov"], lr))
             group.update(momentum=0, weight_decay=0, nesterov=False)
+            if factor != 1.0 and _dgc.MomentumCorrection.lr_reference(group) is not None:
+                group["lr"] = _dgc.MomentumCorrection.lr_reference(group)
         try:
             return super().step(closure)
         finally:
-            for group, momentum, weight_decay, nesterov in saved:
-                group.update(momentum=momentum, weight_decay=weight_decay, nesterov=nesterov)
+            for group, momentum, weight_decay, nesterov, lr in saved:
+                group.update(momentum=momentum, weight_decay=weight_decay, nesterov=nesterov, lr=lr)
 
     # ------------------------------------------------------- checkpoints --
 
@@ -418,7 +424,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          backward_passes_per_step=1, op=mpi_ops.Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False, sparse=True,
                          process_set=mpi_ops.global_process_set, momentum_correction="auto", momentum_masking=None,
-                         local_clip_norm=None):
+                         local_clip_norm=None, lr_weighting=None):
     """Wrap a torch optimizer so that step() applies gradients averaged (or summed) over all ranks.
 
     optimizer: any torch.optim.Optimizer; the result is an instance of the same class
@@ -454,6 +460,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     momentum_masking: with momentum_correction, clear u where an entry was sent this step (its
         residual became exactly 0 while its accumulated value was not). None (default): on with
         momentum_correction; True without it: ValueError.
+    lr_weighting: with momentum_correction, hand the allreduce (lr / lr_ref) * u and apply the average
+        at lr_ref (lr_ref: the group's "initial_lr" from an lr scheduler, else its first positive lr;
+        kept as param_group["mgs_lr_reference"]), so that an entry the residual delayed is applied with
+        the learning rates of the steps it came from, not the one it is sent at. A constant lr changes
+        nothing (the factor is exactly 1); under a decaying schedule p.grad after synchronize() holds
+        the weighted average. None (default): on with momentum_correction; True without it: ValueError.
     local_clip_norm: clip this rank's gradients (total 2-norm, before momentum and error feedback
         accumulate them) to local_clip_norm / sqrt(ranks), DGC's local clipping. None: off. The norm
         needs every gradient, so with it the allreduces start when backward has ended, not during it.
@@ -473,6 +485,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         _dgc.check_supported(optimizer)
     elif momentum_masking:
         raise ValueError("momentum_masking=True needs momentum_correction=True (it clears DGC's velocity)")
+    if lr_weighting and not momentum_correction:
+        raise ValueError("lr_weighting=True needs momentum_correction=True (it weights DGC's velocity)")
     if local_clip_norm is not None and not local_clip_norm > 0:
         raise ValueError(f"local_clip_norm must be > 0 (or None: no clipping), got {local_clip_norm!r}")
     base = optimizer.__class__
@@ -482,7 +496,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                   gradient_predivide_factor, sparse, sparse_as_dense, process_set,
                   momentum_correction=bool(momentum_correction),
                   momentum_masking=momentum_masking is None or bool(momentum_masking),
-                  local_clip_norm=local_clip_norm)
+                  local_clip_norm=local_clip_norm, lr_weighting=lr_weighting is None or bool(lr_weighting))
     if optimizer.state:
         wrapped._load_base_state_dict(optimizer.state_dict())
     return wrapped
