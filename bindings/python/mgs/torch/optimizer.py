@@ -263,8 +263,9 @@ class _DistributedOptimizer:
                         p.grad.add_(term if factor == 1.0 else term.mul_(factor))
             saved.append((group, group["momentum"], group["weight_decay"], group["nesterov"], lr))
             group.update(momentum=0, weight_decay=0, nesterov=False)
-            if factor != 1.0 and _dgc.MomentumCorrection.lr_reference(group) is not None:
-                group["lr"] = _dgc.MomentumCorrection.lr_reference(group)
+            ref = _dgc.MomentumCorrection.lr_reference(group) if factor != 1.0 else None
+            if ref is not None:
+                group["lr"] = ref
         try:
             return super().step(closure)
         finally:
