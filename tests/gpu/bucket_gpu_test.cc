@@ -10,7 +10,6 @@
 // across the enqueue path in steady state. Sizes n = 0, 1, k = n, 2^22.
 // Ran on an H100 (2026-11-26). Exits 77 (ctest
 // SKIP_RETURN_CODE) when no CUDA device is visible.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -512,4 +511,4 @@ TEST_CASE("device bucket: zero host syncs and no allocation on the enqueue path 
 
 }  // namespace mgs::cuda
 
-int main(int argc, char** argv) { return mgs::test::runGpuTests(argc, argv, "the device bucket tests"); }
+const char* const mgs::test::kGpuTestsWhat = "the device bucket tests";

@@ -13,7 +13,6 @@
 // Ran on an H100 (2026-11-26; docs/compressors.md), except the launch-shape
 // test, written 2026-11-27 without a GPU.
 // Exits 77 (ctest SKIP_RETURN_CODE) when no CUDA device is visible.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -481,4 +480,4 @@ TEST_CASE("gpu scatterAdd equals the CPU bitwise", "[gpu][decompress]") {
 }  // namespace
 }  // namespace mgs
 
-int main(int argc, char** argv) { return mgs::test::runGpuTests(argc, argv, "the GPU selector tests"); }
+const char* const mgs::test::kGpuTestsWhat = "the GPU selector tests";

@@ -17,7 +17,6 @@
 //    under error; the residual as it was.
 // Ran on an H100 (2026-11-26). Exits 77 (ctest
 // SKIP_RETURN_CODE) when no CUDA device is visible.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -316,4 +315,4 @@ TEST_CASE("device bucket np1: a member on another device, and a NaN, fail withou
 
 }  // namespace mgs::cuda
 
-int main(int argc, char** argv) { return mgs::test::runGpuTests(argc, argv, "the device bucket tests over NCCL"); }
+const char* const mgs::test::kGpuTestsWhat = "the device bucket tests over NCCL";

@@ -18,7 +18,6 @@
 // ends every other rank's bucket with an error naming it, within seconds.
 // Written 2026-12-01 without a GPU: never run on one. Exits 77 (ctest
 // SKIP_RETURN_CODE) when no CUDA device is visible.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -260,4 +259,4 @@ TEST_CASE("device buckets, P ranks as threads on one GPU: an aborting rank fails
 
 }  // namespace mgs::cuda
 
-int main(int argc, char** argv) { return mgs::test::runGpuTests(argc, argv, "the device-bucket thread-rank tests"); }
+const char* const mgs::test::kGpuTestsWhat = "the device-bucket thread-rank tests";

@@ -1,23 +1,12 @@
-// main() of the GPU test binaries: skipped (exit 77, ctest's SKIP_RETURN_CODE)
-// when no CUDA device is visible, so a machine without a GPU never counts
-// them as passed.
+// main() of the GPU test binaries (gpu_main.cc, compiled once per build tree
+// with Catch2's runner): skipped (exit 77, ctest's SKIP_RETURN_CODE) when no
+// CUDA device is visible, so a machine without a GPU never counts them as
+// passed. Each binary names what it tests for that message.
 #pragma once
-
-#include <catch2/catch.hpp>
-
-#include <cuda_runtime_api.h>
-
-#include <cstdio>
 
 namespace mgs::test {
 
-inline int runGpuTests(int argc, char** argv, const char* what) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("SKIPPED: no CUDA device visible (cudaGetDeviceCount gives 0); %s need a GPU\n", what);
-    return 77;
-  }
-  return Catch::Session().run(argc, argv);
-}
+// Defined by each GPU test binary, e.g. "the GPU selector tests".
+extern const char* const kGpuTestsWhat;
 
 }  // namespace mgs::test

@@ -10,7 +10,6 @@
 // device scatter of P received blocks bitwise equal to the host scatter-add.
 // Ran on an H100 (2026-11-26). Exits 77 (ctest
 // SKIP_RETURN_CODE) when no CUDA device is visible.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -213,4 +212,4 @@ TEST_CASE("cuda local stage: timeSelection times the GPU selector per size") {
 
 }  // namespace mgs::cuda
 
-int main(int argc, char** argv) { return mgs::test::runGpuTests(argc, argv, "the CUDA local stage tests"); }
+const char* const mgs::test::kGpuTestsWhat = "the CUDA local stage tests";

@@ -13,7 +13,6 @@
 //  - one host synchronisation for the block and one for the scatter's
 //    verdict per bucket and rank (hostSyncs counts every rank's).
 // Exits 77 (ctest SKIP_RETURN_CODE) when no CUDA device is visible.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -327,4 +326,4 @@ TEST_CASE("P ranks as threads on one GPU: host-staged blocks, device scatter equ
 
 }  // namespace mgs::cuda
 
-int main(int argc, char** argv) { return mgs::test::runGpuTests(argc, argv, "the multi-rank GPU tests"); }
+const char* const mgs::test::kGpuTestsWhat = "the multi-rank GPU tests";

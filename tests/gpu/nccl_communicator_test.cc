@@ -3,7 +3,6 @@
 // in, results checked on the host; bad input gives errors naming the call.
 // Ran on an H100 (2026-11-26).
 // Exits 77 (ctest SKIP_RETURN_CODE) when no CUDA device is visible.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -132,4 +131,4 @@ TEST_CASE("nccl two ranks on one GPU end without a hang", "[gpu][nccl]") {
 }  // namespace
 }  // namespace mgs
 
-int main(int argc, char** argv) { return mgs::test::runGpuTests(argc, argv, "the NCCL communicator tests"); }
+const char* const mgs::test::kGpuTestsWhat = "the NCCL communicator tests";

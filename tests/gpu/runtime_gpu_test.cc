@@ -12,7 +12,6 @@
 // fused dense CUDA allreduces at P = 2..4 on one GPU.
 // Full build only (it needs the runtime); exits 77 without a GPU. Written
 // after the first GPU runs (2026-11-26) and not yet run on a GPU.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -361,4 +360,4 @@ TEST_CASE("runtime over the device thread communicator: MGS_EXCHANGE=hierarchica
 
 }  // namespace mgs
 
-int main(int argc, char** argv) { return mgs::test::runGpuTests(argc, argv, "the runtime's CUDA tests"); }
+const char* const mgs::test::kGpuTestsWhat = "the runtime's CUDA tests";
