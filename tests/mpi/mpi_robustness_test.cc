@@ -31,8 +31,11 @@ int g_size = 0;
 
 bool contains(const char* s, const std::string& part) { return std::string(s).find(part) != std::string::npos; }
 
+// An out-of-range value, as a foreign (C) caller may pass. Holding it in a C++
+// enum is what UBSan's enum check reports (at -O0, where the load stays), and
+// here it is the input under test, not a finding: the check is off for this one.
 template <typename E>
-E badEnum(int32_t v) {  // an out-of-range value, as a foreign caller may pass
+__attribute__((no_sanitize("undefined"))) E badEnum(int32_t v) {
   E e;
   std::memcpy(&e, &v, sizeof e);
   return e;
