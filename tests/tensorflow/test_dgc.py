@@ -36,10 +36,13 @@ def initial():
     return dyadic(g, N).reshape(64, 64), dyadic(g, 8)
 
 
-def dgc_reference(steps, size, k, masking=True, nesterov=False):
+def dgc_reference(steps, size, k, masking=True, nesterov=False, lrs=None, weighted=True):
     """DGC by hand (per rank u = m*u + g, v += u, send v's top k, clear v and (masking) u there;
     W -= lr * mean of what was sent; the bias dense: u = m*u + g, all of u sent). W, b, this rank's u
-    after every step. Nesterov: u = m*(u + g), u + g handed."""
+    after every step. Nesterov: u = m*(u + g), u + g handed. `lrs`: each step's learning rate (default
+    LR throughout); with `weighted` (learning-rate weighting) what is handed is (lr_s / lrs[0]) times
+    the above and the averages are applied at lrs[0], else at lr_s."""
+    lrs = [LR] * steps if lrs is None else lrs
     w0, b0 = initial()
     w, b = w0.reshape(-1).copy(), b0.copy()
     u = [np.zeros(N, np.float32) for _ in range(size)]
@@ -47,6 +50,8 @@ def dgc_reference(steps, size, k, masking=True, nesterov=False):
     ub = [np.zeros(8, np.float32) for _ in range(size)]
     out = []
     for s in range(steps):
+        f = np.float32(lrs[s] / lrs[0] if weighted else 1.0)
+        lr = np.float32(lrs[0] if weighted else lrs[s])
         total, total_b = np.zeros(N, np.float32), np.zeros(8, np.float32)
         for r in range(size):
             gw, gb = grads(r, s)
@@ -55,14 +60,14 @@ def dgc_reference(steps, size, k, masking=True, nesterov=False):
                 u[r] = np.float32(M) * (u[r] + gw)
                 send = u[r] + gw
                 ubn = np.float32(M) * (ub[r] + gb)
-                total_b += ubn + gb
+                total_b += f * (ubn + gb)
                 ub[r] = ubn
             else:
                 u[r] = np.float32(M) * u[r] + gw
                 send = u[r]
                 ub[r] = np.float32(M) * ub[r] + gb
-                total_b += ub[r]
-            v[r] = v[r] + send
+                total_b += f * ub[r]
+            v[r] = v[r] + f * send
             mags = np.sort(np.abs(v[r]))[::-1]
             assert mags[k - 1] > mags[k], "a tie at the k-th entry: choose other values"
             idx = np.argsort(-np.abs(v[r]), kind="stable")[:k]
@@ -70,8 +75,8 @@ def dgc_reference(steps, size, k, masking=True, nesterov=False):
             v[r][idx] = 0
             if masking:
                 u[r][idx] = 0
-        w = w - np.float32(LR) * (total / np.float32(size))
-        b = b - np.float32(LR) * (total_b / np.float32(size))
+        w = w - lr * (total / np.float32(size))
+        b = b - lr * (total_b / np.float32(size))
         out.append((w.copy(), b.copy(), [x.copy() for x in u]))
     return out
 
@@ -101,6 +106,47 @@ def test_momentum_correction_matches_dgc_by_hand(masking, nesterov, graph):
             assert np.array_equal(variables[1].numpy(), b), f"step {s}: the dense bias differs"
             got_u = opt._mgs_dgc[0].velocity(0).numpy().reshape(-1)
             assert np.array_equal(got_u, u[hvd.rank()]), f"step {s}: the velocity differs"
+
+
+@pytest.mark.parametrize("weighted,how", [(True, "assign"), (False, "assign"), (True, "schedule")])
+def test_lr_weighting_under_a_decaying_rate_matches_by_hand(weighted, how):
+    """The learning rate halved every step (powers of two keep every sum exact), assigned between steps
+    as Keras's callbacks do, or by a LearningRateSchedule inside tf.function: with learning-rate
+    weighting (the default) the residual accumulates (lr / first lr) * u and the momentum-corrected
+    averages are applied at the first lr, bit for bit the by-hand reference; without it, DGC's rule
+    (each step's lr on what it sends). The two rules differ, and the optimizer's rate is left as set."""
+    steps, density = 4, 0.01
+    lrs = [LR * 0.5 ** s for s in range(steps)]
+    ref = dgc_reference(steps, hvd.size(), int(N * density), lrs=lrs, weighted=weighted)
+    other = dgc_reference(steps, hvd.size(), int(N * density), lrs=lrs, weighted=not weighted)
+    assert not np.array_equal(ref[-1][0], other[-1][0]), "the schedule does not tell the two rules apart"
+    with sparse_runtime(MGS_EXCHANGE="allgather"):
+        w0, b0 = initial()
+        variables = [tf.Variable(w0, name="w"), tf.Variable(b0, name="b")]
+        rate = LR if how == "assign" else keras.optimizers.schedules.ExponentialDecay(LR, 1, 0.5, staircase=True)
+        sgd = keras.optimizers.SGD(learning_rate=rate, momentum=M)
+        opt = hvd_keras.DistributedOptimizer(sgd, momentum_correction=True,
+                                             **({} if weighted else {"lr_weighting": False}))
+
+        def apply(gw, gb):
+            opt.apply([tf.convert_to_tensor(gw), tf.convert_to_tensor(gb)], variables)
+        step = tf.function(apply) if how == "schedule" else apply
+        for s in range(steps):
+            if how == "assign":
+                opt.learning_rate = lrs[s]
+            assert float(opt.learning_rate) == lrs[s]
+            step(*grads(hvd.rank(), s))
+            w, b, u = ref[s]
+            assert np.array_equal(variables[0].numpy().reshape(-1), w), f"step {s}: W differs from the by-hand rule"
+            assert np.array_equal(variables[1].numpy(), b), f"step {s}: the dense bias differs"
+            got_u = opt._mgs_dgc[0].velocity(0).numpy().reshape(-1)
+            assert np.array_equal(got_u, u[hvd.rank()]), f"step {s}: the velocity differs"
+            if how == "assign":
+                assert float(opt.learning_rate) == lrs[s], "apply() left the optimizer's rate changed"
+        got_ref = opt._mgs_dgc[0].lr_reference()
+        assert (got_ref is None) if not weighted else float(got_ref) == LR
+    with pytest.raises(ValueError, match="lr_weighting=True needs momentum_correction=True"):
+        make(momentum_correction=False, lr_weighting=True)
 
 
 def test_without_momentum_correction_sgd_keeps_its_momentum():

@@ -12,6 +12,14 @@ mgs.torch (bindings/python/mgs/torch/_dgc.py; docs/convergence.md has the measur
   dense fallback, density 1) or never sparsified keeps its velocity.
 - Local gradient clipping: this rank's gradients scaled to global norm at most C / sqrt(P) before
   they enter the velocity (tf.clip_by_global_norm).
+- Learning-rate weighting (on by default with momentum correction, as in mgs.torch): each rank hands
+  the allreduce (lr / lr_ref) * u, lr being the optimizer's learning rate for this step (a schedule's
+  value, or what a callback assigned) and lr_ref the first positive one it had (an optimizer variable,
+  "mgs_lr_reference", so checkpoints of the optimizer carry it); the wrapped SGD applies the average
+  of the momentum-corrected variables at lr_ref. An entry the residual delayed is so applied at the
+  rates of the steps it came from, not at the rate of the step that sends it (DGC's rule, which
+  lr_weighting=False keeps). A constant rate gives the factor 1 exactly: nothing changes, bit for bit.
+  Keras's decoupled weight decay stays the wrapped SGD's own, at this step's rate.
 
 A step whose reduced gradient is not finite (MGS_NONFINITE=propagate) leaves the velocity as it was,
 as the runtime leaves its residual. Works eagerly and inside tf.function (model.fit).
@@ -73,12 +81,14 @@ def _residual(runtime_name, n):
 class MomentumCorrection:
     """The velocity and last residual of every trainable variable, as optimizer variables."""
 
-    def __init__(self, optimizer, momentum, nesterov, masking):
+    def __init__(self, optimizer, momentum, nesterov, masking, lr_weighted=True):
         self.momentum, self.nesterov, self.masking = momentum, nesterov, masking
+        self.lr_weighted = lr_weighted
         self._opt = optimizer
         self._velocity = None   # one per trainable variable, in its order
         self._before = None     # masking: this rank's residual after the last exchange (flat float32)
         self._have_before = None
+        self._lr_reference = None  # learning-rate weighting: the first positive learning rate (0: none yet)
 
     def build(self, variables):
         if self._velocity is not None:
@@ -90,6 +100,22 @@ class MomentumCorrection:
                                              name="mgs_residual_before") for v in variables]
             self._have_before = [opt.add_variable((), initializer="zeros", dtype="float32",
                                                   name="mgs_residual_known") for _ in variables]
+        if self.lr_weighted:
+            self._lr_reference = opt.add_variable((), initializer="zeros", dtype="float32",
+                                                  name="mgs_lr_reference")
+
+    def lr_reference(self):
+        """The reference learning rate (a float32 tensor; 0 while every rate so far was 0), or None
+        without learning-rate weighting. Read it after send() of the same step."""
+        return None if self._lr_reference is None else self._lr_reference.value
+
+    def _lr_factor(self):
+        """lr / lr_ref for this step's send (lr_ref set from lr the first time lr > 0); 0 while lr_ref is 0."""
+        lr = tf.cast(self._opt.learning_rate, tf.float32)
+        known = self._lr_reference.value
+        ref = tf.where(known > 0, known, tf.maximum(lr, 0.0))
+        self._lr_reference.assign(ref)
+        return tf.math.divide_no_nan(lr, ref)
 
     def velocity(self, i):
         return self._velocity[i]
@@ -97,6 +123,7 @@ class MomentumCorrection:
     def send(self, grads):
         """What each rank hands to the allreduce, and the velocity to commit after it."""
         m = tf.constant(self.momentum)
+        factor = self._lr_factor() if self.lr_weighted else None
         sends, nexts = [], []
         for i, g in enumerate(grads):
             if g is None or isinstance(g, tf.IndexedSlices):
@@ -106,10 +133,13 @@ class MomentumCorrection:
             u = tf.cast(self._velocity[i].value, g.dtype)
             if self.nesterov:
                 u_next = tf.cast(m, g.dtype) * (u + g)
-                sends.append(u_next + g)
+                send = u_next + g
             else:
                 u_next = tf.cast(m, g.dtype) * u + g
-                sends.append(u_next)
+                send = u_next
+            if factor is not None:  # learning-rate weighting: u_next stays the velocity, the send is weighted
+                send = send * tf.cast(factor, g.dtype)
+            sends.append(send)
             nexts.append(u_next)
         return sends, nexts
 

@@ -26,6 +26,7 @@ class _DistributedKerasOptimizer:
     _mgs_settings = None  # (name, op, compression, sparse_as_dense, predivide, process_set), set per instance
 
     _mgs_dgc = None       # (MomentumCorrection or None, local clip norm or None), set per instance
+    _mgs_at_reference = None  # during apply(): indices of the variables to update at the reference lr
 
     def build(self, variables):
         super().build(variables)
@@ -49,13 +50,28 @@ class _DistributedKerasOptimizer:
             grads = sends
         reduced = reduce_gradients(grads, list(variables), name, op, compression, sparse_as_dense, predivide,
                                    process_set)
+        at_reference = None
         if sends is not None:
             set_id = mpi_ops.process_set_and_id(process_set)[1]
             names = [e[1] for e in _runtime_names(name, variables, set_id)]
             with tf.control_dependencies(mc.commit(sends, nexts, reduced, names)):
                 reduced = [tf.identity(r) if r is not None and not isinstance(r, tf.IndexedSlices) else r
                            for r in reduced]
-        return super().apply(reduced, trainable_variables)
+            if mc.lr_weighted:
+                at_reference = {i for i, u in enumerate(nexts) if u is not None}
+        self._mgs_at_reference = at_reference
+        try:
+            return super().apply(reduced, trainable_variables)
+        finally:
+            self._mgs_at_reference = None
+
+    def update_step(self, gradient, variable, learning_rate):
+        # Learning-rate weighting: a momentum-corrected variable's average was weighted by lr / lr_ref
+        # on every rank, so it is applied at lr_ref (_dgc.py); everything else at the step's rate.
+        at_reference = self._mgs_at_reference
+        if at_reference and self._get_variable_index(variable) in at_reference:
+            learning_rate = tf.cast(self._mgs_dgc[0].lr_reference(), tf.convert_to_tensor(learning_rate).dtype)
+        return super().update_step(gradient, variable, learning_rate)
 
     def get_config(self):
         # Saved models hold the wrapped optimizer's own config: they load without mgs.
@@ -102,7 +118,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          sparse_as_dense=False, gradient_predivide_factor=1.0, op=mpi_ops.Average,
                          backward_passes_per_step=1, average_aggregated_gradients=False, num_groups=0,
                          groups=None, process_set=mpi_ops.global_process_set, momentum_correction="auto",
-                         momentum_masking=None, local_clip_norm=None):
+                         momentum_masking=None, local_clip_norm=None, lr_weighting=None):
     """Horovod's hvd.DistributedOptimizer for a Keras 3 optimizer (an instance of the same class).
 
     Gradients are averaged (op=Average) or summed over ranks before the update;
@@ -120,7 +136,10 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     only, any other optimizer raises ValueError): each rank's velocity is what is sparsified, and SGD
     applies the average with its momentum off; momentum_masking (default: on with momentum correction)
     clears the velocity of the entries this rank sent; local_clip_norm=C scales this rank's gradients to
-    global norm C / sqrt(ranks) first.
+    global norm C / sqrt(ranks) first; lr_weighting (default: on with momentum correction; True without
+    it raises ValueError) hands the allreduce (lr / lr_ref) * velocity and applies the average at lr_ref,
+    lr_ref being the first positive learning rate (optimizer variable "mgs_lr_reference"), so an entry
+    the residual delayed is applied at the rates of its own steps; False keeps DGC's rule.
     """
     if not hasattr(optimizer, "apply") or not hasattr(optimizer, "get_config"):
         raise TypeError(f"mgs.tensorflow.keras.DistributedOptimizer needs a Keras 3 optimizer, got "
@@ -136,6 +155,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     momentum_correction = _dgc.resolve(momentum_correction, optimizer)
     if momentum_masking and not momentum_correction:
         raise ValueError("momentum_masking=True needs momentum_correction=True (it masks DGC's velocity)")
+    if lr_weighting and not momentum_correction:
+        raise ValueError("lr_weighting=True needs momentum_correction=True (it weights DGC's velocity)")
     if local_clip_norm is not None and not float(local_clip_norm) > 0:
         raise ValueError(f"local_clip_norm must be a positive number, got {local_clip_norm!r}")
     momentum = nesterov = None
@@ -152,7 +173,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     mc = None
     if momentum_correction and momentum != 0:
         mc = _dgc.MomentumCorrection(wrapped, momentum, nesterov,
-                                     True if momentum_masking is None else bool(momentum_masking))
+                                     True if momentum_masking is None else bool(momentum_masking),
+                                     lr_weighting is None or bool(lr_weighting))
     wrapped._mgs_dgc = (mc, None if local_clip_norm is None else float(local_clip_norm))
     wrapped.momentum_correction = bool(momentum_correction)  # as resolved
     wrapped._mgs_settings = (name or KERAS_NAME, op, compression, sparse_as_dense, float(gradient_predivide_factor),
