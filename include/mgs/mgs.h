@@ -433,7 +433,7 @@ typedef struct mgs_stats {
   uint64_t set_sparse_buckets;     /**< their buckets exchanged sparsely, on this rank */
   uint64_t set_sparse_bytes_sent;  /**< values + indices this rank sent for them */
   uint64_t sparse_warmup_steps;    /**< density warm-up steps of this job (MGS_WARMUP_STEPS resolved: 'auto' gives
-                                        50 at density 0.001, 0 at >= 0.01); sparse_steps says how far it is */
+                                        50 at density 0.01, 100 at 0.001, 0 at >= 0.1); sparse_steps says how far it is */
   uint64_t plan_span_plan_checks;      /**< compared steps of the plan that runs now (reset when a plan, a trial
                                             candidate included, is chosen) */
   uint64_t plan_span_predicted_sum_us; /**< plan_span_predicted_us summed over those steps */
