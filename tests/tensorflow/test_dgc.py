@@ -84,8 +84,18 @@ def dgc_reference(steps, size, k, masking=True, nesterov=False, lrs=None, weight
 def make(**dist):
     w0, b0 = initial()
     variables = [tf.Variable(w0, name="w"), tf.Variable(b0, name="b")]
-    sgd = keras.optimizers.SGD(learning_rate=LR, momentum=M, nesterov=dist.pop("nesterov", False))
+    sgd = keras.optimizers.SGD(learning_rate=dist.pop("learning_rate", LR), momentum=M,
+                               nesterov=dist.pop("nesterov", False))
     return variables, hvd_keras.DistributedOptimizer(sgd, **dist)
+
+
+def assert_step(s, ref, variables, opt, rule):
+    """W, b and this rank's velocity after step s are bit for bit ref[s] (`rule` names the reference)."""
+    w, b, u = ref[s]
+    assert np.array_equal(variables[0].numpy().reshape(-1), w), f"step {s}: W differs from {rule}"
+    assert np.array_equal(variables[1].numpy(), b), f"step {s}: the dense bias differs"
+    got_u = opt._mgs_dgc[0].velocity(0).numpy().reshape(-1)
+    assert np.array_equal(got_u, u[hvd.rank()]), f"step {s}: the velocity differs"
 
 
 @pytest.mark.parametrize("masking,nesterov,graph", [(True, False, False), (False, False, False),
@@ -101,11 +111,7 @@ def test_momentum_correction_matches_dgc_by_hand(masking, nesterov, graph):
         step = tf.function(apply) if graph else apply
         for s in range(steps):
             step(*grads(hvd.rank(), s))
-            w, b, u = ref[s]
-            assert np.array_equal(variables[0].numpy().reshape(-1), w), f"step {s}: W differs from DGC by hand"
-            assert np.array_equal(variables[1].numpy(), b), f"step {s}: the dense bias differs"
-            got_u = opt._mgs_dgc[0].velocity(0).numpy().reshape(-1)
-            assert np.array_equal(got_u, u[hvd.rank()]), f"step {s}: the velocity differs"
+            assert_step(s, ref, variables, opt, "DGC by hand")
 
 
 @pytest.mark.parametrize("weighted,how", [(True, "assign"), (False, "assign"), (True, "schedule")])
@@ -121,12 +127,9 @@ def test_lr_weighting_under_a_decaying_rate_matches_by_hand(weighted, how):
     other = dgc_reference(steps, hvd.size(), int(N * density), lrs=lrs, weighted=not weighted)
     assert not np.array_equal(ref[-1][0], other[-1][0]), "the schedule does not tell the two rules apart"
     with sparse_runtime(MGS_EXCHANGE="allgather"):
-        w0, b0 = initial()
-        variables = [tf.Variable(w0, name="w"), tf.Variable(b0, name="b")]
         rate = LR if how == "assign" else keras.optimizers.schedules.ExponentialDecay(LR, 1, 0.5, staircase=True)
-        sgd = keras.optimizers.SGD(learning_rate=rate, momentum=M)
-        opt = hvd_keras.DistributedOptimizer(sgd, momentum_correction=True,
-                                             **({} if weighted else {"lr_weighting": False}))
+        variables, opt = make(learning_rate=rate, momentum_correction=True,
+                              **({} if weighted else {"lr_weighting": False}))
 
         def apply(gw, gb):
             opt.apply([tf.convert_to_tensor(gw), tf.convert_to_tensor(gb)], variables)
@@ -136,11 +139,7 @@ def test_lr_weighting_under_a_decaying_rate_matches_by_hand(weighted, how):
                 opt.learning_rate = lrs[s]
             assert float(opt.learning_rate) == lrs[s]
             step(*grads(hvd.rank(), s))
-            w, b, u = ref[s]
-            assert np.array_equal(variables[0].numpy().reshape(-1), w), f"step {s}: W differs from the by-hand rule"
-            assert np.array_equal(variables[1].numpy(), b), f"step {s}: the dense bias differs"
-            got_u = opt._mgs_dgc[0].velocity(0).numpy().reshape(-1)
-            assert np.array_equal(got_u, u[hvd.rank()]), f"step {s}: the velocity differs"
+            assert_step(s, ref, variables, opt, "the by-hand rule")
             if how == "assign":
                 assert float(opt.learning_rate) == lrs[s], "apply() left the optimizer's rate changed"
         got_ref = opt._mgs_dgc[0].lr_reference()
