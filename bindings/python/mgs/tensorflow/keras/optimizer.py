@@ -26,7 +26,7 @@ class _DistributedKerasOptimizer:
     _mgs_settings = None  # (name, op, compression, sparse_as_dense, predivide, process_set), set per instance
 
     _mgs_dgc = None       # (MomentumCorrection or None, local clip norm or None), set per instance
-    _mgs_at_reference = None  # during apply(): indices of the variables to update at the reference lr
+    _mgs_at_reference = None  # during apply(): keys (_var_key) of the variables to update at the reference lr
 
     def build(self, variables):
         super().build(variables)
@@ -58,7 +58,7 @@ class _DistributedKerasOptimizer:
                 reduced = [tf.identity(r) if r is not None and not isinstance(r, tf.IndexedSlices) else r
                            for r in reduced]
             if mc.lr_weighted:
-                at_reference = {i for i, u in enumerate(nexts) if u is not None}
+                at_reference = {self._var_key(v) for v, u in zip(variables, nexts) if u is not None}
         self._mgs_at_reference = at_reference
         try:
             return super().apply(reduced, trainable_variables)
@@ -69,7 +69,7 @@ class _DistributedKerasOptimizer:
         # Learning-rate weighting: a momentum-corrected variable's average was weighted by lr / lr_ref
         # on every rank, so it is applied at lr_ref (_dgc.py); everything else at the step's rate.
         at_reference = self._mgs_at_reference
-        if at_reference and self._get_variable_index(variable) in at_reference:
+        if at_reference and self._var_key(variable) in at_reference:
             learning_rate = tf.cast(self._mgs_dgc[0].lr_reference(), tf.convert_to_tensor(learning_rate).dtype)
         return super().update_step(gradient, variable, learning_rate)
 
