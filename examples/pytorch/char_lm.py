@@ -47,6 +47,9 @@ from torch import nn
 from torch.nn import functional as F
 
 
+def _masking_label(args):
+    return "off" if args.no_masking else "after warm-up" if args.masking_after_warmup else "every step"
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=600)
@@ -69,7 +72,11 @@ def parse_args(argv=None):
     p.add_argument("--momentum-correction", nargs="?", const="on", default="auto", choices=["auto", "on", "off"],
                    help="DistributedOptimizer(momentum_correction=...): 'auto' (the default: on for SGD when a "
                         "compressor is set), True (on, or the bare flag) or False (off)")
-    p.add_argument("--no-masking", action="store_true", help="momentum_masking=False (with momentum correction)")
+    masking = p.add_mutually_exclusive_group()
+    masking.add_argument("--no-masking", action="store_true", help="momentum_masking=False (with momentum correction)")
+    masking.add_argument("--masking-after-warmup", action="store_true",
+                         help="momentum_masking='after_warmup' (with momentum correction): mask from the first step "
+                              "after the density warm-up, not in every step")
     p.add_argument("--no-lr-weighting", action="store_true",
                    help="lr_weighting=False (with momentum correction): DGC's rule, each entry applied at the lr "
                         "of the step that sends it")
@@ -180,7 +187,7 @@ def main(argv=None):
     optimizer = hvd.DistributedOptimizer(
         optimizer, named_parameters=model.named_parameters(),
         momentum_correction={"auto": "auto", "on": True, "off": False}[args.momentum_correction],
-        momentum_masking=False if args.no_masking else None,
+        momentum_masking=False if args.no_masking else "after_warmup" if args.masking_after_warmup else None,
         local_clip_norm=args.clip_norm or None,
         lr_weighting=False if args.no_lr_weighting else None)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -192,7 +199,7 @@ def main(argv=None):
               f"{os.path.basename(files[-1])}), {len(train)} train / {len(test)} held-out "
               f"bytes, vocab {vocab}, {sum(p.numel() for p in model.parameters())} parameters, "
               f"compressor {os.environ.get('MGS_COMPRESSOR', 'none')} density {os.environ.get('MGS_DENSITY', '-')}, "
-              f"momentum correction {optimizer.momentum_correction} masking {not args.no_masking}, "
+              f"momentum correction {optimizer.momentum_correction} masking {_masking_label(args)}, "
               f"clip {args.clip_norm}, {args.optimizer} lr {args.lr:g}", flush=True)
     history, start, running = [], time.perf_counter(), 0.0
     for step in range(1, args.steps + 1):

@@ -37,7 +37,8 @@ def parse_args():
                    help="DGC variants of every sparse run: 'plain' (the defaults: momentum correction 'auto', "
                         "on for this SGD, with masking; MGS_WARMUP_STEPS=auto), or '+'-joined parts of "
                         "nomc (momentum correction off), mc (momentum correction, masking off), mask (momentum "
-                        "correction with masking), nolrw (momentum correction without learning-rate weighting), "
+                        "correction with masking), maskafter (momentum correction, masking only after the density "
+                        "warm-up), nolrw (momentum correction without learning-rate weighting), "
                         "clipX (local clipping at norm X), warmupN (MGS_WARMUP_STEPS=N; warmup0: none); "
                         "e.g. mask+clip2")
     p.add_argument("--out", type=Path, default=Path("convergence-results"))
@@ -72,8 +73,9 @@ def dgc_settings(variant):
     """train_digits.py arguments ("args") and MGS_* of a --dgc variant such as 'mask+clip2+warmup50'."""
     out, args = {}, []
     for part in variant.split("+"):
-        if part in ("mc", "mask"):
-            args += ["--momentum-correction"] + (["--no-masking"] if part == "mc" else [])
+        if part in ("mc", "mask", "maskafter"):
+            args += ["--momentum-correction"] + {"mc": ["--no-masking"], "mask": [],
+                                                 "maskafter": ["--masking-after-warmup"]}[part]
         elif part == "nolrw":
             args += ["--no-lr-weighting"]
         elif part == "nomc":

@@ -33,7 +33,11 @@ def parse_args():
     p.add_argument("--momentum-correction", nargs="?", const="on", default="auto", choices=["auto", "on", "off"],
                    help="DGC momentum correction: DistributedOptimizer(momentum_correction=...) 'auto' (the default: "
                         "on when a compressor is set), True (on, or the bare flag) or False (off)")
-    p.add_argument("--no-masking", action="store_true", help="momentum_masking=False (with momentum correction)")
+    masking = p.add_mutually_exclusive_group()
+    masking.add_argument("--no-masking", action="store_true", help="momentum_masking=False (with momentum correction)")
+    masking.add_argument("--masking-after-warmup", action="store_true",
+                         help="momentum_masking='after_warmup' (with momentum correction): mask from the first step "
+                              "after the density warm-up, not in every step")
     p.add_argument("--no-lr-weighting", action="store_true",
                    help="lr_weighting=False (with momentum correction): DGC's rule, each entry applied at the lr "
                         "of the step that sends it")
@@ -102,7 +106,7 @@ def main():
         optimizer, named_parameters=model.named_parameters(),
         compression=hvd.Compression.fp16 if args.fp16 else hvd.Compression.none,
         momentum_correction={"auto": "auto", "on": True, "off": False}[args.momentum_correction],
-        momentum_masking=False if args.no_masking else None, local_clip_norm=args.clip_norm,
+        momentum_masking=False if args.no_masking else "after_warmup" if args.masking_after_warmup else None, local_clip_norm=args.clip_norm,
         lr_weighting=False if args.no_lr_weighting else None)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)

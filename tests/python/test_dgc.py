@@ -47,9 +47,9 @@ def runtime(**env):
         hvd.init()
 
 
-def topk_runtime(density):
+def topk_runtime(density, **env):
     return runtime(MGS_COMPRESSOR="topk", MGS_DENSITY=str(density), MGS_CALIBRATION="off", MGS_DENSE_FALLBACK="0",
-                   MGS_PLANNER="single", MGS_EXCHANGE="allgather")
+                   MGS_PLANNER="single", MGS_EXCHANGE="allgather", **env)
 
 
 class Linear(nn.Module):
@@ -89,9 +89,10 @@ def residual(name, process_set=None):
     return out if _runtime.residual_copy(runtime_name, out.data_ptr(), N) else None
 
 
-def dgc_reference(steps, size, k, masking=True, ranks=None, lrs=None, weighted=True):
+def dgc_reference(steps, size, k, masking=True, ranks=None, lrs=None, weighted=True, first_masked=0):
     """DGC by hand (algorithms.md 8.3, non-Nesterov): per rank u = m*u + g, v = v + u, send v's top k
-    by magnitude, clear v and (masking) u there; W -= lr * mean of what was sent. The bias is dense:
+    by magnitude, clear v and (masking, from step `first_masked` on) u there; W -= lr * mean of what was
+    sent. `k`: one k for every step, or a list of each step's k (a density warm-up). The bias is dense:
     u = m*u + g, all of u sent. `ranks`: the ranks that average (default: all). `lrs`: each step's
     learning rate (default LR throughout); with `weighted` (learning-rate weighting) v accumulates
     (lr_s / lrs[0]) * u and W -= lrs[0] * mean, else W -= lr_s * mean. Returns W, b, each rank's u and
@@ -105,6 +106,7 @@ def dgc_reference(steps, size, k, masking=True, ranks=None, lrs=None, weighted=T
     ub = [torch.zeros(8) for _ in range(size)]
     out = []
     for s in range(steps):
+        k_s = k[s] if isinstance(k, list) else k
         total, total_b = torch.zeros(N), torch.zeros(8)
         f = lrs[s] / lrs[0] if weighted else 1.0
         lr = lrs[0] if weighted else lrs[s]
@@ -113,11 +115,11 @@ def dgc_reference(steps, size, k, masking=True, ranks=None, lrs=None, weighted=T
             u[r] = M * u[r] + gw.view(-1)
             v[r] = v[r] + f * u[r]
             mags = v[r].abs().sort(descending=True).values
-            assert k == N or mags[k - 1] > mags[k], "a tie at the k-th entry: choose other values"
-            idx = v[r].abs().topk(k).indices
+            assert k_s == N or mags[k_s - 1] > mags[k_s], "a tie at the k-th entry: choose other values"
+            idx = v[r].abs().topk(k_s).indices
             total[idx] += v[r][idx]
             v[r][idx] = 0
-            if masking and k < N:
+            if masking and s >= first_masked and k_s < N:
                 u[r][idx] = 0
             ub[r] = M * ub[r] + gb
             total_b += f * ub[r]
@@ -154,6 +156,43 @@ def test_momentum_correction_matches_dgc_by_hand_at_low_density(masking):
             assert torch.equal(opt._mc.velocity[model.w].view(-1), u[r]), f"step {s}: velocity differs"
             assert torch.equal(residual("w"), v[r]), f"step {s}: the residual is not DGC's v"
         run_steps(model, opt, steps, after_step=check)
+
+
+def warmup_ks(density, warmup, steps):
+    """Each step's k under the runtime's density warm-up (bucket_schedule.cc: step s < W selects at
+    max(c^(s+1), density), c = density^(1/(W+1)); selector.cc: k = floor(density * n), at least 1)."""
+    c = density ** (1.0 / (warmup + 1))
+    return [max(1, math.floor((max(c ** (s + 1), density) if s < warmup else density) * N)) for s in range(steps)]
+
+
+@pytest.mark.parametrize("masking", [None, "after_warmup"], ids=["default-every-step", "after-warmup"])
+def test_masking_every_step_or_after_the_density_warmup(masking):
+    """MGS_WARMUP_STEPS=2 at density 0.01: steps 0 and 1 select 882 and 190 entries of 4096, then 40.
+    By default (momentum_masking=None: True, DGC's rule) every step masks; with "after_warmup" the sent
+    entries keep their velocity in those two steps and are masked from step 2 on. Each is the by-hand
+    reference bit for bit (W, velocity, residual), the two differ, and the optimizer counts its steps."""
+    steps, density, warmup = 4, 0.01, 2
+    ks = warmup_ks(density, warmup, steps)
+    assert ks == [882, 190, 40, 40]
+    first = warmup if masking == "after_warmup" else 0
+    ref = dgc_reference(steps, hvd.size(), ks, first_masked=first)
+    other = dgc_reference(steps, hvd.size(), ks, first_masked=warmup - first)
+    assert not torch.equal(ref[-1][0], other[-1][0]), "the warm-up does not tell the two rules apart"
+    with topk_runtime(density, MGS_WARMUP_STEPS=str(warmup)):
+        assert mgs.runtime_stats()["sparse_warmup_steps"] == warmup
+        model, opt = make(momentum_correction=True, **({} if masking is None else {"momentum_masking": masking}))
+        assert opt._mc.masking == (True if masking is None else masking)
+
+        def check(s):
+            w, b, u, v = ref[s]
+            r = hvd.rank()
+            assert torch.equal(model.w.detach().view(-1), w), f"step {s}: W differs from the by-hand rule"
+            assert torch.equal(model.b.detach(), b), f"step {s}: the dense bias differs"
+            assert torch.equal(opt._mc.velocity[model.w].view(-1), u[r]), f"step {s}: velocity differs"
+            assert torch.equal(residual("w"), v[r]), f"step {s}: the residual differs"
+        run_steps(model, opt, steps, after_step=check)
+        assert (opt._mc.steps, opt._mc.masked_steps, opt._mc.warmup_unmasked_steps) == \
+            (steps, steps - first, first)
 
 
 @pytest.mark.parametrize("weighted", [True, False])
@@ -369,22 +408,40 @@ def test_momentum_correction_refuses_what_it_cannot_compute():
     with pytest.raises(ValueError, match="dampening"):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, dampening=0.1),
                                  momentum_correction=True)
-    with pytest.raises(ValueError, match="momentum_masking=True needs momentum_correction"):
-        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), momentum_correction=False,
-                                 momentum_masking=True)
+    for masking in (True, "after_warmup"):
+        with pytest.raises(ValueError, match=f"momentum_masking={masking!r} needs momentum_correction"):
+            hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                     momentum_correction=False, momentum_masking=masking)
+    with pytest.raises(ValueError, match="momentum_masking must be None, True, False or 'after_warmup', got 'warmup'"):
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), momentum_correction=True,
+                                 momentum_masking="warmup")
     with pytest.raises(ValueError, match="local_clip_norm"):
         hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), local_clip_norm=0)
 
 
 def test_velocity_is_saved_and_restored_per_rank():
+    """The velocity and the step count (where masking stands against the warm-up) go into the "mgs"
+    entry and come back; a count that is not one is refused naming the rank; a checkpoint saved without
+    a count (before it was saved) resumes as past the warm-up: masking every step, as it did."""
+    from mgs.torch import _dgc
     model, opt = make(momentum_correction=True)
     run_steps(model, opt, 2)
     state = opt.state_dict()
     u = state["mgs"]["velocities"]["w"]
     assert torch.equal(u, opt._mc.velocity[model.w])
+    assert state["mgs"]["momentum_correction_steps"] == 2
     model2, opt2 = make(momentum_correction=True)
     opt2.load_state_dict(state)
     assert torch.equal(opt2._mc.velocity[model2.w], u)
+    assert opt2._mc.steps == 2
+    for bad in (-1, 2.5, "2"):
+        state["mgs"]["momentum_correction_steps"] = bad
+        with pytest.raises(ValueError, match=f"rank {hvd.rank()}.*'momentum_correction_steps' is {bad!r}"):
+            make(momentum_correction=True)[1].load_state_dict(state)
+    del state["mgs"]["momentum_correction_steps"]
+    opt3 = make(momentum_correction=True)[1]
+    opt3.load_state_dict(state)
+    assert opt3._mc.steps == _dgc.STEPS_UNKNOWN
 
 
 def test_finite_check_sees_every_kind_of_entry():

@@ -36,8 +36,9 @@ def initial():
     return dyadic(g, N).reshape(64, 64), dyadic(g, 8)
 
 
-def dgc_reference(steps, size, k, masking=True, nesterov=False, lrs=None, weighted=True):
-    """DGC by hand (per rank u = m*u + g, v += u, send v's top k, clear v and (masking) u there;
+def dgc_reference(steps, size, k, masking=True, nesterov=False, lrs=None, weighted=True, first_masked=0):
+    """DGC by hand (per rank u = m*u + g, v += u, send v's top k (`k`: one for every step or a list of
+    each step's), clear v and (masking, from step `first_masked` on) u there;
     W -= lr * mean of what was sent; the bias dense: u = m*u + g, all of u sent). W, b, this rank's u
     after every step. Nesterov: u = m*(u + g), u + g handed. `lrs`: each step's learning rate (default
     LR throughout); with `weighted` (learning-rate weighting) what is handed is (lr_s / lrs[0]) times
@@ -50,6 +51,7 @@ def dgc_reference(steps, size, k, masking=True, nesterov=False, lrs=None, weight
     ub = [np.zeros(8, np.float32) for _ in range(size)]
     out = []
     for s in range(steps):
+        k_s = k[s] if isinstance(k, list) else k
         f = np.float32(lrs[s] / lrs[0] if weighted else 1.0)
         lr = np.float32(lrs[0] if weighted else lrs[s])
         total, total_b = np.zeros(N, np.float32), np.zeros(8, np.float32)
@@ -69,11 +71,11 @@ def dgc_reference(steps, size, k, masking=True, nesterov=False, lrs=None, weight
                 total_b += f * ub[r]
             v[r] = v[r] + f * send
             mags = np.sort(np.abs(v[r]))[::-1]
-            assert mags[k - 1] > mags[k], "a tie at the k-th entry: choose other values"
-            idx = np.argsort(-np.abs(v[r]), kind="stable")[:k]
+            assert mags[k_s - 1] > mags[k_s], "a tie at the k-th entry: choose other values"
+            idx = np.argsort(-np.abs(v[r]), kind="stable")[:k_s]
             total[idx] += v[r][idx]
             v[r][idx] = 0
-            if masking:
+            if masking and s >= first_masked:
                 u[r][idx] = 0
         w = w - lr * (total / np.float32(size))
         b = b - lr * (total_b / np.float32(size))
@@ -112,6 +114,34 @@ def test_momentum_correction_matches_dgc_by_hand(masking, nesterov, graph):
         for s in range(steps):
             step(*grads(hvd.rank(), s))
             assert_step(s, ref, variables, opt, "DGC by hand")
+
+
+@pytest.mark.parametrize("masking,graph", [(None, False), ("after_warmup", False), ("after_warmup", True)])
+def test_masking_every_step_or_after_the_density_warmup(masking, graph):
+    """MGS_WARMUP_STEPS=3 at density 0.01: steps 0 to 2 select 1295, 409 and 129 entries of 4096, then
+    40 (the runtime's warm-up, as tests/python/test_dgc.py computes it; 3 steps because 2 give these
+    gradients a tie at the k-th entry). By default every step masks (DGC's rule); with "after_warmup"
+    the sent entries keep their velocity in the warm-up steps, eagerly and in a tf.function. Bit for bit
+    the by-hand reference; the two rules differ."""
+    steps, density, warmup = 5, 0.01, 3
+    c = density ** (1.0 / (warmup + 1))
+    ks = [int(np.floor((max(c ** (s + 1), density) if s < warmup else density) * N)) for s in range(steps)]
+    assert ks == [1295, 409, 129, 40, 40]
+    first = warmup if masking == "after_warmup" else 0
+    ref = dgc_reference(steps, hvd.size(), ks, first_masked=first)
+    other = dgc_reference(steps, hvd.size(), ks, first_masked=warmup - first)
+    assert not np.array_equal(ref[-1][0], other[-1][0]), "the warm-up does not tell the two rules apart"
+    with sparse_runtime(MGS_EXCHANGE="allgather", MGS_DENSITY="0.01", MGS_WARMUP_STEPS=str(warmup)):
+        variables, opt = make(momentum_correction=True, **({} if masking is None else {"momentum_masking": masking}))
+
+        def apply(gw, gb):
+            opt.apply([tf.convert_to_tensor(gw), tf.convert_to_tensor(gb)], variables)
+        step = tf.function(apply) if graph else apply
+        for s in range(steps):
+            step(*grads(hvd.rank(), s))
+            assert_step(s, ref, variables, opt, f"masking from step {first} by hand")
+        counter = opt._mgs_dgc[0]._steps  # made only for "after_warmup": other checkpoints keep their variables
+        assert (None if counter is None else int(counter.numpy())) == (steps if masking else None)
 
 
 @pytest.mark.parametrize("weighted,how", [(True, "assign"), (False, "assign"), (True, "schedule")])
@@ -193,8 +223,12 @@ def test_local_clipping_scales_to_max_norm_over_sqrt_ranks():
 def test_momentum_correction_refuses_other_optimizers():
     with pytest.raises(ValueError, match="Adam"):
         hvd_keras.DistributedOptimizer(keras.optimizers.Adam(), momentum_correction=True)
-    with pytest.raises(ValueError, match="momentum_correction"):
-        hvd_keras.DistributedOptimizer(keras.optimizers.SGD(momentum=0.9), momentum_correction=False,
-                                       momentum_masking=True)
+    for masking in (True, "after_warmup"):
+        with pytest.raises(ValueError, match=f"momentum_masking={masking!r} needs momentum_correction"):
+            hvd_keras.DistributedOptimizer(keras.optimizers.SGD(momentum=0.9), momentum_correction=False,
+                                           momentum_masking=masking)
+    with pytest.raises(ValueError, match="momentum_masking must be None, True, False or 'after_warmup'"):
+        hvd_keras.DistributedOptimizer(keras.optimizers.SGD(momentum=0.9), momentum_correction=True,
+                                       momentum_masking="sometimes")
     with pytest.raises(ValueError, match="local_clip_norm"):
         hvd_keras.DistributedOptimizer(keras.optimizers.SGD(), local_clip_norm=0)

@@ -11,7 +11,9 @@ kept out of u and gets its own momentum buffer, applied locally, as DGC's optimi
 density 1 (and without a compressor) the update is exactly torch.optim.SGD's momentum update.
 
 Momentum factor masking: after the exchange, u is cleared where the entry was sent, so that a
-delayed entry's old velocity does not keep pushing after it was applied. The runtime does not
+delayed entry's old velocity does not keep pushing after it was applied: every step (DGC's rule, the
+default), or from the first step after the runtime's density warm-up (momentum_masking="after_warmup",
+_masking.py). The runtime does not
 report the selection; an entry was sent where this rank's residual is now exactly 0 while what it
 accumulated (u + the residual before) was not. The residual after the exchange is read once per
 step (mgs_residual_copy) and kept as the next step's "before", so one copy per tensor and step is
@@ -34,6 +36,7 @@ This module holds the per-parameter state; the optimizer (optimizer.py) calls it
 
 import torch
 
+from .. import _masking
 from .. import _runtime
 
 try:  # optional: finding the sent entries (finish) is faster with it
@@ -43,6 +46,9 @@ except ImportError:  # pragma: no cover - numpy ships with Debian's python3-torc
 
 # The optimizer momentum correction supports: the update rule below is torch.optim.SGD's.
 SUPPORTED = torch.optim.SGD
+
+# The step count of a checkpoint that did not save one: past any warm-up (it masked every step).
+STEPS_UNKNOWN = 2 ** 62
 
 
 def resolve(momentum_correction, optimizer, sparse):
@@ -114,8 +120,14 @@ class MomentumCorrection:
     """
 
     def __init__(self, masking, lr_weighted=True):
-        self.masking = masking
+        self.masking = masking  # True (every step), False, or _masking.AFTER_WARMUP
         self.lr_weighted = lr_weighted
+        # Exchanges this optimizer finished (the runtime's step counter for its density warm-up, which
+        # counts one step per gradient exchange); checkpointed with the velocities. Of those, the
+        # steps masking ran in, and the steps the warm-up kept it off (AFTER_WARMUP).
+        self.steps = 0
+        self.masked_steps = 0
+        self.warmup_unmasked_steps = 0
         self.velocity = {}    # param -> u (committed after a finished exchange)
         self._pending = {}    # param -> (u_next, (sent, residual before) or None), between hook and synchronize
         self._residual = {}   # param -> this rank's residual after the last exchange (fp32, flat)
@@ -182,8 +194,23 @@ class MomentumCorrection:
             self._residual[p] = r
         return r
 
-    def finish(self, p, runtime_name, output, ok):
-        """After p's exchange: commit u_next (unless it failed or is not finite) and mask it."""
+    def masks_this_step(self):
+        """Whether finish() clears the sent entries' velocity in the step being finished: always (True),
+        never (False), or (AFTER_WARMUP) once the step ran at the final density, i.e. from the step after
+        the runtime's density warm-up on (_masking.first_masked_step)."""
+        return bool(self.masking) and self.steps >= _masking.first_masked_step(self.masking)
+
+    def step_finished(self, masked):
+        """Count a finished exchange (every parameter's finish() ran)."""
+        self.steps += 1
+        if masked:
+            self.masked_steps += 1
+        elif self.masking == _masking.AFTER_WARMUP:
+            self.warmup_unmasked_steps += 1
+
+    def finish(self, p, runtime_name, output, ok, mask=True):
+        """After p's exchange: commit u_next (unless it failed or is not finite) and, with `mask`, mask
+        it. Without `mask` the residual is still read, as the next step's "before"."""
         u_next, masking = self._pending.pop(p, (None, None))
         if u_next is None:
             return
@@ -207,6 +234,8 @@ class MomentumCorrection:
         self._residual[p] = after
         if before is not None:
             self._spare_residual[p] = before
+        if not mask:
+            return  # the density warm-up: u keeps its momentum
         if _all_zero(after):
             return  # delivered whole: treated as DGC treats an uncompressed tensor
         zero = _zeros(after)

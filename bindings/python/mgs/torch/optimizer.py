@@ -15,6 +15,7 @@ import torch
 from .. import _abi
 from .. import _checkpoint
 from .. import _lib
+from .. import _masking
 from .. import _runtime
 from . import _dgc
 from . import mpi_ops
@@ -191,6 +192,7 @@ class _DistributedOptimizer:
             if entry is None or entry[0] is None:
                 self._handles[p] = self._allreduce_grad_async(p)
         error = None
+        mask = bool(self._mc is not None and self._handles and self._mc.masks_this_step())
         for p, (handle, ctx, _) in self._handles.items():
             ok = False
             try:
@@ -205,8 +207,10 @@ class _DistributedOptimizer:
             except Exception as e:  # noqa: BLE001 - wait for all (they use live buffers), then raise
                 error = error or e
             if self._mc is not None:
-                self._mc.finish(p, self._runtime_name(p), p.grad, ok)
+                self._mc.finish(p, self._runtime_name(p), p.grad, ok, mask)
             self._allreduce_delay[p] = self.backward_passes_per_step
+        if self._mc is not None and self._handles:
+            self._mc.step_finished(mask)
         self._handles.clear()
         self._clip_ready = 0
         self._synchronized = True
@@ -363,6 +367,8 @@ class _DistributedOptimizer:
             # Momentum correction's velocities: this rank's own, like the residuals.
             state["velocities"] = {self._parameter_names[p]: u.detach().to("cpu", copy=True)
                                    for p, u in self._mc.velocity.items()}
+            # Where masking stands against the density warm-up (momentum_masking="after_warmup").
+            state["momentum_correction_steps"] = self._mc.steps
         return state
 
     def _check_mgs_state(self, saved):
@@ -371,6 +377,11 @@ class _DistributedOptimizer:
                           lambda t: None if torch.is_tensor(t) and t.dtype == torch.float32 else
                           (t.dtype if torch.is_tensor(t) else type(t).__name__),
                           lambda b: torch.is_tensor(b) and b.dtype == torch.uint8 and b.dim() == 1, stacklevel=4)
+        steps = saved.get("momentum_correction_steps", 0)
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+            raise ValueError(f"DistributedOptimizer.load_state_dict() on rank {mpi_ops.rank()}: the "
+                             f"'{_CHECKPOINT_KEY}' entry's 'momentum_correction_steps' is {steps!r}, not a count "
+                             "of steps (an integer >= 0)")
         velocities = saved.get("velocities", {})
         by_name = {name: p for p, name in self._parameter_names.items()}
         for name, u in (velocities.items() if isinstance(velocities, dict) else [(None, velocities)]):
@@ -392,6 +403,9 @@ class _DistributedOptimizer:
             saved_u = (saved or {}).get("velocities", {})
             self._mc.velocity = {by_name[n]: u.detach().to(by_name[n].device, by_name[n].dtype, copy=True)
                                  for n, u in saved_u.items()}
+            if saved is not None:
+                # A checkpoint from before the count was saved masked every step: it goes on doing so.
+                self._mc.steps = saved.get("momentum_correction_steps", _dgc.STEPS_UNKNOWN)
             self._mc.forget_residuals()
         if saved is None and (_runtime.init_settings().get("MGS_COMPRESSOR") or "none") != "none":
             warnings.warn(f"DistributedOptimizer.load_state_dict() on rank {mpi_ops.rank()}: the state_dict has no "
@@ -459,8 +473,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         momentum buffer. With every entry delivered (no compressor, density 1) the update equals SGD's.
         Any other optimizer: ValueError. The velocity is this rank's own, saved in state_dict()'s "mgs".
     momentum_masking: with momentum_correction, clear u where an entry was sent this step (its
-        residual became exactly 0 while its accumulated value was not). None (default): on with
-        momentum_correction; True without it: ValueError.
+        residual became exactly 0 while its accumulated value was not). None (default): True with
+        momentum_correction: every step, DGC's rule. "after_warmup": from the first step after the
+        runtime's density warm-up (MGS_WARMUP_STEPS) on, so the warm-up's steps, which send most entries,
+        keep their momentum. False: never. True or "after_warmup" without momentum_correction: ValueError.
     lr_weighting: with momentum_correction, hand the allreduce (lr / lr_ref) * u and apply the average
         at lr_ref (lr_ref: the group's "initial_lr" from an lr scheduler, else its first positive lr;
         kept as param_group["mgs_lr_reference"]), so that an entry the residual delayed is applied with
@@ -484,8 +500,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     momentum_correction = _dgc.resolve(momentum_correction, optimizer, sparse)
     if momentum_correction:
         _dgc.check_supported(optimizer)
-    elif momentum_masking:
-        raise ValueError("momentum_masking=True needs momentum_correction=True (it clears DGC's velocity)")
+    momentum_masking = _masking.resolve(momentum_masking, momentum_correction)
     if lr_weighting and not momentum_correction:
         raise ValueError("lr_weighting=True needs momentum_correction=True (it weights DGC's velocity)")
     if local_clip_norm is not None and not local_clip_norm > 0:
@@ -496,7 +511,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     wrapped = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
                   gradient_predivide_factor, sparse, sparse_as_dense, process_set,
                   momentum_correction=bool(momentum_correction),
-                  momentum_masking=momentum_masking is None or bool(momentum_masking),
+                  momentum_masking=momentum_masking,
                   local_clip_norm=local_clip_norm, lr_weighting=lr_weighting is None or bool(lr_weighting))
     if optimizer.state:
         wrapped._load_base_state_dict(optimizer.state_dict())

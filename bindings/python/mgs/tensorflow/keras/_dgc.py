@@ -9,7 +9,10 @@ mgs.torch (bindings/python/mgs/torch/_dgc.py; docs/convergence.md has the measur
   its residual became exactly 0 while what it accumulated (what it handed + the residual before) was
   not. The residual is read once per variable and step (mgs_residual_copy) and kept in another
   optimizer variable as the next step's "before". A variable delivered whole (residual 0 everywhere:
-  dense fallback, density 1) or never sparsified keeps its velocity.
+  dense fallback, density 1) or never sparsified keeps its velocity. Every step by default (DGC's rule);
+  momentum_masking="after_warmup" (mgs/_masking.py) starts it after the runtime's density warm-up, the
+  steps counted in an optimizer variable, "mgs_momentum_correction_steps" (made only then), so
+  checkpoints carry them.
 - Local gradient clipping: this rank's gradients scaled to global norm at most C / sqrt(P) before
   they enter the velocity (tf.clip_by_global_norm).
 - Learning-rate weighting (on by default with momentum correction, as in mgs.torch): each rank hands
@@ -28,6 +31,7 @@ as the runtime leaves its residual. Works eagerly and inside tf.function (model.
 import numpy as np
 import tensorflow as tf
 
+from ... import _masking
 from ... import _runtime
 from .. import mpi_ops
 
@@ -82,12 +86,13 @@ class MomentumCorrection:
     """The velocity and last residual of every trainable variable, as optimizer variables."""
 
     def __init__(self, optimizer, momentum, nesterov, masking, lr_weighted=True):
-        self.momentum, self.nesterov, self.masking = momentum, nesterov, masking
+        self.momentum, self.nesterov, self.masking = momentum, nesterov, masking  # masking: True, False, AFTER_WARMUP
         self.lr_weighted = lr_weighted
         self._opt = optimizer
         self._velocity = None   # one per trainable variable, in its order
         self._before = None     # masking: this rank's residual after the last exchange (flat float32)
         self._have_before = None
+        self._steps = None      # masking after the warm-up: exchanges finished (int64 optimizer variable)
         self._lr_reference = None  # learning-rate weighting: the first positive learning rate (0: none yet)
 
     def build(self, variables):
@@ -100,6 +105,9 @@ class MomentumCorrection:
                                              name="mgs_residual_before") for v in variables]
             self._have_before = [opt.add_variable((), initializer="zeros", dtype="float32",
                                                   name="mgs_residual_known") for _ in variables]
+            if self.masking == _masking.AFTER_WARMUP:  # (only then: other checkpoints keep their variables)
+                self._steps = opt.add_variable((), initializer="zeros", dtype="int64",
+                                               name="mgs_momentum_correction_steps")
         if self.lr_weighted:
             self._lr_reference = opt.add_variable((), initializer="zeros", dtype="float32",
                                                   name="mgs_lr_reference")
@@ -144,8 +152,14 @@ class MomentumCorrection:
         return sends, nexts
 
     def commit(self, sends, nexts, reduced, runtime_names):
-        """After the exchange: the new velocity, masked where this rank's entry was sent."""
+        """After the exchange: the new velocity, masked where this rank's entry was sent (from the first
+        masked step on)."""
         ops = []
+        masks_now = tf.constant(True)
+        if self._steps is not None:
+            # Read when the step is traced (model.fit) or run (eagerly): the runtime's warm-up is fixed at init.
+            masks_now = self._steps.value >= _masking.first_masked_step(self.masking)
+            ops.append(self._steps.assign_add(1))
         for i, (s, u_next, r) in enumerate(zip(sends, nexts, reduced)):
             if u_next is None:
                 continue
@@ -163,6 +177,7 @@ class MomentumCorrection:
                 sent = tf.logical_and(tf.equal(after, 0.0), tf.not_equal(acc, 0.0))
                 # Delivered whole (residual 0 everywhere) or not sparsified: keep the velocity.
                 mask = tf.logical_and(sent, tf.logical_and(has, tf.logical_not(tf.reduce_all(tf.equal(after, 0.0)))))
+                mask = tf.logical_and(mask, masks_now)
                 new_u = tf.where(tf.reshape(mask, tf.shape(u_next)), tf.zeros_like(u_next), u_next)
                 ops.append(tf.cond(tf.logical_and(finite, has),
                                    lambda i=i, after=after: self._store_before(i, after),

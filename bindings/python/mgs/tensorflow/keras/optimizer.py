@@ -2,6 +2,7 @@
 
 import tensorflow as tf
 
+from ... import _masking
 from ... import _runtime
 from .. import checkpoint, mpi_ops
 from ..compression import Compression
@@ -134,8 +135,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     compressor and the optimizer is a keras.optimizers.SGD with momentum, else off; the resolved value is
     the wrapped optimizer's `momentum_correction` attribute) or True (keras.optimizers.SGD
     only, any other optimizer raises ValueError): each rank's velocity is what is sparsified, and SGD
-    applies the average with its momentum off; momentum_masking (default: on with momentum correction)
-    clears the velocity of the entries this rank sent; local_clip_norm=C scales this rank's gradients to
+    applies the average with its momentum off; momentum_masking clears the velocity of the entries this
+    rank sent: None (default: True with momentum correction) every step, DGC's rule; "after_warmup" from
+    the first step after the runtime's density warm-up (MGS_WARMUP_STEPS) on; False never; local_clip_norm=C scales this rank's gradients to
     global norm C / sqrt(ranks) first; lr_weighting (default: on with momentum correction; True without
     it raises ValueError) hands the allreduce (lr / lr_ref) * velocity and applies the average at lr_ref,
     lr_ref being the first positive learning rate (optimizer variable "mgs_lr_reference"), so an entry
@@ -153,8 +155,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         raise ValueError("give num_groups or groups, not both")
     process_set = mpi_ops.process_set_and_id(process_set)[0]  # a removed or unregistered set fails here
     momentum_correction = _dgc.resolve(momentum_correction, optimizer)
-    if momentum_masking and not momentum_correction:
-        raise ValueError("momentum_masking=True needs momentum_correction=True (it masks DGC's velocity)")
+    momentum_masking = _masking.resolve(momentum_masking, momentum_correction)
     if lr_weighting and not momentum_correction:
         raise ValueError("lr_weighting=True needs momentum_correction=True (it weights DGC's velocity)")
     if local_clip_norm is not None and not float(local_clip_norm) > 0:
@@ -172,8 +173,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     wrapped = cls.from_config(config)
     mc = None
     if momentum_correction and momentum != 0:
-        mc = _dgc.MomentumCorrection(wrapped, momentum, nesterov,
-                                     True if momentum_masking is None else bool(momentum_masking),
+        mc = _dgc.MomentumCorrection(wrapped, momentum, nesterov, momentum_masking,
                                      lr_weighting is None or bool(lr_weighting))
     wrapped._mgs_dgc = (mc, None if local_clip_norm is None else float(local_clip_norm))
     wrapped.momentum_correction = bool(momentum_correction)  # as resolved
