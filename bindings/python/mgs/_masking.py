@@ -5,7 +5,7 @@ default). During the runtime's density warm-up (MGS_WARMUP_STEPS) most entries a
 masking then clears nearly every velocity and those steps train without momentum. "after_warmup" masks
 from the first step at the final density on instead, False never. docs/convergence.md measures both
 rules: keeping the momentum through the warm-up helped the digits CNN by about a quarter of a point and
-cost the character LM 2-6% of bits per character, so DGC's rule is the default.
+cost the character LM 2-8% of bits per character, so DGC's rule is the default.
 """
 
 from ._lib import lib
