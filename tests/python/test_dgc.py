@@ -147,15 +147,17 @@ def test_momentum_correction_matches_dgc_by_hand_at_low_density(masking):
     ref = dgc_reference(steps, hvd.size(), k, masking)
     with topk_runtime(density):
         model, opt = make(momentum_correction=True, momentum_masking=masking)
+        run_steps(model, opt, steps, after_step=lambda s: assert_step(s, ref, model, opt, "DGC by hand"))
 
-        def check(s):
-            w, b, u, v = ref[s]
-            r = hvd.rank()
-            assert torch.equal(model.w.detach().view(-1), w), f"step {s}: W differs from DGC by hand"
-            assert torch.equal(model.b.detach(), b), f"step {s}: the dense bias differs"
-            assert torch.equal(opt._mc.velocity[model.w].view(-1), u[r]), f"step {s}: velocity differs"
-            assert torch.equal(residual("w"), v[r]), f"step {s}: the residual is not DGC's v"
-        run_steps(model, opt, steps, after_step=check)
+
+def assert_step(s, ref, model, opt, rule):
+    """W, b, this rank's velocity and residual after step s are bit for bit ref[s] (`rule` names it)."""
+    w, b, u, v = ref[s]
+    r = hvd.rank()
+    assert torch.equal(model.w.detach().view(-1), w), f"step {s}: W differs from {rule}"
+    assert torch.equal(model.b.detach(), b), f"step {s}: the dense bias differs"
+    assert torch.equal(opt._mc.velocity[model.w].view(-1), u[r]), f"step {s}: velocity differs from {rule}"
+    assert torch.equal(residual("w"), v[r]), f"step {s}: the residual differs from {rule}"
 
 
 def warmup_ks(density, warmup, steps):
@@ -182,15 +184,8 @@ def test_masking_every_step_or_after_the_density_warmup(masking):
         assert mgs.runtime_stats()["sparse_warmup_steps"] == warmup
         model, opt = make(momentum_correction=True, **({} if masking is None else {"momentum_masking": masking}))
         assert opt._mc.masking == (True if masking is None else masking)
-
-        def check(s):
-            w, b, u, v = ref[s]
-            r = hvd.rank()
-            assert torch.equal(model.w.detach().view(-1), w), f"step {s}: W differs from the by-hand rule"
-            assert torch.equal(model.b.detach(), b), f"step {s}: the dense bias differs"
-            assert torch.equal(opt._mc.velocity[model.w].view(-1), u[r]), f"step {s}: velocity differs"
-            assert torch.equal(residual("w"), v[r]), f"step {s}: the residual differs"
-        run_steps(model, opt, steps, after_step=check)
+        run_steps(model, opt, steps,
+                  after_step=lambda s: assert_step(s, ref, model, opt, f"masking from step {first} by hand"))
         assert (opt._mc.steps, opt._mc.masked_steps, opt._mc.warmup_unmasked_steps) == \
             (steps, steps - first, first)
 
