@@ -77,9 +77,12 @@ void OnlineCost::selected(int64_t elements, double secs) {
 
 void OnlineCost::pack(std::vector<int64_t>* wire) {
   wire->assign(kWireLength, 0);
-  if (started_ && step_end_ > first_) {
+  packed_span_ = started_ && step_end_ > first_;
+  if (packed_span_) {
     (*wire)[0] = quantise(seconds(step_end_ - first_), kTimeUnit, kMaxY);
     (*wire)[1] = 1;
+    packed_first_ = first_;
+    packed_end_ = step_end_;
   }
   // The per-call values are whole units, so these sums are whole numbers
   // (exact below 2^53; one step of one rank stays far below). The clamp only

@@ -94,6 +94,13 @@ class OnlineCost {
 
   // This rank's measurements since the last boundary, as int64 sums; resets them.
   void pack(std::vector<int64_t>* wire);
+  // The span the last pack() sent (first gradient -> last exchange end on
+  // this rank); false if that step had none.
+  bool lastSpan(Clock::time_point* start, Clock::time_point* end) const {
+    *start = packed_first_;
+    *end = packed_end_;
+    return packed_span_;
+  }
   // A boundary without a check (no plan yet, warm-up): forget the step.
   void discardStep();
   // After the SUM-allreduce of every rank's pack(): add to the window and decide.
@@ -126,6 +133,8 @@ class OnlineCost {
   std::vector<double> local_ = std::vector<double>(kWireLength, 0.0);
   bool started_ = false;
   Clock::time_point first_{}, last_end_{}, step_end_{};
+  bool packed_span_ = false;
+  Clock::time_point packed_first_{}, packed_end_{};
   // Reduced, identical on every rank.
   std::vector<std::vector<int64_t>> window_;
   int steps_since_plan_ = 0, strikes_ = 0, good_ = 0, failures_ = 0;

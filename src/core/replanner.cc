@@ -104,6 +104,13 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
     ++stats_.span_plan_checks;
     stats_.span_predicted_sum_us += stats_.span_predicted_us;
     stats_.span_measured_sum_us += stats_.span_measured_us;
+    Clock::time_point start, end;
+    if (timeline_ && online.lastSpan(&start, &end))
+      // This rank's span as the box; the figures compared are the stats' (the mean over ranks).
+      timeline_->span("mgs.plan", "PLAN_SPAN", start, end,
+                      "{\"predicted_us\":" + std::to_string(stats_.span_predicted_us) +
+                          ",\"measured_mean_us\":" + std::to_string(stats_.span_measured_us) +
+                          ",\"step\":" + std::to_string(b.step) + "}");
   }
   if (!d.replan) return;
   // Backward as the plan ran it: the layer-wise profile's pace can be far

@@ -51,6 +51,7 @@
 #include "core/job_cost_model.h"
 #include "core/request.h"
 #include "core/sparse_stats.h"
+#include "core/timeline.h"
 #include "plan/cost_model.h"
 
 namespace mgs {
@@ -97,6 +98,9 @@ class Replanner {
   // `config`, `cost` and `stats` outlive the re-planner.
   Replanner(Communicator& comm, const Config& config, JobCostModel& cost, SparseStats& stats)
       : comm_(comm), config_(config), cost_(cost), stats_(stats) {}
+  // Rank 0's timeline, or null: each step the online check compares gets a
+  // PLAN_SPAN box (predicted against measured) on the "mgs.plan" track.
+  void setTimeline(Timeline* timeline) { timeline_ = timeline; }
 
   // MGS_PLAN_FILE at init (collective; after the cost model is ready). A
   // file that fits the job pins the cost model to the file's and sets
@@ -140,6 +144,7 @@ class Replanner {
   const Config& config_;
   JobCostModel& cost_;
   SparseStats& stats_;
+  Timeline* timeline_ = nullptr;
 
   uint64_t profile_start_ = 0;  // step at which the current profile began
   // Rank 0: enqueue time of each name, per profiled step.

@@ -68,7 +68,10 @@ class SparsePipeline {
   static Status create(Communicator& comm, const Config& config, ResidualStore& residuals, Complete complete,
                        std::unique_ptr<SparsePipeline>* out, SparseProgress* progress = nullptr);
   // Rank 0's timeline, or null (set before the first submit).
-  void setTimeline(Timeline* timeline) { ctx_.timeline = timeline; }
+  void setTimeline(Timeline* timeline) {
+    ctx_.timeline = timeline;
+    schedule_.setTimeline(timeline);
+  }
 
   // Whether a negotiated allreduce goes through this pipeline (same answer on
   // every rank: it depends only on negotiated fields and the configuration).
