@@ -50,6 +50,7 @@ from torch.nn import functional as F
 def _masking_label(args):
     return "off" if args.no_masking else "after warm-up" if args.masking_after_warmup else "every step"
 
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=600)

@@ -106,7 +106,8 @@ def main():
         optimizer, named_parameters=model.named_parameters(),
         compression=hvd.Compression.fp16 if args.fp16 else hvd.Compression.none,
         momentum_correction={"auto": "auto", "on": True, "off": False}[args.momentum_correction],
-        momentum_masking=False if args.no_masking else "after_warmup" if args.masking_after_warmup else None, local_clip_norm=args.clip_norm,
+        momentum_masking=False if args.no_masking else "after_warmup" if args.masking_after_warmup else None,
+        local_clip_norm=args.clip_norm,
         lr_weighting=False if args.no_lr_weighting else None)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)

@@ -123,11 +123,8 @@ class MomentumCorrection:
         self.masking = masking  # True (every step), False, or _masking.AFTER_WARMUP
         self.lr_weighted = lr_weighted
         # Exchanges this optimizer finished (the runtime's step counter for its density warm-up, which
-        # counts one step per gradient exchange); checkpointed with the velocities. Of those, the
-        # steps masking ran in, and the steps the warm-up kept it off (AFTER_WARMUP).
+        # counts one step per gradient exchange); checkpointed with the velocities.
         self.steps = 0
-        self.masked_steps = 0
-        self.warmup_unmasked_steps = 0
         self.velocity = {}    # param -> u (committed after a finished exchange)
         self._pending = {}    # param -> (u_next, (sent, residual before) or None), between hook and synchronize
         self._residual = {}   # param -> this rank's residual after the last exchange (fp32, flat)
@@ -199,14 +196,6 @@ class MomentumCorrection:
         never (False), or (AFTER_WARMUP) once the step ran at the final density, i.e. from the step after
         the runtime's density warm-up on (_masking.first_masked_step)."""
         return bool(self.masking) and self.steps >= _masking.first_masked_step(self.masking)
-
-    def step_finished(self, masked):
-        """Count a finished exchange (every parameter's finish() ran)."""
-        self.steps += 1
-        if masked:
-            self.masked_steps += 1
-        elif self.masking == _masking.AFTER_WARMUP:
-            self.warmup_unmasked_steps += 1
 
     def finish(self, p, runtime_name, output, ok, mask=True):
         """After p's exchange: commit u_next (unless it failed or is not finite) and, with `mask`, mask

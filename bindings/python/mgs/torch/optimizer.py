@@ -210,7 +210,7 @@ class _DistributedOptimizer:
                 self._mc.finish(p, self._runtime_name(p), p.grad, ok, mask)
             self._allreduce_delay[p] = self.backward_passes_per_step
         if self._mc is not None and self._handles:
-            self._mc.step_finished(mask)
+            self._mc.steps += 1  # an exchange finished (every parameter's finish() ran)
         self._handles.clear()
         self._clip_ready = 0
         self._synchronized = True

@@ -137,11 +137,12 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     only, any other optimizer raises ValueError): each rank's velocity is what is sparsified, and SGD
     applies the average with its momentum off; momentum_masking clears the velocity of the entries this
     rank sent: None (default: True with momentum correction) every step, DGC's rule; "after_warmup" from
-    the first step after the runtime's density warm-up (MGS_WARMUP_STEPS) on; False never; local_clip_norm=C scales this rank's gradients to
-    global norm C / sqrt(ranks) first; lr_weighting (default: on with momentum correction; True without
-    it raises ValueError) hands the allreduce (lr / lr_ref) * velocity and applies the average at lr_ref,
-    lr_ref being the first positive learning rate (optimizer variable "mgs_lr_reference"), so an entry
-    the residual delayed is applied at the rates of its own steps; False keeps DGC's rule.
+    the first step after the runtime's density warm-up (MGS_WARMUP_STEPS) on; False never;
+    local_clip_norm=C scales this rank's gradients to global norm C / sqrt(ranks) first; lr_weighting
+    (default: on with momentum correction; True without it raises ValueError) hands the allreduce
+    (lr / lr_ref) * velocity and applies the average at lr_ref, lr_ref being the first positive learning
+    rate (optimizer variable "mgs_lr_reference"), so an entry the residual delayed is applied at the
+    rates of its own steps; False keeps DGC's rule.
     """
     if not hasattr(optimizer, "apply") or not hasattr(optimizer, "get_config"):
         raise TypeError(f"mgs.tensorflow.keras.DistributedOptimizer needs a Keras 3 optimizer, got "
