@@ -33,14 +33,18 @@ namespace {
 
 // Catch2's assertions are not thread-safe: the rank threads record failed
 // checks here, and onRanks() reports them from the test's own thread.
+// CAPTURE and INFO are not either: a rank thread names what it is checking in
+// t_context, which each recorded failure carries.
 std::mutex g_fail_mu;
 std::vector<std::string> g_failures;
-#define RANK_CHECK(cond)                                                                           \
-  do {                                                                                              \
-    if (!(cond)) {                                                                                  \
-      std::lock_guard<std::mutex> lk_(g_fail_mu);                                                   \
-      g_failures.push_back(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " + #cond); \
-    }                                                                                               \
+thread_local std::string t_context;
+#define RANK_CHECK(cond)                                                                          \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      std::lock_guard<std::mutex> lk_(g_fail_mu);                                                  \
+      g_failures.push_back(std::string(__FILE__) + ":" + std::to_string(__LINE__) + ": " + #cond + \
+                           (t_context.empty() ? "" : " [" + t_context + "]"));                     \
+    }                                                                                              \
   } while (0)
 
 Config sparseConfig(int P) {
@@ -164,7 +168,7 @@ TEST_CASE("job cost model: the job's density and exchanges are in the model, and
       BucketSchedule schedule(comm, config, cost, stats, [](std::vector<Request>&) {});
       const std::vector<Request> members(1);
       for (size_t n : {size_t{1}, size_t{1000}, size_t{1} << 16, size_t{1} << 22}) {
-        CAPTURE(n);
+        t_context = "n = " + std::to_string(n);
         RANK_CHECK(cost.exchangeFor(n, config.density) == m.chooseExchange(static_cast<int64_t>(n)));
         RANK_CHECK(schedule.exchangeFor(members, n, config.density) == cost.exchangeFor(n, config.density));
         plan::CostModel warm = m;
@@ -172,6 +176,7 @@ TEST_CASE("job cost model: the job's density and exchanges are in the model, and
         RANK_CHECK(cost.exchangeFor(n, 0.5) == warm.chooseExchange(static_cast<int64_t>(n)));
         RANK_CHECK(schedule.exchangeFor(members, n, 0.5) == cost.exchangeFor(n, 0.5));
       }
+      t_context.clear();
       // A query at another density leaves the model's as it was.
       RANK_CHECK(cost.model().density == config.density);
       if (P > 1) {
