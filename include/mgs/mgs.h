@@ -454,6 +454,32 @@ typedef struct mgs_stats {
 MGS_API mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size);
 
 /**
+ * One bucket of the merge plan that runs now: when the plan predicted its
+ * exchange would end, and when it was measured to end, on the steps the online
+ * check compared (MGS_REPLAN_TOLERANCE > 0). Times are microseconds from the
+ * step's first gradient on each rank; measured figures are the mean over ranks
+ * (the same on every rank). Fields are only ever added at the end.
+ */
+typedef struct mgs_plan_bucket {
+  uint64_t tensors;             /**< gradients merged into it */
+  uint64_t elements;            /**< their elements */
+  int64_t predicted_end_us;     /**< the plan's end of its exchange; -1: not known (a plan from MGS_PLAN_FILE) */
+  uint64_t measured_end_us;     /**< the last compared step: its outputs written (0 before the first) */
+  uint64_t measured_end_sum_us; /**< measured_end_us summed over `checks` steps */
+  uint64_t checks;              /**< compared steps of this plan in which every rank finished it */
+} mgs_plan_bucket_t;
+
+/**
+ * Copy the plan's buckets, in backward order, into buckets[0 .. capacity-1]
+ * (each entry `entry_size` bytes: pass sizeof(mgs_plan_bucket_t)); *count
+ * receives how many the plan has, which may exceed capacity (call again with
+ * more room). 0 while the job profiles (no plan yet), for a dense job, and
+ * while a plan file's plan runs.
+ */
+MGS_API mgs_status_t mgs_get_plan_buckets(mgs_plan_bucket_t* buckets, size_t capacity, size_t entry_size,
+                                          size_t* count);
+
+/**
  * Copy this rank's error-feedback residual of gradient `name` (float32, `n` =
  * the tensor's element count) into `out`: the part of the gradient selected
  * by no step yet. For checkpoints and for checking what was sent

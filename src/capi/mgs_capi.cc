@@ -432,6 +432,36 @@ mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
   });
 }
 
+mgs_status_t mgs_get_plan_buckets(mgs_plan_bucket_t* buckets, size_t capacity, size_t entry_size, size_t* count) {
+  return guarded([&]() -> Status {
+    if (count == nullptr) return Status(Code::kInvalidArgument, "mgs_get_plan_buckets: count is NULL");
+    if (buckets == nullptr && capacity > 0)
+      return Status(Code::kInvalidArgument, "mgs_get_plan_buckets: buckets is NULL with capacity > 0");
+    if (capacity > 0 && entry_size == 0)
+      return Status(Code::kInvalidArgument, "mgs_get_plan_buckets: entry_size is 0");
+    std::shared_ptr<mgs::Runtime> rt;
+    {
+      std::lock_guard<std::mutex> lk(g_mu);
+      rt = g_runtime;
+    }
+    if (!rt) return Status(Code::kNotInitialized, "mgs is not initialized: call mgs_init() first");
+    const mgs::SparseStats sp = rt->sparseStats();
+    *count = sp.plan_bucket.size();
+    for (size_t i = 0; i < std::min(capacity, sp.plan_bucket.size()); ++i) {
+      const mgs::PlanBucketStat& b = sp.plan_bucket[i];
+      mgs_plan_bucket_t e{};
+      e.tensors = b.tensors;
+      e.elements = b.elements;
+      e.predicted_end_us = b.predicted_end_us;
+      e.measured_end_us = b.measured_end_us;
+      e.measured_end_sum_us = b.measured_end_sum_us;
+      e.checks = b.checks;
+      std::memcpy(reinterpret_cast<char*>(buckets) + i * entry_size, &e, std::min(entry_size, sizeof e));
+    }
+    return Status::OK();
+  });
+}
+
 mgs_status_t mgs_residual_copy(const char* name, float* out, size_t n) {
   return guarded([&]() -> Status {
     std::shared_ptr<mgs::Runtime> rt;

@@ -141,6 +141,14 @@ class BucketExchange {
   BucketExchange& operator=(const BucketExchange&) = delete;
 
   std::vector<Request>& members() { return members_; }
+  // Its index in the plan that ran it (-1: none) and the schedule's step:
+  // the online check's per-bucket figures (OnlineCost::bucketFinished).
+  void setPlanBucket(int index, uint64_t step) {
+    plan_bucket_ = index;
+    plan_step_ = step;
+  }
+  int planBucket() const { return plan_bucket_; }
+  uint64_t planStep() const { return plan_step_; }
   // Queued: finished in order by the pipeline's poll(); else start() ran it
   // to its end and the pipeline finishes it at once.
   virtual bool queued() const { return true; }
@@ -167,6 +175,8 @@ class BucketExchange {
 
  protected:
   std::vector<Request> members_;
+  int plan_bucket_ = -1;
+  uint64_t plan_step_ = 0;
 };
 
 // What the pipeline hands an exchange's start: the bucket, its members

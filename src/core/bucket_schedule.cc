@@ -105,7 +105,7 @@ void BucketSchedule::submit(std::vector<Request> reqs) {
         replanner_.restartProfile(step_);
       }
       if (progress_) progress_->stepBegan(step_);
-      replanner_.stepStarted(req.enqueued);
+      replanner_.stepStarted(req.enqueued, step_);
     }
     seen_.insert(req.name);
     elements_[req.name] = static_cast<int64_t>(req.input.numel());
@@ -115,7 +115,7 @@ void BucketSchedule::submit(std::vector<Request> reqs) {
       if (have_plan_) plan_stale_ = true;  // a tensor the plan does not know: re-plan
       std::vector<Request> single;
       single.push_back(std::move(req));
-      run_(single);
+      run_(single, -1);
       continue;
     }
     Bucket& b = buckets_[it->second];
@@ -125,7 +125,7 @@ void BucketSchedule::submit(std::vector<Request> reqs) {
       std::vector<Request> members;
       for (const auto& m : b.members) members.push_back(std::move(b.ready[m]));
       b.ready.clear();
-      run_(members);
+      run_(members, static_cast<int>(it->second));
     }
   }
 }
@@ -188,12 +188,14 @@ void BucketSchedule::onStepBoundary() {
     bucket_of_.clear();
     buckets_.clear();
     stats_.plan_buckets = 0;
+    stats_.plan_bucket.clear();
   }
   if (v.apply) applyPlan(*v.apply);
 }
 
 void BucketSchedule::flushPartialBuckets() {
-  for (auto& b : buckets_) {
+  for (size_t g = 0; g < buckets_.size(); ++g) {
+    Bucket& b = buckets_[g];
     if (b.ready.empty()) continue;
     std::vector<Request> members;
     for (const auto& m : b.members) {
@@ -201,7 +203,7 @@ void BucketSchedule::flushPartialBuckets() {
       if (it != b.ready.end()) members.push_back(std::move(it->second));
     }
     b.ready.clear();
-    run_(members);
+    run_(members, static_cast<int>(g));
   }
 }
 
@@ -214,6 +216,15 @@ void BucketSchedule::applyPlan(const Replanner::PlanChoice& p) {
   }
   have_plan_ = true;
   stats_.plan_buckets = p.groups.size();
+  if (stats_.plan_bucket.size() == p.groups.size())
+    for (size_t g = 0; g < p.groups.size(); ++g) {
+      uint64_t n = 0;
+      for (const auto& name : p.groups[g]) {
+        const auto e = elements_.find(name);
+        if (e != elements_.end()) n += static_cast<uint64_t>(e->second);
+      }
+      stats_.plan_bucket[g].elements = n;
+    }
 }
 
 }  // namespace mgs

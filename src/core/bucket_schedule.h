@@ -41,8 +41,9 @@ namespace mgs {
 
 class BucketSchedule {
  public:
-  // Receives each complete bucket (and each partial one at a flush).
-  using RunBucket = std::function<void(std::vector<Request>& members)>;
+  // Receives each complete bucket (and each partial one at a flush), with
+  // its index in the plan that runs (-1: a bucket of one tensor outside a plan).
+  using RunBucket = std::function<void(std::vector<Request>& members, int plan_bucket)>;
 
   // `config`, `cost` and `stats` outlive the schedule.
   BucketSchedule(Communicator& comm, const Config& config, JobCostModel& cost, SparseStats& stats, RunBucket run);

@@ -29,8 +29,12 @@ bool nonNegative(const std::vector<plan::CommModel::Segment>& s) {
 
 }  // namespace
 
-void OnlineCost::planned(double predicted_span_s) {
+void OnlineCost::planned(double predicted_span_s, const std::vector<double>& predicted_ends_s) {
   predicted_span_s_ = predicted_span_s;
+  buckets_.assign(predicted_ends_s.size(), BucketFigures{});
+  for (size_t i = 0; i < predicted_ends_s.size(); ++i) buckets_[i].predicted_end_s = predicted_ends_s[i];
+  bucket_end_.assign(buckets_.size(), Clock::time_point{});
+  packed_bucket_end_.clear();
   window_.clear();
   steps_since_plan_ = 0;
   strikes_ = 0;
@@ -38,10 +42,17 @@ void OnlineCost::planned(double predicted_span_s) {
   fixed_since_plan_ = false;
 }
 
-void OnlineCost::stepStarted(Clock::time_point first_enqueue) {
+void OnlineCost::stepStarted(Clock::time_point first_enqueue, uint64_t step) {
   if (started_ || !enabled()) return;
   started_ = true;
   first_ = first_enqueue;
+  step_ = step;
+}
+
+void OnlineCost::bucketFinished(int index, uint64_t step, Clock::time_point end) {
+  if (!enabled() || !started_ || step != step_ || index < 0 || static_cast<size_t>(index) >= bucket_end_.size())
+    return;
+  bucket_end_[index] = std::max(bucket_end_[index], end);
 }
 
 void OnlineCost::add(Term t, double x, double y, double yhat) {
@@ -88,6 +99,13 @@ void OnlineCost::pack(std::vector<int64_t>* wire) {
   // (exact below 2^53; one step of one rank stays far below). The clamp only
   // keeps a pathological step from overflowing the cast.
   for (size_t i = 2; i < kWireLength; ++i) (*wire)[i] = static_cast<int64_t>(std::min(local_[i], 0x1p62));
+  packed_bucket_end_ = bucket_end_;
+  for (size_t b = 0; b < bucket_end_.size(); ++b) {
+    const bool seen = started_ && bucket_end_[b] > first_;
+    wire->push_back(seen ? quantise(seconds(bucket_end_[b] - first_), kTimeUnit, kMaxY) : 0);
+    wire->push_back(seen ? 1 : 0);
+    if (!seen) packed_bucket_end_[b] = Clock::time_point{};
+  }
   discardStep();
 }
 
@@ -95,14 +113,26 @@ void OnlineCost::discardStep() {
   std::fill(local_.begin(), local_.end(), 0.0);
   started_ = false;
   step_end_ = Clock::time_point{};
+  std::fill(bucket_end_.begin(), bucket_end_.end(), Clock::time_point{});
 }
 
 OnlineCost::Decision OnlineCost::onReduced(const std::vector<int64_t>& sums) {
   Decision d;
-  if (!enabled() || !havePrediction() || sums.size() != kWireLength) return d;
+  if (!enabled() || !havePrediction() || sums.size() != kWireLength + 2 * buckets_.size()) return d;
   // The first step under a new plan still holds exchanges of the old one.
   if (++steps_since_plan_ == 1) return d;
-  window_.push_back(sums);
+  // Per bucket: counted only in a step where every rank finished it (a
+  // bucket some rank ran after the boundary is not this step's).
+  const int64_t ranks = sums[1];
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const int64_t sum = sums[kWireLength + 2 * b], seen = sums[kWireLength + 2 * b + 1];
+    if (ranks <= 0 || seen != ranks) continue;
+    const double mean = static_cast<double>(sum) / static_cast<double>(seen) * kTimeUnit;
+    buckets_[b].last_measured_end_s = mean;
+    buckets_[b].measured_end_sum_s += mean;
+    ++buckets_[b].checks;
+  }
+  window_.emplace_back(sums.begin(), sums.begin() + kWireLength);
   if (window_.size() > static_cast<size_t>(std::max(1, opt_.window))) window_.erase(window_.begin());
   if (sums[1] <= 0) return d;
   d.checked = true;

@@ -9,10 +9,14 @@
 //     the other and a plain end - start would charge bucket i the wait for i-1;
 //   - every selection: elements and seconds;
 //   - the step's span: first gradient enqueued -> last exchange finished,
-//     which the plan predicts as predicted_s minus the first gradient's gap.
+//     which the plan predicts as predicted_s minus the first gradient's gap;
+//   - when each of the plan's buckets finished (outputs written), from the
+//     same first gradient, against the plan's predicted end of its exchange.
 // At a step boundary each rank packs these into a fixed vector of int64
 // (sufficient statistics of a least-squares fit of measured against
-// predicted time, in fixed units) and the pipeline SUM-allreduces it: integer
+// predicted time, in fixed units, then each bucket's end and whether it was
+// seen; every rank runs the same plan, so the same length) and the pipeline
+// SUM-allreduces it: integer
 // sums are exact and independent of the reduction order, so every rank holds
 // the same bits and takes the same decision without a second message.
 //
@@ -78,21 +82,43 @@ class OnlineCost {
   bool haveBase() const { return have_base_; }
   const plan::CostModel& base() const { return base_; }
   // A plan took effect at this step boundary; its predicted span (first
-  // gradient -> last exchange end). Clears the window and the strikes.
-  void planned(double predicted_span_s);
+  // gradient -> last exchange end) and each bucket's predicted exchange end
+  // on the same clock (plan order; negative: not known). Clears the window,
+  // the strikes and the per-bucket figures.
+  void planned(double predicted_span_s, const std::vector<double>& predicted_ends_s = {});
   bool havePrediction() const { return predicted_span_s_ > 0; }
 
+  // Per bucket of the plan that runs, over its compared steps: the predicted
+  // end and the measured one (mean over ranks; the last step and the sum).
+  struct BucketFigures {
+    double predicted_end_s = -1;  // negative: the plan did not say
+    double last_measured_end_s = 0;
+    double measured_end_sum_s = 0;
+    uint64_t checks = 0;  // compared steps in which every rank finished it
+  };
+  const std::vector<BucketFigures>& buckets() const { return buckets_; }
+  // Where this rank's buckets of the last packed step ended (empty entries:
+  // not finished in that step), for the timeline.
+  const std::vector<Clock::time_point>& lastBucketEnds() const { return packed_bucket_end_; }
+
   // Per-rank measurements (coordinator thread).
-  void stepStarted(Clock::time_point first_enqueue);
+  // The first gradient of the schedule's step `step`.
+  void stepStarted(Clock::time_point first_enqueue, uint64_t step = 0);
   void exchanged(Term term, double bytes, Clock::time_point start, Clock::time_point end);
   void selected(int64_t elements, double seconds);
+  // Bucket `index` of the plan (plan order) finished, its outputs written;
+  // `step` is the schedule's step it ran in: a bucket of an earlier step
+  // than the one being measured is not counted.
+  void bucketFinished(int index, uint64_t step, Clock::time_point end);
   // An exchange without a term of its own (the agreed-index exchange): it
   // only ends the step's span; its cost is not refitted.
   void exchangeEnded(Clock::time_point end) {
     if (enabled() && end > step_end_) step_end_ = end;
   }
 
-  // This rank's measurements since the last boundary, as int64 sums; resets them.
+  // This rank's measurements since the last boundary, as int64 sums
+  // (kWireLength, then per plan bucket its end in kTimeUnit and 1, or 0 and
+  // 0 when it did not finish in the step); resets them.
   void pack(std::vector<int64_t>* wire);
   // The span the last pack() sent (first gradient -> last exchange end on
   // this rank); false if that step had none.
@@ -129,12 +155,16 @@ class OnlineCost {
   plan::CostModel base_;
   bool have_base_ = false;
   double predicted_span_s_ = 0;
+  std::vector<BucketFigures> buckets_;
   // This rank, since the last boundary.
   std::vector<double> local_ = std::vector<double>(kWireLength, 0.0);
   bool started_ = false;
+  uint64_t step_ = 0;
   Clock::time_point first_{}, last_end_{}, step_end_{};
+  std::vector<Clock::time_point> bucket_end_;  // per plan bucket; {}: not finished this step
   bool packed_span_ = false;
   Clock::time_point packed_first_{}, packed_end_{};
+  std::vector<Clock::time_point> packed_bucket_end_;
   // Reduced, identical on every rank.
   std::vector<std::vector<int64_t>> window_;
   int steps_since_plan_ = 0, strikes_ = 0, good_ = 0, failures_ = 0;

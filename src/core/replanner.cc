@@ -47,9 +47,16 @@ void Replanner::restartProfile(uint64_t step) {
 void Replanner::planned(const PlanChoice& p, std::optional<PlanChoice>* out) {
   // At once, not when the schedule applies it: a later check at this same
   // boundary must see the new plan's window.
-  cost_.online().planned(p.predicted_span);
+  std::vector<double> ends = p.predicted_ends;
+  if (ends.size() != p.groups.size()) ends.assign(p.groups.size(), -1.0);
+  cost_.online().planned(p.predicted_span, ends);
   // The sums follow the plan that runs (a trial candidate, a re-plan).
   stats_.span_predicted_sum_us = stats_.span_measured_sum_us = stats_.span_plan_checks = 0;
+  stats_.plan_bucket.assign(p.groups.size(), PlanBucketStat{});
+  for (size_t g = 0; g < p.groups.size(); ++g) {
+    stats_.plan_bucket[g].tensors = p.groups[g].size();
+    stats_.plan_bucket[g].predicted_end_us = ends[g] < 0 ? -1 : std::llround(ends[g] * 1e6);
+  }
   *out = p;
 }
 
@@ -111,6 +118,7 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
                       "{\"predicted_us\":" + std::to_string(stats_.span_predicted_us) +
                           ",\"measured_mean_us\":" + std::to_string(stats_.span_measured_us) +
                           ",\"step\":" + std::to_string(b.step) + "}");
+    reportBuckets(b.step);
   }
   if (!d.replan) return;
   // Backward as the plan ran it: the layer-wise profile's pace can be far
@@ -132,6 +140,41 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
       now.sparsify.c_s, online.meanReduceSeconds() * 1e6);
   st = replan(b, false, out);
   if (!st.ok()) MGS_LOG_ERROR("online re-planning failed, keeping the plan: {}", st.toString());
+}
+
+void Replanner::reportBuckets(uint64_t step) {
+  const OnlineCost& online = cost_.online();
+  const auto& figures = online.buckets();
+  if (stats_.plan_bucket.size() != figures.size()) return;
+  for (size_t i = 0; i < figures.size(); ++i) {
+    PlanBucketStat& s = stats_.plan_bucket[i];
+    s.checks = figures[i].checks;
+    s.measured_end_us = static_cast<uint64_t>(std::llround(figures[i].last_measured_end_s * 1e6));
+    s.measured_end_sum_us = static_cast<uint64_t>(std::llround(figures[i].measured_end_sum_s * 1e6));
+  }
+  Clock::time_point start, end;
+  if (!timeline_ || !online.lastSpan(&start, &end)) return;
+  // This rank's buckets as boxes that tile its step: each from where the one
+  // that finished before it finished (the first from the step's first
+  // gradient) to where it finished; the figures are the statistics' (the
+  // mean over ranks). Buckets ready in one coordinator cycle may run in
+  // another order than the plan's.
+  const auto& ends = online.lastBucketEnds();
+  std::vector<size_t> order;
+  for (size_t i = 0; i < ends.size() && i < figures.size(); ++i)
+    if (ends[i] != Clock::time_point{}) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) { return ends[x] < ends[y]; });
+  Clock::time_point from = start;
+  for (size_t i : order) {
+    if (ends[i] < from) continue;
+    const PlanBucketStat& s = stats_.plan_bucket[i];
+    timeline_->span("mgs.plan.buckets", "PLAN_BUCKET", from, ends[i],
+                    "{\"bucket\":" + std::to_string(i) + ",\"tensors\":" + std::to_string(s.tensors) +
+                        ",\"predicted_end_us\":" + std::to_string(s.predicted_end_us) +
+                        ",\"measured_end_mean_us\":" + std::to_string(s.measured_end_us) +
+                        ",\"step\":" + std::to_string(step) + "}");
+    from = ends[i];
+  }
 }
 
 std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, double steal) {
@@ -241,6 +284,13 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
     // What the online check compares against: first gradient -> last
     // exchange end (the plan's time starts with backward, one gap earlier).
     w.put(p.predicted_s - first_gap);
+    // Each bucket's predicted exchange end on the same clock (the plan's
+    // timeline; the mean over the round grid's phases of predicted_s has no
+    // per-bucket counterpart, so the last end may differ from it a little).
+    std::vector<plan::GroupTiming> timing;
+    if (!plan::planTimeline(in, p.groups, true, &timing).ok()) timing.clear();
+    w.put(static_cast<uint32_t>(timing.size()));
+    for (const auto& t : timing) w.put(t.comm_end_s - first_gap);
     w.putString(label);
   }
   return std::move(w.str());
@@ -277,7 +327,14 @@ Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<Plan
         c.groups.back().push_back(std::move(name));
       }
     }
-    MGS_ENSURE(r.get(&c.predicted_span) && r.getString(&c.label), kInternal, "corrupt plan from rank 0");
+    uint32_t ends = 0;
+    MGS_ENSURE(r.get(&c.predicted_span) && r.get(&ends), kInternal, "corrupt plan from rank 0");
+    for (uint32_t g = 0; g < ends; ++g) {
+      double e = 0;
+      MGS_ENSURE(r.get(&e), kInternal, "corrupt plan from rank 0");
+      c.predicted_ends.push_back(e);
+    }
+    MGS_ENSURE(r.getString(&c.label), kInternal, "corrupt plan from rank 0");
     cands.push_back(std::move(c));
   }
   ++stats_.plans;

@@ -72,7 +72,10 @@ class Replanner {
   struct PlanChoice {
     std::vector<std::vector<std::string>> groups;  // members in plan order
     double predicted_span = 0;                     // first gradient -> last exchange end
-    std::string label;                             // for rank 0's log
+    // Each group's predicted exchange end on the same clock (the plan's
+    // timeline, plan/plan.h planTimeline); empty: not known (a plan file).
+    std::vector<double> predicted_ends;
+    std::string label;  // for rank 0's log
   };
   // What the schedule knows at a step boundary (identical on every rank).
   struct Boundary {
@@ -99,7 +102,8 @@ class Replanner {
   Replanner(Communicator& comm, const Config& config, JobCostModel& cost, SparseStats& stats)
       : comm_(comm), config_(config), cost_(cost), stats_(stats) {}
   // Rank 0's timeline, or null: each step the online check compares gets a
-  // PLAN_SPAN box (predicted against measured) on the "mgs.plan" track.
+  // PLAN_SPAN box (predicted against measured) on the "mgs.plan" track, and
+  // a PLAN_BUCKET box per bucket on "mgs.plan.buckets".
   void setTimeline(Timeline* timeline) { timeline_ = timeline; }
 
   // MGS_PLAN_FILE at init (collective; after the cost model is ready). A
@@ -111,7 +115,7 @@ class Replanner {
 
   // The first request of a step, and each request as the schedule takes
   // it (rank 0 records its profile; `have_plan`: a plan is in force).
-  void stepStarted(Clock::time_point first_enqueue) { cost_.online().stepStarted(first_enqueue); }
+  void stepStarted(Clock::time_point first_enqueue, uint64_t step) { cost_.online().stepStarted(first_enqueue, step); }
   void record(const std::string& name, Clock::time_point enqueued, uint64_t step, bool have_plan);
   // A restored step counter (a resumed checkpoint): the profile starts
   // again from `step`.
@@ -139,6 +143,9 @@ class Replanner {
   void savePlan(const PlanChoice& p, const Boundary& b);
   // A plan took effect: the online check compares against its prediction.
   void planned(const PlanChoice& p, std::optional<PlanChoice>* out);
+  // After a compared step: the per-bucket figures into the statistics, and
+  // rank 0's PLAN_BUCKET boxes.
+  void reportBuckets(uint64_t step);
 
   Communicator& comm_;
   const Config& config_;

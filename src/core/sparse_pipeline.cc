@@ -34,7 +34,7 @@ SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, Residua
       complete_(std::move(complete)),
       threads_(threadBudget(config.threads, comm.localSize())),
       cost_(comm, config_),
-      schedule_(comm, config_, cost_, stats_, [this](std::vector<Request>& members) { runBucket(members); }),
+      schedule_(comm, config_, cost_, stats_, [this](std::vector<Request>& members, int plan_bucket) { runBucket(members, plan_bucket); }),
       exchange_(comm, progress),
       scatter_(comm.size()),
       ctx_(comm, config_, stats_, cost_.online(), exchange_, scatter_) {
@@ -201,7 +201,7 @@ plan::Exchange SparsePipeline::chooseExchange(std::vector<Request>& members, siz
   return schedule_.exchangeFor(members, n, density);
 }
 
-void SparsePipeline::runBucket(std::vector<Request>& members) {
+void SparsePipeline::runBucket(std::vector<Request>& members, int plan_bucket) {
   if (members.empty()) return;
   const auto t0 = Clock::now();
   size_t n = 0;
@@ -230,6 +230,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members) {
     for (auto& m : members) complete_(m, st);
     return;
   }
+  ex->setPlanBucket(plan_bucket, schedule_.step());
   if (!ex->queued()) {  // it ran to its end (dense; phased ones without nonblocking collectives)
     complete(*ex);
     return;
@@ -243,6 +244,7 @@ void SparsePipeline::publishStats() {
 
 void SparsePipeline::complete(BucketExchange& ex) {
   const Status st = ex.finish();
+  if (st.ok()) cost_.online().bucketFinished(ex.planBucket(), ex.planStep(), Clock::now());
   // Before the handles complete: a caller woken by them reads statistics
   // that include this bucket, and the next step may enqueue these names.
   publishStats();

@@ -125,7 +125,8 @@ class SparsePipeline {
   Status init();
   // One complete bucket from the schedule: the exchange's local stage, then
   // the collective part every rank runs for it.
-  void runBucket(std::vector<Request>& members);
+  // `plan_bucket`: its index in the plan (-1: none).
+  void runBucket(std::vector<Request>& members, int plan_bucket);
   // At the first bucket of CUDA tensors under MGS_CALIBRATION=auto: time the
   // selection where it runs (the resident stage, on the GPU) and hand it to
   // the cost model (JobCostModel::agreeDeviceSelection: max-reduced over

@@ -3,8 +3,20 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace mgs {
+
+// One bucket of the plan that runs, predicted against measured (the online
+// check's compared steps; mgs_get_plan_buckets). Times from the step's first
+// gradient, microseconds.
+struct PlanBucketStat {
+  uint64_t tensors = 0, elements = 0;
+  int64_t predicted_end_us = -1;     // the plan's end of its exchange; -1: not known
+  uint64_t measured_end_us = 0;      // the last compared step: outputs written, mean over ranks
+  uint64_t measured_end_sum_us = 0;  // summed over `checks`
+  uint64_t checks = 0;               // compared steps in which every rank finished it
+};
 
 struct SparseStats {
   uint64_t steps = 0;           // completed steps
@@ -33,6 +45,8 @@ struct SparseStats {
   uint64_t span_predicted_us = 0, span_measured_us = 0;
   // Over the compared steps of the plan that runs now (reset when one is chosen).
   uint64_t span_plan_checks = 0, span_predicted_sum_us = 0, span_measured_sum_us = 0;
+  // Per bucket of the plan that runs (empty while profiling, or a plan file's).
+  std::vector<PlanBucketStat> plan_bucket;
 };
 
 // Where a bucket's gradients lived while it was fused, selected and exchanged.

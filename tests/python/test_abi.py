@@ -55,6 +55,15 @@ def test_stats_struct_matches_the_header():
         assert len(ours) >= len(header), "mgs_stats_t has fields the bindings do not read"
 
 
+def test_plan_bucket_struct_matches_the_header():
+    import ctypes
+    from mgs._lib import MgsPlanBucket
+    c_names = {"uint64_t": ctypes.c_uint64, "int64_t": ctypes.c_int64}
+    header = header_struct_fields("mgs_plan_bucket")
+    assert header, "no mgs_plan_bucket_t in the header"
+    assert [(n, c_names[t]) for t, n in header] == list(MgsPlanBucket._fields_)
+
+
 def test_runtime_stats_are_counted():
     stats = mgs.runtime_stats()
     if stats is None:

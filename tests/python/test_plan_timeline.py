@@ -4,6 +4,10 @@ Each step the online check compares (MGS_REPLAN_TOLERANCE > 0, a plan in force) 
 box on rank 0's "mgs.plan" track: this rank's span from the first gradient to the last exchange, with
 the figures the check compared as arguments. They must be the ones mgs_get_stats reports: as many
 boxes as compared steps, and the last box's figures equal the stats' last ones.
+
+Each bucket of the plan gets a PLAN_BUCKET box per compared step on "mgs.plan.buckets", from where
+the bucket before it finished to where it finished (the boxes tile rank 0's step); its arguments are
+mgs_get_plan_buckets' figures.
 """
 
 import json
@@ -25,7 +29,7 @@ def test_each_compared_step_has_a_plan_span_box():
     steps = 14
     with runtime(MGS_COMPRESSOR="topk", MGS_DENSITY="0.01", MGS_CALIBRATION="off", MGS_DENSE_FALLBACK="0",
                  MGS_EXCHANGE="allgather", MGS_PLANNER="mgs", MGS_PROFILE_STEPS="2", MGS_PLAN_TRIAL_STEPS="0",
-                 MGS_TIMELINE=path):
+                 MGS_TIMELINE=path, MGS_REPLAN_TOLERANCE="100"):  # compares every step, never re-plans
         torch.manual_seed(hvd.rank())
         model = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 64))
         opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
@@ -36,6 +40,28 @@ def test_each_compared_step_has_a_plan_span_box():
             opt.step()
         hvd.barrier()
         stats = mgs.runtime_stats()
+        buckets = mgs.plan_buckets()
+    # Every rank: one entry per plan bucket, each predicted and measured on every compared step.
+    assert len(buckets) == stats["plan_buckets"] >= 1, (buckets, stats["plan_buckets"])
+    # The plan merges the sparse gradients: the two weights (the biases are under
+    # MGS_MIN_SPARSE_ELEMENTS and go dense).
+    sparse = [p.numel() for p in model.parameters() if p.numel() >= 4096]
+    assert sum(b["elements"] for b in buckets) == sum(sparse)
+    assert sum(b["tensors"] for b in buckets) == len(sparse)
+    for b in buckets:
+        assert b["checks"] == stats["plan_span_plan_checks"], (b, stats["plan_span_plan_checks"])
+        assert b["predicted_end_us"] > 0 and b["measured_end_us"] > 0, b
+        assert b["measured_end_sum_us"] >= b["measured_end_us"], b  # the sum holds the last step
+    ends = [b["predicted_end_us"] for b in buckets]
+    assert ends == sorted(ends), ends
+    # The last bucket ends the plan's predicted span (the span's figure is the round grid's mean
+    # over phases, the bucket's one phase of it).
+    assert abs(ends[-1] - stats["plan_span_predicted_us"]) <= 0.5 * stats["plan_span_predicted_us"], (
+        ends[-1], stats["plan_span_predicted_us"])
+    # Each bucket finished within the step (the plan's order need not be the run's: buckets ready
+    # in one coordinator cycle may run in another order).
+    assert max(b["measured_end_us"] for b in buckets) <= 1.5 * stats["plan_span_measured_us"] + 1000, (
+        buckets, stats["plan_span_measured_us"])
     if hvd.rank() != 0:
         return
     try:
@@ -54,3 +80,19 @@ def test_each_compared_step_has_a_plan_span_box():
     assert last["measured_mean_us"] == stats["plan_span_measured_us"]
     assert all(b["dur"] >= 0 and b["args"]["predicted_us"] > 0 for b in boxes)
     assert [b["args"]["step"] for b in boxes] == sorted(b["args"]["step"] for b in boxes)
+    bucket_boxes = [e for e in events if e.get("name") == "PLAN_BUCKET"]
+    assert {names.get(e["tid"]) for e in bucket_boxes} == {"mgs.plan.buckets"}
+    by_step = {}
+    for e in bucket_boxes:
+        by_step.setdefault(e["args"]["step"], []).append(e)
+    assert sorted(by_step) == [b["args"]["step"] for b in boxes], (sorted(by_step), [b["args"]["step"] for b in boxes])
+    for step, es in by_step.items():
+        assert sorted(e["args"]["bucket"] for e in es) == list(range(len(buckets))), (step, es)
+        es.sort(key=lambda e: e["ts"])
+        for prev, nxt in zip(es, es[1:]):  # tiles: each box starts where the one before ended
+            assert abs(nxt["ts"] - (prev["ts"] + prev["dur"])) <= 1, (prev, nxt)
+    for e in by_step[max(by_step)]:
+        b = buckets[e["args"]["bucket"]]
+        assert e["args"]["predicted_end_us"] == b["predicted_end_us"]
+        assert e["args"]["measured_end_mean_us"] == b["measured_end_us"]
+        assert e["args"]["tensors"] == b["tensors"]

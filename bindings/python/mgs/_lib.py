@@ -31,6 +31,19 @@ class MgsTensor(ctypes.Structure):
     ]
 
 
+class MgsPlanBucket(ctypes.Structure):
+    """mgs_plan_bucket_t."""
+
+    _fields_ = [
+        ("tensors", ctypes.c_uint64),
+        ("elements", ctypes.c_uint64),
+        ("predicted_end_us", ctypes.c_int64),
+        ("measured_end_us", ctypes.c_uint64),
+        ("measured_end_sum_us", ctypes.c_uint64),
+        ("checks", ctypes.c_uint64),
+    ]
+
+
 class MgsStats(ctypes.Structure):
     """mgs_stats_t. Fields are only ever appended in the header; a library that
     predates a field leaves it untouched (see Library.stats)."""
@@ -151,6 +164,8 @@ def _declare(lib):
     p_float = ctypes.c_void_p  # float*: an address (int or c_void_p), as the tests and adapters pass it
     optional = {  # newer entry points: the bindings work without them
         "mgs_get_stats": (c_int, [ctypes.POINTER(MgsStats), ctypes.c_size_t]),
+        "mgs_get_plan_buckets": (
+            c_int, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
         "mgs_nccl_version": (c_int, []),
         # process sets, alltoall, reducescatter, join
         "mgs_allreduce_ps_async": (
@@ -230,6 +245,23 @@ class Library:
             if chunk != b"\xff" * field.size:
                 out[name] = getattr(raw, name)
         return out
+
+    def plan_buckets(self):
+        """The merge plan's buckets in backward order, each a dict of mgs_plan_bucket_t's fields
+        (predicted against measured end, microseconds from the step's first gradient); [] while
+        the job profiles; None if the library has no mgs_get_plan_buckets."""
+        fn = getattr(self.cdll, "mgs_get_plan_buckets", None)
+        if fn is None:
+            return None
+        count = ctypes.c_size_t(0)
+        self.check(fn(None, 0, ctypes.sizeof(MgsPlanBucket), ctypes.byref(count)))
+        while True:
+            room = count.value
+            arr = (MgsPlanBucket * max(room, 1))()
+            self.check(fn(arr, room, ctypes.sizeof(MgsPlanBucket), ctypes.byref(count)))
+            if count.value <= room:  # the plan may have changed between the two calls
+                return [{name: getattr(arr[i], name) for name, _ in MgsPlanBucket._fields_}
+                        for i in range(count.value)]
 
     def __getattr__(self, name):
         return getattr(self.cdll, name)

@@ -49,6 +49,13 @@ TEST_CASE("every call before mgs_init fails cleanly and names mgs_init", "[capi]
   CHECK(state_size == 7);
   CHECK(mgs_sparse_state_restore("x", 1) == MGS_ERR_NOT_INITIALIZED);
   CHECK(std::string(mgs_last_error()).find("mgs_init()") != std::string::npos);
+  size_t buckets = 7;
+  mgs_plan_bucket_t bucket{};
+  CHECK(mgs_get_plan_buckets(&bucket, 1, sizeof bucket, &buckets) == MGS_ERR_NOT_INITIALIZED);
+  CHECK(std::string(mgs_last_error()).find("mgs_init()") != std::string::npos);
+  CHECK(mgs_get_plan_buckets(&bucket, 1, sizeof bucket, nullptr) == MGS_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(mgs_last_error()).find("count is NULL") != std::string::npos);
+  CHECK(mgs_get_plan_buckets(nullptr, 1, sizeof bucket, &buckets) == MGS_ERR_INVALID_ARGUMENT);
   CHECK(mgs_shutdown() == MGS_SUCCESS);  // harmless
   CHECK(std::string(mgs_last_error()).empty());
 }

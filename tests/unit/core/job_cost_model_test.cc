@@ -165,7 +165,7 @@ TEST_CASE("job cost model: the job's density and exchanges are in the model, and
       // The schedule asks the model it holds: the same answer as the owner
       // at every size, at MGS_DENSITY and at a warm-up density.
       SparseStats stats;
-      BucketSchedule schedule(comm, config, cost, stats, [](std::vector<Request>&) {});
+      BucketSchedule schedule(comm, config, cost, stats, [](std::vector<Request>&, int) {});
       const std::vector<Request> members(1);
       for (size_t n : {size_t{1}, size_t{1000}, size_t{1} << 16, size_t{1} << 22}) {
         t_context = "n = " + std::to_string(n);

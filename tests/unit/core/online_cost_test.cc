@@ -239,3 +239,65 @@ TEST_CASE("online exchange time is the service time of serialised calls", "[onli
   CHECK(w[0] == 2000);
   CHECK(w[1] == 1);
 }
+
+TEST_CASE("online per-bucket ends: the mean over ranks, only steps where every rank finished the bucket",
+          "[online]") {
+  OnlineCost r0(OnlineCost::Options{0.15}), r1(OnlineCost::Options{0.15});
+  for (OnlineCost* r : {&r0, &r1}) {
+    r->setBase(baseModel());
+    r->planned(0.004, {0.001, 0.003, 0.004});
+  }
+  REQUIRE(r0.buckets().size() == 3);
+  CHECK(r0.buckets()[1].predicted_end_s == 0.003);
+  auto t0 = Clock::now();
+  // One rank's step `s`: bucket b ends at ends[b] ms from its first gradient
+  // (negative: not finished in the step), the span at the last one.
+  auto run = [&](OnlineCost& r, uint64_t s, const std::vector<double>& ends_ms) {
+    r.stepStarted(t0, s);
+    double last = 0;
+    for (size_t b = 0; b < ends_ms.size(); ++b)
+      if (ends_ms[b] >= 0) {
+        r.bucketFinished(static_cast<int>(b), s, t0 + secs(ends_ms[b] * 1e-3));
+        last = std::max(last, ends_ms[b]);
+      }
+    r.exchangeEnded(t0 + secs(last * 1e-3));
+    // A bucket of another step (it ran before this step began) or of no plan is not counted.
+    r.bucketFinished(0, s + 1, t0 + secs(9e-3));
+    r.bucketFinished(-1, s, t0 + secs(9e-3));
+  };
+  auto reduce = [&](uint64_t s, const std::vector<double>& a, const std::vector<double>& b) {
+    run(r0, s, a);
+    run(r1, s, b);
+    std::vector<int64_t> w0 = packOne(r0), w1 = packOne(r1);
+    REQUIRE(w0.size() == OnlineCost::kWireLength + 2 * 3);
+    for (size_t i = 0; i < w0.size(); ++i) w0[i] += w1[i];
+    r0.onReduced(w0);
+    r1.onReduced(w0);
+    t0 += secs(1.0);
+  };
+  reduce(1, {1, 2, 3}, {1, 2, 3});  // the first step of a plan is not compared
+  CHECK(r0.buckets()[0].checks == 0);
+  reduce(2, {1.0, 2.0, 4.0}, {2.0, 3.0, 5.0});
+  // Rank 1 did not finish bucket 1 in step 3: that step does not count for it.
+  reduce(3, {1.5, 2.5, 4.5}, {2.5, -1, 5.5});
+  for (const OnlineCost* r : {&r0, &r1}) {
+    const auto& f = r->buckets();
+    CHECK(f[0].checks == 2);
+    CHECK(f[1].checks == 1);
+    CHECK(f[2].checks == 2);
+    CHECK(f[0].last_measured_end_s == Approx(0.002).margin(1e-6));   // (1.5 + 2.5) / 2 ms
+    CHECK(f[0].measured_end_sum_s == Approx(0.0035).margin(2e-6));  // 1.5 + 2.0 ms
+    CHECK(f[1].last_measured_end_s == Approx(0.0025).margin(1e-6));  // step 2's: (2 + 3) / 2
+    CHECK(f[2].last_measured_end_s == Approx(0.005).margin(1e-6));
+  }
+  // This rank's own ends of the last step, for the timeline.
+  REQUIRE(r1.lastBucketEnds().size() == 3);
+  CHECK(r1.lastBucketEnds()[1] == Clock::time_point{});
+  CHECK(r1.lastBucketEnds()[2] > r1.lastBucketEnds()[0]);
+  // A new plan starts its figures afresh; one without per-bucket ends says so.
+  r0.planned(0.004);
+  CHECK(r0.buckets().empty());
+  r0.planned(0.004, {-1.0, 0.002});
+  CHECK(r0.buckets()[0].predicted_end_s < 0);
+  CHECK(r0.buckets()[1].checks == 0);
+}
