@@ -456,6 +456,9 @@ mgs_status_t mgs_get_plan_buckets(mgs_plan_bucket_t* buckets, size_t capacity, s
       e.measured_end_us = b.measured_end_us;
       e.measured_end_sum_us = b.measured_end_sum_us;
       e.checks = b.checks;
+      e.predicted_ready_us = b.predicted_ready_us;
+      e.measured_ready_us = b.measured_ready_us;
+      e.measured_ready_sum_us = b.measured_ready_sum_us;
       std::memcpy(reinterpret_cast<char*>(buckets) + i * entry_size, &e, std::min(entry_size, sizeof e));
     }
     return Status::OK();

@@ -29,11 +29,16 @@ bool nonNegative(const std::vector<plan::CommModel::Segment>& s) {
 
 }  // namespace
 
-void OnlineCost::planned(double predicted_span_s, const std::vector<double>& predicted_ends_s) {
+void OnlineCost::planned(double predicted_span_s, const std::vector<double>& predicted_ends_s,
+                         const std::vector<double>& predicted_ready_s) {
   predicted_span_s_ = predicted_span_s;
   buckets_.assign(predicted_ends_s.size(), BucketFigures{});
-  for (size_t i = 0; i < predicted_ends_s.size(); ++i) buckets_[i].predicted_end_s = predicted_ends_s[i];
+  for (size_t i = 0; i < predicted_ends_s.size(); ++i) {
+    buckets_[i].predicted_end_s = predicted_ends_s[i];
+    if (i < predicted_ready_s.size()) buckets_[i].predicted_ready_s = predicted_ready_s[i];
+  }
   bucket_end_.assign(buckets_.size(), Clock::time_point{});
+  bucket_ready_.assign(buckets_.size(), Clock::time_point{});
   packed_bucket_end_.clear();
   window_.clear();
   steps_since_plan_ = 0;
@@ -49,10 +54,11 @@ void OnlineCost::stepStarted(Clock::time_point first_enqueue, uint64_t step) {
   step_ = step;
 }
 
-void OnlineCost::bucketFinished(int index, uint64_t step, Clock::time_point end) {
+void OnlineCost::bucketFinished(int index, uint64_t step, Clock::time_point ready, Clock::time_point end) {
   if (!enabled() || !started_ || step != step_ || index < 0 || static_cast<size_t>(index) >= bucket_end_.size())
     return;
   bucket_end_[index] = std::max(bucket_end_[index], end);
+  bucket_ready_[index] = std::max(bucket_ready_[index], ready);
 }
 
 void OnlineCost::add(Term t, double x, double y, double yhat) {
@@ -103,6 +109,8 @@ void OnlineCost::pack(std::vector<int64_t>* wire) {
   for (size_t b = 0; b < bucket_end_.size(); ++b) {
     const bool seen = started_ && bucket_end_[b] > first_;
     wire->push_back(seen ? quantise(seconds(bucket_end_[b] - first_), kTimeUnit, kMaxY) : 0);
+    wire->push_back(seen && bucket_ready_[b] > first_ ? quantise(seconds(bucket_ready_[b] - first_), kTimeUnit, kMaxY)
+                                                      : 0);
     wire->push_back(seen ? 1 : 0);
     if (!seen) packed_bucket_end_[b] = Clock::time_point{};
   }
@@ -114,22 +122,26 @@ void OnlineCost::discardStep() {
   started_ = false;
   step_end_ = Clock::time_point{};
   std::fill(bucket_end_.begin(), bucket_end_.end(), Clock::time_point{});
+  std::fill(bucket_ready_.begin(), bucket_ready_.end(), Clock::time_point{});
 }
 
 OnlineCost::Decision OnlineCost::onReduced(const std::vector<int64_t>& sums) {
   Decision d;
-  if (!enabled() || !havePrediction() || sums.size() != kWireLength + 2 * buckets_.size()) return d;
+  if (!enabled() || !havePrediction() || sums.size() != kWireLength + kBucketFields * buckets_.size()) return d;
   // The first step under a new plan still holds exchanges of the old one.
   if (++steps_since_plan_ == 1) return d;
   // Per bucket: counted only in a step where every rank finished it (a
   // bucket some rank ran after the boundary is not this step's).
   const int64_t ranks = sums[1];
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    const int64_t sum = sums[kWireLength + 2 * b], seen = sums[kWireLength + 2 * b + 1];
-    if (ranks <= 0 || seen != ranks) continue;
-    const double mean = static_cast<double>(sum) / static_cast<double>(seen) * kTimeUnit;
-    buckets_[b].last_measured_end_s = mean;
-    buckets_[b].measured_end_sum_s += mean;
+    const int64_t* f = &sums[kWireLength + kBucketFields * b];
+    if (ranks <= 0 || f[2] != ranks) continue;
+    const double end = static_cast<double>(f[0]) / static_cast<double>(ranks) * kTimeUnit;
+    const double ready = static_cast<double>(f[1]) / static_cast<double>(ranks) * kTimeUnit;
+    buckets_[b].last_measured_end_s = end;
+    buckets_[b].measured_end_sum_s += end;
+    buckets_[b].last_measured_ready_s = ready;
+    buckets_[b].measured_ready_sum_s += ready;
     ++buckets_[b].checks;
   }
   window_.emplace_back(sums.begin(), sums.begin() + kWireLength);

@@ -54,6 +54,8 @@ class OnlineCost {
   static constexpr size_t kTermFields = 7;
   // Span sum (us), spans counted, then the terms.
   static constexpr size_t kWireLength = 2 + kTermFields * kTerms;
+  // Then per plan bucket: end sum, ready sum, ranks that finished it.
+  static constexpr size_t kBucketFields = 3;
 
   struct Options {
     double tolerance = 0.15;  // MGS_REPLAN_TOLERANCE; 0 disables
@@ -83,17 +85,20 @@ class OnlineCost {
   const plan::CostModel& base() const { return base_; }
   // A plan took effect at this step boundary; its predicted span (first
   // gradient -> last exchange end) and each bucket's predicted exchange end
-  // on the same clock (plan order; negative: not known). Clears the window,
-  // the strikes and the per-bucket figures.
-  void planned(double predicted_span_s, const std::vector<double>& predicted_ends_s = {});
+  // and ready time (its last gradient) on the same clock (plan order;
+  // negative: not known; `predicted_ready_s` may be empty). Clears the
+  // window, the strikes and the per-bucket figures.
+  void planned(double predicted_span_s, const std::vector<double>& predicted_ends_s = {},
+               const std::vector<double>& predicted_ready_s = {});
   bool havePrediction() const { return predicted_span_s_ > 0; }
 
   // Per bucket of the plan that runs, over its compared steps: the predicted
-  // end and the measured one (mean over ranks; the last step and the sum).
+  // end and ready time and the measured ones (mean over ranks; the last step
+  // and the sum). Ready: its last gradient enqueued; end: its outputs written.
   struct BucketFigures {
-    double predicted_end_s = -1;  // negative: the plan did not say
-    double last_measured_end_s = 0;
-    double measured_end_sum_s = 0;
+    double predicted_end_s = -1, predicted_ready_s = -1;  // negative: the plan did not say
+    double last_measured_end_s = 0, last_measured_ready_s = 0;
+    double measured_end_sum_s = 0, measured_ready_sum_s = 0;
     uint64_t checks = 0;  // compared steps in which every rank finished it
   };
   const std::vector<BucketFigures>& buckets() const { return buckets_; }
@@ -106,10 +111,11 @@ class OnlineCost {
   void stepStarted(Clock::time_point first_enqueue, uint64_t step = 0);
   void exchanged(Term term, double bytes, Clock::time_point start, Clock::time_point end);
   void selected(int64_t elements, double seconds);
-  // Bucket `index` of the plan (plan order) finished, its outputs written;
-  // `step` is the schedule's step it ran in: a bucket of an earlier step
-  // than the one being measured is not counted.
-  void bucketFinished(int index, uint64_t step, Clock::time_point end);
+  // Bucket `index` of the plan (plan order) finished, its outputs written at
+  // `end`; its last gradient was enqueued at `ready`. `step` is the
+  // schedule's step it ran in: a bucket of an earlier step than the one
+  // being measured is not counted.
+  void bucketFinished(int index, uint64_t step, Clock::time_point ready, Clock::time_point end);
   // An exchange without a term of its own (the agreed-index exchange): it
   // only ends the step's span; its cost is not refitted.
   void exchangeEnded(Clock::time_point end) {
@@ -117,8 +123,8 @@ class OnlineCost {
   }
 
   // This rank's measurements since the last boundary, as int64 sums
-  // (kWireLength, then per plan bucket its end in kTimeUnit and 1, or 0 and
-  // 0 when it did not finish in the step); resets them.
+  // (kWireLength, then per plan bucket its end and ready time in kTimeUnit
+  // and 1, or 0, 0 and 0 when it did not finish in the step); resets them.
   void pack(std::vector<int64_t>* wire);
   // The span the last pack() sent (first gradient -> last exchange end on
   // this rank); false if that step had none.
@@ -161,7 +167,8 @@ class OnlineCost {
   bool started_ = false;
   uint64_t step_ = 0;
   Clock::time_point first_{}, last_end_{}, step_end_{};
-  std::vector<Clock::time_point> bucket_end_;  // per plan bucket; {}: not finished this step
+  std::vector<Clock::time_point> bucket_end_;    // per plan bucket; {}: not finished this step
+  std::vector<Clock::time_point> bucket_ready_;  // per plan bucket: its last gradient
   bool packed_span_ = false;
   Clock::time_point packed_first_{}, packed_end_{};
   std::vector<Clock::time_point> packed_bucket_end_;

@@ -47,15 +47,17 @@ void Replanner::restartProfile(uint64_t step) {
 void Replanner::planned(const PlanChoice& p, std::optional<PlanChoice>* out) {
   // At once, not when the schedule applies it: a later check at this same
   // boundary must see the new plan's window.
-  std::vector<double> ends = p.predicted_ends;
+  std::vector<double> ends = p.predicted_ends, ready = p.predicted_ready;
   if (ends.size() != p.groups.size()) ends.assign(p.groups.size(), -1.0);
-  cost_.online().planned(p.predicted_span, ends);
+  if (ready.size() != p.groups.size()) ready.assign(p.groups.size(), -1.0);
+  cost_.online().planned(p.predicted_span, ends, ready);
   // The sums follow the plan that runs (a trial candidate, a re-plan).
   stats_.span_predicted_sum_us = stats_.span_measured_sum_us = stats_.span_plan_checks = 0;
   stats_.plan_bucket.assign(p.groups.size(), PlanBucketStat{});
   for (size_t g = 0; g < p.groups.size(); ++g) {
     stats_.plan_bucket[g].tensors = p.groups[g].size();
     stats_.plan_bucket[g].predicted_end_us = ends[g] < 0 ? -1 : std::llround(ends[g] * 1e6);
+    stats_.plan_bucket[g].predicted_ready_us = ready[g] < 0 ? -1 : std::llround(ready[g] * 1e6);
   }
   *out = p;
 }
@@ -151,6 +153,8 @@ void Replanner::reportBuckets(uint64_t step) {
     s.checks = figures[i].checks;
     s.measured_end_us = static_cast<uint64_t>(std::llround(figures[i].last_measured_end_s * 1e6));
     s.measured_end_sum_us = static_cast<uint64_t>(std::llround(figures[i].measured_end_sum_s * 1e6));
+    s.measured_ready_us = static_cast<uint64_t>(std::llround(figures[i].last_measured_ready_s * 1e6));
+    s.measured_ready_sum_us = static_cast<uint64_t>(std::llround(figures[i].measured_ready_sum_s * 1e6));
   }
   Clock::time_point start, end;
   if (!timeline_ || !online.lastSpan(&start, &end)) return;
@@ -172,6 +176,8 @@ void Replanner::reportBuckets(uint64_t step) {
                     "{\"bucket\":" + std::to_string(i) + ",\"tensors\":" + std::to_string(s.tensors) +
                         ",\"predicted_end_us\":" + std::to_string(s.predicted_end_us) +
                         ",\"measured_end_mean_us\":" + std::to_string(s.measured_end_us) +
+                        ",\"predicted_ready_us\":" + std::to_string(s.predicted_ready_us) +
+                        ",\"measured_ready_mean_us\":" + std::to_string(s.measured_ready_us) +
                         ",\"step\":" + std::to_string(step) + "}");
     from = ends[i];
   }
@@ -290,7 +296,10 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
     std::vector<plan::GroupTiming> timing;
     if (!plan::planTimeline(in, p.groups, true, &timing).ok()) timing.clear();
     w.put(static_cast<uint32_t>(timing.size()));
-    for (const auto& t : timing) w.put(t.comm_end_s - first_gap);
+    for (const auto& t : timing) {
+      w.put(t.comm_end_s - first_gap);
+      w.put(t.ready_s - first_gap);
+    }
     w.putString(label);
   }
   return std::move(w.str());
@@ -330,9 +339,10 @@ Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<Plan
     uint32_t ends = 0;
     MGS_ENSURE(r.get(&c.predicted_span) && r.get(&ends), kInternal, "corrupt plan from rank 0");
     for (uint32_t g = 0; g < ends; ++g) {
-      double e = 0;
-      MGS_ENSURE(r.get(&e), kInternal, "corrupt plan from rank 0");
+      double e = 0, ready = 0;
+      MGS_ENSURE(r.get(&e) && r.get(&ready), kInternal, "corrupt plan from rank 0");
       c.predicted_ends.push_back(e);
+      c.predicted_ready.push_back(ready);
     }
     MGS_ENSURE(r.getString(&c.label), kInternal, "corrupt plan from rank 0");
     cands.push_back(std::move(c));

@@ -72,9 +72,10 @@ class Replanner {
   struct PlanChoice {
     std::vector<std::vector<std::string>> groups;  // members in plan order
     double predicted_span = 0;                     // first gradient -> last exchange end
-    // Each group's predicted exchange end on the same clock (the plan's
-    // timeline, plan/plan.h planTimeline); empty: not known (a plan file).
-    std::vector<double> predicted_ends;
+    // Each group's predicted exchange end and ready time (its last
+    // gradient) on the same clock (the plan's timeline, plan/plan.h
+    // planTimeline); empty: not known (a plan file).
+    std::vector<double> predicted_ends, predicted_ready;
     std::string label;  // for rank 0's log
   };
   // What the schedule knows at a step boundary (identical on every rank).

@@ -244,7 +244,11 @@ void SparsePipeline::publishStats() {
 
 void SparsePipeline::complete(BucketExchange& ex) {
   const Status st = ex.finish();
-  if (st.ok()) cost_.online().bucketFinished(ex.planBucket(), ex.planStep(), Clock::now());
+  if (st.ok() && ex.planBucket() >= 0) {
+    Clock::time_point ready{};
+    for (const auto& m : ex.members()) ready = std::max(ready, m.enqueued);
+    cost_.online().bucketFinished(ex.planBucket(), ex.planStep(), ready, Clock::now());
+  }
   // Before the handles complete: a caller woken by them reads statistics
   // that include this bucket, and the next step may enqueue these names.
   publishStats();

@@ -52,6 +52,10 @@ def test_each_compared_step_has_a_plan_span_box():
         assert b["checks"] == stats["plan_span_plan_checks"], (b, stats["plan_span_plan_checks"])
         assert b["predicted_end_us"] > 0 and b["measured_end_us"] > 0, b
         assert b["measured_end_sum_us"] >= b["measured_end_us"], b  # the sum holds the last step
+        # A bucket is ready (its last gradient enqueued) before it ends, predicted and measured.
+        assert 0 <= b["predicted_ready_us"] <= b["predicted_end_us"], b
+        assert b["measured_ready_us"] <= b["measured_end_us"], b
+        assert b["measured_ready_sum_us"] <= b["measured_end_sum_us"], b
     ends = [b["predicted_end_us"] for b in buckets]
     assert ends == sorted(ends), ends
     # The last bucket ends the plan's predicted span (the span's figure is the round grid's mean
@@ -96,3 +100,5 @@ def test_each_compared_step_has_a_plan_span_box():
         assert e["args"]["predicted_end_us"] == b["predicted_end_us"]
         assert e["args"]["measured_end_mean_us"] == b["measured_end_us"]
         assert e["args"]["tensors"] == b["tensors"]
+        assert e["args"]["predicted_ready_us"] == b["predicted_ready_us"]
+        assert e["args"]["measured_ready_mean_us"] == b["measured_ready_us"]

@@ -41,6 +41,9 @@ class MgsPlanBucket(ctypes.Structure):
         ("measured_end_us", ctypes.c_uint64),
         ("measured_end_sum_us", ctypes.c_uint64),
         ("checks", ctypes.c_uint64),
+        ("predicted_ready_us", ctypes.c_int64),
+        ("measured_ready_us", ctypes.c_uint64),
+        ("measured_ready_sum_us", ctypes.c_uint64),
     ]
 
 

@@ -245,31 +245,34 @@ TEST_CASE("online per-bucket ends: the mean over ranks, only steps where every r
   OnlineCost r0(OnlineCost::Options{0.15}), r1(OnlineCost::Options{0.15});
   for (OnlineCost* r : {&r0, &r1}) {
     r->setBase(baseModel());
-    r->planned(0.004, {0.001, 0.003, 0.004});
+    r->planned(0.004, {0.001, 0.003, 0.004}, {0.0005, 0.002, 0.0035});
   }
   REQUIRE(r0.buckets().size() == 3);
   CHECK(r0.buckets()[1].predicted_end_s == 0.003);
+  CHECK(r0.buckets()[1].predicted_ready_s == 0.002);
   auto t0 = Clock::now();
   // One rank's step `s`: bucket b ends at ends[b] ms from its first gradient
-  // (negative: not finished in the step), the span at the last one.
+  // (negative: not finished in the step), its last gradient 0.5 ms before
+  // on rank 0 and 0.25 ms before on rank 1; the span ends at the last one.
   auto run = [&](OnlineCost& r, uint64_t s, const std::vector<double>& ends_ms) {
     r.stepStarted(t0, s);
     double last = 0;
     for (size_t b = 0; b < ends_ms.size(); ++b)
       if (ends_ms[b] >= 0) {
-        r.bucketFinished(static_cast<int>(b), s, t0 + secs(ends_ms[b] * 1e-3));
+        r.bucketFinished(static_cast<int>(b), s, t0 + secs((ends_ms[b] - (&r == &r0 ? 0.5 : 0.25)) * 1e-3),
+                         t0 + secs(ends_ms[b] * 1e-3));
         last = std::max(last, ends_ms[b]);
       }
     r.exchangeEnded(t0 + secs(last * 1e-3));
     // A bucket of another step (it ran before this step began) or of no plan is not counted.
-    r.bucketFinished(0, s + 1, t0 + secs(9e-3));
-    r.bucketFinished(-1, s, t0 + secs(9e-3));
+    r.bucketFinished(0, s + 1, t0, t0 + secs(9e-3));
+    r.bucketFinished(-1, s, t0, t0 + secs(9e-3));
   };
   auto reduce = [&](uint64_t s, const std::vector<double>& a, const std::vector<double>& b) {
     run(r0, s, a);
     run(r1, s, b);
     std::vector<int64_t> w0 = packOne(r0), w1 = packOne(r1);
-    REQUIRE(w0.size() == OnlineCost::kWireLength + 2 * 3);
+    REQUIRE(w0.size() == OnlineCost::kWireLength + OnlineCost::kBucketFields * 3);
     for (size_t i = 0; i < w0.size(); ++i) w0[i] += w1[i];
     r0.onReduced(w0);
     r1.onReduced(w0);
@@ -289,6 +292,9 @@ TEST_CASE("online per-bucket ends: the mean over ranks, only steps where every r
     CHECK(f[0].measured_end_sum_s == Approx(0.0035).margin(2e-6));  // 1.5 + 2.0 ms
     CHECK(f[1].last_measured_end_s == Approx(0.0025).margin(1e-6));  // step 2's: (2 + 3) / 2
     CHECK(f[2].last_measured_end_s == Approx(0.005).margin(1e-6));
+    // Ready: (1.5 - 0.5 + 2.5 - 0.25) / 2 ms in step 3, plus step 2's (0.5 + 1.75) / 2.
+    CHECK(f[0].last_measured_ready_s == Approx(0.001625).margin(1e-6));
+    CHECK(f[0].measured_ready_sum_s == Approx(0.00275).margin(2e-6));
   }
   // This rank's own ends of the last step, for the timeline.
   REQUIRE(r1.lastBucketEnds().size() == 3);
