@@ -140,6 +140,33 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
       config_.replan_tolerance * 100, old.allgather.seconds(65536.0) * 1e3, now.allgather.seconds(65536.0) * 1e3,
       old.allreduce.seconds(4194304.0) * 1e3, now.allreduce.seconds(4194304.0) * 1e3, old.sparsify.c_s,
       now.sparsify.c_s, online.meanReduceSeconds() * 1e6);
+  // Where the plan went wrong, bucket by bucket (mgs_get_plan_buckets): the
+  // three whose mean measured end strays most from the predicted one.
+  std::vector<size_t> worst;
+  for (size_t i = 0; i < stats_.plan_bucket.size(); ++i)
+    if (stats_.plan_bucket[i].checks > 0 && stats_.plan_bucket[i].predicted_end_us >= 0) worst.push_back(i);
+  auto miss = [&](size_t i) {
+    const PlanBucketStat& s = stats_.plan_bucket[i];
+    return std::fabs(static_cast<double>(s.measured_end_sum_us) / static_cast<double>(s.checks) -
+                     static_cast<double>(s.predicted_end_us));
+  };
+  std::stable_sort(worst.begin(), worst.end(), [&](size_t x, size_t y) { return miss(x) > miss(y); });
+  if (worst.size() > 3) worst.resize(3);
+  std::string buckets;
+  for (size_t i : worst) {
+    const PlanBucketStat& s = stats_.plan_bucket[i];
+    const double n = static_cast<double>(s.checks);
+    buckets += fmt::format("{}bucket {} of {} ({} tensors): ready {:.1f} / {:.1f} ms, end {:.1f} / {:.1f} ms",
+                           buckets.empty() ? "" : "; ", i, stats_.plan_bucket.size(), s.tensors,
+                           static_cast<double>(s.predicted_ready_us) / 1e3,
+                           static_cast<double>(s.measured_ready_sum_us) / n / 1e3,
+                           static_cast<double>(s.predicted_end_us) / 1e3,
+                           static_cast<double>(s.measured_end_sum_us) / n / 1e3);
+  }
+  if (!buckets.empty())
+    MGS_LOG_INFO("the plan's buckets that strayed most, predicted / measured from the step's first gradient (mean "
+                 "over ranks and {} compared steps): {}",
+                 stats_.span_plan_checks, buckets);
   st = replan(b, false, out);
   if (!st.ok()) MGS_LOG_ERROR("online re-planning failed, keeping the plan: {}", st.toString());
 }

@@ -131,6 +131,42 @@ void run(double tolerance) {
     for (size_t i = 0; i < span.size(); ++i)
       EXPECT(spans[r * span.size() + i] == span[i], "rank %d reports plan span field %zu as %.0f, rank 0 %.0f", r, i,
              spans[r * span.size() + i], span[i]);
+  // Per bucket (mgs_get_plan_buckets): one entry per bucket of the running
+  // plan, and the same figures on every rank (the measured ones are means
+  // over ranks from the same reduced sums).
+  size_t count = 0;
+  EXPECT_OK(mgs_get_plan_buckets(nullptr, 0, sizeof(mgs_plan_bucket_t), &count));
+  EXPECT(count == st.plan_buckets, "mgs_get_plan_buckets: %zu buckets, the plan has %llu", count,
+         (unsigned long long)st.plan_buckets);
+  std::vector<mgs_plan_bucket_t> pb(count);
+  size_t again = 0;
+  EXPECT_OK(mgs_get_plan_buckets(pb.data(), pb.size(), sizeof(mgs_plan_bucket_t), &again));
+  EXPECT(again == count, "mgs_get_plan_buckets: %zu buckets, then %zu", count, again);
+  std::vector<float> mine;
+  uint64_t elements = 0;
+  for (const auto& b : pb) {
+    elements += b.elements;
+    for (double v : {double(b.tensors), double(b.predicted_end_us), double(b.measured_end_sum_us), double(b.checks),
+                     double(b.predicted_ready_us), double(b.measured_ready_sum_us)})
+      mine.push_back(static_cast<float>(v));
+    if (tolerance > 0 && b.checks > 0)
+      EXPECT(b.measured_ready_sum_us <= b.measured_end_sum_us && b.predicted_ready_us <= b.predicted_end_us,
+             "a bucket ends before it is ready: ready %llu / %lld us, end %llu / %lld us",
+             (unsigned long long)b.measured_ready_sum_us, (long long)b.predicted_ready_us,
+             (unsigned long long)b.measured_end_sum_us, (long long)b.predicted_end_us);
+  }
+  if (count > 0) {
+    uint64_t total = 0;
+    for (int64_t n : {50000, 20000, 80000, 30000, 60000, 10000}) total += static_cast<uint64_t>(n);
+    EXPECT(elements == total, "the plan's buckets hold %llu elements, the job %llu", (unsigned long long)elements,
+           (unsigned long long)total);
+  }
+  // Every rank runs the same plan (checked above), so every rank gathers as many.
+  const std::vector<float> all_pb = mine.empty() ? mine : gatherAll("plan_bucket_figures", mine);
+  for (int r = 1; r < g_size && !mine.empty(); ++r)
+    for (size_t i = 0; i < mine.size(); ++i)
+      EXPECT(all_pb[r * mine.size() + i] == mine[i], "rank %d reports plan bucket field %zu as %.0f, rank 0 %.0f", r,
+             i, all_pb[r * mine.size() + i], mine[i]);
   if (tolerance > 0) {
     EXPECT(st.plan_span_checks > 0 && st.plan_span_predicted_us > 0 && st.plan_span_measured_us > 0,
            "plan span: %llu checks, predicted %llu us, measured %llu us", (unsigned long long)st.plan_span_checks,

@@ -12,6 +12,7 @@ mgs_get_plan_buckets' figures.
 
 import json
 import os
+import re
 import tempfile
 
 import torch
@@ -102,3 +103,34 @@ def test_each_compared_step_has_a_plan_span_box():
         assert e["args"]["tensors"] == b["tensors"]
         assert e["args"]["predicted_ready_us"] == b["predicted_ready_us"]
         assert e["args"]["measured_ready_mean_us"] == b["measured_ready_us"]
+
+
+def test_a_replan_logs_the_buckets_that_strayed_most(capfd):
+    # A tolerance of 1% on a step of a few hundred microseconds: the plan is re-planned as soon as
+    # the cool-down allows, and the re-plan's log names the buckets whose end strayed most.
+    with runtime(MGS_COMPRESSOR="topk", MGS_DENSITY="0.01", MGS_CALIBRATION="off", MGS_DENSE_FALLBACK="0",
+                 MGS_EXCHANGE="allgather", MGS_PLANNER="mgs", MGS_PROFILE_STEPS="2", MGS_PLAN_TRIAL_STEPS="0",
+                 MGS_REPLAN_TOLERANCE="0.01", MGS_LOG_LEVEL="info"):
+        torch.manual_seed(hvd.rank())
+        model = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 64), nn.ReLU(), nn.Linear(64, 80))
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                       named_parameters=model.named_parameters())
+        for _ in range(24):
+            opt.zero_grad()
+            model(torch.randn(8, 64)).pow(2).sum().backward()
+            opt.step()
+        hvd.barrier()
+        stats = mgs.runtime_stats()
+    err = capfd.readouterr().err
+    assert stats["plans"] >= 2, stats["plans"]
+    assert "re-planning at step" in err
+    lines = [line for line in err.splitlines() if "the plan's buckets that strayed most" in line]
+    assert lines, err[-2000:]
+    for line in lines:
+        found = re.findall(r"bucket (\d+) of (\d+) \((\d+) tensors\): ready (-?[\d.]+) / ([\d.]+) ms, "
+                           r"end ([\d.]+) / ([\d.]+) ms", line)
+        assert 1 <= len(found) <= 3, line
+        for bucket, of, tensors, *times in found:
+            assert int(bucket) < int(of) and int(tensors) >= 1, line
+            pred_ready, meas_ready, pred_end, meas_end = map(float, times)
+            assert 0 <= pred_ready <= pred_end and meas_ready <= meas_end and meas_end > 0, line
