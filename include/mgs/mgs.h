@@ -457,17 +457,18 @@ MGS_API mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size);
  * One bucket of the merge plan that runs now: when the plan predicted its last
  * gradient would be ready and its exchange would end, and when they were
  * measured, on the steps the online check compared (MGS_REPLAN_TOLERANCE > 0).
- * Ready against ready separates backward's error from the exchange's. Times are microseconds from the
- * step's first gradient on each rank; measured figures are the mean over ranks
- * (the same on every rank). Fields are only ever added at the end.
+ * Ready against ready separates backward's error from the exchange's. Times
+ * are microseconds from the step's first gradient on each rank; measured
+ * figures are the mean over ranks (the same on every rank). Fields are only
+ * ever added at the end.
  */
 typedef struct mgs_plan_bucket {
-  uint64_t tensors;             /**< gradients merged into it */
-  uint64_t elements;            /**< their elements */
-  int64_t predicted_end_us;     /**< the plan's end of its exchange; -1: not known (a plan from MGS_PLAN_FILE) */
-  uint64_t measured_end_us;     /**< the last compared step: its outputs written (0 before the first) */
-  uint64_t measured_end_sum_us; /**< measured_end_us summed over `checks` steps */
-  uint64_t checks;              /**< compared steps of this plan in which every rank finished it */
+  uint64_t tensors;               /**< gradients merged into it */
+  uint64_t elements;              /**< their elements */
+  int64_t predicted_end_us;       /**< the plan's end of its exchange; -1: not known (a plan from MGS_PLAN_FILE) */
+  uint64_t measured_end_us;       /**< the last compared step: its outputs written (0 before the first) */
+  uint64_t measured_end_sum_us;   /**< measured_end_us summed over `checks` steps */
+  uint64_t checks;                /**< compared steps of this plan in which every rank finished it */
   int64_t predicted_ready_us;     /**< when the plan expected its last gradient; -1: not known */
   uint64_t measured_ready_us;     /**< the last compared step: its last gradient enqueued (mean over ranks) */
   uint64_t measured_ready_sum_us; /**< measured_ready_us summed over `checks` steps */

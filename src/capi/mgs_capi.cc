@@ -437,8 +437,7 @@ mgs_status_t mgs_get_plan_buckets(mgs_plan_bucket_t* buckets, size_t capacity, s
     if (count == nullptr) return Status(Code::kInvalidArgument, "mgs_get_plan_buckets: count is NULL");
     if (buckets == nullptr && capacity > 0)
       return Status(Code::kInvalidArgument, "mgs_get_plan_buckets: buckets is NULL with capacity > 0");
-    if (capacity > 0 && entry_size == 0)
-      return Status(Code::kInvalidArgument, "mgs_get_plan_buckets: entry_size is 0");
+    if (capacity > 0 && entry_size == 0) return Status(Code::kInvalidArgument, "mgs_get_plan_buckets: entry_size is 0");
     std::shared_ptr<mgs::Runtime> rt;
     {
       std::lock_guard<std::mutex> lk(g_mu);

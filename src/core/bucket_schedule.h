@@ -81,7 +81,7 @@ class BucketSchedule {
   // Where the step counter is published for checkpoints, and a restored one
   // taken over from at the start of the next step (null: neither).
   void setProgress(SparseProgress* progress) { progress_ = progress; }
-  // Rank 0's timeline, or null: the re-planner's PLAN_SPAN boxes.
+  // Rank 0's timeline, or null: the re-planner's PLAN_SPAN and PLAN_BUCKET boxes.
   void setTimeline(Timeline* timeline) { replanner_.setTimeline(timeline); }
   // The density of this step (DGC warm-up, algorithms.md 8.3).
   double currentDensity() const;

@@ -55,8 +55,7 @@ void OnlineCost::stepStarted(Clock::time_point first_enqueue, uint64_t step) {
 }
 
 void OnlineCost::bucketFinished(int index, uint64_t step, Clock::time_point ready, Clock::time_point end) {
-  if (!enabled() || !started_ || step != step_ || index < 0 || static_cast<size_t>(index) >= bucket_end_.size())
-    return;
+  if (!enabled() || !started_ || step != step_ || index < 0 || static_cast<size_t>(index) >= bucket_end_.size()) return;
   bucket_end_[index] = std::max(bucket_end_[index], end);
   bucket_ready_[index] = std::max(bucket_ready_[index], ready);
 }

@@ -10,13 +10,14 @@
 //   - every selection: elements and seconds;
 //   - the step's span: first gradient enqueued -> last exchange finished,
 //     which the plan predicts as predicted_s minus the first gradient's gap;
-//   - when each of the plan's buckets finished (outputs written), from the
-//     same first gradient, against the plan's predicted end of its exchange.
+//   - when each of the plan's buckets was ready (its last gradient enqueued)
+//     and finished (outputs written), from the same first gradient, against
+//     the plan's predicted ready time and end of its exchange.
 // At a step boundary each rank packs these into a fixed vector of int64
 // (sufficient statistics of a least-squares fit of measured against
-// predicted time, in fixed units, then each bucket's end and whether it was
-// seen; every rank runs the same plan, so the same length) and the pipeline
-// SUM-allreduces it: integer
+// predicted time, in fixed units, then each plan bucket's end, ready time and
+// whether it finished; every rank runs the same plan, so the same length) and
+// the pipeline SUM-allreduces it: integer
 // sums are exact and independent of the reduction order, so every rank holds
 // the same bits and takes the same decision without a second message.
 //

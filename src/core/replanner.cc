@@ -117,9 +117,8 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
     if (timeline_ && online.lastSpan(&start, &end))
       // This rank's span as the box; the figures compared are the stats' (the mean over ranks).
       timeline_->span("mgs.plan", "PLAN_SPAN", start, end,
-                      "{\"predicted_us\":" + std::to_string(stats_.span_predicted_us) +
-                          ",\"measured_mean_us\":" + std::to_string(stats_.span_measured_us) +
-                          ",\"step\":" + std::to_string(b.step) + "}");
+                      "{\"predicted_us\":" + std::to_string(stats_.span_predicted_us) + ",\"measured_mean_us\":" +
+                          std::to_string(stats_.span_measured_us) + ",\"step\":" + std::to_string(b.step) + "}");
     reportBuckets(b.step);
   }
   if (!d.replan) return;
@@ -156,17 +155,17 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
   for (size_t i : worst) {
     const PlanBucketStat& s = stats_.plan_bucket[i];
     const double n = static_cast<double>(s.checks);
-    buckets += fmt::format("{}bucket {} of {} ({} tensors): ready {:.1f} / {:.1f} ms, end {:.1f} / {:.1f} ms",
-                           buckets.empty() ? "" : "; ", i, stats_.plan_bucket.size(), s.tensors,
-                           static_cast<double>(s.predicted_ready_us) / 1e3,
-                           static_cast<double>(s.measured_ready_sum_us) / n / 1e3,
-                           static_cast<double>(s.predicted_end_us) / 1e3,
-                           static_cast<double>(s.measured_end_sum_us) / n / 1e3);
+    buckets += fmt::format(
+        "{}bucket {} of {} ({} tensors): ready {:.1f} / {:.1f} ms, end {:.1f} / {:.1f} ms", buckets.empty() ? "" : "; ",
+        i, stats_.plan_bucket.size(), s.tensors, static_cast<double>(s.predicted_ready_us) / 1e3,
+        static_cast<double>(s.measured_ready_sum_us) / n / 1e3, static_cast<double>(s.predicted_end_us) / 1e3,
+        static_cast<double>(s.measured_end_sum_us) / n / 1e3);
   }
   if (!buckets.empty())
-    MGS_LOG_INFO("the plan's buckets that strayed most, predicted / measured from the step's first gradient (mean "
-                 "over ranks and {} compared steps): {}",
-                 stats_.span_plan_checks, buckets);
+    MGS_LOG_INFO(
+        "the plan's buckets that strayed most, predicted / measured from the step's first gradient (mean "
+        "over ranks and {} compared steps): {}",
+        stats_.span_plan_checks, buckets);
   st = replan(b, false, out);
   if (!st.ok()) MGS_LOG_ERROR("online re-planning failed, keeping the plan: {}", st.toString());
 }

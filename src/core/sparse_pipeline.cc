@@ -34,7 +34,8 @@ SparsePipeline::SparsePipeline(Communicator& comm, const Config& config, Residua
       complete_(std::move(complete)),
       threads_(threadBudget(config.threads, comm.localSize())),
       cost_(comm, config_),
-      schedule_(comm, config_, cost_, stats_, [this](std::vector<Request>& members, int plan_bucket) { runBucket(members, plan_bucket); }),
+      schedule_(comm, config_, cost_, stats_,
+                [this](std::vector<Request>& members, int plan_bucket) { runBucket(members, plan_bucket); }),
       exchange_(comm, progress),
       scatter_(comm.size()),
       ctx_(comm, config_, stats_, cost_.online(), exchange_, scatter_) {

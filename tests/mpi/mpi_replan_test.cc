@@ -165,8 +165,8 @@ void run(double tolerance) {
   const std::vector<float> all_pb = mine.empty() ? mine : gatherAll("plan_bucket_figures", mine);
   for (int r = 1; r < g_size && !mine.empty(); ++r)
     for (size_t i = 0; i < mine.size(); ++i)
-      EXPECT(all_pb[r * mine.size() + i] == mine[i], "rank %d reports plan bucket field %zu as %.0f, rank 0 %.0f", r,
-             i, all_pb[r * mine.size() + i], mine[i]);
+      EXPECT(all_pb[r * mine.size() + i] == mine[i], "rank %d reports plan bucket field %zu as %.0f, rank 0 %.0f", r, i,
+             all_pb[r * mine.size() + i], mine[i]);
   if (tolerance > 0) {
     EXPECT(st.plan_span_checks > 0 && st.plan_span_predicted_us > 0 && st.plan_span_measured_us > 0,
            "plan span: %llu checks, predicted %llu us, measured %llu us", (unsigned long long)st.plan_span_checks,

@@ -251,7 +251,7 @@ class Library:
 
     def plan_buckets(self):
         """The merge plan's buckets in backward order, each a dict of mgs_plan_bucket_t's fields
-        (predicted against measured end, microseconds from the step's first gradient); [] while
+        (predicted against measured ready time and end, microseconds from the step's first gradient); [] while
         the job profiles; None if the library has no mgs_get_plan_buckets."""
         fn = getattr(self.cdll, "mgs_get_plan_buckets", None)
         if fn is None:

@@ -38,7 +38,7 @@ namespace {
 std::mutex g_fail_mu;
 std::vector<std::string> g_failures;
 thread_local std::string t_context;
-#define RANK_CHECK(cond)                                                                          \
+#define RANK_CHECK(cond)                                                                           \
   do {                                                                                             \
     if (!(cond)) {                                                                                 \
       std::lock_guard<std::mutex> lk_(g_fail_mu);                                                  \

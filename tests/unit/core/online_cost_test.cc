@@ -240,8 +240,7 @@ TEST_CASE("online exchange time is the service time of serialised calls", "[onli
   CHECK(w[1] == 1);
 }
 
-TEST_CASE("online per-bucket ends: the mean over ranks, only steps where every rank finished the bucket",
-          "[online]") {
+TEST_CASE("online per-bucket ends: the mean over ranks, only steps where every rank finished the bucket", "[online]") {
   OnlineCost r0(OnlineCost::Options{0.15}), r1(OnlineCost::Options{0.15});
   for (OnlineCost* r : {&r0, &r1}) {
     r->setBase(baseModel());
@@ -289,7 +288,7 @@ TEST_CASE("online per-bucket ends: the mean over ranks, only steps where every r
     CHECK(f[1].checks == 1);
     CHECK(f[2].checks == 2);
     CHECK(f[0].last_measured_end_s == Approx(0.002).margin(1e-6));   // (1.5 + 2.5) / 2 ms
-    CHECK(f[0].measured_end_sum_s == Approx(0.0035).margin(2e-6));  // 1.5 + 2.0 ms
+    CHECK(f[0].measured_end_sum_s == Approx(0.0035).margin(2e-6));   // 1.5 + 2.0 ms
     CHECK(f[1].last_measured_end_s == Approx(0.0025).margin(1e-6));  // step 2's: (2 + 3) / 2
     CHECK(f[2].last_measured_end_s == Approx(0.005).margin(1e-6));
     // Ready: (1.5 - 0.5 + 2.5 - 0.25) / 2 ms in step 3, plus step 2's (0.5 + 1.75) / 2.
