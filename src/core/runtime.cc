@@ -107,6 +107,12 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
         MGS_LOG_INFO("dense allreduce: mgs's ring from {} KiB, Open MPI's below (ring/library at {})",
                      rc.ring_min_bytes >> 10, times);
       }
+      // What the pipeline resolved at init (MGS_WARMUP_STEPS 'auto') is in
+      // the statistics when mgs_init returns, not after the first cycle.
+      if (sparse) {
+        std::lock_guard<std::mutex> lk(self->stats_mu_);
+        self->sparse_stats_ = sparse->stats();
+      }
       self->running_ = true;
     }
     ready.set_value(st);

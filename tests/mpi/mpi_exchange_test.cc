@@ -227,6 +227,12 @@ void scenarioWarmup() {
   const int W = w ? std::atoi(w) : -1;
   const double rho = d ? std::atof(d) : 0.001;
   EXPECT(W >= 0, "TEST_WARMUP_STEPS unset");
+  // Resolved at init and in the statistics as soon as mgs_init returns (an
+  // optimizer reads it before its first exchange): no cycle has to run first.
+  mgs_stats_t at_init{};
+  EXPECT_OK(mgs_get_stats(&at_init, sizeof at_init));
+  EXPECT(at_init.sparse_warmup_steps == static_cast<uint64_t>(W),
+         "right after mgs_init: sparse_warmup_steps %llu, want %d", (unsigned long long)at_init.sparse_warmup_steps, W);
   const int64_t n = 100000;
   const int kSteps = std::max(60, W + 10);
   std::vector<float> x(n), out(n);
