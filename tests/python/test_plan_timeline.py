@@ -27,18 +27,24 @@ def test_each_compared_step_has_a_plan_span_box():
     # Rank 0 writes the file; every rank is given the same path.
     path = hvd.broadcast_object(tempfile.mktemp(suffix=".json", prefix="mgs_plan_timeline_") if hvd.rank() == 0
                                 else None, root_rank=0)
-    steps = 14
     with runtime(MGS_COMPRESSOR="topk", MGS_DENSITY="0.01", MGS_CALIBRATION="off", MGS_DENSE_FALLBACK="0",
                  MGS_EXCHANGE="allgather", MGS_PLANNER="mgs", MGS_PROFILE_STEPS="2", MGS_PLAN_TRIAL_STEPS="0",
-                 MGS_TIMELINE=path, MGS_REPLAN_TOLERANCE="100"):  # compares every step, never re-plans
+                 MGS_TIMELINE=path, MGS_REPLAN_TOLERANCE="100"):  # compares every step, re-plans only at 101x
         torch.manual_seed(hvd.rank())
         model = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 64))
         opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
                                        named_parameters=model.named_parameters())
-        for _ in range(steps):
+        # At least 14 steps, and on until the plan that runs has 3 compared steps: a step 101x slower
+        # than predicted (a loaded host) may still re-plan. The decision is collective (a rank may read
+        # its statistics a cycle late), and nothing changes the plan after the last step.
+        for step in range(40):
             opt.zero_grad()
             model(torch.randn(8, 64)).pow(2).sum().backward()
             opt.step()
+            if step >= 13:
+                ready = float(mgs.runtime_stats()["plan_span_plan_checks"] >= 3)
+                if hvd.allreduce(torch.tensor([ready]), op=hvd.Min, name=f"plan_timeline.ready.{step}").item():
+                    break
         hvd.barrier()
         stats = mgs.runtime_stats()
         buckets = mgs.plan_buckets()
@@ -91,8 +97,11 @@ def test_each_compared_step_has_a_plan_span_box():
     for e in bucket_boxes:
         by_step.setdefault(e["args"]["step"], []).append(e)
     assert sorted(by_step) == [b["args"]["step"] for b in boxes], (sorted(by_step), [b["args"]["step"] for b in boxes])
+    # The running plan's compared steps are the last ones: each has a box per bucket of it.
+    last_plan = {b["args"]["step"] for b in boxes[len(boxes) - stats["plan_span_plan_checks"]:]}
     for step, es in by_step.items():
-        assert sorted(e["args"]["bucket"] for e in es) == list(range(len(buckets))), (step, es)
+        indices = sorted(e["args"]["bucket"] for e in es)
+        assert indices == list(range(len(buckets) if step in last_plan else len(indices))), (step, es)
         es.sort(key=lambda e: e["ts"])
         for prev, nxt in zip(es, es[1:]):  # tiles: each box starts where the one before ended
             assert abs(nxt["ts"] - (prev["ts"] + prev["dur"])) <= 1, (prev, nxt)
