@@ -428,8 +428,10 @@ typedef struct mgs_stats {
   uint64_t plan_span_checks;       /**< steps whose span was compared with the plan's prediction */
   uint64_t plan_span_predicted_us; /**< the last compared step's span (first gradient to last exchange) as the
                                         plan predicted it, microseconds */
-  uint64_t plan_span_measured_us;  /**< ... as measured, mean over ranks (the same on every rank) */
-  /* Process sets other than the global one (each has its own sparse pipeline; the fields above are the global set's): */
+  uint64_t plan_span_measured_us;  /**< ... as measured, from the first gradient of the rank that started the
+                                        step last, mean over ranks (the same on every rank) */
+  /* Process sets other than the global one (each has its own sparse pipeline; the fields above are the global set's):
+   */
   uint64_t set_sparse_buckets;     /**< their buckets exchanged sparsely, on this rank */
   uint64_t set_sparse_bytes_sent;  /**< values + indices this rank sent for them */
   uint64_t sparse_warmup_steps;    /**< density warm-up steps of this job (MGS_WARMUP_STEPS resolved: 'auto' gives
@@ -454,13 +456,14 @@ typedef struct mgs_stats {
 MGS_API mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size);
 
 /**
- * One bucket of the merge plan that runs now: when the plan predicted its last
- * gradient would be ready and its exchange would end, and when they were
- * measured, on the steps the online check compared (MGS_REPLAN_TOLERANCE > 0).
- * Ready against ready separates backward's error from the exchange's. Times
- * are microseconds from the step's first gradient on each rank; measured
- * figures are the mean over ranks (the same on every rank). Fields are only
- * ever added at the end.
+ * One bucket of the merge plan that runs now: when the plan predicted it would
+ * be ready (the negotiation round that finds its last gradient enqueued on
+ * every rank) and its exchange would end, and when they were measured, on the
+ * steps the online check compared (MGS_REPLAN_TOLERANCE > 0). Ready against
+ * ready separates backward's error from the exchange's. Times are
+ * microseconds from the first gradient of the rank that started the step
+ * last (docs/planner.md, section 7); measured figures are the mean over ranks
+ * (the same on every rank). Fields are only ever added at the end.
  */
 typedef struct mgs_plan_bucket {
   uint64_t tensors;               /**< gradients merged into it */
@@ -469,8 +472,8 @@ typedef struct mgs_plan_bucket {
   uint64_t measured_end_us;       /**< the last compared step: its outputs written (0 before the first) */
   uint64_t measured_end_sum_us;   /**< measured_end_us summed over `checks` steps */
   uint64_t checks;                /**< compared steps of this plan in which every rank finished it */
-  int64_t predicted_ready_us;     /**< when the plan expected its last gradient; -1: not known */
-  uint64_t measured_ready_us;     /**< the last compared step: its last gradient enqueued (mean over ranks) */
+  int64_t predicted_ready_us;     /**< when the plan expected it declared ready everywhere; -1: not known */
+  uint64_t measured_ready_us;     /**< the last compared step: when it was declared ready (mean over ranks) */
   uint64_t measured_ready_sum_us; /**< measured_ready_us summed over `checks` steps */
 } mgs_plan_bucket_t;
 

@@ -141,14 +141,17 @@ class BucketExchange {
   BucketExchange& operator=(const BucketExchange&) = delete;
 
   std::vector<Request>& members() { return members_; }
-  // Its index in the plan that ran it (-1: none) and the schedule's step:
-  // the online check's per-bucket figures (OnlineCost::bucketFinished).
-  void setPlanBucket(int index, uint64_t step) {
+  // Its index in the plan that ran it (-1: none), the schedule's step and
+  // when negotiation declared its last member ready on every rank: the
+  // online check's per-bucket figures (OnlineCost::bucketFinished).
+  void setPlanBucket(int index, uint64_t step, Clock::time_point declared) {
     plan_bucket_ = index;
     plan_step_ = step;
+    plan_declared_ = declared;
   }
   int planBucket() const { return plan_bucket_; }
   uint64_t planStep() const { return plan_step_; }
+  Clock::time_point planDeclared() const { return plan_declared_; }
   // Queued: finished in order by the pipeline's poll(); else start() ran it
   // to its end and the pipeline finishes it at once.
   virtual bool queued() const { return true; }
@@ -177,6 +180,7 @@ class BucketExchange {
   std::vector<Request> members_;
   int plan_bucket_ = -1;
   uint64_t plan_step_ = 0;
+  Clock::time_point plan_declared_{};
 };
 
 // What the pipeline hands an exchange's start: the bucket, its members

@@ -74,7 +74,8 @@ void BucketSchedule::refuse(Request& req, const std::string& why) {
   }
 }
 
-void BucketSchedule::submit(std::vector<Request> reqs) {
+void BucketSchedule::submit(std::vector<Request> reqs, Clock::time_point declared) {
+  declared_ = declared;
   for (auto& req : reqs) {
     if (pinned_) {
       // A loaded plan runs only the job it was made for (names and sizes
@@ -105,7 +106,7 @@ void BucketSchedule::submit(std::vector<Request> reqs) {
         replanner_.restartProfile(step_);
       }
       if (progress_) progress_->stepBegan(step_);
-      replanner_.stepStarted(req.enqueued, step_);
+      replanner_.stepStarted(req.enqueued, step_, declared_);
     }
     seen_.insert(req.name);
     elements_[req.name] = static_cast<int64_t>(req.input.numel());
@@ -149,6 +150,7 @@ void BucketSchedule::endCycle(bool nothing_ready) {
           "never); a run where they come sooner sends it whole, so runs may differ from here on",
           idle_cycles_);
     }
+    declared_ = Clock::now();
     flushPartialBuckets();
     idle_cycles_ = 0;
   }

@@ -62,8 +62,17 @@ class BucketSchedule {
   // Running a plan loaded from MGS_PLAN_FILE.
   bool pinned() const { return pinned_; }
 
-  // Ready sparse requests, in negotiated order.
-  void submit(std::vector<Request> reqs);
+  // Ready sparse requests, in negotiated order, declared ready by the
+  // negotiation round that ended at `declared` (this rank's clock).
+  void submit(std::vector<Request> reqs, Clock::time_point declared = Clock::now());
+  // When the buckets run now were declared ready: the submit's, or the
+  // idle flush's cycle.
+  Clock::time_point declared() const { return declared_; }
+  // A ready gradient the runtime reduces densely (sparse-eligible but too
+  // small): the re-planner profiles it for the coordinator model.
+  void noteDense(const Request& req) {
+    replanner_.recordDense(req.name, static_cast<int64_t>(req.input.numel()), req.enqueued, step_, have_plan_);
+  }
   // Called once per coordinator cycle with whether the negotiated ready list
   // was empty (identical on every rank). After about a second of empty cycles
   // in a row (idleFlushCycles), partially filled buckets run with what they
@@ -110,6 +119,7 @@ class BucketSchedule {
   Replanner replanner_;
 
   uint64_t step_ = 0;
+  Clock::time_point declared_{};
   SparseProgress* progress_ = nullptr;
   int idle_cycles_ = 0;
   std::unordered_set<std::string> seen_;  // names seen in the current step

@@ -41,6 +41,8 @@ void Executor::run(std::vector<ReadyOp>& ops) {
       sparse.push_back(std::move(op.req));
       continue;
     }
+    if (sparse_ && op.req.sig.type == OpType::kAllreduce && (op.req.sig.flags & MGS_FLAG_SPARSE_OK))
+      sparse_->noteDense(op.req);
     ok.push_back(&op.req);
     sigs.push_back(&op.req.sig);
     bytes.push_back(op.req.input.bytes());
@@ -95,7 +97,7 @@ void Executor::run(std::vector<ReadyOp>& ops) {
     for (Request* r : group) complete_(*r, st);
   }
   if (sparse_) {
-    if (!sparse.empty()) sparse_->submit(std::move(sparse));
+    if (!sparse.empty()) sparse_->submit(std::move(sparse), now);
     sparse_->endCycle(ops.empty());
   }
   poll();

@@ -47,10 +47,11 @@ void OnlineCost::planned(double predicted_span_s, const std::vector<double>& pre
   fixed_since_plan_ = false;
 }
 
-void OnlineCost::stepStarted(Clock::time_point first_enqueue, uint64_t step) {
+void OnlineCost::stepStarted(Clock::time_point first_enqueue, uint64_t step, Clock::time_point declared) {
   if (started_ || !enabled()) return;
   started_ = true;
   first_ = first_enqueue;
+  declared_ = std::max(first_enqueue, declared);
   step_ = step;
 }
 
@@ -93,11 +94,13 @@ void OnlineCost::selected(int64_t elements, double secs) {
 
 void OnlineCost::pack(std::vector<int64_t>* wire) {
   wire->assign(kWireLength, 0);
-  packed_span_ = started_ && step_end_ > first_;
+  // Times from the step's first declaration (onReduced adds the lead back).
+  packed_span_ = started_ && step_end_ > declared_;
   if (packed_span_) {
-    (*wire)[0] = quantise(seconds(step_end_ - first_), kTimeUnit, kMaxY);
+    (*wire)[0] = quantise(seconds(step_end_ - declared_), kTimeUnit, kMaxY);
     (*wire)[1] = 1;
     packed_first_ = first_;
+    packed_declared_ = declared_;
     packed_end_ = step_end_;
   }
   // The per-call values are whole units, so these sums are whole numbers
@@ -106,12 +109,21 @@ void OnlineCost::pack(std::vector<int64_t>* wire) {
   for (size_t i = 2; i < kWireLength; ++i) (*wire)[i] = static_cast<int64_t>(std::min(local_[i], 0x1p62));
   packed_bucket_end_ = bucket_end_;
   for (size_t b = 0; b < bucket_end_.size(); ++b) {
-    const bool seen = started_ && bucket_end_[b] > first_;
-    wire->push_back(seen ? quantise(seconds(bucket_end_[b] - first_), kTimeUnit, kMaxY) : 0);
-    wire->push_back(seen && bucket_ready_[b] > first_ ? quantise(seconds(bucket_ready_[b] - first_), kTimeUnit, kMaxY)
-                                                      : 0);
+    const bool seen = started_ && bucket_end_[b] > declared_;
+    wire->push_back(seen ? quantise(seconds(bucket_end_[b] - declared_), kTimeUnit, kMaxY) : 0);
+    wire->push_back(
+        seen && bucket_ready_[b] > declared_ ? quantise(seconds(bucket_ready_[b] - declared_), kTimeUnit, kMaxY) : 0);
     wire->push_back(seen ? 1 : 0);
     if (!seen) packed_bucket_end_[b] = Clock::time_point{};
+  }
+  // The lead of this rank's first gradient over the first declaration: in
+  // the sum (with the span's rank count), and in its slot.
+  const int64_t lead = packed_span_ ? quantise(seconds(declared_ - first_), kTimeUnit, kMaxY) : 0;
+  wire->push_back(lead);
+  if (ranks_ <= kMaxLeadRanks) {
+    const size_t slots = wire->size();
+    wire->resize(slots + static_cast<size_t>(ranks_), 0);
+    if (packed_span_ && rank_ >= 0 && rank_ < ranks_) (*wire)[slots + static_cast<size_t>(rank_)] = lead + 1;
   }
   discardStep();
 }
@@ -126,17 +138,35 @@ void OnlineCost::discardStep() {
 
 OnlineCost::Decision OnlineCost::onReduced(const std::vector<int64_t>& sums) {
   Decision d;
-  if (!enabled() || !havePrediction() || sums.size() != kWireLength + kBucketFields * buckets_.size()) return d;
+  if (!enabled() || !havePrediction() || sums.size() != wireLength()) return d;
   // The first step under a new plan still holds exchanges of the old one.
   if (++steps_since_plan_ == 1) return d;
+  const int64_t ranks = sums[1];
+  // The lead added back: the smallest of the ranks' (the one that started
+  // last) when every rank has its slot filled, else the mean.
+  const size_t lead_at = kWireLength + kBucketFields * buckets_.size();
+  double lead_units = ranks > 0 ? static_cast<double>(sums[lead_at]) / static_cast<double>(ranks) : 0.0;
+  if (ranks_ <= kMaxLeadRanks) {
+    int64_t least = -1;
+    bool all = true;
+    for (int r = 0; r < ranks_; ++r) {
+      const int64_t v = sums[lead_at + 1 + static_cast<size_t>(r)];
+      if (v <= 0) all = false;
+      if (v > 0 && (least < 0 || v - 1 < least)) least = v - 1;
+    }
+    if (all && least >= 0) lead_units = static_cast<double>(least);
+  }
+  const double lead_s = lead_units * kTimeUnit;
+  if (packed_span_)
+    packed_first_ =
+        packed_declared_ - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(lead_s));
   // Per bucket: counted only in a step where every rank finished it (a
   // bucket some rank ran after the boundary is not this step's).
-  const int64_t ranks = sums[1];
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const int64_t* f = &sums[kWireLength + kBucketFields * b];
     if (ranks <= 0 || f[2] != ranks) continue;
-    const double end = static_cast<double>(f[0]) / static_cast<double>(ranks) * kTimeUnit;
-    const double ready = static_cast<double>(f[1]) / static_cast<double>(ranks) * kTimeUnit;
+    const double end = static_cast<double>(f[0]) / static_cast<double>(ranks) * kTimeUnit + lead_s;
+    const double ready = static_cast<double>(f[1]) / static_cast<double>(ranks) * kTimeUnit + lead_s;
     buckets_[b].last_measured_end_s = end;
     buckets_[b].measured_end_sum_s += end;
     buckets_[b].last_measured_ready_s = ready;
@@ -147,7 +177,7 @@ OnlineCost::Decision OnlineCost::onReduced(const std::vector<int64_t>& sums) {
   if (window_.size() > static_cast<size_t>(std::max(1, opt_.window))) window_.erase(window_.begin());
   if (sums[1] <= 0) return d;
   d.checked = true;
-  d.measured_s = static_cast<double>(sums[0]) / static_cast<double>(sums[1]) * kTimeUnit;
+  d.measured_s = static_cast<double>(sums[0]) / static_cast<double>(sums[1]) * kTimeUnit + lead_s;
   d.predicted_s = predicted_span_s_;
   if (std::fabs(d.measured_s - d.predicted_s) > opt_.tolerance * d.predicted_s) {
     ++strikes_;

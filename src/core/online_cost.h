@@ -10,13 +10,24 @@
 //   - every selection: elements and seconds;
 //   - the step's span: first gradient enqueued -> last exchange finished,
 //     which the plan predicts as predicted_s minus the first gradient's gap;
-//   - when each of the plan's buckets was ready (its last gradient enqueued)
-//     and finished (outputs written), from the same first gradient, against
-//     the plan's predicted ready time and end of its exchange.
+//   - when each of the plan's buckets was declared ready (the negotiation
+//     round that found its last gradient enqueued on every rank) and when it
+//     finished (outputs written), from the same first gradient, against the
+//     plan's predicted round and end of its exchange.
+// Whose first gradient: the ranks do not start backward together (on shared
+// cores one rank started 180 ms before the last), and the first to start
+// waits at the first round for the others, which the model, whose clock
+// runs at the pace of the slowest rank (the profile's), does not predict.
+// So every time is measured from the step's first declaration (the round
+// that declared its first sparse gradient: one event on every rank), and
+// the smallest lead of any rank's first gradient over it is added back: the
+// span of the rank that started last. With more than kMaxLeadRanks ranks
+// the mean lead is added (each rank's own first gradient).
 // At a step boundary each rank packs these into a fixed vector of int64
 // (sufficient statistics of a least-squares fit of measured against
-// predicted time, in fixed units, then each plan bucket's end, ready time and
-// whether it finished; every rank runs the same plan, so the same length) and
+// predicted time, in fixed units, then each plan bucket's end, declared time
+// and whether it finished, then its lead: as a sum and in its own slot;
+// every rank runs the same plan, so the same length) and
 // the pipeline SUM-allreduces it: integer
 // sums are exact and independent of the reduction order, so every rank holds
 // the same bits and takes the same decision without a second message.
@@ -57,6 +68,9 @@ class OnlineCost {
   static constexpr size_t kWireLength = 2 + kTermFields * kTerms;
   // Then per plan bucket: end sum, ready sum, ranks that finished it.
   static constexpr size_t kBucketFields = 3;
+  // Then the sum of the ranks' leads, and one slot per rank (its lead + 1
+  // unit, 0: it did not start the step) up to this many ranks.
+  static constexpr int kMaxLeadRanks = 256;
 
   struct Options {
     double tolerance = 0.15;  // MGS_REPLAN_TOLERANCE; 0 disables
@@ -83,10 +97,19 @@ class OnlineCost {
     have_base_ = true;
   }
   bool haveBase() const { return have_base_; }
+  // This rank and the job's size: the wire's lead slots (1 and 0 until set).
+  void setRanks(int size, int rank) {
+    ranks_ = std::max(1, size);
+    rank_ = rank;
+  }
+  // What pack() writes, and onReduced() takes, with the plan in force.
+  size_t wireLength() const {
+    return kWireLength + kBucketFields * buckets_.size() + 1 + (ranks_ <= kMaxLeadRanks ? ranks_ : 0);
+  }
   const plan::CostModel& base() const { return base_; }
   // A plan took effect at this step boundary; its predicted span (first
   // gradient -> last exchange end) and each bucket's predicted exchange end
-  // and ready time (its last gradient) on the same clock (plan order;
+  // and ready time (the round that declares it) on the same clock (plan order;
   // negative: not known; `predicted_ready_s` may be empty). Clears the
   // window, the strikes and the per-bucket figures.
   void planned(double predicted_span_s, const std::vector<double>& predicted_ends_s = {},
@@ -95,7 +118,8 @@ class OnlineCost {
 
   // Per bucket of the plan that runs, over its compared steps: the predicted
   // end and ready time and the measured ones (mean over ranks; the last step
-  // and the sum). Ready: its last gradient enqueued; end: its outputs written.
+  // and the sum). Ready: declared ready on every rank by a negotiation round;
+  // end: its outputs written.
   struct BucketFigures {
     double predicted_end_s = -1, predicted_ready_s = -1;  // negative: the plan did not say
     double last_measured_end_s = 0, last_measured_ready_s = 0;
@@ -108,12 +132,13 @@ class OnlineCost {
   const std::vector<Clock::time_point>& lastBucketEnds() const { return packed_bucket_end_; }
 
   // Per-rank measurements (coordinator thread).
-  // The first gradient of the schedule's step `step`.
-  void stepStarted(Clock::time_point first_enqueue, uint64_t step = 0);
+  // The first gradient of the schedule's step `step`, declared ready on
+  // every rank at `declared` (default: at once).
+  void stepStarted(Clock::time_point first_enqueue, uint64_t step = 0, Clock::time_point declared = {});
   void exchanged(Term term, double bytes, Clock::time_point start, Clock::time_point end);
   void selected(int64_t elements, double seconds);
   // Bucket `index` of the plan (plan order) finished, its outputs written at
-  // `end`; its last gradient was enqueued at `ready`. `step` is the
+  // `end`; its last gradient was declared ready at `ready`. `step` is the
   // schedule's step it ran in: a bucket of an earlier step than the one
   // being measured is not counted.
   void bucketFinished(int index, uint64_t step, Clock::time_point ready, Clock::time_point end);
@@ -125,10 +150,13 @@ class OnlineCost {
 
   // This rank's measurements since the last boundary, as int64 sums
   // (kWireLength, then per plan bucket its end and ready time in kTimeUnit
-  // and 1, or 0, 0 and 0 when it did not finish in the step); resets them.
+  // and 1, or 0, 0 and 0 when it did not finish in the step, then the lead
+  // fields; wireLength() in all); resets them.
   void pack(std::vector<int64_t>* wire);
-  // The span the last pack() sent (first gradient -> last exchange end on
-  // this rank); false if that step had none.
+  // The span the last check compared, on this rank's clock (from where the
+  // rank that started last had its first gradient, after onReduced: see
+  // above; before it, this rank's own), to its last exchange end; false if
+  // that step had none.
   bool lastSpan(Clock::time_point* start, Clock::time_point* end) const {
     *start = packed_first_;
     *end = packed_end_;
@@ -167,11 +195,12 @@ class OnlineCost {
   std::vector<double> local_ = std::vector<double>(kWireLength, 0.0);
   bool started_ = false;
   uint64_t step_ = 0;
-  Clock::time_point first_{}, last_end_{}, step_end_{};
+  Clock::time_point first_{}, declared_{}, last_end_{}, step_end_{};
+  int ranks_ = 1, rank_ = 0;
   std::vector<Clock::time_point> bucket_end_;    // per plan bucket; {}: not finished this step
-  std::vector<Clock::time_point> bucket_ready_;  // per plan bucket: its last gradient
+  std::vector<Clock::time_point> bucket_ready_;  // per plan bucket: when it was declared ready
   bool packed_span_ = false;
-  Clock::time_point packed_first_{}, packed_end_{};
+  Clock::time_point packed_first_{}, packed_declared_{}, packed_end_{};
   std::vector<Clock::time_point> packed_bucket_end_;
   // Reduced, identical on every rank.
   std::vector<std::vector<int64_t>> window_;

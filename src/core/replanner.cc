@@ -7,6 +7,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "common/threads.h"
+#include "core/block_exchange.h"
 #include "core/plan_trials.h"
 #include "core/wire.h"
 #include "plan/plan.h"
@@ -18,6 +19,73 @@ double rescaleBackward(double scale, double backward_s, double predicted_s, doub
   const double tail = std::max(0.0, predicted_s - backward_s);
   const double want = std::max(0.1 * backward_s, measured_s - tail);
   return std::clamp(scale * want / backward_s, 0.05, 20.0);
+}
+
+std::vector<plan::DenseTensor> denseOnPlanClock(const std::vector<ProfiledStep>& profile, size_t first,
+                                                const std::vector<ProfiledDense>& dense,
+                                                const std::vector<plan::LayerInfo>& layers) {
+  std::unordered_map<std::string, double> ready_at;  // each sparse gradient's ready time on the plan's clock
+  double clock = 0;
+  for (const auto& l : layers) ready_at[l.name] = clock += l.backward_s;
+  struct Sum {
+    int64_t elements = 0;
+    double seconds = 0;
+    int steps = 0;
+  };
+  std::unordered_map<std::string, Sum> sums;
+  std::vector<std::string> names;  // first-seen order, for a deterministic result
+  auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  for (size_t s = std::max<size_t>(first, 1); s < profile.size(); ++s) {
+    if (profile[s].empty() || profile[s - 1].empty()) continue;
+    ProfiledStep step = profile[s];
+    std::stable_sort(step.begin(), step.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
+    Clock::time_point after = profile[s - 1].front().second;
+    for (const auto& e : profile[s - 1]) after = std::max(after, e.second);
+    for (const auto& d : dense) {
+      if (d.enqueued <= after || d.enqueued > step.back().second) continue;
+      // The first sparse gradient enqueued after it (or with it).
+      const auto next = std::lower_bound(step.begin(), step.end(), d.enqueued,
+                                         [](const auto& e, Clock::time_point t) { return e.second < t; });
+      const auto hi = ready_at.find(next->first);
+      if (hi == ready_at.end()) continue;
+      double at = 0;
+      if (next == step.begin()) {
+        at = std::max(0.0, hi->second - seconds(d.enqueued, next->second));
+      } else {
+        const auto prev = std::prev(next);
+        const auto lo = ready_at.find(prev->first);
+        if (lo == ready_at.end()) continue;
+        const double gap = seconds(prev->second, next->second);
+        const double f = gap > 0 ? seconds(prev->second, d.enqueued) / gap : 1.0;
+        at = lo->second + f * (hi->second - lo->second);
+      }
+      auto [it, inserted] = sums.try_emplace(d.name);
+      if (inserted) names.push_back(d.name);
+      it->second.elements = d.elements;
+      it->second.seconds += at;
+      it->second.steps += 1;
+    }
+  }
+  std::vector<plan::DenseTensor> out;
+  for (const auto& n : names) {
+    const Sum& sum = sums[n];
+    out.push_back({n, sum.elements, sum.seconds / sum.steps});
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const plan::DenseTensor& a, const plan::DenseTensor& b) { return a.ready_s < b.ready_s; });
+  return out;
+}
+
+void Replanner::recordDense(const std::string& name, int64_t elements, Clock::time_point enqueued, uint64_t step,
+                            bool have_plan) {
+  // The same steps as record(), and the one after the last (its dense
+  // gradients before the boundary belong to no profiled step and are
+  // dropped by denseOnPlanClock). Bounded: a model of a million small
+  // tensors profiles them, nothing more.
+  constexpr size_t kMaxDense = size_t{1} << 20;
+  if (comm_.rank() == 0 && !pinned_ && !have_plan && config_.plan_model == "coordinator" &&
+      step - profile_start_ <= static_cast<uint64_t>(config_.profile_steps) && dense_profile_.size() < kMaxDense)
+    dense_profile_.push_back({name, elements, enqueued});
 }
 
 void Replanner::record(const std::string& name, Clock::time_point enqueued, uint64_t step, bool have_plan) {
@@ -41,6 +109,7 @@ void Replanner::record(const std::string& name, Clock::time_point enqueued, uint
 void Replanner::restartProfile(uint64_t step) {
   profile_start_ = step;
   profile_.clear();
+  dense_profile_.clear();
   backward_scale_ = 1.0;
 }
 
@@ -259,6 +328,15 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
     for (auto& l : in.layers) l.backward_s = std::max(0.0, l.backward_s - steal * in.cost.group_host_s);
   // Re-plans: the backward the running plan measured (checkPlan).
   for (auto& l : in.layers) l.backward_s *= backward_scale_;
+  if (config_.plan_model == "coordinator") {
+    // The runtime's coordinator loop as the model (plan/coordinator.h):
+    // rounds on the MGS_CYCLE_TIME_MS grid, the dense gradients' allreduces
+    // on it before the sparse buckets, allgathers in flight.
+    in.cost.coordinator_loop = true;
+    in.cost.cycle_s = config_.cycle_time_ms * 1e-3;
+    in.cost.max_in_flight = static_cast<int>(BlockExchange::kMaxInFlight);
+    in.dense_tensors = denseOnPlanClock(profile_, first, dense_profile_, in.layers);
+  }
   plan::Plan plan;
   Status st = plan::computePlan(config_.effectivePlanner(), in, &plan);
   if (!st.ok()) {
@@ -272,10 +350,11 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
   // What the online check compares: the span from the first gradient, one gap later.
   last_backward_s_ = backward_s - (in.layers.empty() ? 0.0 : in.layers.front().backward_s);
   MGS_LOG_INFO(
-      "merge plan ({}): {} sparse tensors in {} buckets, predicted {:.3f} ms per step from {:.3f} ms of backward "
-      "({} profiled steps x {:.2f}) (coordinator {:.3f} ms a bucket, {})",
-      plan.planner, in.layers.size(), plan.groups.size(), plan.predicted_s * 1e3, backward_s * 1e3,
-      profile_.size() - first, backward_scale_, in.cost.group_host_s * 1e3,
+      "merge plan ({}, {} model): {} sparse tensors in {} buckets, {} dense gradients, predicted {:.3f} ms per step "
+      "from {:.3f} ms of backward ({} profiled steps x {:.2f}) (coordinator {:.3f} ms a bucket, {})",
+      plan.planner, in.cost.coordinator_loop ? "coordinator" : "timeline", in.layers.size(), plan.groups.size(),
+      in.dense_tensors.size(), plan.predicted_s * 1e3, backward_s * 1e3, profile_.size() - first, backward_scale_,
+      in.cost.group_host_s * 1e3,
       steal > 0 ? fmt::format("on busy cores: each second of it costs backward {:.2f} s", steal)
                 : std::string("on a core of its own"));
   // The candidates: this plan, then (trials) uniform cuts of the same
@@ -324,7 +403,7 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
     w.put(static_cast<uint32_t>(timing.size()));
     for (const auto& t : timing) {
       w.put(t.comm_end_s - first_gap);
-      w.put(t.ready_s - first_gap);
+      w.put(t.negotiated_s - first_gap);  // the round that declares it ready everywhere
     }
     w.putString(label);
   }

@@ -53,6 +53,7 @@
 #include "core/sparse_stats.h"
 #include "core/timeline.h"
 #include "plan/cost_model.h"
+#include "plan/plan.h"
 
 namespace mgs {
 
@@ -66,15 +67,38 @@ namespace mgs {
 // not positive.
 double rescaleBackward(double scale, double backward_s, double predicted_s, double measured_s);
 
+// A gradient the runtime keeps dense (sparse-eligible, below
+// MGS_MIN_SPARSE_ELEMENTS) as rank 0 saw it while profiling.
+struct ProfiledDense {
+  std::string name;
+  int64_t elements = 0;
+  Clock::time_point enqueued;
+};
+using ProfiledStep = std::vector<std::pair<std::string, Clock::time_point>>;
+
+// The profile's dense gradients on a plan's backward clock, for the
+// coordinator model (plan/coordinator.h). A dense gradient enqueued in
+// profiled step s (s >= max(first, 1): after step s-1's last sparse
+// gradient, at or before step s's last) lies between the two sparse
+// gradients enqueued around it; its ready time is the same fraction of the
+// way between their ready times on `layers`' clock (the cumulative
+// backward_s after the plan's own adjustments: busy cores, a re-plan's
+// rescale). Before step s's first sparse gradient: that one's ready time
+// less the measured lead, at least 0. Averaged over the steps, sorted by
+// ready time. Names that are not in `layers` are skipped.
+std::vector<plan::DenseTensor> denseOnPlanClock(const std::vector<ProfiledStep>& profile, size_t first,
+                                                const std::vector<ProfiledDense>& dense,
+                                                const std::vector<plan::LayerInfo>& layers);
+
 class Replanner {
  public:
   // A plan as rank 0 broadcasts it.
   struct PlanChoice {
     std::vector<std::vector<std::string>> groups;  // members in plan order
     double predicted_span = 0;                     // first gradient -> last exchange end
-    // Each group's predicted exchange end and ready time (its last
-    // gradient) on the same clock (the plan's timeline, plan/plan.h
-    // planTimeline); empty: not known (a plan file).
+    // Each group's predicted exchange end and ready time (the round that
+    // declares its last gradient ready on every rank) on the same clock (the
+    // plan's timeline, plan/plan.h planTimeline); empty: not known (a plan file).
     std::vector<double> predicted_ends, predicted_ready;
     std::string label;  // for rank 0's log
   };
@@ -101,7 +125,9 @@ class Replanner {
 
   // `config`, `cost` and `stats` outlive the re-planner.
   Replanner(Communicator& comm, const Config& config, JobCostModel& cost, SparseStats& stats)
-      : comm_(comm), config_(config), cost_(cost), stats_(stats) {}
+      : comm_(comm), config_(config), cost_(cost), stats_(stats) {
+    cost_.online().setRanks(comm.size(), comm.rank());
+  }
   // Rank 0's timeline, or null: each step the online check compares gets a
   // PLAN_SPAN box (predicted against measured) on the "mgs.plan" track, and
   // a PLAN_BUCKET box per bucket on "mgs.plan.buckets".
@@ -116,8 +142,16 @@ class Replanner {
 
   // The first request of a step, and each request as the schedule takes
   // it (rank 0 records its profile; `have_plan`: a plan is in force).
-  void stepStarted(Clock::time_point first_enqueue, uint64_t step) { cost_.online().stepStarted(first_enqueue, step); }
+  // `declared`: when negotiation declared that first gradient ready on every rank.
+  void stepStarted(Clock::time_point first_enqueue, uint64_t step, Clock::time_point declared) {
+    cost_.online().stepStarted(first_enqueue, step, declared);
+  }
   void record(const std::string& name, Clock::time_point enqueued, uint64_t step, bool have_plan);
+  // A gradient the runtime keeps dense, as the coordinator takes it (rank 0
+  // records it while profiling, for MGS_PLAN_MODEL=coordinator); `step`:
+  // the schedule's step (the last sparse gradient's).
+  void recordDense(const std::string& name, int64_t elements, Clock::time_point enqueued, uint64_t step,
+                   bool have_plan);
   // A restored step counter (a resumed checkpoint): the profile starts
   // again from `step`.
   void restartProfile(uint64_t step);
@@ -156,7 +190,9 @@ class Replanner {
 
   uint64_t profile_start_ = 0;  // step at which the current profile began
   // Rank 0: enqueue time of each name, per profiled step.
-  std::vector<std::vector<std::pair<std::string, Clock::time_point>>> profile_;
+  std::vector<ProfiledStep> profile_;
+  // Rank 0: the dense gradients enqueued while profiling.
+  std::vector<ProfiledDense> dense_profile_;
   // Candidate plans on trial (identical on every rank), the one running, and
   // how many step boundaries it has seen; rank 0: each one's timed steps.
   std::vector<PlanChoice> trials_;

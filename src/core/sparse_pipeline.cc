@@ -231,7 +231,7 @@ void SparsePipeline::runBucket(std::vector<Request>& members, int plan_bucket) {
     for (auto& m : members) complete_(m, st);
     return;
   }
-  ex->setPlanBucket(plan_bucket, schedule_.step());
+  ex->setPlanBucket(plan_bucket, schedule_.step(), schedule_.declared());
   if (!ex->queued()) {  // it ran to its end (dense; phased ones without nonblocking collectives)
     complete(*ex);
     return;
@@ -245,11 +245,8 @@ void SparsePipeline::publishStats() {
 
 void SparsePipeline::complete(BucketExchange& ex) {
   const Status st = ex.finish();
-  if (st.ok() && ex.planBucket() >= 0) {
-    Clock::time_point ready{};
-    for (const auto& m : ex.members()) ready = std::max(ready, m.enqueued);
-    cost_.online().bucketFinished(ex.planBucket(), ex.planStep(), ready, Clock::now());
-  }
+  if (st.ok() && ex.planBucket() >= 0)
+    cost_.online().bucketFinished(ex.planBucket(), ex.planStep(), ex.planDeclared(), Clock::now());
   // Before the handles complete: a caller woken by them reads statistics
   // that include this bucket, and the next step may enqueue these names.
   publishStats();

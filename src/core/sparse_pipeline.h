@@ -76,9 +76,18 @@ class SparsePipeline {
   // Whether a negotiated allreduce goes through this pipeline (same answer on
   // every rank: it depends only on negotiated fields and the configuration).
   bool eligible(const Signature& sig) const;
-  // Ready sparse requests, in negotiated order. Completes handles of the
+  // Ready sparse requests, in negotiated order, declared ready by the
+  // negotiation round that ended at `declared`. Completes handles of the
   // buckets that are complete; holds the others until their members arrive.
-  void submit(std::vector<Request> reqs) { schedule_.submit(std::move(reqs)); }
+  void submit(std::vector<Request> reqs, Clock::time_point declared = Clock::now()) {
+    schedule_.submit(std::move(reqs), declared);
+  }
+  // A ready allreduce that the framework offered for sparsification
+  // (MGS_FLAG_SPARSE_OK) and that eligible() keeps dense: the planner's
+  // profile takes its size and enqueue time (a sparse job only).
+  void noteDense(const Request& req) {
+    if (config_.compressor != "none") schedule_.noteDense(req);
+  }
   // Once per coordinator cycle (BucketSchedule::endCycle).
   void endCycle(bool nothing_ready) { schedule_.endCycle(nothing_ready); }
   int idleFlushCycles() const { return schedule_.idleFlushCycles(); }

@@ -16,8 +16,8 @@ struct PlanBucketStat {
   uint64_t measured_end_us = 0;      // the last compared step: outputs written, mean over ranks
   uint64_t measured_end_sum_us = 0;  // summed over `checks`
   uint64_t checks = 0;               // compared steps in which every rank finished it
-  int64_t predicted_ready_us = -1;   // the plan's time its last gradient is ready; -1: not known
-  uint64_t measured_ready_us = 0;    // the last compared step: its last gradient enqueued, mean over ranks
+  int64_t predicted_ready_us = -1;   // the plan's round that declares it ready everywhere; -1: not known
+  uint64_t measured_ready_us = 0;    // the last compared step: when it was declared ready, mean over ranks
   uint64_t measured_ready_sum_us = 0;
 };
 

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import tempfile
+import time
 
 import torch
 from torch import nn
@@ -133,6 +134,12 @@ def test_a_replan_logs_the_buckets_that_strayed_most(capfd):
     err = capfd.readouterr().err
     assert stats["plans"] >= 2, stats["plans"]
     assert "re-planning at step" in err
+    if hvd.rank() == 0:
+        # Rank 0 plans on the coordinator model (MGS_PLAN_MODEL's default) with the three biases, which
+        # stay dense (under MGS_MIN_SPARSE_ELEMENTS), profiled beside the three sparse weights.
+        plans = re.findall(r"merge plan \(mgs, (\w+) model\): (\d+) sparse tensors in \d+ buckets, (\d+) dense "
+                           r"gradients", err)
+        assert plans and all(p == ("coordinator", "3", "3") for p in plans), (plans, err[-2000:])
     lines = [line for line in err.splitlines() if "the plan's buckets that strayed most" in line]
     assert lines, err[-2000:]
     for line in lines:
@@ -143,3 +150,35 @@ def test_a_replan_logs_the_buckets_that_strayed_most(capfd):
             assert int(bucket) < int(of) and int(tensors) >= 1, line
             pred_ready, meas_ready, pred_end, meas_end = map(float, times)
             assert 0 <= pred_ready <= pred_end and meas_ready <= meas_end and meas_end > 0, line
+
+
+def test_the_span_is_measured_from_the_rank_that_started_last(capfd):
+    # Rank 1 starts backward 300 ms after rank 0 every step, so rank 0's first gradient waits that long
+    # at the first round. The plan's clock runs from the last rank to start (its pace is the one the
+    # profile measured): the span compared with the prediction is that rank's, a few ms on this small
+    # model, not the mean over ranks of each one's own (150 ms or more here).
+    with runtime(MGS_COMPRESSOR="topk", MGS_DENSITY="0.01", MGS_CALIBRATION="off", MGS_DENSE_FALLBACK="0",
+                 MGS_EXCHANGE="allgather", MGS_PLANNER="mgs", MGS_PROFILE_STEPS="2", MGS_PLAN_TRIAL_STEPS="0",
+                 MGS_REPLAN_TOLERANCE="100", MGS_PLAN_MODEL="timeline", MGS_LOG_LEVEL="info"):
+        torch.manual_seed(hvd.rank())
+        model = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 64))
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                       named_parameters=model.named_parameters())
+        for _ in range(10):
+            opt.zero_grad()
+            loss = model(torch.randn(8, 64)).pow(2).sum()
+            if hvd.rank() == 1:
+                time.sleep(0.3)
+            loss.backward()
+            opt.step()
+        hvd.barrier()
+        stats = mgs.runtime_stats()
+        buckets = mgs.plan_buckets()
+    err = capfd.readouterr().err
+    assert stats["plan_span_checks"] >= 3, stats
+    assert stats["plan_span_measured_sum_us"] < 100000 * stats["plan_span_plan_checks"], stats
+    assert all(b["measured_end_sum_us"] < 100000 * b["checks"] for b in buckets), buckets
+    if hvd.rank() == 0:
+        # MGS_PLAN_MODEL=timeline: the paper's model, without the dense gradients.
+        assert re.search(r"merge plan \(mgs, timeline model\): 2 sparse tensors in \d+ buckets, 0 dense", err), (
+            err[-2000:])

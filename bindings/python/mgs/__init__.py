@@ -32,7 +32,9 @@ def plan_buckets():
     """The merge plan's buckets in backward order (mgs_get_plan_buckets), each a dict: tensors,
     elements, predicted_ready_us and predicted_end_us (-1: not known), measured_ready_us and
     measured_end_us (the last compared step, mean over ranks), their sums measured_ready_sum_us and
-    measured_end_sum_us, and checks. Times are microseconds from the step's first gradient.
+    measured_end_sum_us, and checks. Ready: when negotiation declared the bucket's last gradient
+    enqueued on every rank. Times are microseconds from the first gradient of the rank that started
+    the step last.
     [] while the job profiles; None if libmgs lacks the call."""
     from ._lib import lib
     return lib().plan_buckets()

@@ -114,7 +114,7 @@ TEST_CASE("online decision: strikes, first step ignored, cool-down, tolerance", 
   OnlineCost oc(o);
   oc.setBase(baseModel());
   auto reduced = [&](double span_s) {
-    std::vector<int64_t> w(OnlineCost::kWireLength, 0);
+    std::vector<int64_t> w(oc.wireLength(), 0);
     w[0] = static_cast<int64_t>(span_s * 1e6) * 2;  // two ranks
     w[1] = 2;
     return oc.onReduced(w);
@@ -153,7 +153,7 @@ TEST_CASE("online decision backs off when re-planning does not help", "[online]"
   o.tolerance = 0.15;
   OnlineCost oc(o);
   oc.setBase(baseModel());
-  std::vector<int64_t> w(OnlineCost::kWireLength, 0);
+  std::vector<int64_t> w(oc.wireLength(), 0);
   w[0] = 20000;  // 20 ms, one rank: always 100% off a 10 ms prediction
   w[1] = 1;
   std::vector<int> gaps;
@@ -179,7 +179,7 @@ TEST_CASE("online re-planning is off at tolerance 0", "[online]") {
   CHECK_FALSE(oc.enabled());
   oc.setBase(baseModel());
   oc.planned(0.010);
-  std::vector<int64_t> w(OnlineCost::kWireLength, 0);
+  std::vector<int64_t> w(oc.wireLength(), 0);
   w[0] = 100000;
   w[1] = 1;
   for (int s = 0; s < 50; ++s) CHECK_FALSE(oc.onReduced(w).replan);
@@ -242,6 +242,8 @@ TEST_CASE("online exchange time is the service time of serialised calls", "[onli
 
 TEST_CASE("online per-bucket ends: the mean over ranks, only steps where every rank finished the bucket", "[online]") {
   OnlineCost r0(OnlineCost::Options{0.15}), r1(OnlineCost::Options{0.15});
+  r0.setRanks(2, 0);
+  r1.setRanks(2, 1);
   for (OnlineCost* r : {&r0, &r1}) {
     r->setBase(baseModel());
     r->planned(0.004, {0.001, 0.003, 0.004}, {0.0005, 0.002, 0.0035});
@@ -271,7 +273,7 @@ TEST_CASE("online per-bucket ends: the mean over ranks, only steps where every r
     run(r0, s, a);
     run(r1, s, b);
     std::vector<int64_t> w0 = packOne(r0), w1 = packOne(r1);
-    REQUIRE(w0.size() == OnlineCost::kWireLength + OnlineCost::kBucketFields * 3);
+    REQUIRE(w0.size() == r0.wireLength());
     for (size_t i = 0; i < w0.size(); ++i) w0[i] += w1[i];
     r0.onReduced(w0);
     r1.onReduced(w0);
@@ -305,4 +307,59 @@ TEST_CASE("online per-bucket ends: the mean over ranks, only steps where every r
   r0.planned(0.004, {-1.0, 0.002});
   CHECK(r0.buckets()[0].predicted_end_s < 0);
   CHECK(r0.buckets()[1].checks == 0);
+}
+
+TEST_CASE("online span and bucket times are the last rank to start's: its lead over the first declaration",
+          "[online]") {
+  // Rank 0's first gradient comes 90 ms before rank 1's; the first round
+  // that finds it on both ends 100 ms after rank 0's (10 ms after rank 1's).
+  // Each rank's one bucket is declared 30 ms later and ends 50 ms after the
+  // first declaration. Each rank's own span is 150 and 60 ms (mean 105); the
+  // step, for the rank that started last, took 60 ms.
+  auto run = [](int ranks, double* measured, double* end, double* ready, Clock::duration* box_lead) {
+    OnlineCost r0(OnlineCost::Options{0.15}), r1(OnlineCost::Options{0.15});
+    r0.setRanks(ranks, 0);
+    r1.setRanks(ranks, 1);
+    for (OnlineCost* r : {&r0, &r1}) {
+      r->setBase(baseModel());
+      r->planned(0.060, {0.060}, {0.040});
+    }
+    std::vector<int64_t> sums;
+    OnlineCost::Decision d;
+    for (uint64_t s = 1; s <= 2; ++s) {  // the first step of a plan is not compared
+      const auto t0 = Clock::now();
+      const auto decl = t0 + secs(0.100);
+      r0.stepStarted(t0, s, decl);
+      r1.stepStarted(t0 + secs(0.090), s, decl);
+      for (OnlineCost* r : {&r0, &r1}) {
+        r->bucketFinished(0, s, decl + secs(0.030), decl + secs(0.050));
+        r->exchangeEnded(decl + secs(0.050));
+      }
+      std::vector<int64_t> w0, w1;
+      r0.pack(&w0);
+      r1.pack(&w1);
+      REQUIRE(w0.size() == r0.wireLength());
+      for (size_t i = 0; i < w0.size(); ++i) w0[i] += w1[i];
+      d = r0.onReduced(w0);
+      r1.onReduced(w0);
+      Clock::time_point start, stop;
+      REQUIRE(r0.lastSpan(&start, &stop));
+      *box_lead = decl - start;
+    }
+    REQUIRE(d.checked);
+    *measured = d.measured_s;
+    *end = r0.buckets()[0].last_measured_end_s;
+    *ready = r0.buckets()[0].last_measured_ready_s;
+  };
+  double measured = 0, end = 0, ready = 0;
+  Clock::duration lead{};
+  run(2, &measured, &end, &ready, &lead);
+  CHECK(measured == Approx(0.060).margin(2e-6));
+  CHECK(end == Approx(0.060).margin(2e-6));
+  CHECK(ready == Approx(0.040).margin(2e-6));
+  CHECK(std::chrono::duration<double>(lead).count() == Approx(0.010).margin(2e-6));  // the timeline box
+  // Too many ranks for a slot each: the mean lead, each rank's own span.
+  run(OnlineCost::kMaxLeadRanks + 1, &measured, &end, &ready, &lead);
+  CHECK(measured == Approx(0.105).margin(2e-6));
+  CHECK(end == Approx(0.105).margin(2e-6));
 }

@@ -41,3 +41,66 @@ TEST_CASE("rescaleBackward: floors, bounds and no prediction", "[core][replan]")
   REQUIRE(rescaleBackward(0.7, 0.0, 0.100, 0.050) == 0.7);
   REQUIRE(rescaleBackward(0.7, 0.080, 0.0, 0.050) == 0.7);
 }
+
+namespace {
+Clock::time_point at_ms(double ms) {
+  return Clock::time_point{} +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+}
+}  // namespace
+
+TEST_CASE("denseOnPlanClock: dense gradients placed between the sparse ones around them, on the plan's clock",
+          "[core][replan]") {
+  // Two profiled steps (the first is warm-up and only bounds the second's
+  // window). Step 1: sparse a at 100 ms, b at 110, c at 130 (enqueue times).
+  std::vector<ProfiledStep> profile = {
+      {{"a", at_ms(0)}, {"b", at_ms(10)}, {"c", at_ms(30)}},
+      {{"c", at_ms(130)}, {"a", at_ms(100)}, {"b", at_ms(110)}},  // out of order: sorted by time
+  };
+  // The plan's clock after its adjustments (say a re-plan doubled backward):
+  // a ready at 2 ms, b at 22, c at 62.
+  std::vector<plan::LayerInfo> layers = {{"a", 4096, 0.002}, {"b", 4096, 0.020}, {"c", 4096, 0.040}};
+  std::vector<ProfiledDense> dense = {
+      {"x", 10, at_ms(105)},  // halfway between a and b: 12 ms
+      {"y", 20, at_ms(125)},  // three quarters of the way from b to c: 52 ms
+      {"w", 30, at_ms(99)},   // 1 ms before a: 2 - 1 = 1 ms
+      {"v", 40, at_ms(20)},   // step 0's, before its last sparse gradient: in no profiled window
+      {"u", 50, at_ms(131)},  // after step 1's last sparse gradient: in none either
+      {"z", 60, at_ms(95)},   // 5 ms before a: clamped at 0
+  };
+  const auto out = denseOnPlanClock(profile, 1, dense, layers);
+  REQUIRE(out.size() == 4);
+  REQUIRE(out[0].name == "z");
+  REQUIRE(out[0].ready_s == 0.0);
+  REQUIRE(out[0].elements == 60);
+  REQUIRE(out[1].name == "w");
+  REQUIRE(out[1].ready_s == Approx(0.001));
+  REQUIRE(out[2].name == "x");
+  REQUIRE(out[2].ready_s == Approx(0.012));
+  REQUIRE(out[2].elements == 10);
+  REQUIRE(out[3].name == "y");
+  REQUIRE(out[3].ready_s == Approx(0.052));
+}
+
+TEST_CASE("denseOnPlanClock: averaged over the profiled steps; unknown neighbours and empty steps skipped",
+          "[core][replan]") {
+  std::vector<ProfiledStep> profile = {
+      {{"a", at_ms(0)}, {"b", at_ms(10)}},
+      {{"a", at_ms(100)}, {"b", at_ms(110)}},
+      {{"a", at_ms(300)}, {"b", at_ms(310)}, {"gone", at_ms(320)}},
+      {},  // a step nothing was recorded in
+  };
+  std::vector<plan::LayerInfo> layers = {{"a", 4096, 0.001}, {"b", 4096, 0.010}};
+  std::vector<ProfiledDense> dense = {
+      {"x", 8, at_ms(102)},  // 1 + 0.2 * 10 = 3 ms
+      {"x", 8, at_ms(306)},  // 1 + 0.6 * 10 = 7 ms; mean 5 ms
+      {"y", 8, at_ms(315)},  // between b and a sparse gradient the plan does not have: skipped
+      {"z", 8, at_ms(400)},  // after the last step's gradients (the empty step has no window)
+  };
+  const auto out = denseOnPlanClock(profile, 1, dense, layers);
+  REQUIRE(out.size() == 1);
+  REQUIRE(out[0].name == "x");
+  REQUIRE(out[0].ready_s == Approx(0.005));
+  // One profiled step: nothing before it bounds a window.
+  REQUIRE(denseOnPlanClock({profile[1]}, 0, dense, layers).empty());
+}
