@@ -82,6 +82,8 @@ trap 'rm -rf "$tmp"' EXIT
 # the same tensors stay sparse as at full size (4096 x E).
 min_sparse=$(awk -v e="$escale" 'BEGIN { printf "%d", 4096 * e }')
 base=(MGS_REPLAN_TOLERANCE=0 MGS_MIN_SPARSE_ELEMENTS="$min_sparse")
+# The model the runtime plans on, when the caller chose one (MGS_PLAN_MODEL).
+[ -n "${MGS_PLAN_MODEL:-}" ] && base+=(MGS_PLAN_MODEL="$MGS_PLAN_MODEL")
 if exchange_supported "$lib"; then
   base+=(MGS_EXCHANGE="$exchange")
 elif [ "$exchange" != allgather ]; then

@@ -160,11 +160,13 @@ std::vector<ParamSpec> buildSpecs() {
                         "dense gradients are fused as they become ready, up to MGS_FUSION_THRESHOLD_BYTES "
                         "(a planner set then gets a warning).",
                         &Config::planner));
-  s.push_back(enumParam("MGS_PLAN_MODEL", "coordinator", {"coordinator", "timeline"}, kSame,
-                        "The cost model the runtime plans sparse buckets on. 'coordinator': the runtime's "
-                        "coordinator loop (negotiation rounds, the small dense gradients' allreduces, "
-                        "exchanges in flight), from the profiled steps; 'timeline': the MGS paper's "
-                        "pipeline of selection and allgather alone (docs/planner.md).",
+  s.push_back(enumParam("MGS_PLAN_MODEL", "timeline", {"timeline", "coordinator"}, kSame,
+                        "The cost model the runtime plans sparse buckets on. 'timeline': the MGS paper's "
+                        "pipeline of selection and allgather, with negotiation rounds shared by buckets "
+                        "ready together; 'coordinator': the runtime's coordinator loop (rounds on a grid, "
+                        "the small dense gradients' allreduces, profiled beside the sparse ones, "
+                        "allgathers in flight). Measured alike on the real training job; see "
+                        "docs/planner.md section 8 for where they differ.",
                         &Config::plan_model));
   s.push_back(intParam("MGS_FUSION_THRESHOLD_BYTES", "67108864", 0, INT64_MAX, "an integer >= 0 (bytes)", kSame,
                        "Largest fused buffer for small dense operations (and the 'fusion' planner's "

@@ -43,7 +43,7 @@ struct Config {
   std::string nonfinite = "propagate";  // MGS_NONFINITE: propagate | error
   int64_t threads = 0;                  // MGS_THREADS: CPU threads for the runtime's own work; 0 = auto
   std::string gpu_launches = "auto";    // MGS_GPU_LAUNCHES: auto | per-pass (the GPU selector's launch shapes)
-  std::string plan_model = "coordinator";  // MGS_PLAN_MODEL: coordinator | timeline
+  std::string plan_model = "timeline";  // MGS_PLAN_MODEL: timeline | coordinator
   std::string plan_file;                // MGS_PLAN_FILE: saved merge plan (read if it exists, else written); empty: none
   std::string library;                  // MGS_LIBRARY: read by the Python bindings, ignored by the runtime
 

@@ -24,17 +24,30 @@ import mgs.torch as hvd
 from test_dgc import runtime
 
 
+def plan_runtime(**env):
+    """The runtime planning with 'mgs' from two profiled steps, without trials (top-k at 1%)."""
+    return runtime(MGS_COMPRESSOR="topk", MGS_DENSITY="0.01", MGS_CALIBRATION="off", MGS_DENSE_FALLBACK="0",
+                   MGS_EXCHANGE="allgather", MGS_PLANNER="mgs", MGS_PROFILE_STEPS="2", MGS_PLAN_TRIAL_STEPS="0", **env)
+
+
+def mlp(*widths):
+    """A seeded MLP (seed: the rank) and its DistributedOptimizer."""
+    torch.manual_seed(hvd.rank())
+    layers = []
+    for a, b in zip(widths, widths[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    model = nn.Sequential(*layers[:-1])
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
+    return model, opt
+
+
 def test_each_compared_step_has_a_plan_span_box():
     # Rank 0 writes the file; every rank is given the same path.
     path = hvd.broadcast_object(tempfile.mktemp(suffix=".json", prefix="mgs_plan_timeline_") if hvd.rank() == 0
                                 else None, root_rank=0)
-    with runtime(MGS_COMPRESSOR="topk", MGS_DENSITY="0.01", MGS_CALIBRATION="off", MGS_DENSE_FALLBACK="0",
-                 MGS_EXCHANGE="allgather", MGS_PLANNER="mgs", MGS_PROFILE_STEPS="2", MGS_PLAN_TRIAL_STEPS="0",
-                 MGS_TIMELINE=path, MGS_REPLAN_TOLERANCE="100"):  # compares every step, re-plans only at 101x
-        torch.manual_seed(hvd.rank())
-        model = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 64))
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
-                                       named_parameters=model.named_parameters())
+    with plan_runtime(MGS_TIMELINE=path, MGS_REPLAN_TOLERANCE="100"):  # compares every step, re-plans only at 101x
+        model, opt = mlp(64, 96, 64)
         # At least 14 steps, and on until the plan that runs has 3 compared steps: a step 101x slower
         # than predicted (a loaded host) may still re-plan. The decision is collective (a rank may read
         # its statistics a cycle late), and nothing changes the plan after the last step.
@@ -118,13 +131,8 @@ def test_each_compared_step_has_a_plan_span_box():
 def test_a_replan_logs_the_buckets_that_strayed_most(capfd):
     # A tolerance of 1% on a step of a few hundred microseconds: the plan is re-planned as soon as
     # the cool-down allows, and the re-plan's log names the buckets whose end strayed most.
-    with runtime(MGS_COMPRESSOR="topk", MGS_DENSITY="0.01", MGS_CALIBRATION="off", MGS_DENSE_FALLBACK="0",
-                 MGS_EXCHANGE="allgather", MGS_PLANNER="mgs", MGS_PROFILE_STEPS="2", MGS_PLAN_TRIAL_STEPS="0",
-                 MGS_REPLAN_TOLERANCE="0.01", MGS_LOG_LEVEL="info"):
-        torch.manual_seed(hvd.rank())
-        model = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 64), nn.ReLU(), nn.Linear(64, 80))
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
-                                       named_parameters=model.named_parameters())
+    with plan_runtime(MGS_REPLAN_TOLERANCE="0.01", MGS_LOG_LEVEL="info", MGS_PLAN_MODEL="coordinator"):
+        model, opt = mlp(64, 96, 64, 80)
         for _ in range(24):
             opt.zero_grad()
             model(torch.randn(8, 64)).pow(2).sum().backward()
@@ -135,7 +143,7 @@ def test_a_replan_logs_the_buckets_that_strayed_most(capfd):
     assert stats["plans"] >= 2, stats["plans"]
     assert "re-planning at step" in err
     if hvd.rank() == 0:
-        # Rank 0 plans on the coordinator model (MGS_PLAN_MODEL's default) with the three biases, which
+        # Rank 0 plans on the coordinator model (MGS_PLAN_MODEL=coordinator) with the three biases, which
         # stay dense (under MGS_MIN_SPARSE_ELEMENTS), profiled beside the three sparse weights.
         plans = re.findall(r"merge plan \(mgs, (\w+) model\): (\d+) sparse tensors in \d+ buckets, (\d+) dense "
                            r"gradients", err)
@@ -157,13 +165,8 @@ def test_the_span_is_measured_from_the_rank_that_started_last(capfd):
     # at the first round. The plan's clock runs from the last rank to start (its pace is the one the
     # profile measured): the span compared with the prediction is that rank's, a few ms on this small
     # model, not the mean over ranks of each one's own (150 ms or more here).
-    with runtime(MGS_COMPRESSOR="topk", MGS_DENSITY="0.01", MGS_CALIBRATION="off", MGS_DENSE_FALLBACK="0",
-                 MGS_EXCHANGE="allgather", MGS_PLANNER="mgs", MGS_PROFILE_STEPS="2", MGS_PLAN_TRIAL_STEPS="0",
-                 MGS_REPLAN_TOLERANCE="100", MGS_PLAN_MODEL="timeline", MGS_LOG_LEVEL="info"):
-        torch.manual_seed(hvd.rank())
-        model = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 64))
-        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
-                                       named_parameters=model.named_parameters())
+    with plan_runtime(MGS_REPLAN_TOLERANCE="100", MGS_LOG_LEVEL="info"):
+        model, opt = mlp(64, 96, 64)
         for _ in range(10):
             opt.zero_grad()
             loss = model(torch.randn(8, 64)).pow(2).sum()
@@ -179,6 +182,6 @@ def test_the_span_is_measured_from_the_rank_that_started_last(capfd):
     assert stats["plan_span_measured_sum_us"] < 100000 * stats["plan_span_plan_checks"], stats
     assert all(b["measured_end_sum_us"] < 100000 * b["checks"] for b in buckets), buckets
     if hvd.rank() == 0:
-        # MGS_PLAN_MODEL=timeline: the paper's model, without the dense gradients.
+        # MGS_PLAN_MODEL's default, timeline: the paper's model, without the dense gradients.
         assert re.search(r"merge plan \(mgs, timeline model\): 2 sparse tensors in \d+ buckets, 0 dense", err), (
             err[-2000:])
