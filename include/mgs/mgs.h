@@ -430,8 +430,7 @@ typedef struct mgs_stats {
                                         plan predicted it, microseconds */
   uint64_t plan_span_measured_us;  /**< ... as measured, from the first gradient of the rank that started the
                                         step last, mean over ranks (the same on every rank) */
-  /* Process sets other than the global one (each has its own sparse pipeline; the fields above are the global set's):
-   */
+  /* Process sets other than the global one (each has its own sparse pipeline; the fields above are the global's): */
   uint64_t set_sparse_buckets;     /**< their buckets exchanged sparsely, on this rank */
   uint64_t set_sparse_bytes_sent;  /**< values + indices this rank sent for them */
   uint64_t sparse_warmup_steps;    /**< density warm-up steps of this job (MGS_WARMUP_STEPS resolved: 'auto' gives

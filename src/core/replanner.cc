@@ -83,7 +83,7 @@ void Replanner::recordDense(const std::string& name, int64_t elements, Clock::ti
   // dropped by denseOnPlanClock). Bounded: a model of a million small
   // tensors profiles them, nothing more.
   constexpr size_t kMaxDense = size_t{1} << 20;
-  if (comm_.rank() == 0 && !pinned_ && !have_plan && config_.plan_model == "coordinator" &&
+  if (comm_.rank() == 0 && !pinned_ && !have_plan && coordinator_model_ &&
       step - profile_start_ <= static_cast<uint64_t>(config_.profile_steps) && dense_profile_.size() < kMaxDense)
     dense_profile_.push_back({name, elements, enqueued});
 }
@@ -232,8 +232,8 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
   }
   if (!buckets.empty())
     MGS_LOG_INFO(
-        "the plan's buckets that strayed most, predicted / measured from the step's first gradient (mean "
-        "over ranks and {} compared steps): {}",
+        "the plan's buckets that strayed most, predicted / measured from the first gradient of the rank that "
+        "started the step last (mean over ranks and {} compared steps): {}",
         stats_.span_plan_checks, buckets);
   st = replan(b, false, out);
   if (!st.ok()) MGS_LOG_ERROR("online re-planning failed, keeping the plan: {}", st.toString());
@@ -328,7 +328,7 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
     for (auto& l : in.layers) l.backward_s = std::max(0.0, l.backward_s - steal * in.cost.group_host_s);
   // Re-plans: the backward the running plan measured (checkPlan).
   for (auto& l : in.layers) l.backward_s *= backward_scale_;
-  if (config_.plan_model == "coordinator") {
+  if (coordinator_model_) {
     // The runtime's coordinator loop as the model (plan/coordinator.h):
     // rounds on the MGS_CYCLE_TIME_MS grid, the dense gradients' allreduces
     // on it before the sparse buckets, allgathers in flight.

@@ -125,7 +125,11 @@ class Replanner {
 
   // `config`, `cost` and `stats` outlive the re-planner.
   Replanner(Communicator& comm, const Config& config, JobCostModel& cost, SparseStats& stats)
-      : comm_(comm), config_(config), cost_(cost), stats_(stats) {
+      : comm_(comm),
+        config_(config),
+        cost_(cost),
+        stats_(stats),
+        coordinator_model_(config.plan_model == "coordinator") {
     cost_.online().setRanks(comm.size(), comm.rank());
   }
   // Rank 0's timeline, or null: each step the online check compares gets a
@@ -206,6 +210,8 @@ class Replanner {
   // MGS_PLAN_FILE: write mode (rank 0 saves each settled plan), or a loaded
   // plan runs (nothing is profiled, tried or re-planned).
   bool save_plan_ = false, pinned_ = false;
+  // MGS_PLAN_MODEL=coordinator: dense gradients are profiled and priced.
+  const bool coordinator_model_;
   // Rank 0: the coordinator thread's scheduler totals after the first
   // profiled step (host_load.h): the plan's host_steal is measured from there.
   ThreadSchedule sched_mark_;
