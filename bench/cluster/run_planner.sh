@@ -19,14 +19,18 @@
 #                fixed sizes are: 64 x E MiB)
 #   layerwise    dense, MGS_FUSION_THRESHOLD_BYTES=0 (no fusion)
 #   fixed-<F>MB  dense, MGS_FUSION_THRESHOLD_BYTES = F MB (scaled as above)
-# in the same order every repeat, so slow drift hits all of them alike; one
+# in the same order every repeat, so slow drift hits all of them alike. With
+# -C SETTING (layerwise or fixed-<F>MB) each repeat runs only the default and
+# that setting, the default first on odd repeats and second on even ones: the
+# sweep's check of the best fixed size it found (run_sweep.sh -C). One
 # calibration, measured by the first run, reused by all (and by the
 # predictions). Prints medians over repeats, the ratios the issue sets goals
 # for (layer-wise / mgs >= 1.3, best fixed / mgs >= 1.05) per repeat and
 # overall, and the calibrated prediction against the measurement.
 #
 # usage: bench/cluster/run_planner.sh [-b BUILD] [-n HOSTS] [-r RATE] [-l LATENCY] [-R REPEATS]
-#            [-F "1 2 4 8 16 32 64 128"] [-e ELEMENT_SCALE] [-x EXCHANGE] [-T TOL] [-U] [-D] [-o OUT.jsonl]
+#            [-F "1 2 4 8 16 32 64 128"] [-e ELEMENT_SCALE] [-x EXCHANGE] [-T TOL] [-U] [-D]
+#            [-C SETTING] [-o OUT.jsonl]
 #            -- [mgs-replay args]
 #   defaults: -n 16 -r 10gbit -l 0.5ms -R 3 -e 0.05; replay args default to --steps 10
 #   --scale-time 0.25 --density 0.001 --sim-network 10gbe (plus --scale-elements E)
@@ -47,7 +51,8 @@ tol=""
 untried=""
 out=""
 dense=""
-while getopts "b:n:r:l:R:F:e:x:T:UDo:h" opt; do
+confirm=""
+while getopts "b:n:r:l:R:F:e:x:T:UDC:o:h" opt; do
   case $opt in
     b) build=$OPTARG ;;
     n) hosts=$OPTARG ;;
@@ -60,8 +65,9 @@ while getopts "b:n:r:l:R:F:e:x:T:UDo:h" opt; do
     T) tol=$OPTARG ;;
     U) untried=1 ;;
     D) dense=1 ;;
+    C) confirm=$OPTARG ;;
     o) out=$OPTARG ;;
-    h) sed -n '2,34p' "$0"; exit 0 ;;
+    h) sed -n '2,38p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done
@@ -92,30 +98,55 @@ elif [ "$exchange" != allgather ]; then
 fi
 cal=$tmp/calibration.json
 
-echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; hosts=$hosts rate=$rate latency=$latency exchange=$exchange fixed=[$fixed] MB repeats=$repeats; args: ${args[*]}" >&2
-for rep in $(seq 1 "$repeats"); do
-  lab="planner-$hosts-$rate-$latency-$exchange-rep$rep"
+# One run of each kind; LAB names the repeat.
+run_default() {
   if [ -n "$dense" ]; then
-    lab="planner-$hosts-$rate-$latency-dense-rep$rep"
+    local default_bytes
     default_bytes=$(awk -v e="$escale" 'BEGIN { printf "%d", 64 * e * 1048576 }')
-    run_one "$out" "$lab" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES="$default_bytes" -- \
+    run_one "$out" "$1" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES="$default_bytes" -- \
       --strategy dense --calibration "$cal" "${args[@]}"
-    run_one "$out" "$lab-layerwise" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES=0 -- \
+  else
+    run_one "$out" "$1" "$hosts" "$rate" "$latency" "${base[@]}" -- --strategy mgs --calibration "$cal" "${args[@]}"
+  fi
+}
+run_layerwise() {
+  if [ -n "$dense" ]; then
+    run_one "$out" "$1-layerwise" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES=0 -- \
       --strategy dense --calibration "$cal" "${args[@]}"
-    for f in $fixed; do
-      bytes=$(awk -v f="$f" -v e="$escale" 'BEGIN { printf "%d", f * e * 1048576 }')
-      run_one "$out" "$lab-fixed${f}MB" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES="$bytes" -- \
-        --strategy dense --calibration "$cal" "${args[@]}"
-    done
+  else
+    run_one "$out" "$1" "$hosts" "$rate" "$latency" "${base[@]}" -- --strategy layerwise --calibration "$cal" "${args[@]}"
+  fi
+}
+run_fixed() {  # LAB F
+  local bytes
+  bytes=$(awk -v f="$2" -v e="$escale" 'BEGIN { printf "%d", f * e * 1048576 }')
+  run_one "$out" "$1-fixed${2}MB" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES="$bytes" -- \
+    --strategy "$([ -n "$dense" ] && echo dense || echo fusion)" --calibration "$cal" "${args[@]}"
+}
+run_named() {  # LAB NAME (layerwise | fixed-<F>MB)
+  case $2 in
+    layerwise) run_layerwise "$1" ;;
+    fixed-*MB) local f=${2#fixed-}; run_fixed "$1" "${f%MB}" ;;
+    *) echo "run_planner: -C takes layerwise or fixed-<F>MB, not $2" >&2; exit 2 ;;
+  esac
+}
+
+echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; hosts=$hosts rate=$rate latency=$latency exchange=$exchange fixed=[$fixed] MB repeats=$repeats${confirm:+ confirm=$confirm}; args: ${args[*]}" >&2
+for rep in $(seq 1 "$repeats"); do
+  lab="planner-$hosts-$rate-$latency-$([ -n "$dense" ] && echo dense || echo "$exchange")-rep$rep"
+  if [ -n "$confirm" ]; then
+    # The default against one other setting, their order swapped every repeat.
+    if [ $((rep % 2)) -eq 1 ]; then
+      run_default "$lab"; run_named "$lab" "$confirm"
+    else
+      run_named "$lab" "$confirm"; run_default "$lab"
+    fi
     continue
   fi
-  run_one "$out" "$lab" "$hosts" "$rate" "$latency" "${base[@]}" -- --strategy mgs --calibration "$cal" "${args[@]}"
-  run_one "$out" "$lab" "$hosts" "$rate" "$latency" "${base[@]}" -- --strategy layerwise --calibration "$cal" "${args[@]}"
-  for f in $fixed; do
-    bytes=$(awk -v f="$f" -v e="$escale" 'BEGIN { printf "%d", f * e * 1048576 }')
-    run_one "$out" "$lab-fixed${f}MB" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES="$bytes" -- \
-      --strategy fusion --calibration "$cal" "${args[@]}"
-  done
+  run_default "$lab"
+  run_layerwise "$lab"
+  for f in $fixed; do run_fixed "$lab" "$f"; done
+  [ -n "$dense" ] && continue
   if [ -n "$untried" ]; then
     run_one "$out" "$lab-untried" "$hosts" "$rate" "$latency" "${base[@]}" MGS_PLAN_TRIAL_STEPS=0 -- \
       --strategy mgs --calibration "$cal" "${args[@]}"

@@ -7,9 +7,15 @@
 # them. Each cell's JSON lines go to OUT/<model>_<rate>_<density>_<hosts>.jsonl
 # (a cell whose file exists is skipped: rerun to resume, delete to redo);
 # then bench/cluster/sweep_table.py prints the one table (docs/benchmarks.md).
+# With -C PAIRS, every cell whose default is more than 3% slower than the best
+# fixed size found there is checked in a second sitting: PAIRS runs of the
+# default and PAIRS of that size, their order swapped every pair, into
+# OUT/confirm/<cell>.jsonl (skipped when it exists). The best of seven noisy
+# settings is biased low; the check times the two on fresh runs.
 #
 # usage: bench/cluster/run_sweep.sh [-b BUILD] [-o OUT] [-m "resnet50 bert_base"] [-r "10gbit 1gbit"]
 #            [-d "dense 0.01 0.001"] [-n "4 8 16"] [-F "1 4 16 25 64 128"] [-R REPEATS] [-l LATENCY]
+#            [-C PAIRS]
 #   defaults as shown, -R 2, -l 0.5ms, OUT bench/cluster/results/sweep. Element scale per model
 #   (tensors scaled so 16 ranks' selection fits 2 shared cores): resnet50 0.01, bert_base 0.0025,
 #   vgg16 0.002; replay: --steps 6 --profile-steps 3 --warmup 5 --scale-time 0.25.
@@ -24,7 +30,8 @@ hostsets="4 8 16"
 fixed="1 4 16 25 64 128"
 repeats=2
 latency=0.5ms
-while getopts "b:o:m:r:d:n:F:R:l:h" opt; do
+pairs=0
+while getopts "b:o:m:r:d:n:F:R:l:C:h" opt; do
   case $opt in
     b) build=$OPTARG ;;
     o) out=$OPTARG ;;
@@ -35,7 +42,8 @@ while getopts "b:o:m:r:d:n:F:R:l:h" opt; do
     F) fixed=$OPTARG ;;
     R) repeats=$OPTARG ;;
     l) latency=$OPTARG ;;
-    h) sed -n '2,16p' "$0"; exit 0 ;;
+    C) pairs=$OPTARG ;;
+    h) sed -n '2,23p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done
@@ -51,19 +59,30 @@ for model in $models; do
     for density in $densities; do
       for hosts in $hostsets; do
         cell=$out/${model}_${rate}_${density}_${hosts}.jsonl
-        if [ -s "$cell" ]; then
-          echo "# $cell exists: skipped" >&2
-          continue
-        fi
         extra=()
         rho=$density
         if [ "$density" = dense ]; then extra=(-D); rho=0.001; fi
-        echo "# cell $model $rate $density $hosts hosts ($(date -u +%T))" >&2
-        bench/cluster/run_planner.sh -b "$build" -n "$hosts" -r "$rate" -l "$latency" -R "$repeats" -F "$fixed" \
-          -e "$(scale_of "$model")" "${extra[@]}" -o "$cell.part" -- --trace "$trace" --steps 6 --profile-steps 3 \
-          --warmup 5 --scale-time 0.25 --density "$rho" --sim-network "$sim" 2> "${cell%.jsonl}.log" |
-          tail -n 3 >&2
-        mv "$cell.part" "$cell"
+        replay=(--trace "$trace" --steps 6 --profile-steps 3 --warmup 5 --scale-time 0.25 --density "$rho"
+          --sim-network "$sim")
+        if [ -s "$cell" ]; then
+          echo "# $cell exists: skipped" >&2
+        else
+          echo "# cell $model $rate $density $hosts hosts ($(date -u +%T))" >&2
+          bench/cluster/run_planner.sh -b "$build" -n "$hosts" -r "$rate" -l "$latency" -R "$repeats" -F "$fixed" \
+            -e "$(scale_of "$model")" "${extra[@]}" -o "$cell.part" -- "${replay[@]}" 2> "${cell%.jsonl}.log" |
+            tail -n 3 >&2
+          mv "$cell.part" "$cell"
+        fi
+        [ "$pairs" -gt 0 ] || continue
+        check=$out/confirm/$(basename "$cell")
+        best=$(/usr/bin/python3 bench/cluster/sweep_table.py --to-confirm "$cell")
+        [ -n "$best" ] && [ ! -s "$check" ] || continue
+        mkdir -p "$out/confirm"
+        echo "# check $model $rate $density $hosts hosts: default against $best, $pairs pairs ($(date -u +%T))" >&2
+        bench/cluster/run_planner.sh -b "$build" -n "$hosts" -r "$rate" -l "$latency" -R "$pairs" -C "$best" \
+          -e "$(scale_of "$model")" "${extra[@]}" -o "$check.part" -- "${replay[@]}" 2> "${check%.jsonl}.log" |
+          tail -n 2 >&2
+        mv "$check.part" "$check"
       done
     done
   done
