@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "common/params.h"
+#include "core/plan_trials.h"
 #include "instance_io.h"
 #include "plan/cost_model_io.h"
 #include "plan/plan.h"
@@ -215,8 +216,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-forward", no_forward, "do not sleep the trace's forward time inside the step");
   app.add_option("--steps", steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup,
-                 "untimed steps first (default: profile steps + the plan trials' steps, 5 x "
-                 "MGS_PLAN_TRIAL_STEPS when > 1, + 3)");
+                 "untimed steps first (default: profile steps + the most steps the plan trials take "
+                 "(20 at MGS_PLAN_TRIAL_STEPS=3) + 3)");
   app.add_option("--profile-steps", profile_steps, "MGS_PROFILE_STEPS")->capture_default_str();
   app.add_option("--calibration", calibration,
                  "MGS_CALIBRATION file: measured once and reused by later runs (default: auto, "
@@ -230,11 +231,11 @@ int main(int argc, char** argv) {
                  "per-rank wire bytes per step, all traffic of the job included");
   CLI11_PARSE(app, argc, argv);
   if (warmup < 0) {
-    // The mgs planner's trials run up to 5 candidates (docs/planner.md §7b)
-    // after the profile: time the plan that is kept, not the trials.
+    // The mgs planner's trials run after the profile (docs/planner.md §7b):
+    // time the plan that is kept, not the trials.
     int64_t trial_steps = mgs::Config{}.plan_trial_steps;
     if (const char* e = std::getenv("MGS_PLAN_TRIAL_STEPS")) trial_steps = std::atoll(e);
-    warmup = profile_steps + static_cast<int>(trial_steps > 1 ? 5 * trial_steps : 0) + 3;
+    warmup = profile_steps + mgs::maxTrialSteps(static_cast<int>(trial_steps)) + 3;
   }
 
   const Strategy strat = strategyByName(strategy_name, compressor);
@@ -318,6 +319,10 @@ int main(int argc, char** argv) {
     if (step >= warmup) step_s.push_back(t);
   }
   check(mgs_get_stats(&s1, sizeof s1), "mgs_get_stats");
+  if (rank == 0 && s1.plan_trials > s0.plan_trials)
+    std::cerr << "mgs-replay: " << s1.plan_trials - s0.plan_trials
+              << " candidate plans first ran on trial during the timed steps: they time the trials, not the plan "
+                 "kept (raise --warmup, or leave it out)\n";
   // Wire bytes per timed step (the barriers and the runtime's negotiation
   // included), gathered with the step times: two more values per rank.
   const double tx1 = ifaceBytes(wire_iface, "tx_bytes"), rx1 = ifaceBytes(wire_iface, "rx_bytes");
@@ -382,9 +387,9 @@ int main(int argc, char** argv) {
        << ",\"backward_s\":" << fmt(backward) << ",\"warmup\":" << warmup << ",\"steps\":" << timed
        << ",\"median_s\":" << fmt(med) << ",\"min_s\":" << fmt(*std::min_element(max_s.begin(), max_s.end()))
        << ",\"max_s\":" << fmt(*std::max_element(max_s.begin(), max_s.end())) << ",\"step_s\":" << jsonArray(max_s)
-       << ",\"plan_buckets\":" << s1.plan_buckets << ",\"plans\":" << s1.plans
-       << ",\"allreduce_ring_min_bytes\":" << s1.allreduce_ring_min_bytes
-       << ",\"allreduce_ring_ops_per_step\":"
+       << ",\"plan_buckets\":" << s1.plan_buckets << ",\"plans\":" << s1.plans << ",\"plan_trials\":" << s1.plan_trials
+       << ",\"plan_trials_in_timed_steps\":" << s1.plan_trials - s0.plan_trials
+       << ",\"allreduce_ring_min_bytes\":" << s1.allreduce_ring_min_bytes << ",\"allreduce_ring_ops_per_step\":"
        << fmt(double(s1.allreduce_ring_ops - s0.allreduce_ring_ops) / double(std::max<size_t>(1, timed)))
        << ",\"allreduce_library_ops_per_step\":"
        << fmt(double(s1.allreduce_library_ops - s0.allreduce_library_ops) / double(std::max<size_t>(1, timed)))

@@ -5,8 +5,6 @@
 
 namespace mgs {
 
-int trialRounds(int steps) { return std::max(2, steps - 1); }
-
 std::vector<size_t> trialOrder(size_t candidates, int rounds) {
   std::vector<size_t> order;
   for (int r = 0; r < rounds; ++r)

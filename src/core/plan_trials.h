@@ -21,9 +21,20 @@ namespace mgs {
 
 constexpr int kTrialVisitSteps = 2;
 
+// The candidates: the dynamic program's plan and uniform cuts at 1, 2, 4 and
+// 8 buckets' worth of bytes (repeats dropped, so there may be fewer).
+constexpr int kTrialCuts[] = {1, 2, 4, 8};
+constexpr int kMaxTrialCandidates = 1 + static_cast<int>(sizeof(kTrialCuts) / sizeof(kTrialCuts[0]));
+
 // Rounds for MGS_PLAN_TRIAL_STEPS = steps: at least 2 (one forward, one
 // backward), so every candidate is timed twice.
-int trialRounds(int steps);
+constexpr int trialRounds(int steps) { return steps - 1 > 2 ? steps - 1 : 2; }
+
+// Most steps the trials take after the plan is made (0 without trials): what
+// a benchmark leaves untimed to time the plan that is kept.
+constexpr int maxTrialSteps(int steps) {
+  return steps > 1 ? kMaxTrialCandidates * kTrialVisitSteps * trialRounds(steps) : 0;
+}
 
 // The candidate of each visit: `rounds` rounds over `candidates`, forward
 // then backward.

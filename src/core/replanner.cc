@@ -364,7 +364,7 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
   if (with_trials && config_.plan_trial_steps > 1 && config_.effectivePlanner() == "mgs" && in.layers.size() > 1) {
     int64_t total = 0;
     for (const auto& l : in.layers) total += l.elements * in.cost.bytes_per_element;
-    for (int k : {1, 2, 4, 8}) {
+    for (int k : kTrialCuts) {
       plan::PlanInput cut = in;
       cut.fusion_threshold_bytes = (total + k - 1) / k;
       plan::Plan p;

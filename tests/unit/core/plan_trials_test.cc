@@ -26,6 +26,19 @@ TEST_CASE("plan trials: rounds alternate, every candidate visited once per round
   }
 }
 
+TEST_CASE("plan trials: maxTrialSteps counts every visit of the most candidates", "[core][plan_trials]") {
+  // What a benchmark leaves untimed (mgs-replay's default warm-up): the
+  // visits trialOrder makes for the most candidates, kTrialVisitSteps each.
+  REQUIRE(maxTrialSteps(0) == 0);
+  REQUIRE(maxTrialSteps(1) == 0);
+  REQUIRE(maxTrialSteps(3) == 20);
+  for (int n : {2, 3, 5, 9}) {
+    INFO("MGS_PLAN_TRIAL_STEPS " << n);
+    const size_t visits = trialOrder(kMaxTrialCandidates, trialRounds(n)).size();
+    REQUIRE(maxTrialSteps(n) == static_cast<int>(visits) * kTrialVisitSteps);
+  }
+}
+
 TEST_CASE("plan trials: a linear drift does not pick a plan", "[core][plan_trials]") {
   // Three equal plans, each step 1 ms slower than the one before (the
   // warm-up drift seen in the trials). Run back to back, the first would
