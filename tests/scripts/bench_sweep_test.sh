@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The planner sweep's timing window and table (ctest scripts.bench_sweep):
+#   * mgs-replay at np 2 with its default warm-up times the plan the trials
+#     kept: candidates ran on trial (plan_trials >= 2) and none of them in the
+#     timed steps; with --warmup 5 the timed steps fall inside the trials, the
+#     JSON line says so and rank 0 warns;
+#   * bench/cluster/sweep_table.py on made-up cells: a sparse cell timed in
+#     its trials is sent to the check whatever its ratio and shows only the
+#     check's figures; a cell within 3% is not checked; a dense cell whose
+#     best is 64 MB (the default itself) is not checked; the goal count.
+#   tests/scripts/bench_sweep_test.sh BUILD_DIR [REPO_ROOT]
+set -u
+build=$(cd "$1" && pwd)
+root=$(cd "${2:-$(dirname "$0")/../..}" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAILED: $*"; fails=$((fails + 1)); }
+cd "$root"
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+field() { # JSONL FIELD
+  "$py" -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())[sys.argv[2]])' "$1" "$2"
+}
+
+replay() { # OUT ARGS...
+  local out=$1
+  shift
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MGS_CALIBRATION=off \
+    mpirun --oversubscribe --bind-to none -np 2 -x MGS_CALIBRATION \
+    "$build/bench/mgs-replay" --trace tools/traces/resnet50.json --scale-elements 0.002 --scale-time 0.02 \
+    --profile-steps 3 --steps 2 --density 0.01 "$@" > "$out" 2> "$out.err"
+}
+
+if replay "$tmp/default.out"; then
+  grep '^{' "$tmp/default.out" > "$tmp/default.jsonl"
+  trials=$(field "$tmp/default.jsonl" plan_trials)
+  timed=$(field "$tmp/default.jsonl" plan_trials_in_timed_steps)
+  warm=$(field "$tmp/default.jsonl" warmup)
+  if [ "$trials" -ge 2 ] && [ "$timed" = 0 ] && [ "$warm" = 26 ]; then
+    ok "default warm-up (26 steps) covers the $trials candidates' trials"
+  else
+    bad "default warm-up: warmup $warm, plan_trials $trials, in timed steps $timed"
+  fi
+  grep -q "first ran on trial during the timed steps" "$tmp/default.out.err" &&
+    bad "a warning about trials with the default warm-up"
+else
+  bad "mgs-replay with its default warm-up failed: $(tail -n 3 "$tmp/default.out.err")"
+fi
+if replay "$tmp/short.out" --warmup 5; then
+  grep '^{' "$tmp/short.out" > "$tmp/short.jsonl"
+  timed=$(field "$tmp/short.jsonl" plan_trials_in_timed_steps)
+  if [ "$timed" -ge 1 ] && grep -q "first ran on trial during the timed steps" "$tmp/short.out.err"; then
+    ok "--warmup 5 times $timed candidates' trials and says so"
+  else
+    bad "--warmup 5: plan_trials_in_timed_steps $timed, warning: $(grep -c 'on trial' "$tmp/short.out.err")"
+  fi
+else
+  bad "mgs-replay --warmup 5 failed: $(tail -n 3 "$tmp/short.out.err")"
+fi
+
+# Made-up sweep cells: one JSON line per run, as run_planner.sh writes them.
+line() { # STRATEGY LABEL MEDIAN_MS [WARMUP [TRIALS_IN_TIMED]]
+  printf '{"strategy":"%s","label":"%s","median_s":%s,"warmup":%s%s}\n' "$1" "$2" \
+    "$(awk -v m="$3" 'BEGIN { print m / 1000 }')" "${4:-26}" "${5:+,\"plan_trials_in_timed_steps\":$5}"
+}
+s=$tmp/sweep
+mkdir -p "$s/confirm"
+{ # sparse, its default timed in trials (an old line: warmup 5, no field), ratio 1.10 in the sweep
+  line mgs p-rep1 110 5; line layerwise p-rep1 300; line fusion p-rep1-fixed4MB 100; line fusion p-rep1-fixed64MB 105
+} > "$s/resnet50_10gbit_0.01_4.jsonl"
+{ # sparse, timed after its trials, within 3%
+  line mgs p-rep1 101 26 0; line layerwise p-rep1 300; line fusion p-rep1-fixed4MB 100; line fusion p-rep1-fixed64MB 120
+} > "$s/resnet50_10gbit_0.001_4.jsonl"
+{ # dense, best is the default's own 64 MB
+  line dense p-dense-rep1 100 5; line dense p-dense-rep1-layerwise 130 5; line dense p-dense-rep1-fixed64MB 98 5
+  line dense p-dense-rep1-fixed4MB 110 5
+} > "$s/resnet50_10gbit_dense_4.jsonl"
+got=$("$py" bench/cluster/sweep_table.py --to-confirm "$s/resnet50_10gbit_0.01_4.jsonl")
+[ "$got" = fixed-4MB ] && ok "a cell timed in trials is checked" || bad "trials cell: to-confirm '$got'"
+got=$("$py" bench/cluster/sweep_table.py --to-confirm "$s/resnet50_10gbit_0.001_4.jsonl")
+[ -z "$got" ] && ok "a cell within 3% is not checked" || bad "cell within 3%: to-confirm '$got'"
+got=$("$py" bench/cluster/sweep_table.py --to-confirm "$s/resnet50_10gbit_dense_4.jsonl")
+[ -z "$got" ] && ok "a dense cell whose best is 64 MB is not checked" || bad "dense 64 MB: to-confirm '$got'"
+table=$("$py" bench/cluster/sweep_table.py "$s")
+echo "$table" | grep -q "| 0.01 | 4 | - | fixed-4MB | 100.0 | timed in trials |" &&
+  ok "without its check the trials cell shows no ratio" || bad "trials cell without a check: $table"
+# The check: default 102 and 98 ms, fixed-4MB 100 and 100 ms (order swapped).
+{ line mgs p-rep1 102 26 0; line fusion p-rep1-fixed4MB 100; line fusion p-rep2-fixed4MB 100; line mgs p-rep2 98 26 0; } \
+  > "$s/confirm/resnet50_10gbit_0.01_4.jsonl"
+table=$("$py" bench/cluster/sweep_table.py "$s")
+row=$(echo "$table" | grep "| 0.01 | 4 |")
+# default 100 ms on the check: 64 MB's 105 over it, layer-wise 300 over it.
+if [ "$row" = "| resnet50 | 10 Gbit/s | 0.01 | 4 | 100.0 | fixed-4MB | 100.0 | - | 1.000 (2 pairs) | 1.05 | - | 3.00 |" ]; then
+  ok "the checked cell takes the check's default"
+else
+  bad "checked row: $row"
+fi
+echo "$table" | grep -q "every cell): 3 of 3 cells, by the checked ratio where a cell has one; by the sweep's own ratio 2 of the 2 cells" &&
+  ok "goal count with the checks" || bad "goal count: $(echo "$table" | tail -n 1)"
+
+[ "$fails" = 0 ] && echo "bench_sweep: all passed" || echo "bench_sweep: $fails failed"
+[ "$fails" = 0 ]
