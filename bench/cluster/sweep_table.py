@@ -37,12 +37,21 @@ def name(r):
     return r["strategy"] + ("+replan" if "replan" in r["label"] else "") + ("-untried" if "untried" in r["label"] else "")
 
 
-def cell_medians(path):
+def runs(path):
+    """The JSON lines of one run_planner.sh output file."""
+    return [json.loads(line) for line in open(path) if line.startswith("{")]
+
+
+def steps_by_name(rows):
+    """Each setting's median steps (one per run), by name()."""
     by = {}
-    for line in open(path):
-        if line.startswith("{"):
-            r = json.loads(line)
-            by.setdefault(name(r), []).append(r["median_s"])
+    for r in rows:
+        by.setdefault(name(r), []).append(r["median_s"])
+    return by
+
+
+def cell_medians(rows):
+    by = steps_by_name(rows)
     med = {n: statistics.median(v) for n, v in by.items()}
     # A dense cell runs the default twice per repeat: as the plain dense run and as fixed-64MB (the same
     # fusion threshold). Its figure is the median over both, twice the runs of any other setting, and
@@ -63,13 +72,14 @@ def in_trials(r):
 
 def verdict(path, density):
     """(default ms, best setting, its ms, default/best, medians, default timed in trials) of one sweep cell."""
-    med = cell_medians(path)
+    rows = runs(path)
+    med = cell_medians(rows)
     default = "default" if density == "dense" else "mgs"
     if default not in med:
         return None
     fixed = {n: v for n, v in med.items() if n.startswith("fixed-") or n == "layerwise"}
     best = min(fixed, key=fixed.get)
-    trials = any(in_trials(json.loads(line)) for line in open(path) if line.startswith("{"))
+    trials = any(in_trials(r) for r in rows)
     return med[default], best, fixed[best], med[default] / fixed[best], med, trials
 
 
@@ -87,11 +97,7 @@ def checked(out, path):
     check = os.path.join(out, "confirm", os.path.basename(path))
     if not os.path.exists(check):
         return None
-    by = {}
-    for line in open(check):
-        if line.startswith("{"):
-            r = json.loads(line)
-            by.setdefault(name(r), []).append(r["median_s"])
+    by = steps_by_name(runs(check))
     default = "dense" if "dense" in by else "mgs"
     other = [n for n in by if n != default]
     if default not in by or len(other) != 1:
