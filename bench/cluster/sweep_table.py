@@ -21,10 +21,13 @@ usage: sweep_table.py OUT_DIR
 """
 import glob
 import json
+import math
 import os
 import re
 import statistics
 import sys
+
+import scipy.stats
 
 
 def name(r):
@@ -92,18 +95,47 @@ def to_confirm(path):
         print(v[1])
 
 
-def checked(out, path):
-    """(default / best, pairs, default's median s, best's median s) from the cell's check file, or None."""
-    check = os.path.join(out, "confirm", os.path.basename(path))
-    if not os.path.exists(check):
-        return None
-    by = steps_by_name(runs(check))
+def pair_ratios(rows):
+    """The check's per-pair ratios default / other (a check file's runs, paired by their repeat number), and
+    the other setting's name; ([], None) if the file is not one check of the default against one setting."""
+    by = {}
+    for r in rows:
+        m = re.search(r"-rep([0-9]+)", r["label"])
+        if m:
+            by.setdefault(name(r), {})[int(m.group(1))] = r["median_s"]
     default = "dense" if "dense" in by else "mgs"
     other = [n for n in by if n != default]
     if default not in by or len(other) != 1:
+        return [], None
+    d, o = by[default], by[other[0]]
+    return [d[k] / o[k] for k in sorted(d) if k in o], other[0]
+
+
+def interval(ratios, level=0.90):
+    """(geometric mean, low, high): the two-sided `level` t-interval of the mean log ratio, exponentiated;
+    (mean, mean, mean) with fewer than two ratios."""
+    logs = [math.log(x) for x in ratios]
+    m = statistics.mean(logs)
+    if len(logs) < 2:
+        return math.exp(m), math.exp(m), math.exp(m)
+    half = scipy.stats.t.ppf(0.5 + level / 2, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(m), math.exp(m - half), math.exp(m + half)
+
+
+def checked(out, path):
+    """The cell's check, from OUT/confirm/<cell>.jsonl, or None: (default / best: the geometric mean of
+    the pairs' ratios, pairs, default's median s, best's median s, the ratio's 90% interval low, high)."""
+    check = os.path.join(out, "confirm", os.path.basename(path))
+    if not os.path.exists(check):
         return None
-    d, b = statistics.median(by[default]), statistics.median(by[other[0]])
-    return d / b, len(by[default]), d, b
+    rows = runs(check)
+    ratios, other = pair_ratios(rows)
+    if not ratios:
+        return None
+    by = steps_by_name(rows)
+    d, b = statistics.median(by["dense" if "dense" in by else "mgs"]), statistics.median(by[other])
+    gm, lo, hi = interval(ratios)
+    return gm, len(ratios), d, b, lo, hi
 
 
 def main(out):
@@ -120,6 +152,7 @@ def main(out):
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     worst, lose = 0.0, {"fixed-64MB": 0.0, "fixed-25MB": 0.0, "layerwise": 0.0}
     met = met_checked = total = judged = 0
+    above, within, unresolved = [], [], []  # checked cells by their interval against 1.03
     for (model, rate, density, hosts), path in cells:
         v = verdict(path, density)
         if v is None:
@@ -141,6 +174,9 @@ def main(out):
             met += ratio <= 1.03
             shown = "%.3f" % ratio
         met_checked += (c[0] if c else ratio) <= 1.03
+        if c:
+            cell = "%s %s %s %s" % (model, rate, density, hosts)
+            (above if c[4] > 1.03 else within if c[5] <= 1.03 else unresolved).append(cell)
 
         def over(n):
             if n not in med:
@@ -149,12 +185,16 @@ def main(out):
             return "%.2f" % (med[n] / d)
         print("| %s | %s | %s | %s | %.1f | %s | %.1f | %s | %s | %s | %s | %s |" % (
             model, rate.replace("gbit", " Gbit/s"), density, hosts, (c[2] if trials else d) * 1e3, best,
-            (c[3] if trials else best_s) * 1e3, shown, "%.3f (%d pairs)" % c[:2] if c else "-",
+            (c[3] if trials else best_s) * 1e3, shown, "%.3f (%d pairs; %.2f-%.2f)" % (c[:2] + c[4:]) if c else "-",
             over("fixed-64MB"), over("fixed-25MB"), over("layerwise")))
     print("\nwithin 3%% of the best fixed size (goal: every cell): %d of %d cells, by the checked ratio where a cell "
           "has one; by the sweep's own ratio %d of the %d cells whose default it timed on the plan kept (worst %.3f); "
           "most lost by 64 MiB %.2f, 25 MiB %.2f, layer-wise %.2f (goal >= 1.10 each)" % (
               met_checked, total, met, judged, worst, lose["fixed-64MB"], lose["fixed-25MB"], lose["layerwise"]))
+    print("checked cells by the 90%% interval of default/best: above 1.03 (shown to miss) %d%s; at most 1.03 "
+          "(shown within) %d; spanning 1.03 (more pairs needed) %d%s" % (
+              len(above), (": " + ", ".join(above)) if above else "", len(within), len(unresolved),
+              (": " + ", ".join(unresolved)) if unresolved else ""))
 
 
 if __name__ == "__main__":

@@ -92,13 +92,36 @@ echo "$table" | grep -q "| 0.01 | 4 | - | fixed-4MB | 100.0 | timed in trials |"
 table=$("$py" bench/cluster/sweep_table.py "$s")
 row=$(echo "$table" | grep "| 0.01 | 4 |")
 # default 100 ms on the check: 64 MB's 105 over it, layer-wise 300 over it.
-if [ "$row" = "| resnet50 | 10 Gbit/s | 0.01 | 4 | 100.0 | fixed-4MB | 100.0 | - | 1.000 (2 pairs) | 1.05 | - | 3.00 |" ]; then
+# Pair ratios 1.02 and 0.98: geometric mean 1.000, 90% t-interval (1 degree of freedom) 0.88-1.13.
+if [ "$row" = "| resnet50 | 10 Gbit/s | 0.01 | 4 | 100.0 | fixed-4MB | 100.0 | - | 1.000 (2 pairs; 0.88-1.13) | 1.05 | - | 3.00 |" ]; then
   ok "the checked cell takes the check's default"
 else
   bad "checked row: $row"
 fi
 echo "$table" | grep -q "every cell): 3 of 3 cells, by the checked ratio where a cell has one; by the sweep's own ratio 2 of the 2 cells" &&
-  ok "goal count with the checks" || bad "goal count: $(echo "$table" | tail -n 1)"
+  ok "goal count with the checks" || bad "goal count: $(echo "$table" | tail -n 2)"
+echo "$table" | grep -q "above 1.03 (shown to miss) 0; at most 1.03 (shown within) 0; spanning 1.03 (more pairs needed) 1: resnet50 10gbit 0.01 4$" &&
+  ok "a check of two pairs 4% apart does not resolve 3%" || bad "interval verdicts: $(echo "$table" | tail -n 1)"
+# A dense cell checked against 16 MB: pairs 1.10, 1.12, 1.11 (default first on odd repeats) are shown to
+# miss; a sparse one with pairs 1.00, 1.01, 1.00, 1.01 is shown within.
+{
+  line dense p-dense-rep1 100 5; line dense p-dense-rep1-layerwise 130 5; line dense p-dense-rep1-fixed64MB 100 5
+  line dense p-dense-rep1-fixed16MB 90 5
+} > "$s/bert_base_1gbit_dense_16.jsonl"
+{
+  line dense p-dense-rep1 110 5; line dense p-dense-rep1-fixed16MB 100 5; line dense p-dense-rep2-fixed16MB 100 5
+  line dense p-dense-rep2 112 5; line dense p-dense-rep3 111 5; line dense p-dense-rep3-fixed16MB 100 5
+} > "$s/confirm/bert_base_1gbit_dense_16.jsonl"
+{ line mgs p-rep1 101 26 0; line layerwise p-rep1 300; line fusion p-rep1-fixed4MB 100; } > "$s/bert_base_1gbit_0.001_16.jsonl"
+{
+  line mgs p-rep1 100 26 0; line fusion p-rep1-fixed4MB 100; line fusion p-rep2-fixed4MB 100; line mgs p-rep2 101 26 0
+  line mgs p-rep3 100 26 0; line fusion p-rep3-fixed4MB 100; line fusion p-rep4-fixed4MB 100; line mgs p-rep4 101 26 0
+} > "$s/confirm/bert_base_1gbit_0.001_16.jsonl"
+table=$("$py" bench/cluster/sweep_table.py "$s")
+echo "$table" | grep -q "| bert_base | 1 Gbit/s | dense | 16 | 100.0 | fixed-16MB | 90.0 | 1.111 | 1.110 (3 pairs; 1.09-1.13) |" &&
+  ok "a dense cell's check: the pairs' geometric mean and interval" || bad "dense check row: $(echo "$table" | grep dense)"
+echo "$table" | grep -q "above 1.03 (shown to miss) 1: bert_base 1gbit dense 16; at most 1.03 (shown within) 1; spanning 1.03 (more pairs needed) 1: resnet50 10gbit 0.01 4$" &&
+  ok "interval verdicts: one shown to miss, one shown within, one unresolved" || bad "interval verdicts: $(echo "$table" | tail -n 1)"
 
 [ "$fails" = 0 ] && echo "bench_sweep: all passed" || echo "bench_sweep: $fails failed"
 [ "$fails" = 0 ]
