@@ -9,8 +9,10 @@ default / best (goal <= 1.03 in every cell), and Horovod's 64 MiB, DDP's 25 MiB 
 default (goal: each >= 1.10 in some cell).
 
 Where OUT/confirm/<cell>.jsonl exists (run_sweep.sh -C: the default and the cell's best fixed size rerun in
-pairs, order swapped every pair), the "checked" column is the default's median step over that size's in the
-check, a figure free of the bias of picking the best of seven noisy settings; the goal count uses it there.
+pairs, order swapped every pair), the "checked" column is the geometric mean of the pairs' ratios (default
+over that size, each pair one repeat), a figure free of the bias of picking the best of seven noisy settings,
+with its 90% t-interval; the goal count uses it there, and the last line sorts the checked cells into shown to
+miss 3% (interval above 1.03), shown within (interval at most 1.03) and unresolved (interval spans 1.03).
 A sparse cell whose default was timed while its plan trials still ran (plan_trials_in_timed_steps > 0; older
 lines without it: a warm-up under the 26 steps of the sweep's profile and trials) has no sweep ratio: its
 default figure is the check's, and the other settings' ratios are theirs to the best fixed size in the sweep
