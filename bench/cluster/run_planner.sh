@@ -87,7 +87,9 @@ trap 'rm -rf "$tmp"' EXIT
 # Tensors below MGS_MIN_SPARSE_ELEMENTS go dense; scaled with the model, so
 # the same tensors stay sparse as at full size (4096 x E).
 min_sparse=$(awk -v e="$escale" 'BEGIN { printf "%d", 4096 * e }')
-base=(MGS_REPLAN_TOLERANCE=0 MGS_MIN_SPARSE_ELEMENTS="$min_sparse")
+# Online re-planning off, so each run times one plan, unless the caller set
+# MGS_REPLAN_TOLERANCE (the runtime's default is 0.15): then every run takes it.
+base=(MGS_REPLAN_TOLERANCE="${MGS_REPLAN_TOLERANCE:-0}" MGS_MIN_SPARSE_ELEMENTS="$min_sparse")
 # The model the runtime plans on, when the caller chose one (MGS_PLAN_MODEL).
 [ -n "${MGS_PLAN_MODEL:-}" ] && base+=(MGS_PLAN_MODEL="$MGS_PLAN_MODEL")
 if exchange_supported "$lib"; then
@@ -131,7 +133,7 @@ run_named() {  # LAB NAME (layerwise | fixed-<F>MB)
   esac
 }
 
-echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; hosts=$hosts rate=$rate latency=$latency exchange=$exchange fixed=[$fixed] MB repeats=$repeats${confirm:+ confirm=$confirm}; args: ${args[*]}" >&2
+echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; hosts=$hosts rate=$rate latency=$latency exchange=$exchange replan_tolerance=${MGS_REPLAN_TOLERANCE:-0} fixed=[$fixed] MB repeats=$repeats${confirm:+ confirm=$confirm}; args: ${args[*]}" >&2
 for rep in $(seq 1 "$repeats"); do
   lab="planner-$hosts-$rate-$latency-$([ -n "$dense" ] && echo dense || echo "$exchange")-rep$rep"
   if [ -n "$confirm" ]; then
@@ -152,7 +154,7 @@ for rep in $(seq 1 "$repeats"); do
       --strategy mgs --calibration "$cal" "${args[@]}"
   fi
   if [ -n "$tol" ]; then
-    run_one "$out" "$lab-replan$tol" "$hosts" "$rate" "$latency" "${base[@]/MGS_REPLAN_TOLERANCE=0/MGS_REPLAN_TOLERANCE=$tol}" -- \
+    run_one "$out" "$lab-replan$tol" "$hosts" "$rate" "$latency" "${base[@]/MGS_REPLAN_TOLERANCE=*/MGS_REPLAN_TOLERANCE=$tol}" -- \
       --strategy mgs --calibration "$cal" "${args[@]}"
   fi
 done
