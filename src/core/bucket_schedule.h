@@ -71,7 +71,8 @@ class BucketSchedule {
   // A ready gradient the runtime reduces densely (sparse-eligible but too
   // small): the re-planner profiles it for the coordinator model.
   void noteDense(const Request& req) {
-    replanner_.recordDense(req.name, static_cast<int64_t>(req.input.numel()), req.enqueued, step_, have_plan_);
+    replanner_.recordDense(req.name, static_cast<int64_t>(req.input.numel()), req.enqueued, step_, have_plan_,
+                           req.sig.on_cuda);
   }
   // Called once per coordinator cycle with whether the negotiated ready list
   // was empty (identical on every rank). After about a second of empty cycles

@@ -77,7 +77,8 @@ std::vector<plan::DenseTensor> denseOnPlanClock(const std::vector<ProfiledStep>&
 }
 
 void Replanner::recordDense(const std::string& name, int64_t elements, Clock::time_point enqueued, uint64_t step,
-                            bool have_plan) {
+                            bool have_plan, bool on_cuda) {
+  dense_on_cuda_ = dense_on_cuda_ || on_cuda;
   // The same steps as record(), and the one after the last (its dense
   // gradients before the boundary belong to no profiled step and are
   // dropped by denseOnPlanClock). Bounded: a model of a million small
@@ -331,10 +332,13 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
   if (coordinator_model_) {
     // The runtime's coordinator loop as the model (plan/coordinator.h):
     // rounds on the MGS_CYCLE_TIME_MS grid, the dense gradients' allreduces
-    // on it before the sparse buckets, allgathers in flight.
+    // started on it before the sparse buckets, allgathers in flight.
     in.cost.coordinator_loop = true;
     in.cost.cycle_s = config_.cycle_time_ms * 1e-3;
     in.cost.max_in_flight = static_cast<int>(BlockExchange::kMaxInFlight);
+    // Executor::startInFlight: host allreduces over an asynchronous
+    // communicator, without MGS_NONFINITE=error's blocking check first.
+    in.cost.dense_in_flight = comm_.asyncCollectives() && config_.nonfinite != "error" && !dense_on_cuda_;
     in.dense_tensors = denseOnPlanClock(profile_, first, dense_profile_, in.layers);
   }
   plan::Plan plan;

@@ -154,8 +154,8 @@ class Replanner {
   // A gradient the runtime keeps dense, as the coordinator takes it (rank 0
   // records it while profiling, for MGS_PLAN_MODEL=coordinator); `step`:
   // the schedule's step (the last sparse gradient's).
-  void recordDense(const std::string& name, int64_t elements, Clock::time_point enqueued, uint64_t step,
-                   bool have_plan);
+  void recordDense(const std::string& name, int64_t elements, Clock::time_point enqueued, uint64_t step, bool have_plan,
+                   bool on_cuda);
   // A restored step counter (a resumed checkpoint): the profile starts
   // again from `step`.
   void restartProfile(uint64_t step);
@@ -212,6 +212,9 @@ class Replanner {
   bool save_plan_ = false, pinned_ = false;
   // MGS_PLAN_MODEL=coordinator: dense gradients are profiled and priced.
   const bool coordinator_model_;
+  // A dense gradient seen was a CUDA tensor: its allreduce runs to its end
+  // on the coordinator (CostModel::dense_in_flight false).
+  bool dense_on_cuda_ = false;
   // Rank 0: the coordinator thread's scheduler totals after the first
   // profiled step (host_load.h): the plan's host_steal is measured from there.
   ThreadSchedule sched_mark_;

@@ -60,6 +60,7 @@ double coordinatorStep(const std::vector<LayerInfo>& layers, const Groups& group
   double h = p > 0 ? phase_s - p : 0.0;  // the running iteration's start
   size_t next_g = 0, next_d = 0;
   std::deque<std::pair<size_t, double>> inflight;  // group, wire end
+  std::vector<double> dense_inflight;              // wire ends of the dense allreduces in flight
   double last_ag_end = -inf, dense_done = 0, end = 0;
   auto notice = [&](size_t g, double at) {
     t[g].comm_end_s = at;
@@ -69,6 +70,15 @@ double coordinatorStep(const std::vector<LayerInfo>& layers, const Groups& group
     while (!inflight.empty() && inflight.front().second <= at) {
       notice(inflight.front().first, at);
       inflight.pop_front();
+    }
+    // Executor::poll: a dense allreduce that has ended completes its tensors here.
+    for (auto it = dense_inflight.begin(); it != dense_inflight.end();) {
+      if (*it <= at) {
+        dense_done = std::max(dense_done, at);
+        it = dense_inflight.erase(it);
+      } else {
+        ++it;
+      }
     }
   };
   // Idle stretches are skipped to the next event, so the iterations are a
@@ -83,9 +93,16 @@ double coordinatorStep(const std::vector<LayerInfo>& layers, const Groups& group
       t[g].negotiated_s = now;
       t[g].shared_round = declared.size() > 1 && g != declared.front();
     }
-    // The allreduce without a round (allreduceSeconds would add one).
-    if (dense_elements > 0)
-      dense_done = now = now + cost.allreduce.seconds(static_cast<double>(dense_elements) * cost.bytes_per_element);
+    // The allreduce without a round (allreduceSeconds would add one): in
+    // flight beside the round's sparse buckets (Executor::startInFlight), or
+    // to its end before them.
+    if (dense_elements > 0) {
+      const double wire = cost.allreduce.seconds(static_cast<double>(dense_elements) * cost.bytes_per_element);
+      if (cost.dense_in_flight)
+        dense_inflight.push_back(now + wire);
+      else
+        dense_done = now = now + wire;
+    }
     for (size_t g : declared) {
       const GroupWork& w = work[g];
       t[g].select_start_s = now;
@@ -111,12 +128,13 @@ double coordinatorStep(const std::vector<LayerInfo>& layers, const Groups& group
     }
     poll(now);
     const bool more = next_g < G || next_d < dense.size();
-    if (!more && inflight.empty()) break;
+    if (!more && inflight.empty() && dense_inflight.empty()) break;
     const double arrival =
         std::min(next_g < G ? work[next_g].ready : inf, next_d < dense.size() ? dense[next_d].ready_s : inf);
     double next = now;
     if (now < h + cost.cycle_s) next = arrival <= now ? now : std::min(h + cost.cycle_s, arrival);
-    const double done = inflight.empty() ? inf : inflight.front().second;
+    double done = inflight.empty() ? inf : inflight.front().second;
+    for (double e : dense_inflight) done = std::min(done, e);
     if (next <= h) {
       next = std::max(h, std::min(arrival, done));  // a zero-length iteration (no round, no cycle): to the next event
     } else if (p > 0 && std::min(arrival, done) < inf) {

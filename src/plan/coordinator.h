@@ -11,8 +11,11 @@
 //    the model averages over `kCoordinatorPhases` evenly spread phases.
 //  - Small dense tensors. Tensors the runtime keeps dense (below
 //    MGS_MIN_SPARSE_ELEMENTS) are negotiated in the same rounds; the ones one
-//    round declares are allreduced together, on the coordinator, before the
-//    sparse buckets of that round (Executor::run).
+//    round declares are allreduced together, started before the sparse
+//    buckets of that round (Executor::run). Host tensors over MPI go in
+//    flight (Executor::startInFlight) and complete at a poll; CUDA tensors,
+//    and any under MGS_NONFINITE=error, run to their end on the coordinator
+//    first (CostModel::dense_in_flight false).
 //  - Blocking exchanges. The agreed, hierarchical and dense exchanges of a
 //    sparse bucket run to their end on the coordinator (runBucket).
 //  - Allgathers in flight. Up to `max_in_flight` (BlockExchange::kMaxInFlight,

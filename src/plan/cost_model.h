@@ -125,6 +125,12 @@ struct CostModel {
   bool coordinator_loop = false;
   double cycle_s = 0.001;
   int max_in_flight = 4;
+  // Whether the small dense tensors' allreduces run in flight beside the
+  // round's sparse buckets (coordinator model only): host tensors over MPI
+  // do (Executor::startInFlight); CUDA tensors, and every allreduce under
+  // MGS_NONFINITE=error (a blocking check first), run to their end on the
+  // coordinator before the buckets. A file without it: true.
+  bool dense_in_flight = true;
   // How much of an allgather's start-up overlaps the allgather in flight
   // before it, in [0, 1] (coordinator model only). A property of the
   // network and MPI's progress, measured by calibration (one small allgather

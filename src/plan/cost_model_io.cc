@@ -187,6 +187,11 @@ Status readFields(const json& j, CostModel* inout) {
     MGS_RETURN_IF_ERROR(integer(j.at("max_in_flight"), "max_in_flight", 1, 1 << 20, &i));
     m.max_in_flight = static_cast<int>(i);
   }
+  if (j.contains("dense_in_flight")) {
+    if (!j.at("dense_in_flight").is_boolean())
+      return invalid("dense_in_flight", "expected true or false, got " + j.at("dense_in_flight").dump());
+    m.dense_in_flight = j.at("dense_in_flight").get<bool>();
+  }
   // Optional: the hierarchical exchange's terms (CostModel says how they
   // are estimated when absent).
   if (j.contains("ranks_per_node")) {
@@ -233,10 +238,27 @@ Status parseCostModel(const std::string& text, CostModel* out) {
   if (j.is_discarded()) return Status(Code::kInvalidArgument, "not valid JSON");
   if (!j.is_object()) return invalid("cost model", "expected a JSON object, got " + typeOf(j));
   MGS_RETURN_IF_ERROR(onlyKeys(j, "cost model",
-                               {"format", "version", "workers", "bytes_per_element", "allreduce", "allgather",
-                                "broadcast", "sparsify", "negotiation_s", "ranks_per_node", "node", "leader_allgather",
-                                "coordinator_loop", "cycle_s", "max_in_flight", "allgather_overlap", "inflight_overlap",
-                                "group_host_s", "host_steal", "comment"}));
+                               {"format",
+                                "version",
+                                "workers",
+                                "bytes_per_element",
+                                "allreduce",
+                                "allgather",
+                                "broadcast",
+                                "sparsify",
+                                "negotiation_s",
+                                "ranks_per_node",
+                                "node",
+                                "leader_allgather",
+                                "coordinator_loop",
+                                "cycle_s",
+                                "max_in_flight",
+                                "dense_in_flight",
+                                "allgather_overlap",
+                                "inflight_overlap",
+                                "group_host_s",
+                                "host_steal",
+                                "comment"}));
   for (const char* k : {"workers", "allreduce", "allgather", "sparsify"})
     if (!j.contains(k)) return invalid("cost model", std::string("missing \"") + k + "\"");
   CostModel m = *out;
@@ -279,6 +301,7 @@ std::string costModelToJson(const CostModel& m, bool pretty) {
     out += std::string(in) + "\"coordinator_loop\":" + sp + "true," + nl;
     out += std::string(in) + "\"cycle_s\":" + sp + json(m.cycle_s).dump() + "," + nl;
     out += std::string(in) + "\"max_in_flight\":" + sp + std::to_string(m.max_in_flight) + "," + nl;
+    if (!m.dense_in_flight) out += std::string(in) + "\"dense_in_flight\":" + sp + "false," + nl;
   }
   // Measured by calibration (core/calibration.h), used by the coordinator model.
   out += std::string(in) + "\"allgather_overlap\":" + sp + json(m.allgather_overlap).dump() + "," + nl;

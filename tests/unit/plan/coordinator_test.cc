@@ -61,12 +61,15 @@ TEST_CASE("coordinator: a group waits for the running round, and its end is seen
   CHECK(s == 3.5);
 }
 
-TEST_CASE("coordinator: small dense tensors are allreduced on the coordinator first", "[plan][coordinator]") {
+TEST_CASE("coordinator: small dense tensors run to their end first where they cannot go in flight",
+          "[plan][coordinator]") {
+  // CUDA tensors, or MGS_NONFINITE=error: dense_in_flight false.
   // No round cost, no cycle: one iteration per event. A group and a dense
   // tensor both ready at 1: the dense allreduce (3) runs 1..4, then the
   // allgather 4..6. Without the dense tensor: 1 + 2 = 3, as the timeline.
   const std::vector<LayerInfo> layers = {{"w", 100, 1.0}};
-  const CostModel c = coordinatorCost(2.0, 0.0);
+  CostModel c = coordinatorCost(2.0, 0.0);
+  c.dense_in_flight = false;
   const std::vector<DenseTensor> dense = {{"b", 10, 1.0}};
   CHECK(coordinatorTime(layers, planSingle(1), c, Selection::kSeparate, dense) == 6.0);
   CHECK(coordinatorTime(layers, planSingle(1), c, Selection::kSeparate, {}) == 3.0);
@@ -75,9 +78,12 @@ TEST_CASE("coordinator: small dense tensors are allreduced on the coordinator fi
             0.0) == 3.0);
   // With rounds (1, back to back) the allreduce does not pay another round:
   // the round declaring both ends at phase + 1 or + 2, then 3 + 2, seen at
-  // the next round's end: phase + 6 or + 7, mean 7.0 (tools/examples/coordinator.json).
+  // the next round's end: phase + 6 or + 7, mean 7.0 (tools/examples/coordinator.json with
+  // "dense_in_flight": false).
   const std::vector<LayerInfo> half = {{"w", 100, 0.5}};
-  CHECK(coordinatorTime(half, planSingle(1), coordinatorCost(2.0, 1.0), Selection::kSeparate, {{"b", 10, 0.5}}) ==
+  CostModel rounds = coordinatorCost(2.0, 1.0);
+  rounds.dense_in_flight = false;
+  CHECK(coordinatorTime(half, planSingle(1), rounds, Selection::kSeparate, {{"b", 10, 0.5}}) ==
         Approx(7.0).margin(1e-12));
   // A dense tensor ready after the last group still ends the step: 5 + 3.
   const std::vector<DenseTensor> late = {{"b", 10, 5.0}};
@@ -85,6 +91,60 @@ TEST_CASE("coordinator: small dense tensors are allreduced on the coordinator fi
   // Dense tensors declared in one round share one allreduce: 1..4 for both.
   const std::vector<DenseTensor> two = {{"b1", 10, 1.0}, {"b2", 10, 1.0}};
   CHECK(coordinatorTime(layers, planSingle(1), c, Selection::kSeparate, two) == 6.0);
+}
+
+TEST_CASE("coordinator: host dense allreduces go in flight beside the round's sparse buckets", "[plan][coordinator]") {
+  // The runtime's host path (Executor::startInFlight; dense_in_flight, the
+  // default). A group and a dense tensor ready at 1, no rounds: the dense
+  // allreduce (3) runs 1..4 while the allgather runs 1..3; the step ends
+  // when the dense tensor completes, 4, not 1 + 3 + 2 = 6.
+  const std::vector<LayerInfo> layers = {{"w", 100, 1.0}};
+  const CostModel c = coordinatorCost(2.0, 0.0);
+  REQUIRE(c.dense_in_flight);
+  CHECK(coordinatorTime(layers, planSingle(1), c, Selection::kSeparate, {{"b", 10, 1.0}}) == 4.0);
+  std::vector<GroupTiming> t;
+  CHECK(coordinatorStep(layers, planSingle(1), c, Selection::kSeparate, {{"b", 10, 1.0}}, 0.0, &t) == 4.0);
+  REQUIRE(t.size() == 1);
+  CHECK(t[0].comm_start_s == 1.0);  // the allgather does not wait for the allreduce
+  CHECK(t[0].comm_end_s == 3.0);
+  // A cheap allreduce (1) ends before the allgather: the group ends the step, 3.
+  CostModel quick = c;
+  quick.allreduce = CommModel::linear(1.0, 0);
+  CHECK(coordinatorTime(layers, planSingle(1), quick, Selection::kSeparate, {{"b", 10, 1.0}}) == 3.0);
+  // A dense tensor ready after the last group: 5..8, as when it blocks.
+  CHECK(coordinatorTime(layers, planSingle(1), c, Selection::kSeparate, {{"b", 10, 5.0}}) == 8.0);
+  // With rounds (1, back to back): the round declaring both ends at phase + 1
+  // (phase >= 0.5) or + 2; the allgather (2) and the allreduce (3) start
+  // there; the allgather's end is seen at the end of the round after it, the
+  // allreduce's at the end of the next: phase + 4 or + 5, mean 5.0, where the
+  // blocking order gives 7.0 (above).
+  const std::vector<LayerInfo> half = {{"w", 100, 0.5}};
+  const CostModel rounds = coordinatorCost(2.0, 1.0);
+  CHECK(coordinatorStep(half, planSingle(1), rounds, Selection::kSeparate, {{"b", 10, 0.5}}, 0.75) ==
+        Approx(4.75).margin(1e-12));
+  CHECK(coordinatorStep(half, planSingle(1), rounds, Selection::kSeparate, {{"b", 10, 0.5}}, 0.25) ==
+        Approx(5.25).margin(1e-12));
+  CHECK(coordinatorTime(half, planSingle(1), rounds, Selection::kSeparate, {{"b", 10, 0.5}}) ==
+        Approx(5.0).margin(1e-12));
+}
+
+TEST_CASE("coordinator: dense_in_flight in a cost-model file", "[plan][coordinator]") {
+  CostModel c = coordinatorCost(2.0, 1.0);
+  c.dense_in_flight = false;
+  CostModel back;
+  REQUIRE(parseCostModel(costModelToJson(c), &back).ok());
+  CHECK_FALSE(back.dense_in_flight);
+  c.dense_in_flight = true;  // the default is not written
+  const std::string text = costModelToJson(c);
+  CHECK(text.find("dense_in_flight") == std::string::npos);
+  CostModel fresh;
+  REQUIRE(parseCostModel(text, &fresh).ok());
+  CHECK(fresh.dense_in_flight);
+  std::string bad = text;
+  bad.replace(bad.find("\"coordinator_loop\""), 0, "\"dense_in_flight\": 1, ");
+  const Status st = parseCostModel(bad, &back);
+  CHECK_FALSE(st.ok());
+  CHECK(st.message().find("dense_in_flight") != std::string::npos);
 }
 
 TEST_CASE("coordinator: allgathers in flight overlap their start-ups up to the limit", "[plan][coordinator]") {
