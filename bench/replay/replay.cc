@@ -387,7 +387,8 @@ int main(int argc, char** argv) {
        << ",\"backward_s\":" << fmt(backward) << ",\"warmup\":" << warmup << ",\"steps\":" << timed
        << ",\"median_s\":" << fmt(med) << ",\"min_s\":" << fmt(*std::min_element(max_s.begin(), max_s.end()))
        << ",\"max_s\":" << fmt(*std::max_element(max_s.begin(), max_s.end())) << ",\"step_s\":" << jsonArray(max_s)
-       << ",\"plan_buckets\":" << s1.plan_buckets << ",\"plans\":" << s1.plans << ",\"plan_trials\":" << s1.plan_trials
+       << ",\"plan_buckets\":" << s1.plan_buckets << ",\"plans\":" << s1.plans
+       << ",\"replans_rejected\":" << s1.plan_replans_rejected << ",\"plan_trials\":" << s1.plan_trials
        << ",\"plan_trials_in_timed_steps\":" << s1.plan_trials - s0.plan_trials
        << ",\"allreduce_ring_min_bytes\":" << s1.allreduce_ring_min_bytes << ",\"allreduce_ring_ops_per_step\":"
        << fmt(double(s1.allreduce_ring_ops - s0.allreduce_ring_ops) / double(std::max<size_t>(1, timed)))

@@ -449,6 +449,9 @@ typedef struct mgs_stats {
   uint64_t sparse_hierarchical_buckets; /**< of sparse_buckets, those exchanged by the hierarchical exchange
                                              (MGS_EXCHANGE=hierarchical; 'auto' takes the allgather, never it
                                              or the agreed exchange) */
+  uint64_t plan_replans_rejected;       /**< online re-plans whose plan lost its trial against the plan that ran
+                                             (MGS_PLAN_TRIAL_STEPS: visits alternate; the running plan stays unless
+                                             the new one is faster by more than 3 % and the spread between visits) */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

@@ -427,6 +427,7 @@ mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
     s.allreduce_library_ops = n.allreduce_library_ops;
     s.allreduce_ring_min_bytes = n.allreduce_ring_min_bytes;
     s.sparse_hierarchical_buckets = sp.hierarchical_buckets;
+    s.plan_replans_rejected = sp.replans_rejected;
     std::memcpy(stats, &s, std::min(size, sizeof s));
     return Status::OK();
   });

@@ -21,6 +21,9 @@ namespace mgs {
 
 constexpr int kTrialVisitSteps = 2;
 
+// A candidate (or a re-plan) must be faster by more than this fraction.
+constexpr double kTrialMargin = 0.03;
+
 // The candidates: the dynamic program's plan and uniform cuts at 1, 2, 4 and
 // 8 buckets' worth of bytes (repeats dropped, so there may be fewer).
 constexpr int kTrialCuts[] = {1, 2, 4, 8};

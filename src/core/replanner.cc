@@ -21,6 +21,11 @@ double rescaleBackward(double scale, double backward_s, double predicted_s, doub
   return std::clamp(scale * want / backward_s, 0.05, 20.0);
 }
 
+double rescaleBackwardByReady(double scale, double predicted_ready_s, double measured_ready_s) {
+  if (!(predicted_ready_s > 0) || !(measured_ready_s > 0)) return scale;
+  return std::clamp(scale * measured_ready_s / predicted_ready_s, 0.05, 20.0);
+}
+
 std::vector<plan::DenseTensor> denseOnPlanClock(const std::vector<ProfiledStep>& profile, size_t first,
                                                 const std::vector<ProfiledDense>& dense,
                                                 const std::vector<plan::LayerInfo>& layers) {
@@ -121,6 +126,7 @@ void Replanner::planned(const PlanChoice& p, std::optional<PlanChoice>* out) {
   if (ends.size() != p.groups.size()) ends.assign(p.groups.size(), -1.0);
   if (ready.size() != p.groups.size()) ready.assign(p.groups.size(), -1.0);
   cost_.online().planned(p.predicted_span, ends, ready);
+  running_ = p;
   // The sums follow the plan that runs (a trial candidate, a re-plan).
   stats_.span_predicted_sum_us = stats_.span_measured_sum_us = stats_.span_plan_checks = 0;
   stats_.plan_bucket.assign(p.groups.size(), PlanBucketStat{});
@@ -197,18 +203,34 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
   // backward on busy cores, or hold the ranks in step where a plan does
   // not). Rank 0 rescales the profile's backward so that, with the tail the
   // plan predicted after it, the plan would have predicted the measured span.
-  if (comm_.rank() == 0)
+  // Where the plan's buckets were compared, its last bucket's ready time says
+  // when backward ended (rescaleBackwardByReady); else the span says it.
+  const double old_scale = backward_scale_;
+  const char* rescaled_by = "the span";
+  // (The bucket figures are the same on every rank; only rank 0 plans.)
+  const PlanBucketStat* last = nullptr;
+  for (const PlanBucketStat& s : stats_.plan_bucket)
+    if (s.checks > 0 && s.predicted_ready_us > 0 && (!last || s.predicted_ready_us > last->predicted_ready_us))
+      last = &s;
+  if (last) {
+    rescaled_by = "the last bucket's ready time";
+    backward_scale_ = rescaleBackwardByReady(
+        backward_scale_, static_cast<double>(last->predicted_ready_us) * 1e-6,
+        static_cast<double>(last->measured_ready_sum_us) * 1e-6 / static_cast<double>(last->checks));
+  } else if (comm_.rank() == 0) {
     backward_scale_ = rescaleBackward(backward_scale_, last_backward_s_, d.predicted_s, d.measured_s);
+  }
   const plan::CostModel old = cost_.refit();
   const plan::CostModel& now = cost_.model();
   MGS_LOG_INFO(
       "re-planning at step {}: measured {:.3f} ms per step (mean over ranks) vs predicted {:.3f} ms ({:+.0f}%) "
       "for {} steps in a row (tolerance {:.0f}%); refitted allgather {:.3f} -> {:.3f} ms at 64 KiB, allreduce "
-      "{:.3f} -> {:.3f} ms at 4 MiB, selection {:.3g} -> {:.3g} s/element (the check costs {:.0f} us per step)",
+      "{:.3f} -> {:.3f} ms at 4 MiB, selection {:.3g} -> {:.3g} s/element (the check costs {:.0f} us per step); "
+      "backward scaled {:.3f} -> {:.3f} by {}",
       b.step, d.measured_s * 1e3, d.predicted_s * 1e3, 100.0 * (d.measured_s / d.predicted_s - 1.0), d.steps_off,
       config_.replan_tolerance * 100, old.allgather.seconds(65536.0) * 1e3, now.allgather.seconds(65536.0) * 1e3,
       old.allreduce.seconds(4194304.0) * 1e3, now.allreduce.seconds(4194304.0) * 1e3, old.sparsify.c_s,
-      now.sparsify.c_s, online.meanReduceSeconds() * 1e6);
+      now.sparsify.c_s, online.meanReduceSeconds() * 1e6, old_scale, backward_scale_, rescaled_by);
   // Where the plan went wrong, bucket by bucket (mgs_get_plan_buckets): the
   // three whose mean measured end strays most from the predicted one.
   std::vector<size_t> worst;
@@ -456,6 +478,22 @@ Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<Plan
     MGS_ENSURE(r.getString(&c.label), kInternal, "corrupt plan from rank 0");
     cands.push_back(std::move(c));
   }
+  // An online re-plan's plan is tried against the plan that runs (the running
+  // plan first, as the DP's plan is among the first plan's candidates): the
+  // refitted model has misjudged this job once already, and the job's pace
+  // under the new plan is what the re-plan cannot predict (on shared cores
+  // more buckets take coordinator time from backward, which a re-plan reads
+  // as a slower backward and answers with more buckets). Visits alternate,
+  // so a change in the job's conditions weighs on both alike; the new plan
+  // is kept only when it is faster by more than the margin and the spread.
+  replan_trial_ = !with_trials && b.have_plan && running_ && config_.plan_trial_steps > 1 && cands.size() == 1 &&
+                  cands.front().groups != running_->groups;
+  if (replan_trial_) {
+    PlanChoice current = *running_;
+    current.label = "running plan";
+    cands.front().label = "re-plan " + cands.front().label;
+    cands.insert(cands.begin(), std::move(current));
+  }
   ++stats_.plans;
   planned(cands.front(), out);
   if (cands.size() == 1) savePlan(cands.front(), b);
@@ -510,7 +548,6 @@ void Replanner::trialBoundary(const Boundary& b, std::optional<PlanChoice>* out)
   // candidates differ by less than the noise (one host, shared memory), a
   // choice by noise would only make the job's plan, and the exchanges it
   // picks, vary from run to run.
-  constexpr double kTrialMargin = 0.03;
   std::string text;
   if (comm_.rank() == 0) {
     std::string why, report;
@@ -537,8 +574,10 @@ void Replanner::trialBoundary(const Boundary& b, std::optional<PlanChoice>* out)
   // A failed broadcast leaves every rank on the DP plan; a communication
   // failure surfaces in the next negotiation.
   if (!st.ok()) MGS_LOG_ERROR("merge plan trials: {}; keeping the first plan", st.toString());
+  if (replan_trial_ && best == 0) ++stats_.replans_rejected;
   planned(trials_[best], out);
   savePlan(trials_[best], b);
+  replan_trial_ = false;
   trials_.clear();
   trial_samples_.clear();
   trial_order_.clear();

@@ -12,6 +12,12 @@
 //   - every step's results equal the average of exactly the pairs each rank
 //     selected (error feedback intact across the plan change).
 // With MGS_REPLAN_TOLERANCE=0 exactly one plan is made, change or not.
+// With REPLAN_TEST_PENALIZE_BUCKETS=1 every step under a plan of more than one
+// bucket is followed by a 25 ms pause (a plan that makes the job slower in a
+// way no model sees): the first trials keep the one-bucket cut, and an
+// online re-plan to more buckets goes on trial against it (the running plan
+// first, visits alternating) and loses: mgs_stats_t.plan_replans_rejected
+// counts it on every rank alike and the job ends on one bucket.
 // The first plan's candidates run on trial (MGS_PLAN_TRIAL_STEPS, default 3):
 // the bucket count and trial counter, read after each step, are identical
 // on every rank at every step (every rank switches at the same boundary),
@@ -39,11 +45,11 @@ int g_size = 0;
 constexpr int kChange = 25, kSteps = 100, kFastMs = 1, kSlowMs = 6;
 constexpr int kCooldown = 10;  // OnlineCost::Options::cooldown
 
-void run(double tolerance) {
+void run(double tolerance, bool penalize) {
   const std::vector<int64_t> sizes = {50000, 20000, 80000, 30000, 60000, 10000};
   const size_t L = sizes.size();
   std::vector<float> plans_after(kSteps);  // as floats, for gatherAll
-  std::vector<float> buckets_after(kSteps), trials_after(kSteps);
+  std::vector<float> buckets_after(kSteps), trials_after(kSteps), rejected_after(kSteps);
   for (int step = 0; step < kSteps; ++step) {
     StepTensors tensors(sizes, step);
     auto &x = tensors.x, &out = tensors.out, &before = tensors.before;
@@ -69,6 +75,8 @@ void run(double tolerance) {
     plans_after[step] = static_cast<float>(st.plans);
     buckets_after[step] = static_cast<float>(st.plan_buckets);
     trials_after[step] = static_cast<float>(st.plan_trials);
+    rejected_after[step] = static_cast<float>(st.plan_replans_rejected);
+    if (penalize && st.plan_buckets > 1) std::this_thread::sleep_for(std::chrono::milliseconds(25));
     // Every few steps (and around the change) check the results against the
     // pairs each rank selected: sent = x + residual_before - residual_after.
     if (step % 5 != 0 && std::abs(step - kChange) > 12) continue;
@@ -202,6 +210,26 @@ void run(double tolerance) {
   for (size_t i = 2; i < replans.size(); ++i)  // replans[0] is the profile's plan
     EXPECT(replans[i] - replans[i - 1] >= kCooldown, "re-plans after steps %d and %d: closer than the cool-down %d",
            replans[i - 1], replans[i], kCooldown);
+  const std::vector<float> all_rejected = gatherAll("plan_replans_rejected", rejected_after);
+  int differ_rejected = 0;
+  for (int r = 1; r < g_size; ++r)
+    for (int s = 0; s < kSteps; ++s) differ_rejected += all_rejected[r * kSteps + s] != rejected_after[s];
+  EXPECT(differ_rejected == 0, "%d per-step rejected re-plan counts differ across ranks", differ_rejected);
+  if (!penalize) return;
+  const float kept_trials = trials_after[kChange - 1];
+  if (g_rank == 0)
+    std::printf(
+        "penalized plans: %.0f bucket(s) kept by the first trials; candidates on trial %.0f -> %.0f; "
+        "re-plans rejected %.0f; %.0f bucket(s) at the end\n",
+        buckets_after[kChange - 1], kept_trials, trials_after[kSteps - 1], rejected_after[kSteps - 1],
+        buckets_after[kSteps - 1]);
+  EXPECT(buckets_after[kChange - 1] == 1, "the first trials kept %.0f buckets, not the unpenalized one",
+         buckets_after[kChange - 1]);
+  EXPECT(trials_after[kSteps - 1] > kept_trials, "no re-plan went on trial (candidates %.0f -> %.0f)", kept_trials,
+         trials_after[kSteps - 1]);
+  EXPECT(rejected_after[kSteps - 1] >= 1, "no re-plan was rejected");
+  EXPECT(buckets_after[kSteps - 1] == 1, "the job ends on %.0f buckets, not the running plan's one",
+         buckets_after[kSteps - 1]);
 }
 
 }  // namespace
@@ -214,7 +242,8 @@ int main() {
   mgs_rank(&g_rank);
   mgs_size(&g_size);
   const char* tol = std::getenv("MGS_REPLAN_TOLERANCE");
-  run(tol ? std::atof(tol) : 0.15);
+  const char* penalize = std::getenv("REPLAN_TEST_PENALIZE_BUCKETS");
+  run(tol ? std::atof(tol) : 0.15, penalize && std::string(penalize) == "1");
   const int rc = mpitest::finish();
   mgs_shutdown();
   return rc;

@@ -96,6 +96,7 @@ class MgsStats(ctypes.Structure):
         ("allreduce_library_ops", ctypes.c_uint64),
         ("allreduce_ring_min_bytes", ctypes.c_uint64),
         ("sparse_hierarchical_buckets", ctypes.c_uint64),
+        ("plan_replans_rejected", ctypes.c_uint64),
     ]
 
 
