@@ -38,6 +38,9 @@ ap.add_argument("--old-auto", action="store_true",
 ap.add_argument("--timeline-model", action="store_true", help="the model before the coordinator terms")
 ap.add_argument("--cycle-ms", type=float, default=1.0, help="MGS_CYCLE_TIME_MS of the runs (runtime default 1)")
 ap.add_argument("--in-flight", type=int, default=4, help="allgathers in flight (BlockExchange::kMaxInFlight)")
+ap.add_argument("--dense-blocking", action="store_true",
+                help="the small dense tensors' allreduces run to their end before the round's sparse buckets "
+                     "(the runtime's order for CUDA tensors; host tensors over MPI go in flight, the default)")
 ap.add_argument("--overlap", type=float, default=None,
                 help="allgather_overlap, in [0, 1] (default: the calibration's, else the model's 1)")
 ap.add_argument("--dump", default=None, help="also write each strategy's instance to DUMP-<n>.json (for mgs-plan)")
@@ -86,7 +89,8 @@ def predict(r):
         c["negotiation_s"] = max(0.0, seg[1] + seg[2] * 512)
     layers, dense = layers_for(r)
     if not a.timeline_model:
-        c.update(coordinator_loop=True, cycle_s=a.cycle_ms / 1000.0, max_in_flight=a.in_flight)
+        c.update(coordinator_loop=True, cycle_s=a.cycle_ms / 1000.0, max_in_flight=a.in_flight,
+                 dense_in_flight=not a.dense_blocking)
         if a.overlap is not None: c["allgather_overlap"] = a.overlap
         period = max(c["negotiation_s"], c["cycle_s"])
         if a.phase == "barrier" and period > 0:
