@@ -29,7 +29,9 @@
 // (duplicates dropped); every rank runs each for MGS_PLAN_TRIAL_STEPS steps,
 // switching at the same step boundaries; rank 0 times each step between
 // boundaries (the first under each candidate left out) and broadcasts which
-// was fastest (plan_trials.h), which every rank then keeps.
+// was fastest (plan_trials.h), which every rank then keeps. An online
+// re-plan whose plan differs from the running one goes on trial the same
+// way against it (the running plan first, so it stays unless beaten).
 //
 // MGS_PLAN_FILE (plan/plan_file.h, replanner_plan_file.cc): a job that finds
 // the file runs its plan from the first step, with the file's exchange per
