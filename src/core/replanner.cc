@@ -21,11 +21,6 @@ double rescaleBackward(double scale, double backward_s, double predicted_s, doub
   return std::clamp(scale * want / backward_s, 0.05, 20.0);
 }
 
-double rescaleBackwardByReady(double scale, double predicted_ready_s, double measured_ready_s) {
-  if (!(predicted_ready_s > 0) || !(measured_ready_s > 0)) return scale;
-  return std::clamp(scale * measured_ready_s / predicted_ready_s, 0.05, 20.0);
-}
-
 std::vector<plan::DenseTensor> denseOnPlanClock(const std::vector<ProfiledStep>& profile, size_t first,
                                                 const std::vector<ProfiledDense>& dense,
                                                 const std::vector<plan::LayerInfo>& layers) {
@@ -203,34 +198,20 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
   // backward on busy cores, or hold the ranks in step where a plan does
   // not). Rank 0 rescales the profile's backward so that, with the tail the
   // plan predicted after it, the plan would have predicted the measured span.
-  // Where the plan's buckets were compared, its last bucket's ready time says
-  // when backward ended (rescaleBackwardByReady); else the span says it.
   const double old_scale = backward_scale_;
-  const char* rescaled_by = "the span";
-  // (The bucket figures are the same on every rank; only rank 0 plans.)
-  const PlanBucketStat* last = nullptr;
-  for (const PlanBucketStat& s : stats_.plan_bucket)
-    if (s.checks > 0 && s.predicted_ready_us > 0 && (!last || s.predicted_ready_us > last->predicted_ready_us))
-      last = &s;
-  if (last) {
-    rescaled_by = "the last bucket's ready time";
-    backward_scale_ = rescaleBackwardByReady(
-        backward_scale_, static_cast<double>(last->predicted_ready_us) * 1e-6,
-        static_cast<double>(last->measured_ready_sum_us) * 1e-6 / static_cast<double>(last->checks));
-  } else if (comm_.rank() == 0) {
+  if (comm_.rank() == 0)
     backward_scale_ = rescaleBackward(backward_scale_, last_backward_s_, d.predicted_s, d.measured_s);
-  }
   const plan::CostModel old = cost_.refit();
   const plan::CostModel& now = cost_.model();
   MGS_LOG_INFO(
       "re-planning at step {}: measured {:.3f} ms per step (mean over ranks) vs predicted {:.3f} ms ({:+.0f}%) "
       "for {} steps in a row (tolerance {:.0f}%); refitted allgather {:.3f} -> {:.3f} ms at 64 KiB, allreduce "
       "{:.3f} -> {:.3f} ms at 4 MiB, selection {:.3g} -> {:.3g} s/element (the check costs {:.0f} us per step); "
-      "backward scaled {:.3f} -> {:.3f} by {}",
+      "backward scaled {:.3f} -> {:.3f}",
       b.step, d.measured_s * 1e3, d.predicted_s * 1e3, 100.0 * (d.measured_s / d.predicted_s - 1.0), d.steps_off,
       config_.replan_tolerance * 100, old.allgather.seconds(65536.0) * 1e3, now.allgather.seconds(65536.0) * 1e3,
       old.allreduce.seconds(4194304.0) * 1e3, now.allreduce.seconds(4194304.0) * 1e3, old.sparsify.c_s,
-      now.sparsify.c_s, online.meanReduceSeconds() * 1e6, old_scale, backward_scale_, rescaled_by);
+      now.sparsify.c_s, online.meanReduceSeconds() * 1e6, old_scale, backward_scale_);
   // Where the plan went wrong, bucket by bucket (mgs_get_plan_buckets): the
   // three whose mean measured end strays most from the predicted one.
   std::vector<size_t> worst;

@@ -69,18 +69,6 @@ namespace mgs {
 // not positive.
 double rescaleBackward(double scale, double backward_s, double predicted_s, double measured_s);
 
-// A re-plan's backward scale from the running plan's last bucket, when its
-// figures are known (mgs_get_plan_buckets): the round that declared its last
-// gradient ready on every rank, predicted at `predicted_ready_s` and measured
-// at `measured_ready_s` (the mean over ranks and compared steps), both from
-// the step's first gradient. Backward has ended by then, whatever the
-// exchanges after it cost, so the new scale makes it end when it did: scale
-// times measured / predicted, within [0.05, 20]. The span-based rescale
-// above charges a tail the model mispriced to backward instead, and a longer
-// backward makes the planner cut more buckets to hide exchanges behind it.
-// Unchanged when either time is not positive.
-double rescaleBackwardByReady(double scale, double predicted_ready_s, double measured_ready_s);
-
 // A gradient the runtime keeps dense (sparse-eligible, below
 // MGS_MIN_SPARSE_ELEMENTS) as rank 0 saw it while profiling.
 struct ProfiledDense {

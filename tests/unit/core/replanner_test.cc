@@ -104,20 +104,3 @@ TEST_CASE("denseOnPlanClock: averaged over the profiled steps; unknown neighbour
   // One profiled step: nothing before it bounds a window.
   REQUIRE(denseOnPlanClock({profile[1]}, 0, dense, layers).empty());
 }
-
-TEST_CASE("rescaleBackwardByReady: backward ends when the last bucket was declared ready", "[core][replan]") {
-  // Predicted ready at 40 ms, measured at 50: backward is 1.25x what the
-  // profile said, whatever the span measured after it.
-  REQUIRE(rescaleBackwardByReady(1.0, 0.040, 0.050) == Approx(1.25));
-  // It composes with the scale already in force: 0.5 x 0.8.
-  REQUIRE(rescaleBackwardByReady(0.5, 0.050, 0.040) == Approx(0.4));
-  // A span 30 % longer than predicted with the last bucket on time: the
-  // span-based rescale stretches backward, this one leaves it.
-  REQUIRE(rescaleBackward(1.0, 0.040, 0.060, 0.078) > 1.4);
-  REQUIRE(rescaleBackwardByReady(1.0, 0.045, 0.045) == Approx(1.0));
-  // Bounds, and nothing known.
-  REQUIRE(rescaleBackwardByReady(1.0, 0.001, 1.0) == Approx(20.0));
-  REQUIRE(rescaleBackwardByReady(1.0, 1.0, 0.001) == Approx(0.05));
-  REQUIRE(rescaleBackwardByReady(0.7, 0.0, 0.05) == 0.7);
-  REQUIRE(rescaleBackwardByReady(0.7, 0.05, -1.0) == 0.7);
-}
