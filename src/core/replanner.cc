@@ -367,6 +367,29 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
   // The candidates: this plan, then (trials) uniform cuts of the same
   // layers at 1, 2, 4 and 8 buckets' worth of bytes, without repeats.
   std::vector<std::pair<plan::Plan, std::string>> cands;
+  // A re-plan: the running plan first, priced by the same refitted model and
+  // rescaled backward, so that it keeps an up-to-date prediction if it stays
+  // (replan() puts the two on trial). Not when its tensors are not these.
+  if (!with_trials && running_) {
+    std::unordered_map<std::string, int> index;
+    for (size_t i = 0; i < in.layers.size(); ++i) index[in.layers[i].name] = static_cast<int>(i);
+    plan::Plan current;
+    bool known = true;
+    for (const auto& g : running_->groups) {
+      current.groups.emplace_back();
+      for (const auto& name : g) {
+        const auto it = index.find(name);
+        if (it == index.end()) {
+          known = false;
+          break;
+        }
+        current.groups.back().push_back(it->second);
+      }
+      if (!known) break;
+    }
+    if (known && plan::evaluatePlan(in, current.groups, true, &current.predicted_s).ok())
+      cands.emplace_back(std::move(current), "running plan");
+  }
   cands.emplace_back(plan, plan.planner);
   if (with_trials && config_.plan_trial_steps > 1 && config_.effectivePlanner() == "mgs" && in.layers.size() > 1) {
     int64_t total = 0;
@@ -467,13 +490,22 @@ Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<Plan
   // as a slower backward and answers with more buckets). Visits alternate,
   // so a change in the job's conditions weighs on both alike; the new plan
   // is kept only when it is faster by more than the margin and the spread.
-  replan_trial_ = !with_trials && b.have_plan && running_ && config_.plan_trial_steps > 1 && cands.size() == 1 &&
-                  cands.front().groups != running_->groups;
-  if (replan_trial_) {
-    PlanChoice current = *running_;
-    current.label = "running plan";
-    cands.front().label = "re-plan " + cands.front().label;
-    cands.insert(cands.begin(), std::move(current));
+  // Rank 0 sent the running plan, re-priced, before the new one when it
+  // could (planOnRankZero); else it is the running plan as it was priced.
+  replan_trial_ = false;
+  if (!with_trials && b.have_plan && running_) {
+    if (cands.size() == 1) {
+      PlanChoice current = *running_;
+      current.label = "running plan";
+      cands.insert(cands.begin(), std::move(current));
+    }
+    if (cands.size() == 2 && cands[0].groups != cands[1].groups && config_.plan_trial_steps > 1) {
+      replan_trial_ = true;
+      cands[1].label = "re-plan " + cands[1].label;
+    } else if (cands.size() == 2) {
+      // The same plan, or no trials: the new plan (priced by the refitted model) runs.
+      cands.erase(cands.begin());
+    }
   }
   ++stats_.plans;
   planned(cands.front(), out);
