@@ -490,19 +490,14 @@ Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<Plan
   // as a slower backward and answers with more buckets). Visits alternate,
   // so a change in the job's conditions weighs on both alike; the new plan
   // is kept only when it is faster by more than the margin and the spread.
-  // Rank 0 sent the running plan, re-priced, before the new one when it
-  // could (planOnRankZero); else it is the running plan as it was priced.
+  // Rank 0 sent the running plan, re-priced, before the new one
+  // (planOnRankZero: a re-plan's only two candidates).
   replan_trial_ = false;
-  if (!with_trials && b.have_plan && running_) {
-    if (cands.size() == 1) {
-      PlanChoice current = *running_;
-      current.label = "running plan";
-      cands.insert(cands.begin(), std::move(current));
-    }
-    if (cands.size() == 2 && cands[0].groups != cands[1].groups && config_.plan_trial_steps > 1) {
+  if (!with_trials && cands.size() == 2) {
+    if (cands[0].groups != cands[1].groups && config_.plan_trial_steps > 1) {
       replan_trial_ = true;
       cands[1].label = "re-plan " + cands[1].label;
-    } else if (cands.size() == 2) {
+    } else {
       // The same plan, or no trials: the new plan (priced by the refitted model) runs.
       cands.erase(cands.begin());
     }

@@ -36,6 +36,12 @@ Status nonNegative(const json& j, const std::string& path, double* out) {
   return st;
 }
 
+Status boolean(const json& j, const std::string& path, bool* out) {
+  if (!j.is_boolean()) return invalid(path, "expected true or false, got " + j.dump());
+  *out = j.get<bool>();
+  return Status::OK();
+}
+
 Status integer(const json& j, const std::string& path, int64_t lo, int64_t hi, int64_t* out) {
   if (!j.is_number_integer())
     return invalid(path, "expected an integer, got " + (j.is_number() ? j.dump() : typeOf(j)));
@@ -162,11 +168,8 @@ Status readFields(const json& j, CostModel* inout) {
   if (j.contains("negotiation_s"))
     MGS_RETURN_IF_ERROR(nonNegative(j.at("negotiation_s"), "negotiation_s", &m.negotiation_s));
   // Optional: the coordinator loop (off when absent, CostModel says so).
-  if (j.contains("coordinator_loop")) {
-    if (!j.at("coordinator_loop").is_boolean())
-      return invalid("coordinator_loop", "expected true or false, got " + j.at("coordinator_loop").dump());
-    m.coordinator_loop = j.at("coordinator_loop").get<bool>();
-  }
+  if (j.contains("coordinator_loop"))
+    MGS_RETURN_IF_ERROR(boolean(j.at("coordinator_loop"), "coordinator_loop", &m.coordinator_loop));
   if (j.contains("cycle_s")) MGS_RETURN_IF_ERROR(nonNegative(j.at("cycle_s"), "cycle_s", &m.cycle_s));
   if (j.contains("allgather_overlap")) {
     MGS_RETURN_IF_ERROR(nonNegative(j.at("allgather_overlap"), "allgather_overlap", &m.allgather_overlap));
@@ -187,11 +190,8 @@ Status readFields(const json& j, CostModel* inout) {
     MGS_RETURN_IF_ERROR(integer(j.at("max_in_flight"), "max_in_flight", 1, 1 << 20, &i));
     m.max_in_flight = static_cast<int>(i);
   }
-  if (j.contains("dense_in_flight")) {
-    if (!j.at("dense_in_flight").is_boolean())
-      return invalid("dense_in_flight", "expected true or false, got " + j.at("dense_in_flight").dump());
-    m.dense_in_flight = j.at("dense_in_flight").get<bool>();
-  }
+  if (j.contains("dense_in_flight"))
+    MGS_RETURN_IF_ERROR(boolean(j.at("dense_in_flight"), "dense_in_flight", &m.dense_in_flight));
   // Optional: the hierarchical exchange's terms (CostModel says how they
   // are estimated when absent).
   if (j.contains("ranks_per_node")) {
