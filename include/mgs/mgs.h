@@ -452,6 +452,11 @@ typedef struct mgs_stats {
   uint64_t plan_replans_rejected;       /**< online re-plans whose plan lost its trial against the plan that ran
                                              (MGS_PLAN_TRIAL_STEPS: visits alternate; the running plan stays unless
                                              the new one is faster by more than 3 % and the spread between visits) */
+  uint64_t plan_span_predicted_total_us; /**< plan_span_predicted_us summed over every compared step of the job, of
+                                              every plan that ran (trial candidates included; plan_span_checks of
+                                              them) */
+  uint64_t plan_span_measured_total_us;  /**< plan_span_measured_us summed likewise: predicted_total / measured_total
+                                              is how well the plans predicted the job's steps */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

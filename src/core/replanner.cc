@@ -184,6 +184,8 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
     ++stats_.span_plan_checks;
     stats_.span_predicted_sum_us += stats_.span_predicted_us;
     stats_.span_measured_sum_us += stats_.span_measured_us;
+    stats_.span_predicted_total_us += stats_.span_predicted_us;
+    stats_.span_measured_total_us += stats_.span_measured_us;
     Clock::time_point start, end;
     if (timeline_ && online.lastSpan(&start, &end))
       // This rank's span as the box; the figures compared are the stats' (the mean over ranks).

@@ -49,6 +49,8 @@ struct SparseStats {
   uint64_t span_predicted_us = 0, span_measured_us = 0;
   // Over the compared steps of the plan that runs now (reset when one is chosen).
   uint64_t span_plan_checks = 0, span_predicted_sum_us = 0, span_measured_sum_us = 0;
+  // Over every compared step of the job (span_checks of them), whichever plan ran.
+  uint64_t span_predicted_total_us = 0, span_measured_total_us = 0;
   // Per bucket of the plan that runs (empty while profiling, or a plan file's).
   std::vector<PlanBucketStat> plan_bucket;
 };

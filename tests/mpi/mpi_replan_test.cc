@@ -15,10 +15,12 @@
 // With REPLAN_TEST_PENALIZE_BUCKETS=1 the plans the test does not want pause
 // 100 ms after every step (a plan that makes the job slower in a way no model sees). Before the change,
 // plans of 5 or more buckets; from the change, every plan but the one the
-// first trials kept. An online re-plan after the change (6 buckets) goes on
-// trial against the running plan (running plan first, visits alternating)
-// and loses: mgs_stats_t.plan_replans_rejected counts it on every rank alike
-// and the job ends on the plan the first trials kept.
+// first trials kept. An online re-plan after the change (most runs: 6
+// buckets) that differs from the running plan goes on trial against it
+// (running plan first, visits alternating) and loses:
+// mgs_stats_t.plan_replans_rejected counts it on every rank alike and the job
+// ends on the plan the first trials kept. No other plan runs after the change
+// without a trial.
 // The first plan's candidates run on trial (MGS_PLAN_TRIAL_STEPS, default 3):
 // the bucket count and trial counter, read after each step, are identical
 // on every rank at every step (every rank switches at the same boundary),
@@ -63,7 +65,7 @@ void run(double tolerance, bool penalize) {
   std::vector<float> plans_after(kSteps);  // as floats, for gatherAll
   std::vector<float> buckets_after(kSteps), trials_after(kSteps), rejected_after(kSteps);
   std::vector<uint64_t> kept_sig;
-  bool ended_on_kept = false;
+  bool ended_on_kept = false, left_kept = false;
   for (int step = 0; step < kSteps; ++step) {
     StepTensors tensors(sizes, step);
     auto &x = tensors.x, &out = tensors.out, &before = tensors.before;
@@ -99,6 +101,7 @@ void run(double tolerance, bool penalize) {
       if (step < kChange ? sig.size() >= 5 : sig != kept_sig)
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       ended_on_kept = sig == kept_sig;
+      if (step >= kChange && sig != kept_sig) left_kept = true;
     }
     // Every few steps (and around the change) check the results against the
     // pairs each rank selected: sent = x + residual_before - residual_after.
@@ -152,11 +155,14 @@ void run(double tolerance, bool penalize) {
   // it: compared in steady state (tolerance > 0), the same on every rank.
   mgs_stats_t st{};
   EXPECT_OK(mgs_get_stats(&st, sizeof st));
-  const std::vector<float> span = {static_cast<float>(st.plan_span_checks), static_cast<float>(st.plan_span_predicted_us),
+  const std::vector<float> span = {static_cast<float>(st.plan_span_checks),
+                                   static_cast<float>(st.plan_span_predicted_us),
                                    static_cast<float>(st.plan_span_measured_us),
                                    static_cast<float>(st.plan_span_predicted_sum_us),
                                    static_cast<float>(st.plan_span_measured_sum_us),
-                                   static_cast<float>(st.plan_span_plan_checks)};
+                                   static_cast<float>(st.plan_span_plan_checks),
+                                   static_cast<float>(st.plan_span_predicted_total_us),
+                                   static_cast<float>(st.plan_span_measured_total_us)};
   const std::vector<float> spans = gatherAll("plan_span", span);
   for (int r = 1; r < g_size; ++r)
     for (size_t i = 0; i < span.size(); ++i)
@@ -214,6 +220,23 @@ void run(double tolerance, bool penalize) {
            "plan span sums: predicted %llu us, measured %llu us over %llu of %llu checks",
            (unsigned long long)st.plan_span_predicted_sum_us, (unsigned long long)st.plan_span_measured_sum_us,
            (unsigned long long)st.plan_span_plan_checks, (unsigned long long)st.plan_span_checks);
+    // The job's totals: every compared step, of every plan; the running
+    // plan's sums are a part of them, and all of them when it is the only
+    // plan whose steps were compared.
+    const bool totals_ok = st.plan_span_predicted_total_us >= st.plan_span_predicted_sum_us &&
+                           st.plan_span_measured_total_us >= st.plan_span_measured_sum_us &&
+                           st.plan_span_measured_total_us >= st.plan_span_measured_us &&
+                           st.plan_span_predicted_total_us > 0 &&
+                           (st.plan_span_plan_checks < st.plan_span_checks
+                                ? st.plan_span_measured_total_us > st.plan_span_measured_sum_us
+                                : (st.plan_span_predicted_total_us == st.plan_span_predicted_sum_us &&
+                                   st.plan_span_measured_total_us == st.plan_span_measured_sum_us));
+    EXPECT(totals_ok,
+           "plan span totals: predicted %llu us, measured %llu us over %llu checks; the running plan's %llu "
+           "and %llu us over %llu",
+           (unsigned long long)st.plan_span_predicted_total_us, (unsigned long long)st.plan_span_measured_total_us,
+           (unsigned long long)st.plan_span_checks, (unsigned long long)st.plan_span_predicted_sum_us,
+           (unsigned long long)st.plan_span_measured_sum_us, (unsigned long long)st.plan_span_plan_checks);
     if (g_rank == 0)
       std::printf("plan span: %llu steps compared; the last predicted %.2f ms, measured %.2f ms; the running plan "
                   "%.2f ms against %.2f ms over %llu steps\n",
@@ -221,8 +244,8 @@ void run(double tolerance, bool penalize) {
                   st.plan_span_measured_us / 1e3, st.plan_span_predicted_sum_us / 1e3,
                   st.plan_span_measured_sum_us / 1e3, (unsigned long long)st.plan_span_plan_checks);
   } else {
-    EXPECT(st.plan_span_checks == 0, "MGS_REPLAN_TOLERANCE=0 but %llu steps were compared",
-           (unsigned long long)st.plan_span_checks);
+    EXPECT(st.plan_span_checks == 0 && st.plan_span_measured_total_us == 0,
+           "MGS_REPLAN_TOLERANCE=0 but %llu steps were compared", (unsigned long long)st.plan_span_checks);
   }
   if (tolerance == 0) {
     EXPECT(at_end == 1, "MGS_REPLAN_TOLERANCE=0 but %.0f plans were made", at_end);
@@ -246,12 +269,17 @@ void run(double tolerance, bool penalize) {
         "re-plans rejected %.0f; %.0f bucket(s) at the end\n",
         buckets_after[kChange - 1], kept_trials, trials_after[kSteps - 1], rejected_after[kSteps - 1],
         buckets_after[kSteps - 1]);
-  // A re-plan after the change (backward 6x slower) cuts the most buckets,
-  // 6, so one goes on trial whenever the first trials kept fewer than 5.
+  // A re-plan after the change (backward 6x slower) that differs from the
+  // running plan goes on trial. Most runs here cut more buckets then; on
+  // loaded cores the refitted start-ups can make the re-plan the running
+  // plan again, which runs on without a trial: then no other plan may have
+  // run after the change.
   const bool tried = trials_after[kSteps - 1] > kept_trials;
-  EXPECT(tried || kept_sig.size() >= 5,
-         "no re-plan went on trial (candidates %.0f -> %.0f) against a plan of %zu buckets", kept_trials,
-         trials_after[kSteps - 1], kept_sig.size());
+  EXPECT(tried || !left_kept,
+         "a plan other than the running one ran after the change without a trial (candidates %.0f -> %.0f)",
+         kept_trials, trials_after[kSteps - 1]);
+  if (g_rank == 0 && !tried)
+    std::printf("no re-plan differed from the running plan of %zu bucket(s): nothing to try\n", kept_sig.size());
   if (!tried) return;
   EXPECT(rejected_after[kSteps - 1] >= 1, "no re-plan was rejected, though every other plan paused 100 ms a step");
   EXPECT(ended_on_kept, "the job ended on a plan other than the one the first trials kept");

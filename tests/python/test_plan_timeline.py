@@ -104,6 +104,9 @@ def test_each_compared_step_has_a_plan_span_box():
     assert last["predicted_us"] == stats["plan_span_predicted_us"]
     assert last["measured_mean_us"] == stats["plan_span_measured_us"]
     assert all(b["dur"] >= 0 and b["args"]["predicted_us"] > 0 for b in boxes)
+    # The job's totals are the boxes' figures summed, whichever plan each step ran.
+    assert sum(b["args"]["predicted_us"] for b in boxes) == stats["plan_span_predicted_total_us"], stats
+    assert sum(b["args"]["measured_mean_us"] for b in boxes) == stats["plan_span_measured_total_us"], stats
     assert [b["args"]["step"] for b in boxes] == sorted(b["args"]["step"] for b in boxes)
     bucket_boxes = [e for e in events if e.get("name") == "PLAN_BUCKET"]
     assert {names.get(e["tid"]) for e in bucket_boxes} == {"mgs.plan.buckets"}

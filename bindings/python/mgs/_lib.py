@@ -97,6 +97,8 @@ class MgsStats(ctypes.Structure):
         ("allreduce_ring_min_bytes", ctypes.c_uint64),
         ("sparse_hierarchical_buckets", ctypes.c_uint64),
         ("plan_replans_rejected", ctypes.c_uint64),
+        ("plan_span_predicted_total_us", ctypes.c_uint64),
+        ("plan_span_measured_total_us", ctypes.c_uint64),
     ]
 
 
