@@ -186,6 +186,11 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
     stats_.span_measured_sum_us += stats_.span_measured_us;
     stats_.span_predicted_total_us += stats_.span_predicted_us;
     stats_.span_measured_total_us += stats_.span_measured_us;
+    if (!trials_.empty() && trial_ < trial_spans_.size()) {
+      trial_spans_[trial_].predicted_s += d.predicted_s;
+      trial_spans_[trial_].measured_s += d.measured_s;
+      ++trial_spans_[trial_].steps;
+    }
     Clock::time_point start, end;
     if (timeline_ && online.lastSpan(&start, &end))
       // This rank's span as the box; the figures compared are the stats' (the mean over ranks).
@@ -284,7 +289,7 @@ void Replanner::reportBuckets(uint64_t step) {
   }
 }
 
-std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, double steal) {
+std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, double steal, bool reprice_only) {
   // Backward time of a tensor = gap since the previous gradient of the same
   // step, averaged over the profiled steps (the first one is warm-up when
   // there are more).
@@ -346,33 +351,35 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
     in.cost.dense_in_flight = comm_.asyncCollectives() && config_.nonfinite != "error" && !dense_on_cuda_;
     in.dense_tensors = denseOnPlanClock(profile_, first, dense_profile_, in.layers);
   }
-  plan::Plan plan;
-  Status st = plan::computePlan(config_.effectivePlanner(), in, &plan);
-  if (!st.ok()) {
-    MGS_LOG_ERROR("planner {}: {}", config_.effectivePlanner(), st.toString());
-    return std::string();
-  }
-  if (plan.front_capped)
-    MGS_LOG_WARN("MGS planner hit its Pareto front cap ({}): the plan may not be optimal", plan.max_front);
   double backward_s = 0;
   for (const auto& l : in.layers) backward_s += l.backward_s;
   // What the online check compares: the span from the first gradient, one gap later.
   last_backward_s_ = backward_s - (in.layers.empty() ? 0.0 : in.layers.front().backward_s);
-  MGS_LOG_INFO(
-      "merge plan ({}, {} model): {} sparse tensors in {} buckets, {} dense gradients, predicted {:.3f} ms per step "
-      "from {:.3f} ms of backward ({} profiled steps x {:.2f}) (coordinator {:.3f} ms a bucket, {})",
-      plan.planner, in.cost.coordinator_loop ? "coordinator" : "timeline", in.layers.size(), plan.groups.size(),
-      in.dense_tensors.size(), plan.predicted_s * 1e3, backward_s * 1e3, profile_.size() - first, backward_scale_,
-      in.cost.group_host_s * 1e3,
-      steal > 0 ? fmt::format("on busy cores: each second of it costs backward {:.2f} s", steal)
-                : std::string("on a core of its own"));
+  plan::Plan plan;
+  if (!reprice_only) {
+    Status st = plan::computePlan(config_.effectivePlanner(), in, &plan);
+    if (!st.ok()) {
+      MGS_LOG_ERROR("planner {}: {}", config_.effectivePlanner(), st.toString());
+      return std::string();
+    }
+    if (plan.front_capped)
+      MGS_LOG_WARN("MGS planner hit its Pareto front cap ({}): the plan may not be optimal", plan.max_front);
+    MGS_LOG_INFO(
+        "merge plan ({}, {} model): {} sparse tensors in {} buckets, {} dense gradients, predicted {:.3f} ms per step "
+        "from {:.3f} ms of backward ({} profiled steps x {:.2f}) (coordinator {:.3f} ms a bucket, {})",
+        plan.planner, in.cost.coordinator_loop ? "coordinator" : "timeline", in.layers.size(), plan.groups.size(),
+        in.dense_tensors.size(), plan.predicted_s * 1e3, backward_s * 1e3, profile_.size() - first, backward_scale_,
+        in.cost.group_host_s * 1e3,
+        steal > 0 ? fmt::format("on busy cores: each second of it costs backward {:.2f} s", steal)
+                  : std::string("on a core of its own"));
+  }
   // The candidates: this plan, then (trials) uniform cuts of the same
   // layers at 1, 2, 4 and 8 buckets' worth of bytes, without repeats.
   std::vector<std::pair<plan::Plan, std::string>> cands;
   // A re-plan: the running plan first, priced by the same refitted model and
   // rescaled backward, so that it keeps an up-to-date prediction if it stays
   // (replan() puts the two on trial). Not when its tensors are not these.
-  if (!with_trials && running_) {
+  if ((!with_trials || reprice_only) && running_) {
     std::unordered_map<std::string, int> index;
     for (size_t i = 0; i < in.layers.size(); ++i) index[in.layers[i].name] = static_cast<int>(i);
     plan::Plan current;
@@ -392,8 +399,16 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
     if (known && plan::evaluatePlan(in, current.groups, true, &current.predicted_s).ok())
       cands.emplace_back(std::move(current), "running plan");
   }
-  cands.emplace_back(plan, plan.planner);
-  if (with_trials && config_.plan_trial_steps > 1 && config_.effectivePlanner() == "mgs" && in.layers.size() > 1) {
+  if (reprice_only) {
+    if (cands.empty()) {
+      MGS_LOG_ERROR("the plan the trials kept does not cover the profiled tensors: not priced again");
+      return std::string();
+    }
+  } else {
+    cands.emplace_back(plan, plan.planner);
+  }
+  if (with_trials && !reprice_only && config_.plan_trial_steps > 1 && config_.effectivePlanner() == "mgs" &&
+      in.layers.size() > 1) {
     int64_t total = 0;
     for (const auto& l : in.layers) total += l.elements * in.cost.bytes_per_element;
     for (int k : kTrialCuts) {
@@ -442,25 +457,18 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
   return std::move(w.str());
 }
 
-Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<PlanChoice>* out) {
-  trials_.clear();
-  MGS_ENSURE(cost_.ready(), kInternal, "planning before the cost model is resolved");
-  // Read before any collective of this boundary's planning, whose waits
-  // would count as this step's; only rank 0 plans.
-  const double steal =
-      comm_.rank() == 0 ? hostSteal(sched_mark_, readThreadSchedule(), comm_.localSize(), availableCores()) : 0.0;
-  std::string text;
-  if (comm_.rank() == 0) text = planOnRankZero(b, with_trials, steal);
-  MGS_RETURN_IF_ERROR(comm_.broadcastString(&text, 0));
-  MGS_ENSURE(!text.empty(), kInternal, "rank 0 could not compute a merge plan (see its log)");
+namespace {
+
+// The candidates rank 0 broadcast (planOnRankZero's text).
+Status readCandidates(const std::string& text, std::vector<Replanner::PlanChoice>* out) {
+  auto& cands = *out;
   WireReader r(text);
   // Counts are read, never trusted for allocation: a corrupt one runs out
   // of bytes to read first.
   uint32_t count = 0;
   MGS_ENSURE(r.get(&count) && count >= 1, kInternal, "corrupt plan from rank 0");
-  std::vector<PlanChoice> cands;
   for (uint32_t k = 0; k < count; ++k) {
-    PlanChoice c;
+    Replanner::PlanChoice c;
     uint32_t groups = 0;
     MGS_ENSURE(r.get(&groups), kInternal, "corrupt plan from rank 0");
     for (uint32_t g = 0; g < groups; ++g) {
@@ -484,6 +492,24 @@ Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<Plan
     MGS_ENSURE(r.getString(&c.label), kInternal, "corrupt plan from rank 0");
     cands.push_back(std::move(c));
   }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<PlanChoice>* out) {
+  trials_.clear();
+  MGS_ENSURE(cost_.ready(), kInternal, "planning before the cost model is resolved");
+  // Read before any collective of this boundary's planning, whose waits
+  // would count as this step's; only rank 0 plans.
+  const double steal =
+      comm_.rank() == 0 ? hostSteal(sched_mark_, readThreadSchedule(), comm_.localSize(), availableCores()) : 0.0;
+  std::string text;
+  if (comm_.rank() == 0) text = planOnRankZero(b, with_trials, steal);
+  MGS_RETURN_IF_ERROR(comm_.broadcastString(&text, 0));
+  MGS_ENSURE(!text.empty(), kInternal, "rank 0 could not compute a merge plan (see its log)");
+  std::vector<PlanChoice> cands;
+  MGS_RETURN_IF_ERROR(readCandidates(text, &cands));
   // An online re-plan's plan is tried against the plan that runs (the running
   // plan first, as the DP's plan is among the first plan's candidates): the
   // refitted model has misjudged this job once already, and the job's pace
@@ -515,6 +541,7 @@ Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<Plan
     trial_ = trial_order_.front();
     trial_steps_ = 0;
     trial_samples_.assign(trials_.size(), {});
+    trial_spans_.assign(trials_.size(), TrialSpans{});
     trial_started_.assign(trials_.size(), 0);
     trial_started_[trial_] = 1;
     stats_.plan_trials += 1;
@@ -585,12 +612,53 @@ void Replanner::trialBoundary(const Boundary& b, std::optional<PlanChoice>* out)
   // failure surfaces in the next negotiation.
   if (!st.ok()) MGS_LOG_ERROR("merge plan trials: {}; keeping the first plan", st.toString());
   if (replan_trial_ && best == 0) ++stats_.replans_rejected;
+  const TrialSpans kept = best < trial_spans_.size() ? trial_spans_[best] : TrialSpans{};
   planned(trials_[best], out);
-  savePlan(trials_[best], b);
   replan_trial_ = false;
   trials_.clear();
   trial_samples_.clear();
   trial_order_.clear();
+  trial_spans_.clear();
+  // The kept plan's prediction from what its trial steps measured: the
+  // profile's backward pace is not the plan's (on shared cores the ranks
+  // drift apart without per-tensor exchanges holding them in step), and a
+  // prediction off by that would cost a re-plan, with its trial, a few
+  // steps later. `kept` is identical on every rank (the online check's
+  // reduced figures), so every rank takes this collective or none does.
+  if (kept.steps > 0) {
+    const double n = static_cast<double>(kept.steps);
+    const Status rs = repriceKept(b, kept.predicted_s / n, kept.measured_s / n, out);
+    if (!rs.ok()) MGS_LOG_ERROR("merge plan trials: the kept plan keeps its first prediction: {}", rs.toString());
+  }
+  savePlan(*running_, b);
+}
+
+Status Replanner::repriceKept(const Boundary& b, double predicted_s, double measured_s,
+                              std::optional<PlanChoice>* out) {
+  MGS_ENSURE(running_.has_value(), kInternal, "no kept plan to price again");
+  const double old_scale = backward_scale_;
+  std::string text;
+  if (comm_.rank() == 0) {
+    backward_scale_ = rescaleBackward(backward_scale_, last_backward_s_, predicted_s, measured_s);
+    const double steal = hostSteal(sched_mark_, readThreadSchedule(), comm_.localSize(), availableCores());
+    text = planOnRankZero(b, false, steal, true);
+    if (text.empty()) backward_scale_ = old_scale;
+  }
+  MGS_RETURN_IF_ERROR(comm_.broadcastString(&text, 0));
+  MGS_ENSURE(!text.empty(), kInternal, "rank 0 could not price the kept plan again (see its log)");
+  std::vector<PlanChoice> cands;
+  MGS_RETURN_IF_ERROR(readCandidates(text, &cands));
+  MGS_ENSURE(cands.size() == 1 && cands[0].groups == running_->groups, kInternal,
+             "rank 0 priced another plan than the one the trials kept");
+  cands[0].label = running_->label;
+  if (comm_.rank() == 0)
+    MGS_LOG_INFO(
+        "the kept plan ({}, {} buckets) priced again at step {}: its compared trial steps measured {:.3f} ms against "
+        "{:.3f} ms predicted; backward scaled {:.3f} -> {:.3f}; predicted {:.3f} -> {:.3f} ms",
+        cands[0].label, cands[0].groups.size(), b.step, measured_s * 1e3, predicted_s * 1e3, old_scale, backward_scale_,
+        running_->predicted_span * 1e3, cands[0].predicted_span * 1e3);
+  planned(cands[0], out);
+  return Status::OK();
 }
 
 }  // namespace mgs
