@@ -109,6 +109,7 @@ void Replanner::record(const std::string& name, Clock::time_point enqueued, uint
 
 void Replanner::restartProfile(uint64_t step) {
   profile_start_ = step;
+  trials_after_warmup_ = false;
   profile_.clear();
   dense_profile_.clear();
   backward_scale_ = 1.0;
@@ -136,8 +137,13 @@ void Replanner::planned(const PlanChoice& p, std::optional<PlanChoice>* out) {
 Replanner::Verdict Replanner::stepBoundary(const Boundary& b) {
   Verdict v;
   if (comm_.rank() == 0 && !b.have_plan && b.step - profile_start_ == 1) sched_mark_ = readThreadSchedule();
-  if (!b.plan_stale) trialBoundary(b, &v.apply);
+  // The check first: the step that ended here ran under the plan in force
+  // until now, which trialBoundary may replace (OnlineCost skips the first
+  // step under a new plan, so a trial visit of 2 steps compares its second,
+  // the one the trial times).
   checkPlan(b, &v.apply);
+  // A re-plan just made (its trial, if any, starts with the next step).
+  if (!b.plan_stale && !v.apply) trialBoundary(b, &v.apply);
   bool have_plan = b.have_plan;
   if (have_plan && b.plan_stale) {
     MGS_LOG_INFO("new sparse tensors appeared: dropping the merge plan and profiling again");
@@ -148,11 +154,27 @@ Replanner::Verdict Replanner::stepBoundary(const Boundary& b) {
     restartProfile(b.step);
   }
   if (!have_plan && b.step - profile_start_ >= static_cast<uint64_t>(config_.profile_steps)) {
-    Status st = replan(b, true, &v.apply);
+    // Trials time steps at the density the job will run at: inside the
+    // density warm-up (MGS_WARMUP_STEPS) the exchange is denser, so the plan
+    // runs untried until the warm-up ends, and its trials start then.
+    const bool in_warmup = static_cast<int64_t>(b.step) < config_.warmup_steps;
+    Status st = replan(b, !in_warmup, &v.apply);
     if (!st.ok()) {
       MGS_LOG_ERROR("merge planning failed, staying layer-wise: {}", st.toString());
       restartProfile(b.step);  // try again after another profile
+    } else if (in_warmup && config_.plan_trial_steps > 1 && config_.effectivePlanner() == "mgs") {
+      trials_after_warmup_ = true;
+      MGS_LOG_DEBUG("merge plan trials wait for the density warm-up's end (step {})", config_.warmup_steps);
     }
+  } else if (have_plan && trials_after_warmup_ && trials_.empty() &&
+             static_cast<int64_t>(b.step) >= config_.warmup_steps) {
+    trials_after_warmup_ = false;
+    // The first plan's trials (its candidates, priced from the same profile,
+    // the plan that ran first among them): not a new plan in the counters.
+    const uint64_t plans = stats_.plans;
+    Status st = replan(b, true, &v.apply);
+    stats_.plans = plans;
+    if (!st.ok()) MGS_LOG_ERROR("merge plan trials after the warm-up failed, keeping the plan: {}", st.toString());
   }
   return v;
 }
@@ -186,11 +208,6 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
     stats_.span_measured_sum_us += stats_.span_measured_us;
     stats_.span_predicted_total_us += stats_.span_predicted_us;
     stats_.span_measured_total_us += stats_.span_measured_us;
-    if (!trials_.empty() && trial_ < trial_spans_.size()) {
-      trial_spans_[trial_].predicted_s += d.predicted_s;
-      trial_spans_[trial_].measured_s += d.measured_s;
-      ++trial_spans_[trial_].steps;
-    }
     Clock::time_point start, end;
     if (timeline_ && online.lastSpan(&start, &end))
       // This rank's span as the box; the figures compared are the stats' (the mean over ranks).
@@ -289,7 +306,7 @@ void Replanner::reportBuckets(uint64_t step) {
   }
 }
 
-std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, double steal, bool reprice_only) {
+std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, double steal) {
   // Backward time of a tensor = gap since the previous gradient of the same
   // step, averaged over the profiled steps (the first one is warm-up when
   // there are more).
@@ -351,35 +368,33 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
     in.cost.dense_in_flight = comm_.asyncCollectives() && config_.nonfinite != "error" && !dense_on_cuda_;
     in.dense_tensors = denseOnPlanClock(profile_, first, dense_profile_, in.layers);
   }
+  plan::Plan plan;
+  Status st = plan::computePlan(config_.effectivePlanner(), in, &plan);
+  if (!st.ok()) {
+    MGS_LOG_ERROR("planner {}: {}", config_.effectivePlanner(), st.toString());
+    return std::string();
+  }
+  if (plan.front_capped)
+    MGS_LOG_WARN("MGS planner hit its Pareto front cap ({}): the plan may not be optimal", plan.max_front);
   double backward_s = 0;
   for (const auto& l : in.layers) backward_s += l.backward_s;
   // What the online check compares: the span from the first gradient, one gap later.
   last_backward_s_ = backward_s - (in.layers.empty() ? 0.0 : in.layers.front().backward_s);
-  plan::Plan plan;
-  if (!reprice_only) {
-    Status st = plan::computePlan(config_.effectivePlanner(), in, &plan);
-    if (!st.ok()) {
-      MGS_LOG_ERROR("planner {}: {}", config_.effectivePlanner(), st.toString());
-      return std::string();
-    }
-    if (plan.front_capped)
-      MGS_LOG_WARN("MGS planner hit its Pareto front cap ({}): the plan may not be optimal", plan.max_front);
-    MGS_LOG_INFO(
-        "merge plan ({}, {} model): {} sparse tensors in {} buckets, {} dense gradients, predicted {:.3f} ms per step "
-        "from {:.3f} ms of backward ({} profiled steps x {:.2f}) (coordinator {:.3f} ms a bucket, {})",
-        plan.planner, in.cost.coordinator_loop ? "coordinator" : "timeline", in.layers.size(), plan.groups.size(),
-        in.dense_tensors.size(), plan.predicted_s * 1e3, backward_s * 1e3, profile_.size() - first, backward_scale_,
-        in.cost.group_host_s * 1e3,
-        steal > 0 ? fmt::format("on busy cores: each second of it costs backward {:.2f} s", steal)
-                  : std::string("on a core of its own"));
-  }
+  MGS_LOG_INFO(
+      "merge plan ({}, {} model): {} sparse tensors in {} buckets, {} dense gradients, predicted {:.3f} ms per step "
+      "from {:.3f} ms of backward ({} profiled steps x {:.2f}) (coordinator {:.3f} ms a bucket, {})",
+      plan.planner, in.cost.coordinator_loop ? "coordinator" : "timeline", in.layers.size(), plan.groups.size(),
+      in.dense_tensors.size(), plan.predicted_s * 1e3, backward_s * 1e3, profile_.size() - first, backward_scale_,
+      in.cost.group_host_s * 1e3,
+      steal > 0 ? fmt::format("on busy cores: each second of it costs backward {:.2f} s", steal)
+                : std::string("on a core of its own"));
   // The candidates: this plan, then (trials) uniform cuts of the same
   // layers at 1, 2, 4 and 8 buckets' worth of bytes, without repeats.
   std::vector<std::pair<plan::Plan, std::string>> cands;
   // A re-plan: the running plan first, priced by the same refitted model and
   // rescaled backward, so that it keeps an up-to-date prediction if it stays
   // (replan() puts the two on trial). Not when its tensors are not these.
-  if ((!with_trials || reprice_only) && running_) {
+  if (!with_trials && running_) {
     std::unordered_map<std::string, int> index;
     for (size_t i = 0; i < in.layers.size(); ++i) index[in.layers[i].name] = static_cast<int>(i);
     plan::Plan current;
@@ -399,16 +414,8 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
     if (known && plan::evaluatePlan(in, current.groups, true, &current.predicted_s).ok())
       cands.emplace_back(std::move(current), "running plan");
   }
-  if (reprice_only) {
-    if (cands.empty()) {
-      MGS_LOG_ERROR("the plan the trials kept does not cover the profiled tensors: not priced again");
-      return std::string();
-    }
-  } else {
-    cands.emplace_back(plan, plan.planner);
-  }
-  if (with_trials && !reprice_only && config_.plan_trial_steps > 1 && config_.effectivePlanner() == "mgs" &&
-      in.layers.size() > 1) {
+  cands.emplace_back(plan, plan.planner);
+  if (with_trials && config_.plan_trial_steps > 1 && config_.effectivePlanner() == "mgs" && in.layers.size() > 1) {
     int64_t total = 0;
     for (const auto& l : in.layers) total += l.elements * in.cost.bytes_per_element;
     for (int k : kTrialCuts) {
@@ -457,18 +464,25 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
   return std::move(w.str());
 }
 
-namespace {
-
-// The candidates rank 0 broadcast (planOnRankZero's text).
-Status readCandidates(const std::string& text, std::vector<Replanner::PlanChoice>* out) {
-  auto& cands = *out;
+Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<PlanChoice>* out) {
+  trials_.clear();
+  MGS_ENSURE(cost_.ready(), kInternal, "planning before the cost model is resolved");
+  // Read before any collective of this boundary's planning, whose waits
+  // would count as this step's; only rank 0 plans.
+  const double steal =
+      comm_.rank() == 0 ? hostSteal(sched_mark_, readThreadSchedule(), comm_.localSize(), availableCores()) : 0.0;
+  std::string text;
+  if (comm_.rank() == 0) text = planOnRankZero(b, with_trials, steal);
+  MGS_RETURN_IF_ERROR(comm_.broadcastString(&text, 0));
+  MGS_ENSURE(!text.empty(), kInternal, "rank 0 could not compute a merge plan (see its log)");
   WireReader r(text);
   // Counts are read, never trusted for allocation: a corrupt one runs out
   // of bytes to read first.
   uint32_t count = 0;
   MGS_ENSURE(r.get(&count) && count >= 1, kInternal, "corrupt plan from rank 0");
+  std::vector<PlanChoice> cands;
   for (uint32_t k = 0; k < count; ++k) {
-    Replanner::PlanChoice c;
+    PlanChoice c;
     uint32_t groups = 0;
     MGS_ENSURE(r.get(&groups), kInternal, "corrupt plan from rank 0");
     for (uint32_t g = 0; g < groups; ++g) {
@@ -492,24 +506,6 @@ Status readCandidates(const std::string& text, std::vector<Replanner::PlanChoice
     MGS_ENSURE(r.getString(&c.label), kInternal, "corrupt plan from rank 0");
     cands.push_back(std::move(c));
   }
-  return Status::OK();
-}
-
-}  // namespace
-
-Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<PlanChoice>* out) {
-  trials_.clear();
-  MGS_ENSURE(cost_.ready(), kInternal, "planning before the cost model is resolved");
-  // Read before any collective of this boundary's planning, whose waits
-  // would count as this step's; only rank 0 plans.
-  const double steal =
-      comm_.rank() == 0 ? hostSteal(sched_mark_, readThreadSchedule(), comm_.localSize(), availableCores()) : 0.0;
-  std::string text;
-  if (comm_.rank() == 0) text = planOnRankZero(b, with_trials, steal);
-  MGS_RETURN_IF_ERROR(comm_.broadcastString(&text, 0));
-  MGS_ENSURE(!text.empty(), kInternal, "rank 0 could not compute a merge plan (see its log)");
-  std::vector<PlanChoice> cands;
-  MGS_RETURN_IF_ERROR(readCandidates(text, &cands));
   // An online re-plan's plan is tried against the plan that runs (the running
   // plan first, as the DP's plan is among the first plan's candidates): the
   // refitted model has misjudged this job once already, and the job's pace
@@ -541,7 +537,6 @@ Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<Plan
     trial_ = trial_order_.front();
     trial_steps_ = 0;
     trial_samples_.assign(trials_.size(), {});
-    trial_spans_.assign(trials_.size(), TrialSpans{});
     trial_started_.assign(trials_.size(), 0);
     trial_started_[trial_] = 1;
     stats_.plan_trials += 1;
@@ -612,53 +607,12 @@ void Replanner::trialBoundary(const Boundary& b, std::optional<PlanChoice>* out)
   // failure surfaces in the next negotiation.
   if (!st.ok()) MGS_LOG_ERROR("merge plan trials: {}; keeping the first plan", st.toString());
   if (replan_trial_ && best == 0) ++stats_.replans_rejected;
-  const TrialSpans kept = best < trial_spans_.size() ? trial_spans_[best] : TrialSpans{};
   planned(trials_[best], out);
+  savePlan(trials_[best], b);
   replan_trial_ = false;
   trials_.clear();
   trial_samples_.clear();
   trial_order_.clear();
-  trial_spans_.clear();
-  // The kept plan's prediction from what its trial steps measured: the
-  // profile's backward pace is not the plan's (on shared cores the ranks
-  // drift apart without per-tensor exchanges holding them in step), and a
-  // prediction off by that would cost a re-plan, with its trial, a few
-  // steps later. `kept` is identical on every rank (the online check's
-  // reduced figures), so every rank takes this collective or none does.
-  if (kept.steps > 0) {
-    const double n = static_cast<double>(kept.steps);
-    const Status rs = repriceKept(b, kept.predicted_s / n, kept.measured_s / n, out);
-    if (!rs.ok()) MGS_LOG_ERROR("merge plan trials: the kept plan keeps its first prediction: {}", rs.toString());
-  }
-  savePlan(*running_, b);
-}
-
-Status Replanner::repriceKept(const Boundary& b, double predicted_s, double measured_s,
-                              std::optional<PlanChoice>* out) {
-  MGS_ENSURE(running_.has_value(), kInternal, "no kept plan to price again");
-  const double old_scale = backward_scale_;
-  std::string text;
-  if (comm_.rank() == 0) {
-    backward_scale_ = rescaleBackward(backward_scale_, last_backward_s_, predicted_s, measured_s);
-    const double steal = hostSteal(sched_mark_, readThreadSchedule(), comm_.localSize(), availableCores());
-    text = planOnRankZero(b, false, steal, true);
-    if (text.empty()) backward_scale_ = old_scale;
-  }
-  MGS_RETURN_IF_ERROR(comm_.broadcastString(&text, 0));
-  MGS_ENSURE(!text.empty(), kInternal, "rank 0 could not price the kept plan again (see its log)");
-  std::vector<PlanChoice> cands;
-  MGS_RETURN_IF_ERROR(readCandidates(text, &cands));
-  MGS_ENSURE(cands.size() == 1 && cands[0].groups == running_->groups, kInternal,
-             "rank 0 priced another plan than the one the trials kept");
-  cands[0].label = running_->label;
-  if (comm_.rank() == 0)
-    MGS_LOG_INFO(
-        "the kept plan ({}, {} buckets) priced again at step {}: its compared trial steps measured {:.3f} ms against "
-        "{:.3f} ms predicted; backward scaled {:.3f} -> {:.3f}; predicted {:.3f} -> {:.3f} ms",
-        cands[0].label, cands[0].groups.size(), b.step, measured_s * 1e3, predicted_s * 1e3, old_scale, backward_scale_,
-        running_->predicted_span * 1e3, cands[0].predicted_span * 1e3);
-  planned(cands[0], out);
-  return Status::OK();
 }
 
 }  // namespace mgs

@@ -172,18 +172,13 @@ class Replanner {
   // Rank 0: the candidates (the planner's plan, then the trials' uniform
   // cuts) as broadcast text; empty if the planner failed. `steal`: the
   // coordinator's CPU share taken from backward (host_load.h).
-  // `reprice_only`: the running plan alone, priced again (trial end).
-  std::string planOnRankZero(const Boundary& b, bool with_trials, double steal, bool reprice_only = false);
+  std::string planOnRankZero(const Boundary& b, bool with_trials, double steal);
   // Collective: plan (with trials: the first plan after a profile); the
   // plan to run now into *out (untouched on failure).
   Status replan(const Boundary& b, bool with_trials, std::optional<PlanChoice>* out);
   // At a step boundary while candidates are on trial: time the step, move
   // to the next candidate, or pick the fastest (collective at the end).
   void trialBoundary(const Boundary& b, std::optional<PlanChoice>* out);
-  // Collective, at the end of the trials: the plan kept (running_) priced
-  // again with the backward rescaled to what its trial steps measured
-  // (`predicted_s`, `measured_s`: their mean spans); *out on success.
-  Status repriceKept(const Boundary& b, double predicted_s, double measured_s, std::optional<PlanChoice>* out);
   // Rank 0, MGS_PLAN_FILE without a file at init: write the plan the job
   // settled on (write a temporary file, then rename it over the old one).
   void savePlan(const PlanChoice& p, const Boundary& b);
@@ -213,13 +208,6 @@ class Replanner {
   size_t trial_visit_ = 0;
   std::vector<std::vector<double>> trial_samples_;  // rank 0: each candidate's timed steps
   std::vector<char> trial_started_;                 // candidates that have run (stats_.plan_trials)
-  // Each candidate's compared trial steps (the online check, identical on
-  // every rank): predicted and measured span sums, and how many.
-  struct TrialSpans {
-    double predicted_s = 0, measured_s = 0;
-    int steps = 0;
-  };
-  std::vector<TrialSpans> trial_spans_;
   Clock::time_point last_boundary_{};
   // MGS_PLAN_FILE: write mode (rank 0 saves each settled plan), or a loaded
   // plan runs (nothing is profiled, tried or re-planned).
@@ -234,6 +222,9 @@ class Replanner {
   std::optional<PlanChoice> running_;
   // The candidates on trial are an online re-plan's (the running plan first).
   bool replan_trial_ = false;
+  // The first plan was made inside the density warm-up: its trials run once
+  // the warm-up ends (stepBoundary).
+  bool trials_after_warmup_ = false;
   // Rank 0: the coordinator thread's scheduler totals after the first
   // profiled step (host_load.h): the plan's host_steal is measured from there.
   ThreadSchedule sched_mark_;

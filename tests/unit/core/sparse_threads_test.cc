@@ -122,6 +122,7 @@ TEST_CASE("candidate merge plans run on trial at the same steps everywhere, and 
     INFO("P=" << P);
     Config config = sparseConfig("gaussiank", 0.01);
     config.plan_trial_steps = 2;
+    config.warmup_steps = 0;  // trials wait for the density warm-up's end
     // 2 profile steps, at most 5 candidates x 2 steps, then the kept plan.
     std::vector<SparseStats> stats;
     auto rec = run(P, config, sizes, 15, &stats);
@@ -136,6 +137,32 @@ TEST_CASE("candidate merge plans run on trial at the same steps everywhere, and 
       CHECK(stats[r].plan_trials >= 2);  // ... whose candidates (DP plan, uniform cuts) ran on trial
       CHECK(stats[r].plan_trials == stats[0].plan_trials);
       CHECK(stats[r].plan_buckets >= 1);
+      CHECK(stats[r].plan_buckets == stats[0].plan_buckets);
+    }
+  }
+}
+
+TEST_CASE("plan trials wait for the density warm-up's end; the plan runs untried until then", "[sparse][trials]") {
+  const std::vector<int64_t> sizes = {3000, 1200, 5000, 2500, 4000, 1800, 2200};
+  const int P = 2;
+  Config config = sparseConfig("gaussiank", 0.01);
+  config.plan_trial_steps = 2;
+  config.profile_steps = 2;
+  for (int64_t warmup : {40, 8}) {
+    INFO("warm-up " << warmup);
+    config.warmup_steps = warmup;
+    // 30 steps: the profile ends at step 2, inside both warm-ups; the trials
+    // (at most 5 candidates x 2 steps) fit after a warm-up of 8, not of 40.
+    std::vector<SparseStats> stats;
+    auto rec = run(P, config, sizes, 30, &stats);
+    CHECK(referenceError(rec, P) == 0.0f);
+    for (int r = 0; r < P; ++r) {
+      CHECK(stats[r].plans == 1);  // the trials after the warm-up are the same plan's, not a new one
+      if (warmup == 40)
+        CHECK(stats[r].plan_trials == 0);  // still inside the warm-up: the DP's plan, untried
+      else
+        CHECK(stats[r].plan_trials >= 2);
+      CHECK(stats[r].plan_trials == stats[0].plan_trials);
       CHECK(stats[r].plan_buckets == stats[0].plan_buckets);
     }
   }
