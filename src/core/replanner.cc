@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -551,68 +550,6 @@ Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<Plan
     }
   }
   return Status::OK();
-}
-
-void Replanner::trialBoundary(const Boundary& b, std::optional<PlanChoice>* out) {
-  if (trials_.empty()) return;
-  const auto now = Clock::now();
-  // The first step of each visit is left out (the plan's buffers are new).
-  if (comm_.rank() == 0 && trial_steps_ >= 1)
-    trial_samples_[trial_].push_back(std::chrono::duration<double>(now - last_boundary_).count());
-  last_boundary_ = now;
-  if (++trial_steps_ < kTrialVisitSteps) return;
-  trial_steps_ = 0;
-  if (++trial_visit_ < trial_order_.size()) {
-    const size_t next = trial_order_[trial_visit_];
-    if (next != trial_) {  // at a round's turn the same candidate runs on
-      trial_ = next;
-      if (!trial_started_[trial_]) {
-        trial_started_[trial_] = 1;
-        stats_.plan_trials += 1;
-      }
-      planned(trials_[trial_], out);
-    }
-    return;
-  }
-  // Every visit ran: rank 0 names the plan to keep (plan_trials.h: the
-  // fastest mean step, if it beats the dynamic program's plan by more than
-  // the margin and the spread between visits), every rank keeps it. Where
-  // candidates differ by less than the noise (one host, shared memory), a
-  // choice by noise would only make the job's plan, and the exchanges it
-  // picks, vary from run to run.
-  std::string text;
-  if (comm_.rank() == 0) {
-    std::string why, report;
-    const size_t best = chooseTrial(trial_samples_, kTrialMargin, &why);
-    for (size_t i = 0; i < trials_.size(); ++i) {
-      std::string times;
-      for (double s : trial_samples_[i]) times += fmt::format("{}{:.1f}", times.empty() ? "" : "/", s * 1e3);
-      report += fmt::format("{}{} {} ms", report.empty() ? "" : ", ", trials_[i].label, times.empty() ? "-" : times);
-    }
-    MGS_LOG_INFO("merge plan trials (timed steps per visit): {}; keeping {} ({} buckets): {}", report,
-                 trials_[best].label, trials_[best].groups.size(), why);
-    text = std::to_string(best);
-  }
-  Status st = comm_.broadcastString(&text, 0);
-  size_t best = 0;
-  if (st.ok()) {
-    char* end = nullptr;
-    const unsigned long v = std::strtoul(text.c_str(), &end, 10);
-    if (end && *end == '\0' && !text.empty() && v < trials_.size())
-      best = v;
-    else
-      st = Status(Code::kInternal, "corrupt plan choice from rank 0: '" + text + "'");
-  }
-  // A failed broadcast leaves every rank on the DP plan; a communication
-  // failure surfaces in the next negotiation.
-  if (!st.ok()) MGS_LOG_ERROR("merge plan trials: {}; keeping the first plan", st.toString());
-  if (replan_trial_ && best == 0) ++stats_.replans_rejected;
-  planned(trials_[best], out);
-  savePlan(trials_[best], b);
-  replan_trial_ = false;
-  trials_.clear();
-  trial_samples_.clear();
-  trial_order_.clear();
 }
 
 }  // namespace mgs
