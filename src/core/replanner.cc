@@ -170,9 +170,7 @@ Replanner::Verdict Replanner::stepBoundary(const Boundary& b) {
     trials_after_warmup_ = false;
     // The first plan's trials (its candidates, priced from the same profile,
     // the plan that ran first among them): not a new plan in the counters.
-    const uint64_t plans = stats_.plans;
-    Status st = replan(b, true, &v.apply);
-    stats_.plans = plans;
+    Status st = replan(b, true, &v.apply, false);
     if (!st.ok()) MGS_LOG_ERROR("merge plan trials after the warm-up failed, keeping the plan: {}", st.toString());
   }
   return v;
@@ -463,7 +461,7 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
   return std::move(w.str());
 }
 
-Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<PlanChoice>* out) {
+Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<PlanChoice>* out, bool new_plan) {
   trials_.clear();
   MGS_ENSURE(cost_.ready(), kInternal, "planning before the cost model is resolved");
   // Read before any collective of this boundary's planning, whose waits
@@ -525,7 +523,7 @@ Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<Plan
       cands.erase(cands.begin());
     }
   }
-  ++stats_.plans;
+  if (new_plan) ++stats_.plans;
   planned(cands.front(), out);
   if (cands.size() == 1) savePlan(cands.front(), b);
   if (cands.size() > 1) {

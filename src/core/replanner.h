@@ -175,7 +175,9 @@ class Replanner {
   std::string planOnRankZero(const Boundary& b, bool with_trials, double steal);
   // Collective: plan (with trials: the first plan after a profile); the
   // plan to run now into *out (untouched on failure).
-  Status replan(const Boundary& b, bool with_trials, std::optional<PlanChoice>* out);
+  // `new_plan` false: the first plan's trials deferred past the density
+  // warm-up, which the `plans` counter does not count again.
+  Status replan(const Boundary& b, bool with_trials, std::optional<PlanChoice>* out, bool new_plan = true);
   // At a step boundary while candidates are on trial: time the step, move
   // to the next candidate, or pick the fastest (collective at the end).
   void trialBoundary(const Boundary& b, std::optional<PlanChoice>* out);
