@@ -16,9 +16,11 @@
 #   dense        what a dense job gets by default (strategy dense, fusion of
 #                what is ready in a cycle up to MGS_FUSION_THRESHOLD_BYTES'
 #                default, Horovod's 64 MiB, scaled with the model as the
-#                fixed sizes are: 64 x E MiB)
+#                fixed sizes are: 64 x E MiB, and the fusion threshold
+#                trials around it, MGS_FUSION_TRIALS=1)
 #   layerwise    dense, MGS_FUSION_THRESHOLD_BYTES=0 (no fusion)
-#   fixed-<F>MB  dense, MGS_FUSION_THRESHOLD_BYTES = F MB (scaled as above)
+#   fixed-<F>MB  dense, MGS_FUSION_THRESHOLD_BYTES = F MB (scaled as above),
+#                MGS_FUSION_TRIALS=0 (F alone)
 # in the same order every repeat, so slow drift hits all of them alike. With
 # -C SETTING (layerwise or fixed-<F>MB) each repeat runs only the default and
 # that setting, the default first on odd repeats and second on even ones: the
@@ -122,7 +124,8 @@ run_layerwise() {
 run_fixed() {  # LAB F
   local bytes
   bytes=$(awk -v f="$2" -v e="$escale" 'BEGIN { printf "%d", f * e * 1048576 }')
-  run_one "$out" "$1-fixed${2}MB" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES="$bytes" -- \
+  run_one "$out" "$1-fixed${2}MB" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES="$bytes" \
+    MGS_FUSION_TRIALS=0 -- \
     --strategy "$([ -n "$dense" ] && echo dense || echo fusion)" --calibration "$cal" "${args[@]}"
 }
 run_named() {  # LAB NAME (layerwise | fixed-<F>MB)

@@ -24,6 +24,7 @@ struct Config {
   double density = 0.001;
   std::string planner = "auto";  // auto: mgs when sparse; without a compressor no plan ("none")
   int64_t fusion_threshold_bytes = 64ll << 20;
+  bool fusion_trials = true;  // MGS_FUSION_TRIALS: dense jobs try thresholds around it (core/fusion_trials.h)
   int64_t min_sparse_elements = 4096;
   std::string backend = "auto";
   bool error_feedback = true;

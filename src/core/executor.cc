@@ -47,7 +47,7 @@ void Executor::run(std::vector<ReadyOp>& ops) {
     sigs.push_back(&op.req.sig);
     bytes.push_back(op.req.input.bytes());
   }
-  for (const auto& idx : fusionGroups(sigs, bytes, config_.fusion_threshold_bytes)) {
+  for (const auto& idx : fusionGroups(sigs, bytes, fusionThreshold(ok, bytes))) {
     std::vector<Request*> group;
     for (size_t i : idx) group.push_back(ok[i]);
     Request& first = *group[0];
@@ -101,6 +101,23 @@ void Executor::run(std::vector<ReadyOp>& ops) {
     sparse_->endCycle(ops.empty());
   }
   poll();
+}
+
+int64_t Executor::fusionThreshold(const std::vector<Request*>& ok, const std::vector<size_t>& bytes) {
+  if (!fusion_trials_ || !fusion_trials_->enabled()) return config_.fusion_threshold_bytes;
+  std::vector<const std::string*> names;
+  std::vector<size_t> sizes;
+  std::vector<char> fusable;
+  for (size_t i = 0; i < ok.size(); ++i) {
+    if (ok[i]->sig.type != OpType::kAllreduce) continue;
+    names.push_back(&ok[i]->name);
+    sizes.push_back(bytes[i]);
+    fusable.push_back(bytes[i] < kFusionMaxTensorBytes);
+  }
+  const int64_t t = fusion_trials_->onCycle(names, sizes, fusable);
+  fusion_threshold_out_->store(static_cast<uint64_t>(t), std::memory_order_relaxed);
+  fusion_trials_out_->store(fusion_trials_->trials(), std::memory_order_relaxed);
+  return t;
 }
 
 bool Executor::startInFlight(std::vector<Request*>& group, Status* st) {

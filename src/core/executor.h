@@ -16,6 +16,7 @@
 #include "core/controller.h"
 #include "core/handle_table.h"
 #include "core/device_backend.h"
+#include "core/fusion_trials.h"
 #include "core/sparse_pipeline.h"
 #include "core/timeline.h"
 
@@ -46,6 +47,16 @@ class Executor {
     cuda_staged_ = staged;
   }
 
+  // The job's dense fusion threshold is chosen by trials (fusion_trials.h):
+  // the global set's executor only; `threshold` and `trials` are published
+  // for mgs_get_stats (read by other threads).
+  void tuneFusion(std::atomic<uint64_t>* threshold, std::atomic<uint64_t>* trials) {
+    fusion_trials_ = std::make_unique<FusionTrials>(comm_, config_);
+    fusion_threshold_out_ = threshold;
+    fusion_trials_out_ = trials;
+    threshold->store(static_cast<uint64_t>(config_.fusion_threshold_bytes), std::memory_order_relaxed);
+  }
+
   void run(std::vector<ReadyOp>& ops);
   // Completes the allreduces in flight that have finished (every cycle, and
   // from the communicator's wait hook while negotiating).
@@ -60,6 +71,10 @@ class Executor {
 
  private:
   std::atomic<uint64_t>*cuda_nccl_ = nullptr, *cuda_staged_ = nullptr;
+  std::unique_ptr<FusionTrials> fusion_trials_;  // null: MGS_FUSION_THRESHOLD_BYTES as set
+  std::atomic<uint64_t>*fusion_threshold_out_ = nullptr, *fusion_trials_out_ = nullptr;
+  // The threshold this cycle's allreduces fuse with.
+  int64_t fusionThreshold(const std::vector<Request*>& ok, const std::vector<size_t>& bytes);
   // A host allreduce in flight: its requests (moved out of the cycle's ops),
   // the buffer being reduced, and how to write the outputs.
   struct InFlight {

@@ -255,6 +255,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
   sparse.setDeviceComm([b = backend.get()]() -> device::DeviceComm* { return b ? b->forCuda() : nullptr; });
   Executor executor(*comm, config_, timeline.get(), &sparse, complete, backend.get());
   executor.countCudaPaths(&cuda_nccl_ops_, &cuda_staged_ops_);
+  executor.tuneFusion(&fusion_threshold_, &fusion_trials_);
   // The algorithm counters from here on: init's calibration is not the job's.
   const Communicator::AllreduceCounts counts0 = comm->allreduceCounts();
   ProcessSetRunner set_runner(*comm, config_, timeline.get(), complete, sets_, controller, residuals_, set_totals_);
@@ -417,6 +418,8 @@ NegotiationStats Runtime::negotiationStats() const {
   s.allreduce_ring_ops = ring_ops_;
   s.allreduce_library_ops = library_ops_;
   s.allreduce_ring_min_bytes = ring_min_bytes_;
+  s.fusion_threshold_bytes = fusion_threshold_;
+  s.fusion_trials = fusion_trials_;
   return s;
 }
 

@@ -99,6 +99,8 @@ class MgsStats(ctypes.Structure):
         ("plan_replans_rejected", ctypes.c_uint64),
         ("plan_span_predicted_total_us", ctypes.c_uint64),
         ("plan_span_measured_total_us", ctypes.c_uint64),
+        ("fusion_threshold_bytes", ctypes.c_uint64),
+        ("fusion_trials", ctypes.c_uint64),
     ]
 
 

@@ -1,0 +1,148 @@
+#include "core/fusion_trials.h"
+
+#include <cstdlib>
+
+#include "common/logging.h"
+#include "core/plan_trials.h"
+
+namespace mgs {
+
+namespace {
+
+std::string mib(int64_t bytes) {
+  return bytes >= (1 << 20) ? fmt::format("{:.3g} MiB", bytes / 1048576.0) : fmt::format("{:.3g} KiB", bytes / 1024.0);
+}
+
+}  // namespace
+
+std::vector<int64_t> fusionCandidates(int64_t threshold, uint64_t fusable_bytes) {
+  std::vector<int64_t> out;
+  if (threshold <= 0) return out;
+  bool whole = false;  // a candidate that fuses whatever a cycle holds is in
+  for (int64_t c : {threshold, threshold / 4, threshold / 16, threshold * 2}) {
+    if (c <= 0) continue;
+    const bool all = static_cast<uint64_t>(c) >= fusable_bytes;
+    if (all && whole) continue;
+    whole = whole || all;
+    out.push_back(c);
+  }
+  return out;
+}
+
+FusionTrials::FusionTrials(Communicator& comm, const Config& config)
+    : comm_(comm),
+      enabled_(config.compressor == "none" && config.fusion_trials && config.plan_trial_steps >= 2 &&
+               config.fusion_threshold_bytes > 0),
+      rounds_(trialRounds(static_cast<int>(config.plan_trial_steps))),
+      threshold_(config.fusion_threshold_bytes),
+      base_(config.fusion_threshold_bytes) {
+  done_ = !enabled_;
+}
+
+int64_t FusionTrials::onCycle(const std::vector<const std::string*>& names, const std::vector<size_t>& bytes,
+                              const std::vector<char>& fusable) {
+  if (done_) return threshold_;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!seen_.insert(*names[i]).second) {
+      boundary();
+      seen_.clear();
+      seen_.insert(*names[i]);
+      fusable_bytes_ = fusable_count_ = 0;
+    }
+    if (fusable[i]) {
+      fusable_bytes_ += bytes[i];
+      fusable_count_ += 1;
+    }
+  }
+  return threshold_;
+}
+
+void FusionTrials::boundary() {
+  ++steps_;
+  if (candidates_.empty()) {
+    if (steps_ == kFusionTrialStartStep) start();
+    return;
+  }
+  const auto now = Clock::now();
+  // The first step of each visit is left out (the threshold's buffers are new).
+  if (comm_.rank() == 0 && visit_steps_ >= 1)
+    samples_[order_[visit_]].push_back(std::chrono::duration<double>(now - last_boundary_).count());
+  last_boundary_ = now;
+  if (++visit_steps_ < kTrialVisitSteps) return;
+  visit_steps_ = 0;
+  if (++visit_ < order_.size()) {
+    const size_t next = order_[visit_];
+    threshold_ = candidates_[next];
+    if (!started_[next]) {
+      started_[next] = 1;
+      ++trials_run_;
+    }
+    return;
+  }
+  finish();
+}
+
+void FusionTrials::start() {
+  // The step that just ended is the job's (every rank saw the same list).
+  candidates_ = fusionCandidates(base_, fusable_bytes_);
+  if (fusable_count_ < 2 || candidates_.size() < 2) {
+    if (comm_.rank() == 0)
+      MGS_LOG_INFO("fusion threshold: {} kept untried ({} fusable allreduces of {} a step: nothing to try)", mib(base_),
+                   fusable_count_, mib(static_cast<int64_t>(fusable_bytes_)));
+    candidates_.clear();
+    done_ = true;
+    return;
+  }
+  order_ = trialOrder(candidates_.size(), rounds_);
+  visit_ = 0;
+  visit_steps_ = 0;
+  samples_.assign(candidates_.size(), {});
+  started_.assign(candidates_.size(), 0);
+  started_[order_[0]] = 1;
+  trials_run_ = 1;
+  threshold_ = candidates_[order_[0]];
+  last_boundary_ = Clock::now();
+  if (comm_.rank() == 0) {
+    std::string list;
+    for (int64_t c : candidates_) list += fmt::format("{}{}", list.empty() ? "" : ", ", mib(c));
+    MGS_LOG_INFO(
+        "fusion threshold: trying {} thresholds ({} fusable allreduces of {} a step) in {} rounds of {} steps "
+        "each, keeping the fastest: {}",
+        candidates_.size(), fusable_count_, mib(static_cast<int64_t>(fusable_bytes_)), rounds_, kTrialVisitSteps, list);
+  }
+}
+
+void FusionTrials::finish() {
+  std::string text;
+  if (comm_.rank() == 0) {
+    std::string why, report;
+    const size_t best = chooseTrial(samples_, kTrialMargin, &why);
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+      std::string times;
+      for (double s : samples_[i]) times += fmt::format("{}{:.1f}", times.empty() ? "" : "/", s * 1e3);
+      report += fmt::format("{}{} {} ms", report.empty() ? "" : ", ", mib(candidates_[i]), times.empty() ? "-" : times);
+    }
+    MGS_LOG_INFO("fusion threshold trials (timed steps per visit): {}; keeping {}: {}", report, mib(candidates_[best]),
+                 why);
+    text = std::to_string(best);
+  }
+  Status st = comm_.broadcastString(&text, 0);
+  size_t best = 0;
+  if (st.ok()) {
+    char* end = nullptr;
+    const unsigned long v = std::strtoul(text.c_str(), &end, 10);
+    if (end && *end == '\0' && !text.empty() && v < candidates_.size())
+      best = v;
+    else
+      st = Status(Code::kInternal, "corrupt fusion threshold choice from rank 0: '" + text + "'");
+  }
+  // A failed broadcast keeps MGS_FUSION_THRESHOLD_BYTES on every rank; a
+  // communication failure surfaces in the next negotiation.
+  if (!st.ok()) MGS_LOG_ERROR("fusion threshold trials: {}; keeping {}", st.toString(), mib(base_));
+  threshold_ = candidates_[best];
+  done_ = true;
+  samples_.clear();
+  order_.clear();
+}
+
+}  // namespace mgs
