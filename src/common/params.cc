@@ -157,8 +157,8 @@ std::vector<ParamSpec> buildSpecs() {
                         kSame,
                         "Merge planner of the sparse buckets; 'auto' is the exact MGS dynamic program "
                         "(mgwfbp plans them on the dense model). Without a compressor no plan is made: "
-                        "dense gradients are fused as they become ready, up to MGS_FUSION_THRESHOLD_BYTES "
-                        "(a planner set then gets a warning).",
+                        "dense gradients are fused as they become ready, up to a threshold chosen by "
+                        "MGS_FUSION_TRIALS (a planner set then gets a warning).",
                         &Config::planner));
   s.push_back(enumParam("MGS_PLAN_MODEL", "timeline", {"timeline", "coordinator"}, kSame,
                         "The cost model the runtime plans sparse buckets on. 'timeline': the MGS paper's "
@@ -170,7 +170,8 @@ std::vector<ParamSpec> buildSpecs() {
                         &Config::plan_model));
   s.push_back(intParam("MGS_FUSION_THRESHOLD_BYTES", "67108864", 0, INT64_MAX, "an integer >= 0 (bytes)", kSame,
                        "Largest fused buffer for small dense operations (and the 'fusion' planner's "
-                       "threshold). 0 disables fusion.",
+                       "threshold); in a job without a compressor, the first of the thresholds "
+                       "MGS_FUSION_TRIALS tries. 0 disables fusion.",
                        &Config::fusion_threshold_bytes));
   // Every rank switches thresholds at the same step boundary.
   s.push_back(boolParam("MGS_FUSION_TRIALS", "1", kSame,

@@ -141,7 +141,8 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
   if (rt->rank_ == 0 && config.compressor == "none" && config.planner != "auto" && config.planner != "fusion")
     MGS_LOG_WARN(
         "MGS_PLANNER={} has no effect without a compressor (MGS_COMPRESSOR=none): dense gradients are fused as they "
-        "become ready, up to MGS_FUSION_THRESHOLD_BYTES per buffer; the merge planner plans sparse buckets only",
+        "become ready, up to a threshold per buffer (MGS_FUSION_THRESHOLD_BYTES, tried against others by "
+        "MGS_FUSION_TRIALS); the merge planner plans sparse buckets only",
         config.planner);
   *out = std::move(rt);
   return Status::OK();
