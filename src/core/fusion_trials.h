@@ -6,10 +6,10 @@
 // the world size (docs/benchmarks.md: 4 MB to 128 MB were best in different
 // cells, Horovod's 64 MiB in few). So after kFusionTrialStartStep steps the
 // job runs the threshold MGS_FUSION_THRESHOLD_BYTES = T and T/4, T/16 and 2T
-// on trial, the same way the sparse plan's candidates run (plan_trials.h:
-// visits of kTrialVisitSteps steps, the first left out, in rounds of
-// alternating order), and keeps the one with the shortest mean step on rank
-// 0's clock if it beats T by the margin and by the spread between visits.
+// on trial, the way the sparse plan's candidates run (plan_trials.h: visits
+// of kTrialVisitSteps steps in rounds of alternating order; here every step
+// of a visit is timed), and keeps the one with the shortest mean step on
+// rank 0's clock if it beats T by the margin and by the spread of its steps.
 // Candidates that cannot fuse differently (at or above the step's fusable
 // bytes: every one of them fuses whatever a cycle holds) run once.
 //
@@ -32,7 +32,7 @@ namespace mgs {
 
 // Steps run on T before the trials start (the first steps allocate, fault
 // pages in and fill caches).
-constexpr uint64_t kFusionTrialStartStep = 3;
+constexpr uint64_t kFusionTrialStartStep = 5;
 
 // Candidate thresholds for T, in trial order (T first: it is kept unless
 // another is measurably faster). `fusable_bytes`: a step's bytes of fusable

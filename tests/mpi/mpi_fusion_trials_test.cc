@@ -28,7 +28,7 @@ using mpitest::gatherAll;
 
 namespace {
 
-constexpr int kSteps = 30, kTensors = 12, kElems = 256, kStartStep = 3;
+constexpr int kSteps = 32, kTensors = 12, kElems = 256, kStartStep = 5;
 constexpr uint64_t kT = 4096;
 
 float input(int rank, int step, int t, int i) { return static_cast<float>(rank + 1) * 0.5f + step + t * 0.01f + i; }
