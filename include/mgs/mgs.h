@@ -461,7 +461,7 @@ typedef struct mgs_stats {
       fusion_threshold_bytes; /**< the largest fused buffer of small dense allreduces now: MGS_FUSION_THRESHOLD_BYTES,
                                    or the candidate on trial, or the one the trials kept (MGS_FUSION_TRIALS) */
   uint64_t fusion_trials;     /**< fusion thresholds run on trial so far (0: none; a job without a compressor
-                                   tries up to 4 after its third step) */
+                                   tries up to 4 after its fifth step) */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

@@ -119,7 +119,7 @@ void FusionTrials::finish() {
   std::string text;
   if (comm_.rank() == 0) {
     std::string why, report;
-    const size_t best = chooseTrial(samples_, kTrialMargin, &why);
+    const size_t best = chooseTrialByError(samples_, kTrialMargin, kFusionTrialZ, &why);
     for (size_t i = 0; i < candidates_.size(); ++i) {
       std::string times;
       for (double s : samples_[i]) times += fmt::format("{}{:.1f}", times.empty() ? "" : "/", s * 1e3);

@@ -1,6 +1,7 @@
 #include "core/plan_trials.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace mgs {
@@ -61,6 +62,50 @@ size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margi
     reason = buf;
   } else {
     reason = "the first plan is the fastest";
+  }
+  if (why) *why = reason;
+  return best;
+}
+
+size_t chooseTrialByError(const std::vector<std::vector<double>>& samples, double margin, double z, std::string* why) {
+  auto variance = [](const std::vector<double>& v) {
+    const double m = mean(v);
+    double s = 0;
+    for (double x : v) s += (x - m) * (x - m);
+    return s / static_cast<double>(v.size() - 1);
+  };
+  size_t best = 0;
+  double best_mean = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (samples[i].size() < 2) continue;
+    const double m = mean(samples[i]);
+    if (best_mean == 0 || m < best_mean) {
+      best = i;
+      best_mean = m;
+    }
+  }
+  std::string reason;
+  if (samples.empty() || samples[0].size() < 2) {
+    reason = "the first candidate was not timed twice";
+    best = 0;
+  } else if (best != 0) {
+    const double first = mean(samples[0]);
+    const double gain = first - best_mean;
+    const double se = std::sqrt(variance(samples[0]) / static_cast<double>(samples[0].size()) +
+                                variance(samples[best]) / static_cast<double>(samples[best].size()));
+    char buf[200];
+    if (gain <= margin * first || gain <= z * se) {
+      std::snprintf(buf, sizeof buf, "gain %.1f ms is within the margin (%.1f ms) or %.3g standard errors (%.1f ms)",
+                    gain * 1e3, margin * first * 1e3, z, z * se * 1e3);
+      best = 0;
+    } else {
+      std::snprintf(buf, sizeof buf,
+                    "gain %.1f ms over the first exceeds the margin (%.1f ms) and %.3g standard errors (%.1f ms)",
+                    gain * 1e3, margin * first * 1e3, z, z * se * 1e3);
+    }
+    reason = buf;
+  } else {
+    reason = "the first candidate is the fastest";
   }
   if (why) *why = reason;
   return best;

@@ -47,4 +47,14 @@ std::vector<size_t> trialOrder(size_t candidates, int rounds);
 // none timed). `why` (may be null) gets a line for the log.
 size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margin, std::string* why);
 
+// The same choice with the standard error in place of the spread: the
+// fastest mean replaces the first if its gain exceeds the margin and `z`
+// standard errors of the difference of the two means (each candidate with
+// at least 2 samples). For candidates that change only how fast a step
+// runs, never what it computes (dense fusion thresholds): a needless switch
+// between equals costs nothing, and the range of 4 samples, unlike that of
+// 2, grows with the samples, so the spread rule kept the first plan where
+// 16 emulated hosts ran others 3-8 % faster.
+size_t chooseTrialByError(const std::vector<std::vector<double>>& samples, double margin, double z, std::string* why);
+
 }  // namespace mgs

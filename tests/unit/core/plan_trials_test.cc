@@ -69,3 +69,23 @@ TEST_CASE("plan trials: a gain within the spread between visits keeps the first 
   REQUIRE(chooseTrial({{0.100, 0.100}, {}, {0.080, 0.080}}, 0.03, &why) == 2);
   REQUIRE(chooseTrial({{}, {0.080}}, 0.03, &why) == 0);
 }
+
+TEST_CASE("plan trials: by standard error, a consistent gain wins where the spread rule keeps the first",
+          "[core][plan_trials]") {
+  // The first candidate's 4 steps range over 40 ms, the second runs 15 ms
+  // faster on average: the spread rule (half the sum of the ranges, 25 ms)
+  // keeps the first; one standard error of the difference (~10 ms) does not.
+  const std::vector<std::vector<double>> s = {{0.170, 0.210, 0.185, 0.195}, {0.170, 0.175, 0.180, 0.175}};
+  std::string why;
+  REQUIRE(chooseTrial(s, 0.03, &why) == 0);
+  REQUIRE(chooseTrialByError(s, 0.03, 1.0, &why) == 1);
+  REQUIRE(why.find("exceeds") != std::string::npos);
+  // Two standard errors (~20 ms) are more than the 15 ms gain.
+  REQUIRE(chooseTrialByError(s, 0.03, 2.0, &why) == 0);
+  // Within the margin: 2 % faster, however steady.
+  REQUIRE(chooseTrialByError({{0.100, 0.100, 0.100}, {0.098, 0.098, 0.098}}, 0.03, 1.0, &why) == 0);
+  // The first timed once: kept, whatever the others ran.
+  REQUIRE(chooseTrialByError({{0.2}, {0.1, 0.1}}, 0.03, 1.0, &why) == 0);
+  // A candidate timed once is not chosen.
+  REQUIRE(chooseTrialByError({{0.2, 0.2}, {0.1}}, 0.03, 1.0, &why) == 0);
+}
