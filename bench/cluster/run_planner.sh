@@ -17,7 +17,7 @@
 #                what is ready in a cycle up to MGS_FUSION_THRESHOLD_BYTES'
 #                default, Horovod's 64 MiB, scaled with the model as the
 #                fixed sizes are: 64 x E MiB, and the fusion threshold
-#                trials around it, MGS_FUSION_TRIALS=1)
+#                trials around it: MGS_FUSION_TRIALS, the caller's or 1)
 #   layerwise    dense, MGS_FUSION_THRESHOLD_BYTES=0 (no fusion)
 #   fixed-<F>MB  dense, MGS_FUSION_THRESHOLD_BYTES = F MB (scaled as above),
 #                MGS_FUSION_TRIALS=0 (F alone)
@@ -107,7 +107,8 @@ run_default() {
   if [ -n "$dense" ]; then
     local default_bytes
     default_bytes=$(awk -v e="$escale" 'BEGIN { printf "%d", 64 * e * 1048576 }')
-    run_one "$out" "$1" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES="$default_bytes" -- \
+    run_one "$out" "$1" "$hosts" "$rate" "$latency" "${base[@]}" MGS_FUSION_THRESHOLD_BYTES="$default_bytes" \
+      MGS_FUSION_TRIALS="${MGS_FUSION_TRIALS:-1}" -- \
       --strategy dense --calibration "$cal" "${args[@]}"
   else
     run_one "$out" "$1" "$hosts" "$rate" "$latency" "${base[@]}" -- --strategy mgs --calibration "$cal" "${args[@]}"
@@ -136,7 +137,7 @@ run_named() {  # LAB NAME (layerwise | fixed-<F>MB)
   esac
 }
 
-echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; hosts=$hosts rate=$rate latency=$latency exchange=$exchange replan_tolerance=${MGS_REPLAN_TOLERANCE:-0} fixed=[$fixed] MB repeats=$repeats${confirm:+ confirm=$confirm}; args: ${args[*]}" >&2
+echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) CPUs; hosts=$hosts rate=$rate latency=$latency exchange=$exchange replan_tolerance=${MGS_REPLAN_TOLERANCE:-0} fusion_trials=${MGS_FUSION_TRIALS:-1} fixed=[$fixed] MB repeats=$repeats${confirm:+ confirm=$confirm}; args: ${args[*]}" >&2
 for rep in $(seq 1 "$repeats"); do
   lab="planner-$hosts-$rate-$latency-$([ -n "$dense" ] && echo dense || echo "$exchange")-rep$rep"
   if [ -n "$confirm" ]; then

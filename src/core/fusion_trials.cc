@@ -1,7 +1,5 @@
 #include "core/fusion_trials.h"
 
-#include <cstdlib>
-
 #include "common/logging.h"
 #include "core/plan_trials.h"
 
@@ -116,10 +114,10 @@ void FusionTrials::start() {
 }
 
 void FusionTrials::finish() {
-  std::string text;
+  size_t best = 0;
   if (comm_.rank() == 0) {
     std::string why, report;
-    const size_t best = chooseTrialByError(samples_, kTrialMargin, kFusionTrialZ, &why);
+    best = chooseTrialByError(samples_, kTrialMargin, kFusionTrialZ, &why);
     for (size_t i = 0; i < candidates_.size(); ++i) {
       std::string times;
       for (double s : samples_[i]) times += fmt::format("{}{:.1f}", times.empty() ? "" : "/", s * 1e3);
@@ -127,18 +125,8 @@ void FusionTrials::finish() {
     }
     MGS_LOG_INFO("fusion threshold trials (timed steps per visit): {}; keeping {}: {}", report, mib(candidates_[best]),
                  why);
-    text = std::to_string(best);
   }
-  Status st = comm_.broadcastString(&text, 0);
-  size_t best = 0;
-  if (st.ok()) {
-    char* end = nullptr;
-    const unsigned long v = std::strtoul(text.c_str(), &end, 10);
-    if (end && *end == '\0' && !text.empty() && v < candidates_.size())
-      best = v;
-    else
-      st = Status(Code::kInternal, "corrupt fusion threshold choice from rank 0: '" + text + "'");
-  }
+  const Status st = broadcastTrialChoice(comm_, candidates_.size(), &best);
   // A failed broadcast keeps MGS_FUSION_THRESHOLD_BYTES on every rank; a
   // communication failure surfaces in the next negotiation.
   if (!st.ok()) MGS_LOG_ERROR("fusion threshold trials: {}; keeping {}", st.toString(), mib(base_));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace mgs {
 
@@ -27,13 +28,24 @@ double spread(const std::vector<double>& v) {
   return *hi - *lo;
 }
 
-}  // namespace
+double variance(const std::vector<double>& v) {
+  const double m = mean(v);
+  double s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return v.size() < 2 ? 0 : s / static_cast<double>(v.size() - 1);
+}
 
-size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margin, std::string* why) {
+// The candidate with the shortest mean step among those with at least
+// `min_samples` samples replaces the first if its gain exceeds the margin
+// and noise(first's samples, its samples); `first_name` and `noise_name`
+// name the first and the noise in the log line.
+template <typename Noise>
+size_t choose(const std::vector<std::vector<double>>& samples, size_t min_samples, double margin,
+              const char* first_name, const char* noise_name, Noise noise, std::string* why) {
   size_t best = 0;
   double best_mean = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
-    if (samples[i].empty()) continue;
+    if (samples[i].size() < min_samples) continue;
     const double m = mean(samples[i]);
     if (best_mean == 0 || m < best_mean) {
       best = i;
@@ -41,74 +53,62 @@ size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margi
     }
   }
   std::string reason;
-  if (samples.empty() || samples[0].empty()) {
-    reason = "the first plan was not timed";
+  if (samples.empty() || samples[0].size() < min_samples) {
+    reason = std::string(first_name) + " was not timed";
     best = 0;
   } else if (best != 0) {
     const double first = mean(samples[0]);
     const double gain = first - best_mean;
-    // The spread between visits of the same plan is what the clock cannot
-    // tell apart: a gain must exceed it, and the margin.
-    const double noise = 0.5 * (spread(samples[0]) + spread(samples[best]));
-    char buf[160];
-    if (gain <= margin * first || gain <= noise) {
-      std::snprintf(buf, sizeof buf, "gain %.1f ms is within the margin (%.1f ms) or the spread between visits (%.1f ms)",
-                    gain * 1e3, margin * first * 1e3, noise * 1e3);
+    const double n = noise(samples[0], samples[best]);
+    char buf[200];
+    if (gain <= margin * first || gain <= n) {
+      std::snprintf(buf, sizeof buf, "gain %.1f ms is within the margin (%.1f ms) or %s (%.1f ms)", gain * 1e3,
+                    margin * first * 1e3, noise_name, n * 1e3);
       best = 0;
     } else {
-      std::snprintf(buf, sizeof buf, "gain %.1f ms over the first exceeds the margin (%.1f ms) and the spread (%.1f ms)",
-                    gain * 1e3, margin * first * 1e3, noise * 1e3);
+      std::snprintf(buf, sizeof buf, "gain %.1f ms over the first exceeds the margin (%.1f ms) and %s (%.1f ms)",
+                    gain * 1e3, margin * first * 1e3, noise_name, n * 1e3);
     }
     reason = buf;
   } else {
-    reason = "the first plan is the fastest";
+    reason = std::string(first_name) + " is the fastest";
   }
   if (why) *why = reason;
   return best;
 }
 
+}  // namespace
+
+Status broadcastTrialChoice(Communicator& comm, size_t candidates, size_t* choice) {
+  std::string text = comm.rank() == 0 ? std::to_string(*choice) : std::string();
+  Status st = comm.broadcastString(&text, 0);
+  *choice = 0;
+  if (!st.ok()) return st;
+  char* end = nullptr;
+  const unsigned long v = std::strtoul(text.c_str(), &end, 10);
+  if (!end || *end != '\0' || text.empty() || v >= candidates)
+    return Status(Code::kInternal, "corrupt trial choice from rank 0: '" + text + "'");
+  *choice = v;
+  return Status::OK();
+}
+
+size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margin, std::string* why) {
+  // The spread between visits of the same plan is what the clock cannot
+  // tell apart: a gain must exceed it, and the margin.
+  return choose(
+      samples, 1, margin, "the first plan", "the spread",
+      [](const std::vector<double>& a, const std::vector<double>& b) { return 0.5 * (spread(a) + spread(b)); }, why);
+}
+
 size_t chooseTrialByError(const std::vector<std::vector<double>>& samples, double margin, double z, std::string* why) {
-  auto variance = [](const std::vector<double>& v) {
-    const double m = mean(v);
-    double s = 0;
-    for (double x : v) s += (x - m) * (x - m);
-    return s / static_cast<double>(v.size() - 1);
-  };
-  size_t best = 0;
-  double best_mean = 0;
-  for (size_t i = 0; i < samples.size(); ++i) {
-    if (samples[i].size() < 2) continue;
-    const double m = mean(samples[i]);
-    if (best_mean == 0 || m < best_mean) {
-      best = i;
-      best_mean = m;
-    }
-  }
-  std::string reason;
-  if (samples.empty() || samples[0].size() < 2) {
-    reason = "the first candidate was not timed twice";
-    best = 0;
-  } else if (best != 0) {
-    const double first = mean(samples[0]);
-    const double gain = first - best_mean;
-    const double se = std::sqrt(variance(samples[0]) / static_cast<double>(samples[0].size()) +
-                                variance(samples[best]) / static_cast<double>(samples[best].size()));
-    char buf[200];
-    if (gain <= margin * first || gain <= z * se) {
-      std::snprintf(buf, sizeof buf, "gain %.1f ms is within the margin (%.1f ms) or %.3g standard errors (%.1f ms)",
-                    gain * 1e3, margin * first * 1e3, z, z * se * 1e3);
-      best = 0;
-    } else {
-      std::snprintf(buf, sizeof buf,
-                    "gain %.1f ms over the first exceeds the margin (%.1f ms) and %.3g standard errors (%.1f ms)",
-                    gain * 1e3, margin * first * 1e3, z, z * se * 1e3);
-    }
-    reason = buf;
-  } else {
-    reason = "the first candidate is the fastest";
-  }
-  if (why) *why = reason;
-  return best;
+  char name[64];
+  std::snprintf(name, sizeof name, "%.3g standard error%s of the difference", z, z == 1 ? "" : "s");
+  return choose(
+      samples, 2, margin, "the first candidate", name,
+      [z](const std::vector<double>& a, const std::vector<double>& b) {
+        return z * std::sqrt(variance(a) / static_cast<double>(a.size()) + variance(b) / static_cast<double>(b.size()));
+      },
+      why);
 }
 
 }  // namespace mgs

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
+
 namespace mgs {
 
 constexpr int kTrialVisitSteps = 2;
@@ -46,6 +48,11 @@ std::vector<size_t> trialOrder(size_t candidates, int rounds);
 // The candidate to keep, from each candidate's timed steps (seconds; empty:
 // none timed). `why` (may be null) gets a line for the log.
 size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margin, std::string* why);
+
+// Rank 0's `*choice` (an index below `candidates`) to every rank: the one
+// collective of a trial's end. Not OK (a failed broadcast, or a corrupt
+// index) leaves *choice 0, the first candidate, on this rank.
+Status broadcastTrialChoice(Communicator& comm, size_t candidates, size_t* choice);
 
 // The same choice with the standard error in place of the spread: the
 // fastest mean replaces the first if its gain exceeds the margin and `z`

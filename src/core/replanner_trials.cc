@@ -3,7 +3,6 @@
 // broadcasting the plan to keep, which every rank then runs. The candidates
 // and the visit order are set up by Replanner::replan.
 #include <chrono>
-#include <cstdlib>
 #include <string>
 
 #include "common/logging.h"
@@ -39,10 +38,10 @@ void Replanner::trialBoundary(const Boundary& b, std::optional<PlanChoice>* out)
   // candidates differ by less than the noise (one host, shared memory), a
   // choice by noise would only make the job's plan, and the exchanges it
   // picks, vary from run to run.
-  std::string text;
+  size_t best = 0;
   if (comm_.rank() == 0) {
     std::string why, report;
-    const size_t best = chooseTrial(trial_samples_, kTrialMargin, &why);
+    best = chooseTrial(trial_samples_, kTrialMargin, &why);
     for (size_t i = 0; i < trials_.size(); ++i) {
       std::string times;
       for (double s : trial_samples_[i]) times += fmt::format("{}{:.1f}", times.empty() ? "" : "/", s * 1e3);
@@ -50,18 +49,8 @@ void Replanner::trialBoundary(const Boundary& b, std::optional<PlanChoice>* out)
     }
     MGS_LOG_INFO("merge plan trials (timed steps per visit): {}; keeping {} ({} buckets): {}", report,
                  trials_[best].label, trials_[best].groups.size(), why);
-    text = std::to_string(best);
   }
-  Status st = comm_.broadcastString(&text, 0);
-  size_t best = 0;
-  if (st.ok()) {
-    char* end = nullptr;
-    const unsigned long v = std::strtoul(text.c_str(), &end, 10);
-    if (end && *end == '\0' && !text.empty() && v < trials_.size())
-      best = v;
-    else
-      st = Status(Code::kInternal, "corrupt plan choice from rank 0: '" + text + "'");
-  }
+  const Status st = broadcastTrialChoice(comm_, trials_.size(), &best);
   // A failed broadcast leaves every rank on the DP plan; a communication
   // failure surfaces in the next negotiation.
   if (!st.ok()) MGS_LOG_ERROR("merge plan trials: {}; keeping the first plan", st.toString());

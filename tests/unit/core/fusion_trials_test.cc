@@ -127,3 +127,28 @@ TEST_CASE("fusion trials: off without trials, with a compressor, with nothing to
   REQUIRE(one.trials[0] == 0);
   for (int64_t t : one.thresholds[0]) REQUIRE(t == 4096);
 }
+
+TEST_CASE("trial choice: rank 0's index reaches every rank; one out of range is refused on every rank",
+          "[core][fusion_trials][plan_trials]") {
+  for (size_t sent : {size_t{2}, size_t{7}}) {
+    auto world = std::make_shared<ThreadWorld>(3);
+    std::vector<size_t> got(3, 99);
+    std::vector<std::string> errors(3);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r)
+      threads.emplace_back([&, r] {
+        ThreadCommunicator comm(world, r);
+        size_t choice = r == 0 ? sent : 5;  // other ranks' own values are ignored
+        const Status st = broadcastTrialChoice(comm, 4, &choice);
+        got[r] = choice;
+        if (!st.ok()) errors[r] = st.message();
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 3; ++r) {
+      INFO("rank " << r << ", sent " << sent);
+      REQUIRE(got[r] == (sent < 4 ? sent : 0));
+      REQUIRE(errors[r].empty() == (sent < 4));
+      if (sent >= 4) REQUIRE(errors[r].find("'7'") != std::string::npos);
+    }
+  }
+}
