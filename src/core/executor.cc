@@ -104,7 +104,9 @@ void Executor::run(std::vector<ReadyOp>& ops) {
 }
 
 int64_t Executor::fusionThreshold(const std::vector<Request*>& ok, const std::vector<size_t>& bytes) {
-  if (!fusion_trials_ || !fusion_trials_->enabled()) return config_.fusion_threshold_bytes;
+  if (!fusion_trials_) return config_.fusion_threshold_bytes;
+  // Off, or the trials are over: the threshold stands, nothing to look at.
+  if (fusion_trials_->done()) return fusion_trials_->threshold();
   std::vector<const std::string*> names;
   std::vector<size_t> sizes;
   std::vector<char> fusable;

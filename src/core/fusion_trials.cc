@@ -29,13 +29,11 @@ std::vector<int64_t> fusionCandidates(int64_t threshold, uint64_t fusable_bytes)
 
 FusionTrials::FusionTrials(Communicator& comm, const Config& config)
     : comm_(comm),
-      enabled_(config.compressor == "none" && config.fusion_trials && config.plan_trial_steps >= 2 &&
-               config.fusion_threshold_bytes > 0),
       rounds_(trialRounds(static_cast<int>(config.plan_trial_steps))),
       threshold_(config.fusion_threshold_bytes),
-      base_(config.fusion_threshold_bytes) {
-  done_ = !enabled_;
-}
+      base_(config.fusion_threshold_bytes),
+      done_(!(config.compressor == "none" && config.fusion_trials && config.plan_trial_steps >= 2 &&
+              config.fusion_threshold_bytes > 0)) {}
 
 int64_t FusionTrials::onCycle(const std::vector<const std::string*>& names, const std::vector<size_t>& bytes,
                               const std::vector<char>& fusable) {

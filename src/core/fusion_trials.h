@@ -60,7 +60,8 @@ class FusionTrials {
 
   int64_t threshold() const { return threshold_; }
   uint64_t trials() const { return trials_run_; }  // candidates run on trial
-  bool enabled() const { return enabled_; }
+  // Off, or the trials have ended: threshold() is final.
+  bool done() const { return done_; }
 
  private:
   void boundary();
@@ -68,7 +69,6 @@ class FusionTrials {
   void finish();
 
   Communicator& comm_;
-  const bool enabled_;
   const int rounds_;
   int64_t threshold_;
   const int64_t base_;
@@ -76,7 +76,7 @@ class FusionTrials {
   std::unordered_set<std::string> seen_;  // names in the current step
   uint64_t fusable_bytes_ = 0;            // the current step's fusable bytes
   uint64_t fusable_count_ = 0;            // ... and allreduces
-  bool done_ = false;                     // trials ran (or were skipped)
+  bool done_;                             // off, or the trials ran (or were skipped)
   std::vector<int64_t> candidates_;
   std::vector<size_t> order_;
   size_t visit_ = 0;
