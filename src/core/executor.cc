@@ -19,10 +19,18 @@ double Executor::finalFactor(const Signature& sig) const {
   return f;
 }
 
-void Executor::span(const std::vector<Request*>& group, const char* activity, Clock::time_point start) {
+void Executor::span(const std::vector<Request*>& group, const char* activity, Clock::time_point start,
+                    const std::string& args) {
   if (!timeline_) return;
   const auto end = Clock::now();
-  for (Request* r : group) timeline_->span(r->name, activity, start, end);
+  for (Request* r : group) timeline_->span(r->name, activity, start, end, args);
+}
+
+std::string Executor::allreduceArgs(size_t tensors, size_t bytes) const {
+  if (!timeline_) return {};
+  return "{\"tensors\":" + std::to_string(tensors) + ",\"bytes\":" + std::to_string(bytes) +
+         ",\"fusion_threshold\":" + std::to_string(cycle_threshold_) +
+         ",\"fusion_trial\":" + (cycle_trying_ ? "true" : "false") + "}";
 }
 
 void Executor::run(std::vector<ReadyOp>& ops) {
@@ -47,7 +55,9 @@ void Executor::run(std::vector<ReadyOp>& ops) {
     sigs.push_back(&op.req.sig);
     bytes.push_back(op.req.input.bytes());
   }
-  for (const auto& idx : fusionGroups(sigs, bytes, fusionThreshold(ok, bytes))) {
+  cycle_threshold_ = fusionThreshold(ok, bytes);
+  cycle_trying_ = fusion_trials_ && fusion_trials_->trying();
+  for (const auto& idx : fusionGroups(sigs, bytes, cycle_threshold_)) {
     std::vector<Request*> group;
     for (size_t i : idx) group.push_back(ok[i]);
     Request& first = *group[0];
@@ -148,6 +158,7 @@ bool Executor::startInFlight(std::vector<Request*>& group, Status* st) {
     wire_pool_.pop_back();
   }
   void* buf = packGroup(group, &f.wire, &f.counts, &total);
+  f.args = allreduceArgs(group.size(), total * dtypeSize(sig.dtype));
   Status s = comm_.startAllreduce(buf, total, sig.dtype, CommOp::kSum, &f.op);
   if (!s.ok()) return fail(s);
   for (Request* r : group) f.reqs.push_back(std::move(*r));
@@ -159,7 +170,7 @@ void Executor::finish(InFlight& f, Status st) {
   const Signature& sig = f.reqs[0].sig;
   if (st.ok()) {
     if (timeline_)
-      for (auto& r : f.reqs) timeline_->span(r.name, "ALLREDUCE", f.started, Clock::now());
+      for (auto& r : f.reqs) timeline_->span(r.name, "ALLREDUCE", f.started, Clock::now(), f.args);
     std::vector<void*> outputs;
     for (auto& r : f.reqs) outputs.push_back(r.output.data);
     unpackGroup(outputs, sig.dtype, f.factor, f.wire, f.counts);
@@ -280,7 +291,7 @@ Status Executor::allreduceGroup(std::vector<Request*>& group) {
   void* buf = packGroup(group, &wire_, &counts, &total);
   auto t0 = Clock::now();
   MGS_RETURN_IF_ERROR(comm_.allreduce(buf, total, sig.dtype, CommOp::kSum));
-  span(group, "ALLREDUCE", t0);
+  span(group, "ALLREDUCE", t0, allreduceArgs(group.size(), total * dtypeSize(sig.dtype)));
   t0 = Clock::now();
   std::vector<void*> outputs;
   for (Request* r : group) outputs.push_back(r->output.data);

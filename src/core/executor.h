@@ -75,6 +75,11 @@ class Executor {
   std::atomic<uint64_t>*fusion_threshold_out_ = nullptr, *fusion_trials_out_ = nullptr;
   // The threshold this cycle's allreduces fuse with.
   int64_t fusionThreshold(const std::vector<Request*>& ok, const std::vector<size_t>& bytes);
+  int64_t cycle_threshold_ = 0;  // ... as fusionThreshold returned it this cycle
+  bool cycle_trying_ = false;    // ... a candidate of the fusion trials
+  // The timeline args of a host allreduce of `tensors` tensors, `bytes` in
+  // all: what it fused and under which threshold ("" without a timeline).
+  std::string allreduceArgs(size_t tensors, size_t bytes) const;
   // A host allreduce in flight: its requests (moved out of the cycle's ops),
   // the buffer being reduced, and how to write the outputs.
   struct InFlight {
@@ -84,6 +89,7 @@ class Executor {
     double factor = 1.0;
     std::unique_ptr<PendingCollective> op;
     Clock::time_point started;
+    std::string args;  // the ALLREDUCE span's timeline args
   };
   // Starts `group` in flight if it qualifies; false: run it now.
   bool startInFlight(std::vector<Request*>& group, Status* st);
@@ -128,7 +134,8 @@ class Executor {
   Status agreeAllocation(const Request& req, size_t bytes, HostBuffer* out, const char* what,
                          const std::string& failed_before = std::string());
   double finalFactor(const Signature& sig) const;
-  void span(const std::vector<Request*>& group, const char* activity, Clock::time_point start);
+  void span(const std::vector<Request*>& group, const char* activity, Clock::time_point start,
+            const std::string& args = "");
 
   Communicator& comm_;
   const Config& config_;

@@ -59,26 +59,17 @@ void FusionTrials::boundary() {
     if (steps_ == kFusionTrialStartStep) start();
     return;
   }
-  const auto now = Clock::now();
-  // Every step of a visit is timed: unlike a plan's buckets, a threshold
-  // allocates nothing per step that the next step would not find again (a
-  // fused buffer grows once), and on 16 emulated hosts the first steps of
-  // visits were no slower than the second.
-  if (comm_.rank() == 0)
-    samples_[order_[visit_]].push_back(std::chrono::duration<double>(now - last_boundary_).count());
-  last_boundary_ = now;
-  if (++visit_steps_ < kTrialVisitSteps) return;
-  visit_steps_ = 0;
-  if (++visit_ < order_.size()) {
-    const size_t next = order_[visit_];
-    threshold_ = candidates_[next];
-    if (!started_[next]) {
-      started_[next] = 1;
-      ++trials_run_;
-    }
-    return;
+  switch (visits_.boundary()) {
+    case TrialVisits::Step::kOn:
+      return;
+    case TrialVisits::Step::kSwitched:
+      threshold_ = candidates_[visits_.current()];
+      trials_run_ = visits_.started();
+      return;
+    case TrialVisits::Step::kDone:
+      finish();
+      return;
   }
-  finish();
 }
 
 void FusionTrials::start() {
@@ -92,15 +83,13 @@ void FusionTrials::start() {
     done_ = true;
     return;
   }
-  order_ = trialOrder(candidates_.size(), rounds_);
-  visit_ = 0;
-  visit_steps_ = 0;
-  samples_.assign(candidates_.size(), {});
-  started_.assign(candidates_.size(), 0);
-  started_[order_[0]] = 1;
-  trials_run_ = 1;
-  threshold_ = candidates_[order_[0]];
-  last_boundary_ = Clock::now();
+  // Every step of a visit is timed: unlike a plan's buckets, a threshold
+  // allocates nothing per step that the next step would not find again (a
+  // fused buffer grows once), and on 16 emulated hosts the first steps of
+  // visits were no slower than the second.
+  visits_.start(candidates_.size(), rounds_, false, comm_.rank() == 0);
+  trials_run_ = visits_.started();
+  threshold_ = candidates_[visits_.current()];
   if (comm_.rank() == 0) {
     std::string list;
     for (int64_t c : candidates_) list += fmt::format("{}{}", list.empty() ? "" : ", ", mib(c));
@@ -115,10 +104,10 @@ void FusionTrials::finish() {
   size_t best = 0;
   if (comm_.rank() == 0) {
     std::string why, report;
-    best = chooseTrialByError(samples_, kTrialMargin, kFusionTrialZ, &why);
+    best = chooseTrialByError(visits_.samples(), kTrialMargin, kFusionTrialZ, &why);
     for (size_t i = 0; i < candidates_.size(); ++i) {
       std::string times;
-      for (double s : samples_[i]) times += fmt::format("{}{:.1f}", times.empty() ? "" : "/", s * 1e3);
+      for (double s : visits_.samples()[i]) times += fmt::format("{}{:.1f}", times.empty() ? "" : "/", s * 1e3);
       report += fmt::format("{}{} {} ms", report.empty() ? "" : ", ", mib(candidates_[i]), times.empty() ? "-" : times);
     }
     MGS_LOG_INFO("fusion threshold trials (timed steps per visit): {}; keeping {}: {}", report, mib(candidates_[best]),
@@ -130,8 +119,7 @@ void FusionTrials::finish() {
   if (!st.ok()) MGS_LOG_ERROR("fusion threshold trials: {}; keeping {}", st.toString(), mib(base_));
   threshold_ = candidates_[best];
   done_ = true;
-  samples_.clear();
-  order_.clear();
+  visits_.clear();
 }
 
 }  // namespace mgs

@@ -27,6 +27,7 @@
 
 #include "comm/communicator.h"
 #include "common/params.h"
+#include "core/plan_trials.h"
 #include "core/request.h"
 
 namespace mgs {
@@ -62,6 +63,9 @@ class FusionTrials {
   uint64_t trials() const { return trials_run_; }  // candidates run on trial
   // Off, or the trials have ended: threshold() is final.
   bool done() const { return done_; }
+  // A candidate other than the settled threshold may be running: the
+  // trials have started and not ended.
+  bool trying() const { return !done_ && !candidates_.empty(); }
 
  private:
   void boundary();
@@ -78,13 +82,8 @@ class FusionTrials {
   uint64_t fusable_count_ = 0;            // ... and allreduces
   bool done_;                             // off, or the trials ran (or were skipped)
   std::vector<int64_t> candidates_;
-  std::vector<size_t> order_;
-  size_t visit_ = 0;
-  int visit_steps_ = 0;
-  std::vector<std::vector<double>> samples_;
-  std::vector<char> started_;
+  TrialVisits visits_;
   uint64_t trials_run_ = 0;
-  Clock::time_point last_boundary_{};
 };
 
 }  // namespace mgs

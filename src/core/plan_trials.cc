@@ -14,6 +14,49 @@ std::vector<size_t> trialOrder(size_t candidates, int rounds) {
   return order;
 }
 
+void TrialVisits::start(size_t candidates, int rounds, bool skip_first, bool timed, Clock::time_point now) {
+  order_ = trialOrder(candidates, rounds);
+  visit_ = 0;
+  visit_steps_ = 0;
+  skip_first_ = skip_first;
+  timed_ = timed;
+  first_run_ = true;
+  samples_.assign(candidates, {});
+  started_.assign(candidates, 0);
+  started_count_ = 0;
+  if (order_.empty()) return;
+  started_[order_[0]] = 1;
+  started_count_ = 1;
+  last_ = now;
+}
+
+TrialVisits::Step TrialVisits::boundary(Clock::time_point now) {
+  if (!active() || visit_ >= order_.size()) return Step::kDone;
+  if (timed_ && !(skip_first_ && visit_steps_ == 0))
+    samples_[order_[visit_]].push_back(std::chrono::duration<double>(now - last_).count());
+  last_ = now;
+  if (++visit_steps_ < kTrialVisitSteps) return Step::kOn;
+  visit_steps_ = 0;
+  const size_t was = order_[visit_];
+  if (++visit_ >= order_.size()) return Step::kDone;
+  const size_t next = order_[visit_];
+  if (next == was) return Step::kOn;  // at a round's turn the same candidate runs on
+  first_run_ = !started_[next];
+  if (first_run_) {
+    started_[next] = 1;
+    ++started_count_;
+  }
+  return Step::kSwitched;
+}
+
+void TrialVisits::clear() {
+  order_.clear();
+  samples_.clear();
+  started_.clear();
+  visit_ = 0;
+  visit_steps_ = 0;
+}
+
 namespace {
 
 double mean(const std::vector<double>& v) {

@@ -1,6 +1,8 @@
-// Plan trials (replanner.h, MGS_PLAN_TRIAL_STEPS): in which order the
-// candidate plans run, and which one is kept. Pure functions, the same on
-// every rank; rank 0 alone times the steps and broadcasts its choice.
+// Plan trials (replanner.h, MGS_PLAN_TRIAL_STEPS) and the dense fusion
+// threshold trials (fusion_trials.h): in which order the candidates run, the
+// visits stepped through at each step boundary, and which candidate is kept.
+// The same on every rank; rank 0 alone times the steps and broadcasts its
+// choice.
 //
 // Step times drift while a job warms up (allocator, caches, the online
 // model's first refits), so candidates that run one after the other are
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/request.h"
 
 namespace mgs {
 
@@ -63,5 +66,49 @@ Status broadcastTrialChoice(Communicator& comm, size_t candidates, size_t* choic
 // 2, grows with the samples, so the spread rule kept the first plan where
 // 16 emulated hosts ran others 3-8 % faster.
 size_t chooseTrialByError(const std::vector<std::vector<double>>& samples, double margin, double z, std::string* why);
+
+// The visits of candidates on trial, stepped at the job's step boundaries:
+// which candidate runs, each candidate's timed steps and which candidates
+// have run. The merge plan trials (replanner.h) and the dense fusion
+// threshold trials (fusion_trials.h) step through their visits with it; each
+// decides what a switch means (a plan applied, a threshold set) and what to
+// keep at the end. Every rank steps alike; only a `timed` rank records.
+class TrialVisits {
+ public:
+  // `candidates` in trialOrder(candidates, rounds), visits of
+  // kTrialVisitSteps steps, candidate current() = 0 running from `now`.
+  // `skip_first`: the first step of each visit is not timed.
+  void start(size_t candidates, int rounds, bool skip_first, bool timed, Clock::time_point now = Clock::now());
+  bool active() const { return !order_.empty(); }
+
+  enum class Step {
+    kOn,        // the running candidate runs on
+    kSwitched,  // current() is another candidate from the next step
+    kDone,      // every visit ran: samples() hold the times
+  };
+  // A step ended at `now`: timed (per the visit), and the visits advanced.
+  Step boundary(Clock::time_point now = Clock::now());
+
+  size_t current() const { return order_[visit_]; }
+  // After kSwitched: current() had not run before.
+  bool firstRun() const { return first_run_; }
+  // Candidates that have run (since start()).
+  uint64_t started() const { return started_count_; }
+  // Each candidate's timed steps, seconds (empty on an untimed rank).
+  const std::vector<std::vector<double>>& samples() const { return samples_; }
+  size_t visits() const { return order_.size(); }
+  // Ends the visits (started() is kept).
+  void clear();
+
+ private:
+  std::vector<size_t> order_;
+  size_t visit_ = 0;
+  int visit_steps_ = 0;
+  bool skip_first_ = false, timed_ = false, first_run_ = false;
+  std::vector<std::vector<double>> samples_;
+  std::vector<char> started_;
+  uint64_t started_count_ = 0;
+  Clock::time_point last_{};
+};
 
 }  // namespace mgs

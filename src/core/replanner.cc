@@ -150,6 +150,7 @@ Replanner::Verdict Replanner::stepBoundary(const Boundary& b) {
     v.apply.reset();
     have_plan = false;
     trials_.clear();
+    visits_.clear();
     restartProfile(b.step);
   }
   if (!have_plan && b.step - profile_start_ >= static_cast<uint64_t>(config_.profile_steps)) {
@@ -463,6 +464,7 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
 
 Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<PlanChoice>* out, bool new_plan) {
   trials_.clear();
+  visits_.clear();
   MGS_ENSURE(cost_.ready(), kInternal, "planning before the cost model is resolved");
   // Read before any collective of this boundary's planning, whose waits
   // would count as this step's; only rank 0 plans.
@@ -529,13 +531,8 @@ Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<Plan
   if (cands.size() > 1) {
     trials_ = std::move(cands);
     const int rounds = trialRounds(config_.plan_trial_steps);
-    trial_order_ = trialOrder(trials_.size(), rounds);
-    trial_visit_ = 0;
-    trial_ = trial_order_.front();
-    trial_steps_ = 0;
-    trial_samples_.assign(trials_.size(), {});
-    trial_started_.assign(trials_.size(), 0);
-    trial_started_[trial_] = 1;
+    // The first step of each visit is not timed (the plan's buffers are new).
+    visits_.start(trials_.size(), rounds, true, comm_.rank() == 0);
     stats_.plan_trials += 1;
     if (comm_.rank() == 0) {
       std::string list;

@@ -51,6 +51,7 @@
 #include "common/params.h"
 #include "core/host_load.h"
 #include "core/job_cost_model.h"
+#include "core/plan_trials.h"
 #include "core/request.h"
 #include "core/sparse_stats.h"
 #include "core/timeline.h"
@@ -204,13 +205,7 @@ class Replanner {
   // Candidate plans on trial (identical on every rank), the one running, and
   // how many step boundaries it has seen; rank 0: each one's timed steps.
   std::vector<PlanChoice> trials_;
-  size_t trial_ = 0;
-  int64_t trial_steps_ = 0;          // boundaries in the current visit
-  std::vector<size_t> trial_order_;  // the candidate of each visit (plan_trials.h)
-  size_t trial_visit_ = 0;
-  std::vector<std::vector<double>> trial_samples_;  // rank 0: each candidate's timed steps
-  std::vector<char> trial_started_;                 // candidates that have run (stats_.plan_trials)
-  Clock::time_point last_boundary_{};
+  TrialVisits visits_;  // their visits; rank 0 times them (plan_trials.h)
   // MGS_PLAN_FILE: write mode (rank 0 saves each settled plan), or a loaded
   // plan runs (nothing is profiled, tried or re-planned).
   bool save_plan_ = false, pinned_ = false;

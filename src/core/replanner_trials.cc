@@ -13,24 +13,15 @@ namespace mgs {
 
 void Replanner::trialBoundary(const Boundary& b, std::optional<PlanChoice>* out) {
   if (trials_.empty()) return;
-  const auto now = Clock::now();
-  // The first step of each visit is left out (the plan's buffers are new).
-  if (comm_.rank() == 0 && trial_steps_ >= 1)
-    trial_samples_[trial_].push_back(std::chrono::duration<double>(now - last_boundary_).count());
-  last_boundary_ = now;
-  if (++trial_steps_ < kTrialVisitSteps) return;
-  trial_steps_ = 0;
-  if (++trial_visit_ < trial_order_.size()) {
-    const size_t next = trial_order_[trial_visit_];
-    if (next != trial_) {  // at a round's turn the same candidate runs on
-      trial_ = next;
-      if (!trial_started_[trial_]) {
-        trial_started_[trial_] = 1;
-        stats_.plan_trials += 1;
-      }
-      planned(trials_[trial_], out);
-    }
-    return;
+  switch (visits_.boundary()) {
+    case TrialVisits::Step::kOn:
+      return;
+    case TrialVisits::Step::kSwitched:
+      if (visits_.firstRun()) stats_.plan_trials += 1;
+      planned(trials_[visits_.current()], out);
+      return;
+    case TrialVisits::Step::kDone:
+      break;
   }
   // Every visit ran: rank 0 names the plan to keep (plan_trials.h: the
   // fastest mean step, if it beats the dynamic program's plan by more than
@@ -41,10 +32,10 @@ void Replanner::trialBoundary(const Boundary& b, std::optional<PlanChoice>* out)
   size_t best = 0;
   if (comm_.rank() == 0) {
     std::string why, report;
-    best = chooseTrial(trial_samples_, kTrialMargin, &why);
+    best = chooseTrial(visits_.samples(), kTrialMargin, &why);
     for (size_t i = 0; i < trials_.size(); ++i) {
       std::string times;
-      for (double s : trial_samples_[i]) times += fmt::format("{}{:.1f}", times.empty() ? "" : "/", s * 1e3);
+      for (double s : visits_.samples()[i]) times += fmt::format("{}{:.1f}", times.empty() ? "" : "/", s * 1e3);
       report += fmt::format("{}{} {} ms", report.empty() ? "" : ", ", trials_[i].label, times.empty() ? "-" : times);
     }
     MGS_LOG_INFO("merge plan trials (timed steps per visit): {}; keeping {} ({} buckets): {}", report,
@@ -59,8 +50,7 @@ void Replanner::trialBoundary(const Boundary& b, std::optional<PlanChoice>* out)
   savePlan(trials_[best], b);
   replan_trial_ = false;
   trials_.clear();
-  trial_samples_.clear();
-  trial_order_.clear();
+  visits_.clear();
 }
 
 }  // namespace mgs

@@ -12,13 +12,21 @@
 //     run, and the job ends on one that is not T;
 //   - every output is the exact average of the ranks' inputs at every step.
 // With MGS_FUSION_TRIALS=0 (argument "off") every step runs T, untried.
+// With MGS_TIMELINE set, rank 0 reads its timeline after mgs_shutdown: every
+// ALLREDUCE span of the job's tensors names the threshold it was fused under
+// and whether that was a trial candidate, and those agree with the stats.
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "mpi_harness.h"
 
@@ -33,10 +41,11 @@ constexpr uint64_t kT = 4096;
 
 float input(int rank, int step, int t, int i) { return static_cast<float>(rank + 1) * 0.5f + step + t * 0.01f + i; }
 
+std::vector<float> threshold_after(kSteps), trials_after(kSteps);
+
 void run(bool trials_on) {
   int size = 0;
   mgs_size(&size);
-  std::vector<float> threshold_after(kSteps), trials_after(kSteps);
   std::vector<std::vector<float>> x(kTensors, std::vector<float>(kElems)), out = x;
   int bad = 0;
   for (int step = 0; step < kSteps; ++step) {
@@ -95,6 +104,76 @@ void run(bool trials_on) {
          list.c_str());
 }
 
+// The ALLREDUCE spans of "dense.*" in rank 0's timeline against the
+// thresholds the stats reported; returns the failures.
+int checkTimeline(const char* path, bool trials_on) {
+  int failures = 0;
+  auto fail = [&](const std::string& what) {
+    ++failures;
+    std::fprintf(stderr, "[rank 0] timeline %s: %s\n", path, what.c_str());
+  };
+  std::FILE* f = std::fopen(path, "r");
+  if (!f) {
+    fail("cannot open");
+    return failures;
+  }
+  std::string text;
+  char buf[65536];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  const nlohmann::json events = nlohmann::json::parse(text, nullptr, false);
+  if (!events.is_array()) {
+    fail("not a JSON array");
+    return failures;
+  }
+  std::set<int> tracks;  // tids of the job's tensors
+  for (const auto& e : events)
+    if (e.value("ph", "") == "M" && e["args"].value("name", "").rfind("dense.", 0) == 0)
+      tracks.insert(e.value("tid", 0));
+  struct Span {
+    double ts;
+    int64_t threshold;
+    bool trial;
+  };
+  std::vector<Span> spans;
+  for (const auto& e : events) {
+    if (e.value("ph", "") != "X" || e.value("name", "") != "ALLREDUCE" || !tracks.count(e.value("tid", 0))) continue;
+    const auto& a = e.contains("args") ? e["args"] : nlohmann::json::object();
+    if (!a.contains("fusion_threshold") || !a.contains("fusion_trial") || !a.contains("tensors") ||
+        !a.contains("bytes")) {
+      fail("an ALLREDUCE span without its fusion args: " + e.dump());
+      continue;
+    }
+    const int64_t t = a["fusion_threshold"].get<int64_t>(), bytes = a["bytes"].get<int64_t>();
+    // Fused groups stay under the threshold they were fused with.
+    if (a["tensors"].get<int>() > 1 && bytes > t)
+      fail("a group of " + a["tensors"].dump() + " over its threshold: " + a.dump());
+    spans.push_back({e.value("ts", 0.0), t, a["fusion_trial"].get<bool>()});
+  }
+  if (spans.size() != static_cast<size_t>(kSteps * kTensors))
+    fail(std::to_string(spans.size()) + " ALLREDUCE spans of the job's tensors, not " +
+         std::to_string(kSteps * kTensors));
+  if (spans.empty()) return failures;
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.ts < b.ts; });
+  std::set<float> in_timeline, in_stats(threshold_after.begin(), threshold_after.end());
+  size_t trial = 0;
+  for (const Span& s : spans) {
+    in_timeline.insert(static_cast<float>(s.threshold));
+    trial += s.trial;
+  }
+  if (in_timeline != in_stats) fail("the thresholds in the timeline are not those the stats reported");
+  if (spans.front().threshold != static_cast<int64_t>(kT) || spans.front().trial)
+    fail("the first allreduce did not run T untried");
+  if (spans.back().threshold != static_cast<int64_t>(threshold_after[kSteps - 1]) || spans.back().trial)
+    fail("the last allreduce did not run the kept threshold untried");
+  if (trials_on ? trial == 0 : trial != 0)
+    fail(std::to_string(trial) + " spans marked as fusion trials with the trials " + (trials_on ? "on" : "off"));
+  if (failures == 0)
+    std::printf("timeline: %zu ALLREDUCE spans, %zu on trial, %zu thresholds, all as the stats say\n", spans.size(),
+                trial, in_timeline.size());
+  return failures;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,8 +182,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   mgs_rank(&g_rank);
-  run(!(argc > 1 && std::strcmp(argv[1], "off") == 0));
-  const int rc = mpitest::finish();
-  mgs_shutdown();
+  const bool trials_on = !(argc > 1 && std::strcmp(argv[1], "off") == 0);
+  run(trials_on);
+  int rc = mpitest::finish();
+  mgs_shutdown();  // closes the timeline
+  const char* timeline = std::getenv("MGS_TIMELINE");
+  if (g_rank == 0 && timeline && *timeline && checkTimeline(timeline, trials_on) != 0) rc = 1;
   return rc;
 }

@@ -1,6 +1,8 @@
 // Plan trials' order and choice (core/plan_trials.h).
 #include <catch2/catch.hpp>
 
+#include <chrono>
+#include <cmath>
 #include <map>
 
 #include "core/plan_trials.h"
@@ -24,6 +26,72 @@ TEST_CASE("plan trials: rounds alternate, every candidate visited once per round
       REQUIRE(sum == pos[0]);
     }
   }
+}
+
+// Steps a TrialVisits through its visits with steps of known length: the
+// step that ends at boundary i (i = 1, 2, ...) lasts i ms on candidate c's
+// clock, so each sample names its step.
+TEST_CASE("trial visits: switches, first runs and timed steps", "[core][plan_trials]") {
+  using std::chrono::milliseconds;
+  for (bool skip_first : {false, true}) {
+    INFO("skip_first " << skip_first);
+    TrialVisits v;
+    REQUIRE_FALSE(v.active());
+    Clock::time_point t{};
+    v.start(3, 2, skip_first, true, t);
+    REQUIRE(v.active());
+    REQUIRE(v.visits() == 6);
+    REQUIRE(v.current() == 0);
+    REQUIRE(v.started() == 1);
+    // Visits 0 1 2 | 2 1 0, kTrialVisitSteps = 2 steps each.
+    std::vector<size_t> ran;  // the candidate of each step
+    std::vector<TrialVisits::Step> steps;
+    std::vector<int> first_runs;
+    for (int i = 1;; ++i) {
+      ran.push_back(v.current());
+      t += milliseconds(i);
+      const TrialVisits::Step st = v.boundary(t);
+      steps.push_back(st);
+      if (st == TrialVisits::Step::kSwitched) first_runs.push_back(v.firstRun());
+      if (st == TrialVisits::Step::kDone) break;
+      REQUIRE(i < 100);
+    }
+    REQUIRE(ran == std::vector<size_t>{0, 0, 1, 1, 2, 2, 2, 2, 1, 1, 0, 0});
+    using S = TrialVisits::Step;
+    // The turn of the round (2 then 2) runs on without a switch.
+    REQUIRE(steps == std::vector<S>{S::kOn, S::kSwitched, S::kOn, S::kSwitched, S::kOn, S::kOn, S::kOn, S::kSwitched,
+                                    S::kOn, S::kSwitched, S::kOn, S::kDone});
+    REQUIRE(first_runs == std::vector<int>{1, 1, 0, 0});
+    REQUIRE(v.started() == 3);
+    const auto& s = v.samples();
+    REQUIRE(s.size() == 3);
+    // Step i lasted i ms; with skip_first the first step of each visit is left out.
+    auto steps_of = [](const std::vector<double>& secs) {  // back to the step numbers
+      std::vector<int> out;
+      for (double x : secs) out.push_back(static_cast<int>(std::lround(x * 1e3)));
+      return out;
+    };
+    if (skip_first) {
+      REQUIRE(steps_of(s[0]) == std::vector<int>{2, 12});
+      REQUIRE(steps_of(s[1]) == std::vector<int>{4, 10});
+      REQUIRE(steps_of(s[2]) == std::vector<int>{6, 8});
+    } else {
+      REQUIRE(steps_of(s[0]) == std::vector<int>{1, 2, 11, 12});
+      REQUIRE(steps_of(s[1]) == std::vector<int>{3, 4, 9, 10});
+      REQUIRE(steps_of(s[2]) == std::vector<int>{5, 6, 7, 8});
+    }
+    v.clear();
+    REQUIRE_FALSE(v.active());
+    REQUIRE(v.started() == 3);
+    REQUIRE(v.boundary(t) == TrialVisits::Step::kDone);
+  }
+  // An untimed rank steps alike and records nothing.
+  TrialVisits u;
+  u.start(2, 2, false, false);
+  int boundaries = 0;
+  while (u.boundary() != TrialVisits::Step::kDone) ++boundaries;
+  REQUIRE(boundaries + 1 == 4 * kTrialVisitSteps);
+  for (const auto& c : u.samples()) REQUIRE(c.empty());
 }
 
 TEST_CASE("plan trials: maxTrialSteps counts every visit of the most candidates", "[core][plan_trials]") {
