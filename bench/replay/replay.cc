@@ -408,7 +408,7 @@ int main(int argc, char** argv) {
        << (std::getenv("MGS_EXCHANGE") ? std::getenv("MGS_EXCHANGE") : "allgather") << "\""
        << ",\"fusion_threshold_bytes\":" << fusion_bytes
        << ",\"fusion_threshold_kept_bytes\":" << s1.fusion_threshold_bytes << ",\"fusion_trials\":" << s1.fusion_trials
-       << ",\"sent_over_dense\":"
+       << ",\"fusion_max_tensor_bytes\":" << s1.fusion_max_tensor_bytes << ",\"sent_over_dense\":"
        << fmt(s1.sparse_dense_bytes > s0.sparse_dense_bytes ? double(s1.sparse_bytes_sent - s0.sparse_bytes_sent) /
                                                                   double(s1.sparse_dense_bytes - s0.sparse_dense_bytes)
                                                             : 1)

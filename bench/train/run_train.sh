@@ -6,7 +6,9 @@
 #
 # usage: bench/train/run_train.sh [-n HOSTS] [-r "1gbit 10gbit"] [-M "resnet50 transformer"]
 #                                 [-S "systems"] [-R repeats] [-o OUT.jsonl] [-b BUILD] [-s STEPS]
-#                                 [-e "VAR=VALUE ..."]
+#                                 [-e "VAR=VALUE ..."] [-l LATENCY]
+# -l: added one-way latency per link (scripts/emulated_cluster.sh -l, for
+# example 0.5ms; default none).
 # -s: steps per run (default 40), the last 10 measured (all of them below 11).
 # -b: the build whose libmgs.so runs (an A/B of two commits: two builds,
 # two calls); -e: extra variables for every rank of every system (an A/B of
@@ -38,7 +40,8 @@ build=build
 # same steps.
 steps=40
 extra_env=""
-while getopts "n:r:M:S:R:o:b:s:e:h" opt; do
+latency=""
+while getopts "n:r:M:S:R:o:b:s:e:l:h" opt; do
   case $opt in
     n) hosts=$OPTARG ;;
     r) rates=$OPTARG ;;
@@ -49,7 +52,8 @@ while getopts "n:r:M:S:R:o:b:s:e:h" opt; do
     b) build=$OPTARG ;;
     s) steps=$OPTARG ;;
     e) extra_env=$OPTARG ;;
-    h) sed -n '2,19p' "$0"; exit 0 ;;
+    l) latency=$OPTARG ;;
+    h) sed -n '2,21p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done
@@ -95,7 +99,7 @@ for rep in $(seq 1 "$repeats"); do
             env_args+=" -x MGS_COMPRESSOR=gaussiank -x MGS_DENSITY=0.001 -x MGS_WARMUP_STEPS=0" ;;
         esac
         echo "run_train: rep $rep $model $rate $system" >&2
-        line=$(PYTHONPATH=$py_path scripts/emulated_cluster.sh -n "$hosts" -r "$rate" -s "$subnet" -m "$env_args" -- \
+        line=$(PYTHONPATH=$py_path scripts/emulated_cluster.sh -n "$hosts" -r "$rate" ${latency:+-l "$latency"} -s "$subnet" -m "$env_args" -- \
                  /usr/bin/python3 "$root/bench/train/train_step.py" --system "$run_system" --model "$model" \
                  --steps "$steps" --measure-from "$(( steps > 10 ? steps - 9 : 1 ))" --label "$system@$rate" $step_args 2>/tmp/run_train.err | grep '^{' || true)
         if [ -z "$line" ]; then
@@ -105,7 +109,7 @@ for rep in $(seq 1 "$repeats"); do
         # A job's end is part of the job: any rank's traceback or error line is counted.
         errors=$(grep -c -E 'Traceback|Error|error:|MGS_ERR' /tmp/run_train.err || true)
         [ "$errors" -gt 0 ] && { echo "run_train: $system printed $errors error lines:" >&2; grep -m 5 -E 'Traceback|Error|error:|MGS_ERR' /tmp/run_train.err >&2; }
-        echo "$line" | /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); d.update(rate='$rate', rep=$rep, name='$system', stderr_error_lines=$errors, build='$build', extra_env='$extra_env'); print(json.dumps(d))" >>"$out"
+        echo "$line" | /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); d.update(rate='$rate', latency='${latency:-0}', rep=$rep, name='$system', stderr_error_lines=$errors, build='$build', extra_env='$extra_env'); print(json.dumps(d))" >>"$out"
       done
     done
   done

@@ -462,6 +462,10 @@ typedef struct mgs_stats {
                                    or the candidate on trial, or the one the trials kept (MGS_FUSION_TRIALS) */
   uint64_t fusion_trials;     /**< fusion thresholds run on trial so far (0: none; a job without a compressor
                                    tries up to 4 after its fifth step) */
+  uint64_t fusion_max_tensor_bytes; /**< dense tensors below this size may be fused: where init measured a
+                                         collective start-up longer than copying 64 KiB in and out, the size
+                                         whose copies take one start-up; else 65536 (0 before the coordinator
+                                         started) */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

@@ -432,6 +432,7 @@ mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
     s.plan_span_measured_total_us = sp.span_measured_total_us;
     s.fusion_threshold_bytes = n.fusion_threshold_bytes;
     s.fusion_trials = n.fusion_trials;
+    s.fusion_max_tensor_bytes = n.fusion_max_tensor_bytes;
     std::memcpy(stats, &s, std::min(size, sizeof s));
     return Status::OK();
   });

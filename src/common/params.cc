@@ -228,8 +228,8 @@ std::vector<ParamSpec> buildSpecs() {
                         "Cost-model calibration: measure collectives at init ('auto'), use presets ('off'), "
                         "or load a saved JSON file (docs/planner.md). Other than 'off' (and without "
                         "MGS_PLAN_FILE), init also times the dense allreduce's two algorithms and sets the "
-                        "size from which float sums take mgs's ring rather than Open MPI's (64 KiB under 'off'; "
-                        "docs/architecture.md).",
+                        "size from which float sums take mgs's ring rather than Open MPI's, and the size below "
+                        "which dense tensors are fused (64 KiB each under 'off'; docs/architecture.md).",
                         &Config::calibration));
   s.push_back(boolParam("MGS_DENSE_FALLBACK", "1", kSame,
                         "Let the cost model send a sparse bucket as a dense allreduce when that is predicted "

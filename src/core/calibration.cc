@@ -4,11 +4,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
 #include "common/check.h"
 #include "compress/synthetic_gradient.h"
+#include "core/fusion.h"
 #include "core/host_load.h"
 
 namespace mgs {
@@ -82,6 +84,29 @@ size_t ringMinBytesFrom(const std::vector<size_t>& sizes, const std::vector<doub
   return sizes[from];
 }
 
+size_t fusionMaxTensorBytesFrom(const std::vector<size_t>& sizes, const std::vector<double>& ring_s,
+                                const std::vector<double>& library_s, size_t copy_bytes, double copy_s, size_t floor) {
+  const size_t n = std::min({sizes.size(), ring_s.size(), library_s.size()});
+  if (n < 2 || copy_bytes == 0 || !(copy_s > 0)) return floor;
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = static_cast<double>(sizes[i]), y = std::min(ring_s[i], library_s[i]);
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+  }
+  const double den = static_cast<double>(n) * sxx - sx * sx;
+  if (!(den > 0)) return floor;
+  const double slope = (static_cast<double>(n) * sxy - sx * sy) / den;
+  const double startup = (sy - slope * sx) / static_cast<double>(n);
+  if (!(startup > 0)) return floor;
+  // Two copies (in, and out) of b bytes at the copy rate cost one start-up.
+  const double b = startup * (static_cast<double>(copy_bytes) / copy_s) / 2;
+  if (!(b > static_cast<double>(floor))) return floor;
+  return b >= 9.0e18 ? SIZE_MAX / 2 : static_cast<size_t>(b);
+}
+
 Status chooseAllreduceAlgorithm(Communicator& comm, RingChoice* out) {
   *out = RingChoice();
   const int P = comm.size();
@@ -104,10 +129,27 @@ Status chooseAllreduceAlgorithm(Communicator& comm, RingChoice* out) {
     }
   }
   comm.setRingMinBytes(saved);
+  {
+    // A host copy, as fusion copies a tensor in or out: kFusionCopyBytes, so
+    // that source and destination together outgrow the caches of most hosts
+    // (a copy from cache runs 3x faster here than one from memory).
+    std::vector<char> src(kFusionCopyBytes, 1), dst(kFusionCopyBytes, 0);
+    double s = 0;
+    const Status copied = timeMedian(3, &s, [&] {
+      std::memcpy(dst.data(), src.data(), src.size());
+      asm volatile("" : : "r"(dst.data()) : "memory");  // the copy is used
+      return Status::OK();
+    });
+    t.push_back(copied.ok() ? s : 0.0);
+  }
   MGS_RETURN_IF_ERROR(comm.allreduce(t.data(), t.size(), MGS_FLOAT64, CommOp::kMax));
   out->measured = true;
-  out->ring_s.assign(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(sizes.size()));
-  out->library_s.assign(t.begin() + static_cast<std::ptrdiff_t>(sizes.size()), t.end());
+  const auto n = static_cast<std::ptrdiff_t>(sizes.size());
+  out->ring_s.assign(t.begin(), t.begin() + n);
+  out->library_s.assign(t.begin() + n, t.begin() + 2 * n);
+  out->copy_s = t[2 * sizes.size()];
+  out->fusion_max_tensor_bytes = fusionMaxTensorBytesFrom(sizes, out->ring_s, out->library_s, kFusionCopyBytes,
+                                                          out->copy_s, kFusionMaxTensorBytes);
   out->ring_min_bytes = ringMinBytesFrom(sizes, out->ring_s, out->library_s);
   comm.setRingMinBytes(out->ring_min_bytes);
   return Status::OK();

@@ -58,16 +58,33 @@ inline const std::vector<size_t>& ringChoiceSizes() {
 size_t ringMinBytesFrom(const std::vector<size_t>& sizes, const std::vector<double>& ring_s,
                         const std::vector<double>& library_s);
 
+// The largest host tensor worth copying into a fusion buffer. Fusing a
+// tensor saves the start-up of a collective of its own and costs copying it
+// in and out. The start-up is the intercept of a line fitted (least squares)
+// to the faster algorithm's time at each of `sizes`; the copy rate is
+// `copy_bytes` in `copy_s`. The result is the size whose two copies take one
+// start-up, never below `floor` (kFusionMaxTensorBytes, the bound on one
+// host's shared memory, where start-ups are microseconds); `floor` too where
+// the timings give no positive start-up or copy rate.
+size_t fusionMaxTensorBytesFrom(const std::vector<size_t>& sizes, const std::vector<double>& ring_s,
+                                const std::vector<double>& library_s, size_t copy_bytes, double copy_s, size_t floor);
+
+// The host copy chooseAllreduceAlgorithm times for the fusion bound.
+constexpr size_t kFusionCopyBytes = size_t{32} << 20;
+
 // What chooseAllreduceAlgorithm measured and chose.
 struct RingChoice {
   bool measured = false;  // false: the communicator has no choice, or one rank
   size_t ring_min_bytes = 0;
   std::vector<double> ring_s, library_s;  // at ringChoiceSizes(), max over ranks
+  double copy_s = 0;                      // a copy of kFusionCopyBytes (slowest rank)
+  size_t fusion_max_tensor_bytes = 0;     // fusionMaxTensorBytesFrom(...); 0 unmeasured
 };
 
 // Collective, at init (MGS_CALIBRATION other than 'off', no MGS_PLAN_FILE):
-// times both algorithms on every rank, takes the slowest rank's figures and
-// sets the bound on `comm` (the same on every rank). A communicator without
+// times both algorithms and a host copy on every rank, takes the slowest
+// rank's figures and sets the bound on `comm` (the same on every rank), and
+// the fusion bound from the same figures (the same on every rank too). A communicator without
 // the choice, or of one rank, is left as it is.
 Status chooseAllreduceAlgorithm(Communicator& comm, RingChoice* out);
 

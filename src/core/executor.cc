@@ -57,7 +57,7 @@ void Executor::run(std::vector<ReadyOp>& ops) {
   }
   cycle_threshold_ = fusionThreshold(ok, bytes);
   cycle_trying_ = fusion_trials_ && fusion_trials_->trying();
-  for (const auto& idx : fusionGroups(sigs, bytes, cycle_threshold_)) {
+  for (const auto& idx : fusionGroups(sigs, bytes, cycle_threshold_, fusion_max_tensor_bytes_)) {
     std::vector<Request*> group;
     for (size_t i : idx) group.push_back(ok[i]);
     Request& first = *group[0];
@@ -124,7 +124,7 @@ int64_t Executor::fusionThreshold(const std::vector<Request*>& ok, const std::ve
     if (ok[i]->sig.type != OpType::kAllreduce) continue;
     names.push_back(&ok[i]->name);
     sizes.push_back(bytes[i]);
-    fusable.push_back(bytes[i] < kFusionMaxTensorBytes);
+    fusable.push_back(bytes[i] < fusion_max_tensor_bytes_);
   }
   const int64_t t = fusion_trials_->onCycle(names, sizes, fusable);
   fusion_threshold_out_->store(static_cast<uint64_t>(t), std::memory_order_relaxed);

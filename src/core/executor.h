@@ -14,6 +14,7 @@
 #include "comm/communicator.h"
 #include "common/params.h"
 #include "core/controller.h"
+#include "core/fusion.h"
 #include "core/handle_table.h"
 #include "core/device_backend.h"
 #include "core/fusion_trials.h"
@@ -57,6 +58,10 @@ class Executor {
     threshold->store(static_cast<uint64_t>(config_.fusion_threshold_bytes), std::memory_order_relaxed);
   }
 
+  // Host tensors below `bytes` may be fused (calibration.h); the same on
+  // every rank of the executor's communicator.
+  void setFusionMaxTensorBytes(size_t bytes) { fusion_max_tensor_bytes_ = bytes; }
+
   void run(std::vector<ReadyOp>& ops);
   // Completes the allreduces in flight that have finished (every cycle, and
   // from the communicator's wait hook while negotiating).
@@ -75,6 +80,7 @@ class Executor {
   std::atomic<uint64_t>*fusion_threshold_out_ = nullptr, *fusion_trials_out_ = nullptr;
   // The threshold this cycle's allreduces fuse with.
   int64_t fusionThreshold(const std::vector<Request*>& ok, const std::vector<size_t>& bytes);
+  size_t fusion_max_tensor_bytes_ = kFusionMaxTensorBytes;
   int64_t cycle_threshold_ = 0;  // ... as fusionThreshold returned it this cycle
   bool cycle_trying_ = false;    // ... a candidate of the fusion trials
   // The timeline args of a host allreduce of `tensors` tensors, `bytes` in

@@ -12,7 +12,8 @@ bool fusable(const Signature& a, const Signature& b) {
 }  // namespace
 
 std::vector<std::vector<size_t>> fusionGroups(const std::vector<const Signature*>& sigs,
-                                              const std::vector<size_t>& bytes, int64_t threshold) {
+                                              const std::vector<size_t>& bytes, int64_t threshold,
+                                              size_t max_tensor_bytes) {
   std::vector<std::vector<size_t>> groups;
   std::vector<size_t> open;        // indices of groups still accepting members
   std::vector<size_t> open_bytes;  // their wire sizes
@@ -21,7 +22,7 @@ std::vector<std::vector<size_t>> fusionGroups(const std::vector<const Signature*
     // CUDA tensors fuse with CUDA tensors only (fusable compares on_cuda):
     // one device fusion buffer and one NCCL call per group, or one host
     // staging buffer and one MPI call without NCCL (Executor).
-    const bool candidate = s.type == OpType::kAllreduce && bytes[i] < kFusionMaxTensorBytes;
+    const bool candidate = s.type == OpType::kAllreduce && bytes[i] < max_tensor_bytes;
     const size_t wire = bytes[i];
     bool placed = false;
     if (candidate && static_cast<int64_t>(wire) <= threshold) {

@@ -13,16 +13,20 @@
 
 namespace mgs {
 
-// Host tensors at least this large are reduced in place, never copied into
-// the fusion buffer: copying in and out costs more than the per-call latency
-// that fusion saves (on one host: ~2-20 us per call vs ~10 us per 64 KiB of
-// copies each way), measured with bench/collectives.
+// Tensors at least this large are reduced in place, never copied into the
+// fusion buffer, unless init measured a longer collective start-up
+// (calibration.h, fusionMaxTensorBytesFrom): copying in and out costs more
+// than the per-call latency that fusion saves on one host's shared memory
+// (~2-20 us per call vs ~10 us per 64 KiB of copies each way), measured with
+// bench/collectives; across hosts a start-up is milliseconds.
 constexpr size_t kFusionMaxTensorBytes = 64 << 10;
 
 // Indices into `sigs` grouped for fusion, in order of each group's first
-// member. Only allreduces are grouped; every other op is a group of one.
+// member. Only allreduces are grouped; every other op is a group of one;
+// tensors of `max_tensor_bytes` or more stay alone.
 std::vector<std::vector<size_t>> fusionGroups(const std::vector<const Signature*>& sigs,
-                                              const std::vector<size_t>& bytes, int64_t threshold);
+                                              const std::vector<size_t>& bytes, int64_t threshold,
+                                              size_t max_tensor_bytes = kFusionMaxTensorBytes);
 
 // Pack `inputs` (host pointers, all of `dtype`, with `counts` elements each)
 // into `wire`, multiplying by `prescale`. Every dtype crosses the wire as

@@ -104,8 +104,10 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
         for (size_t i = 0; i < rc.ring_s.size(); ++i)
           times += fmt::format("{}{} KiB {:.2f}/{:.2f} ms", i ? ", " : "", ringChoiceSizes()[i] >> 10,
                                rc.ring_s[i] * 1e3, rc.library_s[i] * 1e3);
-        MGS_LOG_INFO("dense allreduce: mgs's ring from {} KiB, Open MPI's below (ring/library at {})",
-                     rc.ring_min_bytes >> 10, times);
+        MGS_LOG_INFO(
+            "dense allreduce: mgs's ring from {} KiB, Open MPI's below (ring/library at {}); fusing host tensors "
+            "below {} KiB (a copy of {} KiB: {:.2f} ms)",
+            rc.ring_min_bytes >> 10, times, rc.fusion_max_tensor_bytes >> 10, kFusionCopyBytes >> 10, rc.copy_s * 1e3);
       }
       // What the pipeline resolved at init (MGS_WARMUP_STEPS 'auto') is in
       // the statistics when mgs_init returns, not after the first cycle.
@@ -257,6 +259,11 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
   Executor executor(*comm, config_, timeline.get(), &sparse, complete, backend.get());
   executor.countCudaPaths(&cuda_nccl_ops_, &cuda_staged_ops_);
   executor.tuneFusion(&fusion_threshold_, &fusion_trials_);
+  // Tensors fused up to the bound init measured (calibration.h), else 64 KiB.
+  const size_t fusion_max =
+      ring_choice_.fusion_max_tensor_bytes ? ring_choice_.fusion_max_tensor_bytes : kFusionMaxTensorBytes;
+  executor.setFusionMaxTensorBytes(fusion_max);
+  fusion_max_tensor_bytes_ = fusion_max;
   // The algorithm counters from here on: init's calibration is not the job's.
   const Communicator::AllreduceCounts counts0 = comm->allreduceCounts();
   ProcessSetRunner set_runner(*comm, config_, timeline.get(), complete, sets_, controller, residuals_, set_totals_);
@@ -421,6 +428,7 @@ NegotiationStats Runtime::negotiationStats() const {
   s.allreduce_ring_min_bytes = ring_min_bytes_;
   s.fusion_threshold_bytes = fusion_threshold_;
   s.fusion_trials = fusion_trials_;
+  s.fusion_max_tensor_bytes = fusion_max_tensor_bytes_;
   return s;
 }
 

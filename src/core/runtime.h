@@ -61,6 +61,7 @@ struct NegotiationStats {
   uint64_t allreduce_ring_ops = 0, allreduce_library_ops = 0, allreduce_ring_min_bytes = 0;
   uint64_t fusion_threshold_bytes = 0;  // the dense fusion threshold in use (core/fusion_trials.h)
   uint64_t fusion_trials = 0;           // thresholds run on trial
+  uint64_t fusion_max_tensor_bytes = 0;  // host tensors below this may be fused (calibration.h)
 };
 
 class Runtime {
@@ -162,7 +163,7 @@ class Runtime {
   std::atomic<uint64_t> idle_cycles_{0}, cycles_{0}, fast_cycles_{0}, slow_cycles_{0}, ops_completed_{0}, bytes_reduced_{0};
   std::atomic<uint64_t> cached_names_{0};
   std::atomic<uint64_t> cuda_nccl_ops_{0}, cuda_staged_ops_{0};
-  std::atomic<uint64_t> fusion_threshold_{0}, fusion_trials_{0};
+  std::atomic<uint64_t> fusion_threshold_{0}, fusion_trials_{0}, fusion_max_tensor_bytes_{0};
   std::atomic<uint64_t> ring_ops_{0}, library_ops_{0}, ring_min_bytes_{0};
   ProcessSetRunner::SetTotals set_totals_;
   std::atomic<double> negotiation_s_{0};

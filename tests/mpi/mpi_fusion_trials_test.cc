@@ -12,6 +12,8 @@
 //     run, and the job ends on one that is not T;
 //   - every output is the exact average of the ranks' inputs at every step.
 // With MGS_FUSION_TRIALS=0 (argument "off") every step runs T, untried.
+// The fusion bound (mgs_stats_t.fusion_max_tensor_bytes) is the same on
+// every rank, at least 64 KiB, and 64 KiB under MGS_CALIBRATION=off.
 // With MGS_TIMELINE set, rank 0 reads its timeline after mgs_shutdown: every
 // ALLREDUCE span of the job's tensors names the threshold it was fused under
 // and whether that was a trial candidate, and those agree with the stats.
@@ -76,6 +78,20 @@ void run(bool trials_on) {
     if (st.fusion_threshold_bytes == kT) std::this_thread::sleep_for(std::chrono::milliseconds(40));
   }
   EXPECT(bad == 0, "%d outputs differ from the average of the ranks' inputs", bad);
+  {
+    // The fusion bound (calibration.h): measured at init from timings
+    // max-reduced over ranks, so the same everywhere; never below 64 KiB;
+    // exactly 64 KiB when nothing was measured.
+    mgs_stats_t st{};
+    EXPECT_OK(mgs_get_stats(&st, sizeof st));
+    const auto bound = static_cast<float>(st.fusion_max_tensor_bytes);
+    const std::vector<float> all = gatherAll("fusion bound", std::vector<float>{bound});
+    for (float b : all) EXPECT(b == bound, "fusion bounds differ across ranks: %.0f and %.0f", b, bound);
+    EXPECT(bound >= 65536, "fusion bound %.0f below 64 KiB", bound);
+    const char* cal = std::getenv("MGS_CALIBRATION");
+    if (cal && std::strcmp(cal, "off") == 0) EXPECT(bound == 65536, "MGS_CALIBRATION=off, fusion bound %.0f", bound);
+    if (g_rank == 0) std::printf("fusion bound: %.0f bytes\n", bound);
+  }
   const std::vector<float> all_t = gatherAll("threshold", threshold_after);
   const std::vector<float> all_n = gatherAll("trials", trials_after);
   int differ = 0;

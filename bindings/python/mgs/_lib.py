@@ -101,6 +101,7 @@ class MgsStats(ctypes.Structure):
         ("plan_span_measured_total_us", ctypes.c_uint64),
         ("fusion_threshold_bytes", ctypes.c_uint64),
         ("fusion_trials", ctypes.c_uint64),
+        ("fusion_max_tensor_bytes", ctypes.c_uint64),
     ]
 
 

@@ -28,6 +28,23 @@ TEST_CASE("fusion groups compatible allreduces up to the threshold", "[fusion]")
   CHECK(fusionGroups(sigs, bytes, 0).size() == sigs.size());
 }
 
+TEST_CASE("tensors at or above the fusion bound stay alone", "[fusion]") {
+  Signature f32 = allreduce(MGS_FLOAT32);
+  std::vector<const Signature*> sigs = {&f32, &f32, &f32, &f32};
+  const size_t big = kFusionMaxTensorBytes, small = 1000;
+  std::vector<size_t> bytes = {small, big, small, 4 * big};
+  // The default bound: the 64 KiB tensor and the 256 KiB one go alone,
+  // though the threshold would hold all four.
+  CHECK(fusionGroups(sigs, bytes, 64 << 20) == std::vector<std::vector<size_t>>{{0, 2}, {1}, {3}});
+  // A bound measured above them (a long collective start-up): all fuse.
+  CHECK(fusionGroups(sigs, bytes, 64 << 20, 8 * big) == std::vector<std::vector<size_t>>{{0, 1, 2, 3}});
+  // Between: the 64 KiB one fuses, the 256 KiB one (at the bound) does not.
+  CHECK(fusionGroups(sigs, bytes, 64 << 20, 4 * big) == std::vector<std::vector<size_t>>{{0, 1, 2}, {3}});
+  // The threshold still bounds a group.
+  CHECK(fusionGroups(sigs, bytes, static_cast<int64_t>(big + small), 8 * big) ==
+        std::vector<std::vector<size_t>>{{0, 1}, {2}, {3}});
+}
+
 TEST_CASE("CUDA allreduces fuse with CUDA allreduces only", "[fusion]") {
   Signature host = allreduce(MGS_FLOAT32), cuda = allreduce(MGS_FLOAT32);
   cuda.on_cuda = true;

@@ -346,3 +346,30 @@ TEST_CASE("the ring's bound from timings of both allreduce algorithms", "[calibr
   CHECK(mgs::ringMinBytesFrom(sizes, {2, 3, 4, 6}, {1, 2, 3, 5}) == size_t{8} << 20);
   CHECK(mgs::ringMinBytesFrom({}, {}, {}) == 0);
 }
+
+TEST_CASE("the fusion bound: the size whose copies in and out take one collective start-up", "[calibration]") {
+  const std::vector<size_t> sizes = {64 << 10, 256 << 10, 1 << 20, 4 << 20};
+  const size_t floor = 64 << 10;
+  auto line = [&](double startup, double per_byte) {
+    std::vector<double> t;
+    for (size_t b : sizes) t.push_back(startup + per_byte * static_cast<double>(b));
+    return t;
+  };
+  // 5 ms start-up (0.5 ms links, many ranks), 4 MiB copied in 1 ms: two
+  // copies of b bytes take 5 ms at b = 5e-3 * 4 MiB / 1e-3 / 2 = 10 MiB.
+  const std::vector<double> ring = line(5e-3, 1e-9), slower = line(6e-3, 2e-9);
+  CHECK(mgs::fusionMaxTensorBytesFrom(sizes, ring, slower, 4 << 20, 1e-3, floor) ==
+        Approx(5e-3 * (4 << 20) / 1e-3 / 2).epsilon(1e-6));
+  // The faster algorithm at each size decides, whichever it is.
+  CHECK(mgs::fusionMaxTensorBytesFrom(sizes, slower, ring, 4 << 20, 1e-3, floor) ==
+        mgs::fusionMaxTensorBytesFrom(sizes, ring, slower, 4 << 20, 1e-3, floor));
+  // A 1 ms start-up: a fifth of that.
+  CHECK(mgs::fusionMaxTensorBytesFrom(sizes, line(1e-3, 1e-9), line(1e-3, 1e-9), 4 << 20, 1e-3, floor) ==
+        Approx(1e-3 * (4 << 20) / 1e-3 / 2).epsilon(1e-6));
+  // Shared memory: 20 us start-ups; the copies of 64 KiB cost more: the floor.
+  CHECK(mgs::fusionMaxTensorBytesFrom(sizes, line(20e-6, 1e-10), line(20e-6, 1e-10), 4 << 20, 1e-3, floor) == floor);
+  // No positive start-up in the timings (noise), no copy time, too few sizes: the floor.
+  CHECK(mgs::fusionMaxTensorBytesFrom(sizes, line(-1e-4, 1e-9), line(-1e-4, 1e-9), 4 << 20, 1e-3, floor) == floor);
+  CHECK(mgs::fusionMaxTensorBytesFrom(sizes, ring, ring, 4 << 20, 0, floor) == floor);
+  CHECK(mgs::fusionMaxTensorBytesFrom({64 << 10}, {5e-3}, {5e-3}, 4 << 20, 1e-3, floor) == floor);
+}
