@@ -84,8 +84,8 @@ struct RingChoice {
 // Collective, at init (MGS_CALIBRATION other than 'off', no MGS_PLAN_FILE):
 // times both algorithms and a host copy on every rank, takes the slowest
 // rank's figures and sets the bound on `comm` (the same on every rank), and
-// the fusion bound from the same figures (the same on every rank too). A communicator without
-// the choice, or of one rank, is left as it is.
+// the fusion bound from the same figures (the same on every rank too). A
+// communicator without the choice, or of one rank, is left as it is.
 Status chooseAllreduceAlgorithm(Communicator& comm, RingChoice* out);
 
 }  // namespace mgs
