@@ -10,7 +10,6 @@
 
 #include "common/check.h"
 #include "compress/synthetic_gradient.h"
-#include "core/fusion.h"
 #include "core/host_load.h"
 
 namespace mgs {

@@ -12,6 +12,7 @@
 
 #include "comm/communicator.h"
 #include "core/collective_timing.h"
+#include "core/fusion.h"
 #include "compress/selector.h"
 #include "plan/cost_model.h"
 
@@ -78,7 +79,7 @@ struct RingChoice {
   size_t ring_min_bytes = 0;
   std::vector<double> ring_s, library_s;  // at ringChoiceSizes(), max over ranks
   double copy_s = 0;                      // a copy of kFusionCopyBytes (slowest rank)
-  size_t fusion_max_tensor_bytes = 0;     // fusionMaxTensorBytesFrom(...); 0 unmeasured
+  size_t fusion_max_tensor_bytes = kFusionMaxTensorBytes;  // fusionMaxTensorBytesFrom(...) when measured
 };
 
 // Collective, at init (MGS_CALIBRATION other than 'off', no MGS_PLAN_FILE):

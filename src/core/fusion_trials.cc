@@ -64,7 +64,6 @@ void FusionTrials::boundary() {
       return;
     case TrialVisits::Step::kSwitched:
       threshold_ = candidates_[visits_.current()];
-      trials_run_ = visits_.started();
       return;
     case TrialVisits::Step::kDone:
       finish();
@@ -88,7 +87,6 @@ void FusionTrials::start() {
   // fused buffer grows once), and on 16 emulated hosts the first steps of
   // visits were no slower than the second.
   visits_.start(candidates_.size(), rounds_, false, comm_.rank() == 0);
-  trials_run_ = visits_.started();
   threshold_ = candidates_[visits_.current()];
   if (comm_.rank() == 0) {
     std::string list;

@@ -60,12 +60,12 @@ class FusionTrials {
                   const std::vector<char>& fusable);
 
   int64_t threshold() const { return threshold_; }
-  uint64_t trials() const { return trials_run_; }  // candidates run on trial
+  uint64_t trials() const { return visits_.started(); }  // candidates run on trial
   // Off, or the trials have ended: threshold() is final.
   bool done() const { return done_; }
   // A candidate other than the settled threshold may be running: the
   // trials have started and not ended.
-  bool trying() const { return !done_ && !candidates_.empty(); }
+  bool trying() const { return visits_.active(); }
 
  private:
   void boundary();
@@ -83,7 +83,6 @@ class FusionTrials {
   bool done_;                             // off, or the trials ran (or were skipped)
   std::vector<int64_t> candidates_;
   TrialVisits visits_;
-  uint64_t trials_run_ = 0;
 };
 
 }  // namespace mgs

@@ -260,10 +260,8 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
   executor.countCudaPaths(&cuda_nccl_ops_, &cuda_staged_ops_);
   executor.tuneFusion(&fusion_threshold_, &fusion_trials_);
   // Tensors fused up to the bound init measured (calibration.h), else 64 KiB.
-  const size_t fusion_max =
-      ring_choice_.fusion_max_tensor_bytes ? ring_choice_.fusion_max_tensor_bytes : kFusionMaxTensorBytes;
-  executor.setFusionMaxTensorBytes(fusion_max);
-  fusion_max_tensor_bytes_ = fusion_max;
+  executor.setFusionMaxTensorBytes(ring_choice_.fusion_max_tensor_bytes);
+  fusion_max_tensor_bytes_ = ring_choice_.fusion_max_tensor_bytes;
   // The algorithm counters from here on: init's calibration is not the job's.
   const Communicator::AllreduceCounts counts0 = comm->allreduceCounts();
   ProcessSetRunner set_runner(*comm, config_, timeline.get(), complete, sets_, controller, residuals_, set_totals_);

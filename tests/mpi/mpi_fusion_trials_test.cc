@@ -144,7 +144,7 @@ int checkTimeline(const char* path, bool trials_on) {
   }
   std::set<int> tracks;  // tids of the job's tensors
   for (const auto& e : events)
-    if (e.value("ph", "") == "M" && e["args"].value("name", "").rfind("dense.", 0) == 0)
+    if (e.value("ph", "") == "M" && e.contains("args") && e["args"].value("name", "").rfind("dense.", 0) == 0)
       tracks.insert(e.value("tid", 0));
   struct Span {
     double ts;
