@@ -39,9 +39,10 @@ Status measureCollectives(Communicator& comm, const CollectiveSizes& sizes, void
 
 // Calls of at most kSmallCallBytes are start-up bound, cheap, and decide
 // the cost model's start-ups (the negotiation round's too): they are timed
-// kSmallCallReps times after kSmallCallWarmups. With one warm-up and 3 calls,
-// 16 emulated hosts on 2 cores read a 4 KiB allgather at 6.6-11.5 ms in
-// three inits a minute apart; with 3 and 9, at 8.5-9.2 ms.
+// kSmallCallReps times after kSmallCallWarmups. On 16 emulated hosts the
+// first calls after one warm-up run slow: six inits read a 4 KiB allgather
+// at 7.0-14.4 ms (median 10.4) that way, and at 5.8-10.7 ms (median 7.0)
+// after 3 warm-ups (bench/cluster/calibration_spread.sh, bench/NOTES.md).
 constexpr size_t kSmallCallBytes = 64 << 10;
 constexpr int kSmallCallReps = 9;
 constexpr int kSmallCallWarmups = 3;
