@@ -30,10 +30,10 @@ const CollectiveSizes& deviceCollectiveSizes();
 
 // Times comm's blocking allreduce (float sum, in place on buf), allgather
 // (from buf into recv) and broadcast (root 0, buf) at `sizes`: the median
-// of 3 after a warm-up each, appended to *seconds in that order. buf and
+// of 3 after a warm-up each (of kSmallCallReps after kSmallCallWarmups up to
+// kSmallCallBytes, below), appended to *seconds in that order. buf and
 // recv are in the memory comm works on (device pointers for NCCL), of
-// sizes.bufferBytes() and sizes.recvBytes(P); small calls as above.
-// Collective; not reduced.
+// sizes.bufferBytes() and sizes.recvBytes(P). Collective; not reduced.
 Status measureCollectives(Communicator& comm, const CollectiveSizes& sizes, void* buf, void* recv,
                           std::vector<double>* seconds);
 
