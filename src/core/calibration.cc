@@ -233,10 +233,8 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
       return st;
     };
     double one = 0, k = 0;
-    MGS_RETURN_IF_ERROR(timeMedian(
-        kSmallCallReps, &one, [&] { return together(1); }, kSmallCallWarmups));
-    MGS_RETURN_IF_ERROR(timeMedian(
-        kSmallCallReps, &k, [&] { return together(kOverlapK); }, kSmallCallWarmups));
+    MGS_RETURN_IF_ERROR(timeMedian(5, &one, [&] { return together(1); }));
+    MGS_RETURN_IF_ERROR(timeMedian(5, &k, [&] { return together(kOverlapK); }));
     t.push_back(one);
     t.push_back(k);
   }

@@ -30,31 +30,23 @@ const CollectiveSizes& deviceCollectiveSizes() {
   return s;
 }
 
-namespace {
-int repsFor(size_t b) { return b <= kSmallCallBytes ? kSmallCallReps : 3; }
-int warmupsFor(size_t b) { return b <= kSmallCallBytes ? kSmallCallWarmups : 1; }
-}  // namespace
-
 Status measureCollectives(Communicator& comm, const CollectiveSizes& sizes, void* buf, void* recv,
                           std::vector<double>* t) {
   for (size_t b : sizes.allreduce) {
     double s;
-    MGS_RETURN_IF_ERROR(timeMedian(
-        repsFor(b), &s, [&] { return comm.allreduce(buf, b / 4, MGS_FLOAT32, CommOp::kSum); }, warmupsFor(b)));
+    MGS_RETURN_IF_ERROR(timeMedian(3, &s, [&] { return comm.allreduce(buf, b / 4, MGS_FLOAT32, CommOp::kSum); }));
     t->push_back(s);
   }
   for (size_t b : sizes.allgather) {
     double s;
-    MGS_RETURN_IF_ERROR(timeMedian(
-        repsFor(b), &s, [&] { return comm.allgather(buf, b, recv); }, warmupsFor(b)));
+    MGS_RETURN_IF_ERROR(timeMedian(3, &s, [&] { return comm.allgather(buf, b, recv); }));
     t->push_back(s);
   }
   // The agreed exchange's index block travels by broadcast (root 0; the
   // leader rotates, the cost does not depend on which rank it is).
   for (size_t b : sizes.broadcast) {
     double s;
-    MGS_RETURN_IF_ERROR(timeMedian(
-        repsFor(b), &s, [&] { return comm.broadcast(buf, b, 0); }, warmupsFor(b)));
+    MGS_RETURN_IF_ERROR(timeMedian(3, &s, [&] { return comm.broadcast(buf, b, 0); }));
     t->push_back(s);
   }
   return Status::OK();

@@ -30,28 +30,17 @@ const CollectiveSizes& deviceCollectiveSizes();
 
 // Times comm's blocking allreduce (float sum, in place on buf), allgather
 // (from buf into recv) and broadcast (root 0, buf) at `sizes`: the median
-// of 3 after a warm-up each (of kSmallCallReps after kSmallCallWarmups up to
-// kSmallCallBytes, below), appended to *seconds in that order. buf and
+// of 3 after a warm-up each, appended to *seconds in that order. buf and
 // recv are in the memory comm works on (device pointers for NCCL), of
 // sizes.bufferBytes() and sizes.recvBytes(P). Collective; not reduced.
 Status measureCollectives(Communicator& comm, const CollectiveSizes& sizes, void* buf, void* recv,
                           std::vector<double>* seconds);
 
-// Calls of at most kSmallCallBytes are start-up bound, cheap, and decide
-// the cost model's start-ups (the negotiation round's too): they are timed
-// kSmallCallReps times after kSmallCallWarmups. On 16 emulated hosts the
-// first calls after one warm-up run slow: six inits read a 4 KiB allgather
-// at 7.0-14.4 ms (median 10.4) that way, and at 5.8-10.7 ms (median 7.0)
-// after 3 warm-ups (bench/cluster/calibration_spread.sh, bench/NOTES.md).
-constexpr size_t kSmallCallBytes = 64 << 10;
-constexpr int kSmallCallReps = 9;
-constexpr int kSmallCallWarmups = 3;
-
-// Median wall time of `reps` calls of fn after `warmups` (at least one).
+// Median wall time of `reps` calls of fn after one warm-up.
 template <typename F>
-Status timeMedian(int reps, double* out, F&& fn, int warmups = 1) {
+Status timeMedian(int reps, double* out, F&& fn) {
   using Clock = std::chrono::steady_clock;
-  for (int i = 0; i < std::max(1, warmups); ++i) MGS_RETURN_IF_ERROR(fn());
+  MGS_RETURN_IF_ERROR(fn());
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     const auto t0 = Clock::now();

@@ -26,7 +26,6 @@
 #include "core/bucket_exchange.h"
 #include "core/bucket_schedule.h"
 #include "core/calibration.h"
-#include "core/collective_timing.h"
 #include "plan/cost_model_io.h"
 
 namespace mgs {
@@ -319,31 +318,6 @@ TEST_CASE("job cost model: a corrupt calibration file fails resolve on every ran
 }
 
 }  // namespace mgs
-
-TEST_CASE("timeMedian: the warm-up calls are not timed", "[calibration]") {
-  // The first calls of a collective are slow (connections and buffers warm
-  // up); here the first three sleep 50 ms and the rest return at once.
-  int calls = 0;
-  auto fn = [&] {
-    if (++calls <= 3) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    return mgs::Status::OK();
-  };
-  double s = -1;
-  REQUIRE(mgs::timeMedian(mgs::kSmallCallReps, &s, fn, mgs::kSmallCallWarmups).ok());
-  CHECK(calls == mgs::kSmallCallWarmups + mgs::kSmallCallReps);
-  CHECK(s < 0.025);  // the three slow calls were the warm-ups
-  // One warm-up and three timed calls: two slow calls are timed, the median is slow.
-  calls = 0;
-  REQUIRE(mgs::timeMedian(3, &s, fn).ok());
-  CHECK(calls == 4);
-  CHECK(s >= 0.045);
-  // A failing call stops the timing with its status.
-  calls = 0;
-  auto failing = [&] { return ++calls == 2 ? mgs::Status(mgs::Code::kInternal, "boom") : mgs::Status::OK(); };
-  const mgs::Status st = mgs::timeMedian(9, &s, failing, 3);
-  CHECK_FALSE(st.ok());
-  CHECK(calls == 2);
-}
 
 TEST_CASE("allgather_overlap from one allgather against four started together", "[calibration]") {
   CHECK(mgs::allgatherOverlap(1.0, 1.0, 4) == 1.0);   // four take as long as one: start-ups overlap fully
