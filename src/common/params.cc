@@ -178,8 +178,7 @@ std::vector<ParamSpec> buildSpecs() {
                         "Jobs without a compressor: after 5 steps, run the fusion threshold "
                         "MGS_FUSION_THRESHOLD_BYTES = T and T/4, T/16 and 2T on trial like the sparse plan's "
                         "candidates (MGS_PLAN_TRIAL_STEPS; 0 or 1 turns the trials off too) and keep the "
-                        "one with the shortest mean step if it beats T by 3% and by one standard error "
-                        "of the difference. 0 keeps T untried.",
+                        "one with the shortest mean step (on a tie, T). 0 keeps T untried.",
                         &Config::fusion_trials));
   s.push_back(intParam("MGS_MIN_SPARSE_ELEMENTS", "4096", 0, INT64_MAX, "an integer >= 0", kSame,
                        "Sparse-eligible tensors smaller than this are reduced densely.", &Config::min_sparse_elements));

@@ -102,7 +102,7 @@ void FusionTrials::finish() {
   size_t best = 0;
   if (comm_.rank() == 0) {
     std::string why, report;
-    best = chooseTrialByError(visits_.samples(), kTrialMargin, kFusionTrialZ, &why);
+    best = chooseFastest(visits_.samples(), &why);
     for (size_t i = 0; i < candidates_.size(); ++i) {
       std::string times;
       for (double s : visits_.samples()[i]) times += fmt::format("{}{:.1f}", times.empty() ? "" : "/", s * 1e3);

@@ -9,8 +9,8 @@
 // on trial, the way the sparse plan's candidates run (plan_trials.h: visits
 // of kTrialVisitSteps steps in rounds of alternating order; here every step
 // of a visit is timed), and keeps the one with the shortest mean step on
-// rank 0's clock if it beats T by the margin and by a standard error of the
-// difference (chooseTrialByError: a switch between equals changes no sum).
+// rank 0's clock, by any gain (chooseFastest: a switch between equals
+// changes no sum).
 // Candidates that cannot fuse differently (at or above the step's fusable
 // bytes: every one of them fuses whatever a cycle holds) run once.
 //
@@ -37,14 +37,10 @@ namespace mgs {
 constexpr uint64_t kFusionTrialStartStep = 5;
 
 // Candidate thresholds for T, in trial order (T first: it is kept unless
-// another is measurably faster). `fusable_bytes`: a step's bytes of fusable
+// another runs faster). `fusable_bytes`: a step's bytes of fusable
 // allreduces. Candidates at or above it fuse alike; only the first of them
 // is kept. Fewer than two candidates: nothing to try.
 std::vector<int64_t> fusionCandidates(int64_t threshold, uint64_t fusable_bytes);
-
-// A threshold replaces T when its mean step is shorter by the margin and by
-// this many standard errors of the difference (plan_trials.h).
-constexpr double kFusionTrialZ = 1.0;
 
 class FusionTrials {
  public:

@@ -71,13 +71,6 @@ double spread(const std::vector<double>& v) {
   return *hi - *lo;
 }
 
-double variance(const std::vector<double>& v) {
-  const double m = mean(v);
-  double s = 0;
-  for (double x : v) s += (x - m) * (x - m);
-  return v.size() < 2 ? 0 : s / static_cast<double>(v.size() - 1);
-}
-
 // The candidate with the shortest mean step among those with at least
 // `min_samples` samples replaces the first if its gain exceeds the margin
 // and noise(first's samples, its samples); `first_name` and `noise_name`
@@ -143,15 +136,30 @@ size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margi
       [](const std::vector<double>& a, const std::vector<double>& b) { return 0.5 * (spread(a) + spread(b)); }, why);
 }
 
-size_t chooseTrialByError(const std::vector<std::vector<double>>& samples, double margin, double z, std::string* why) {
-  char name[64];
-  std::snprintf(name, sizeof name, "%.3g standard error%s of the difference", z, z == 1 ? "" : "s");
-  return choose(
-      samples, 2, margin, "the first candidate", name,
-      [z](const std::vector<double>& a, const std::vector<double>& b) {
-        return z * std::sqrt(variance(a) / static_cast<double>(a.size()) + variance(b) / static_cast<double>(b.size()));
-      },
-      why);
+size_t chooseFastest(const std::vector<std::vector<double>>& samples, std::string* why) {
+  constexpr size_t kMinSamples = 2;
+  size_t best = 0;
+  double best_mean = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (samples[i].size() < kMinSamples) continue;
+    const double m = mean(samples[i]);
+    if (best_mean == 0 || m < best_mean) {
+      best = i;
+      best_mean = m;
+    }
+  }
+  char buf[160];
+  if (samples.empty() || samples[0].size() < kMinSamples) {
+    best = 0;
+    std::snprintf(buf, sizeof buf, "the first candidate was not timed");
+  } else if (best == 0) {
+    std::snprintf(buf, sizeof buf, "the first candidate is the fastest (mean %.1f ms)", mean(samples[0]) * 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "the fastest mean step, %.1f ms against %.1f ms for the first", best_mean * 1e3,
+                  mean(samples[0]) * 1e3);
+  }
+  if (why) *why = buf;
+  return best;
 }
 
 }  // namespace mgs

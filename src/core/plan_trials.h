@@ -57,15 +57,14 @@ size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margi
 // index) leaves *choice 0, the first candidate, on this rank.
 Status broadcastTrialChoice(Communicator& comm, size_t candidates, size_t* choice);
 
-// The same choice with the standard error in place of the spread: the
-// fastest mean replaces the first if its gain exceeds the margin and `z`
-// standard errors of the difference of the two means (each candidate with
-// at least 2 samples). For candidates that change only how fast a step
-// runs, never what it computes (dense fusion thresholds): a needless switch
-// between equals costs nothing, and the range of 4 samples, unlike that of
-// 2, grows with the samples, so the spread rule kept the first plan where
-// 16 emulated hosts ran others 3-8 % faster.
-size_t chooseTrialByError(const std::vector<std::vector<double>>& samples, double margin, double z, std::string* why);
+// The candidate with the shortest mean step (each with at least 2 samples;
+// the first kept if it has fewer) wins, by any gain. For candidates that
+// change only how fast a step runs, never what it computes (dense fusion
+// thresholds): a switch between equals costs nothing, while a rule that
+// keeps the first unless another beats it by a margin and a standard error
+// kept Horovod's 64 MiB where 16 emulated hosts ran it 5-11 % slower than
+// the others after the trials (bench/NOTES.md).
+size_t chooseFastest(const std::vector<std::vector<double>>& samples, std::string* why);
 
 // The visits of candidates on trial, stepped at the job's step boundaries:
 // which candidate runs, each candidate's timed steps and which candidates

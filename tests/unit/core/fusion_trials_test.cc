@@ -100,7 +100,7 @@ TEST_CASE("fusion trials: every rank tries the thresholds at the same steps and 
   }
 }
 
-TEST_CASE("fusion trials: T is kept when no candidate beats it by the margin", "[core][fusion_trials]") {
+TEST_CASE("fusion trials: T is kept when it runs fastest", "[core][fusion_trials]") {
   const Run run = runTrials(2, denseConfig(), 30, 8, [](int64_t t) -> int64_t { return t == 4096 ? 10 : 30; });
   REQUIRE(run.thresholds[1] == run.thresholds[0]);
   REQUIRE(run.trials[0] == 4);

@@ -138,22 +138,28 @@ TEST_CASE("plan trials: a gain within the spread between visits keeps the first 
   REQUIRE(chooseTrial({{}, {0.080}}, 0.03, &why) == 0);
 }
 
-TEST_CASE("plan trials: by standard error, a consistent gain wins where the spread rule keeps the first",
-          "[core][plan_trials]") {
+TEST_CASE("fastest mean: any gain wins where the spread rule keeps the first", "[core][plan_trials]") {
   // The first candidate's 4 steps range over 40 ms, the second runs 15 ms
   // faster on average: the spread rule (half the sum of the ranges, 25 ms)
-  // keeps the first; one standard error of the difference (~10 ms) does not.
+  // keeps the first; the fastest mean does not.
   const std::vector<std::vector<double>> s = {{0.170, 0.210, 0.185, 0.195}, {0.170, 0.175, 0.180, 0.175}};
   std::string why;
   REQUIRE(chooseTrial(s, 0.03, &why) == 0);
-  REQUIRE(chooseTrialByError(s, 0.03, 1.0, &why) == 1);
-  REQUIRE(why.find("exceeds") != std::string::npos);
-  // Two standard errors (~20 ms) are more than the 15 ms gain.
-  REQUIRE(chooseTrialByError(s, 0.03, 2.0, &why) == 0);
-  // Within the margin: 2 % faster, however steady.
-  REQUIRE(chooseTrialByError({{0.100, 0.100, 0.100}, {0.098, 0.098, 0.098}}, 0.03, 1.0, &why) == 0);
+  REQUIRE(chooseFastest(s, &why) == 1);
+  REQUIRE(why.find("175.0 ms against 190.0 ms") != std::string::npos);
+  // 2 % faster is faster: no margin (the spread rule's margin keeps the first).
+  REQUIRE(chooseTrial({{0.100, 0.100, 0.100}, {0.098, 0.098, 0.098}}, 0.03, &why) == 0);
+  REQUIRE(chooseFastest({{0.100, 0.100, 0.100}, {0.098, 0.098, 0.098}}, &why) == 1);
+  // The fastest of several, not the first faster one.
+  REQUIRE(chooseFastest({{0.100, 0.100}, {0.090, 0.090}, {0.080, 0.085}, {0.095, 0.095}}, &why) == 2);
+  // A tie keeps the first; so does a first that is the fastest.
+  REQUIRE(chooseFastest({{0.100, 0.100}, {0.100, 0.100}}, &why) == 0);
+  REQUIRE(chooseFastest({{0.090, 0.100}, {0.100, 0.100}}, &why) == 0);
+  REQUIRE(why.find("the first candidate is the fastest") != std::string::npos);
   // The first timed once: kept, whatever the others ran.
-  REQUIRE(chooseTrialByError({{0.2}, {0.1, 0.1}}, 0.03, 1.0, &why) == 0);
+  REQUIRE(chooseFastest({{0.2}, {0.1, 0.1}}, &why) == 0);
+  REQUIRE(why.find("not timed") != std::string::npos);
   // A candidate timed once is not chosen.
-  REQUIRE(chooseTrialByError({{0.2, 0.2}, {0.1}}, 0.03, 1.0, &why) == 0);
+  REQUIRE(chooseFastest({{0.2, 0.2}, {0.1}}, &why) == 0);
+  REQUIRE(chooseFastest({}, &why) == 0);
 }
