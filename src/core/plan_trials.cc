@@ -71,6 +71,22 @@ double spread(const std::vector<double>& v) {
   return *hi - *lo;
 }
 
+// The candidate with the shortest mean among those with at least
+// `min_samples` samples (0, with *best_mean 0, if none has).
+size_t fastestMean(const std::vector<std::vector<double>>& samples, size_t min_samples, double* best_mean) {
+  size_t best = 0;
+  *best_mean = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (samples[i].size() < min_samples) continue;
+    const double m = mean(samples[i]);
+    if (*best_mean == 0 || m < *best_mean) {
+      best = i;
+      *best_mean = m;
+    }
+  }
+  return best;
+}
+
 // The candidate with the shortest mean step among those with at least
 // `min_samples` samples replaces the first if its gain exceeds the margin
 // and noise(first's samples, its samples); `first_name` and `noise_name`
@@ -78,16 +94,8 @@ double spread(const std::vector<double>& v) {
 template <typename Noise>
 size_t choose(const std::vector<std::vector<double>>& samples, size_t min_samples, double margin,
               const char* first_name, const char* noise_name, Noise noise, std::string* why) {
-  size_t best = 0;
   double best_mean = 0;
-  for (size_t i = 0; i < samples.size(); ++i) {
-    if (samples[i].size() < min_samples) continue;
-    const double m = mean(samples[i]);
-    if (best_mean == 0 || m < best_mean) {
-      best = i;
-      best_mean = m;
-    }
-  }
+  size_t best = fastestMean(samples, min_samples, &best_mean);
   std::string reason;
   if (samples.empty() || samples[0].size() < min_samples) {
     reason = std::string(first_name) + " was not timed";
@@ -138,16 +146,8 @@ size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margi
 
 size_t chooseFastest(const std::vector<std::vector<double>>& samples, std::string* why) {
   constexpr size_t kMinSamples = 2;
-  size_t best = 0;
   double best_mean = 0;
-  for (size_t i = 0; i < samples.size(); ++i) {
-    if (samples[i].size() < kMinSamples) continue;
-    const double m = mean(samples[i]);
-    if (best_mean == 0 || m < best_mean) {
-      best = i;
-      best_mean = m;
-    }
-  }
+  size_t best = fastestMean(samples, kMinSamples, &best_mean);
   char buf[160];
   if (samples.empty() || samples[0].size() < kMinSamples) {
     best = 0;
