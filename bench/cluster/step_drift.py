@@ -7,9 +7,10 @@ One line per run of run_planner.sh's JSON lines (label, the fusion threshold it 
 then each group's ratios: the fixed-size runs, and the default's runs by the threshold they kept
 (planner.md 7c, "What the trials cannot see").
 
---trials: for the default's runs that tried 4 thresholds, each candidate's mean timed step during the
+--trials: for the default's runs that tried every candidate, each candidate's mean timed step during the
 trials over T's, from the replay's own step times. It assumes the defaults and --warmup 5: the trials
-run the first 16 timed steps, visits of 2 steps in the order T, T/4, T/16, 2T, 2T, T/16, T/4, T.
+run the first timed steps, visits of 2 steps in the order of --candidates and back (T, T/4, T/16, 2T, 2T,
+T/16, T/4, T: 16 steps). Runs of a build that tries other candidates: name them with --candidates.
 """
 import argparse
 import json
@@ -21,9 +22,10 @@ def main():
     ap.add_argument("jsonl")
     ap.add_argument("-n", type=int, default=10, help="steps at each end (default 10)")
     ap.add_argument("--trials", action="store_true", help="the candidates' steps during the trials")
+    ap.add_argument("--candidates", default="T T/4 T/16 2T", help="the candidates in trial order")
     a = ap.parse_args()
     if a.trials:
-        return trials(a.jsonl)
+        return trials(a.jsonl, a.candidates.split())
     groups = {}
     for line in open(a.jsonl):
         r = json.loads(line)
@@ -44,13 +46,12 @@ def main():
                                                    statistics.median(v)))
 
 
-def trials(path):
-    order = [0, 1, 2, 3, 3, 2, 1, 0]
-    names = ["T", "T/4", "T/16", "2T"]
+def trials(path, names):
+    order = list(range(len(names))) + list(reversed(range(len(names))))
     rel = [[] for _ in names]
     for line in open(path):
         r = json.loads(line)
-        if "fixed" in r["label"] or r.get("fusion_trials", 0) != 4:
+        if "fixed" in r["label"] or r.get("fusion_trials", 0) != len(names):
             continue
         s = r["step_s"]
         per = [[] for _ in names]
