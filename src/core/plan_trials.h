@@ -62,7 +62,7 @@ Status broadcastTrialChoice(Communicator& comm, size_t candidates, size_t* choic
 // change only how fast a step runs, never what it computes (dense fusion
 // thresholds): a switch between equals costs nothing, while a rule that
 // keeps the first unless another beats it by a margin and a standard error
-// kept Horovod's 64 MiB where 16 emulated hosts ran it 5-11 % slower than
+// kept Horovod's 64 MiB where 16 emulated hosts ran it 5-15 % slower than
 // the others after the trials (bench/NOTES.md).
 size_t chooseFastest(const std::vector<std::vector<double>>& samples, std::string* why);
 
