@@ -1,7 +1,6 @@
 #include "core/plan_trials.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
