@@ -11,9 +11,10 @@
 # fixed size found there is checked in a second sitting: PAIRS runs of the
 # default and PAIRS of that size, their order swapped every pair, into
 # OUT/confirm/<cell>.jsonl (skipped when it exists). The best of seven noisy
-# settings is biased low; the check times the two on fresh runs. Sparse cells
-# whose default was timed during its plan trials (an older sweep's --warmup 5)
-# are checked whatever their ratio.
+# settings is biased low; the check times the two on fresh runs. Cells whose
+# default was timed during its trials (dense cells: the fusion threshold
+# trials; sparse cells of an older sweep: the plan trials, --warmup 5) are
+# checked whatever their ratio; a dense cell's check times 40 steps.
 #
 # usage: bench/cluster/run_sweep.sh [-b BUILD] [-o OUT] [-m "resnet50 bert_base"] [-r "10gbit 1gbit"]
 #            [-d "dense 0.01 0.001"] [-n "4 8 16"] [-F "1 4 16 25 64 128"] [-R REPEATS] [-l LATENCY]
@@ -21,7 +22,7 @@
 #   defaults as shown, -R 2, -l 0.5ms, OUT bench/cluster/results/sweep. Element scale per model
 #   (tensors scaled so 16 ranks' selection fits 2 shared cores): resnet50 0.01, bert_base 0.0025,
 #   vgg16 0.002; replay: --steps 6 --profile-steps 3 --scale-time 0.25, and --warmup 5 in dense cells
-#   (sparse cells: the replay's default, past the plan trials).
+#   (sparse cells: the replay's default, past the plan trials); checks of dense cells --steps 40.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build
@@ -46,7 +47,7 @@ while getopts "b:o:m:r:d:n:F:R:l:C:h" opt; do
     R) repeats=$OPTARG ;;
     l) latency=$OPTARG ;;
     C) pairs=$OPTARG ;;
-    h) sed -n '2,23p' "$0"; exit 0 ;;
+    h) sed -n '2,25p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done
@@ -71,6 +72,11 @@ for model in $models; do
         [ "$density" = dense ] && warm=(--warmup 5)
         replay=(--trace "$trace" --steps 6 --profile-steps 3 "${warm[@]}" --scale-time 0.25 --density "$rho"
           --sim-network "$sim")
+        # A dense default tries fusion thresholds from step 5 to step 21 (planner.md 7c): the sweep's 6
+        # steps time it in its trials, so its check times 40 steps, the trials and 20 steps after them.
+        check_replay=("${replay[@]}")
+        [ "$density" = dense ] && check_replay=(--trace "$trace" --steps 40 --profile-steps 3 --warmup 5
+          --scale-time 0.25 --density "$rho" --sim-network "$sim")
         if [ -s "$cell" ]; then
           echo "# $cell exists: skipped" >&2
         else
@@ -87,7 +93,7 @@ for model in $models; do
         mkdir -p "$out/confirm"
         echo "# check $model $rate $density $hosts hosts: default against $best, $pairs pairs ($(date -u +%T))" >&2
         bench/cluster/run_planner.sh -b "$build" -n "$hosts" -r "$rate" -l "$latency" -R "$pairs" -C "$best" \
-          -e "$(scale_of "$model")" "${extra[@]}" -o "$check.part" -- "${replay[@]}" 2> "${check%.jsonl}.log" |
+          -e "$(scale_of "$model")" "${extra[@]}" -o "$check.part" -- "${check_replay[@]}" 2> "${check%.jsonl}.log" |
           tail -n 2 >&2
         mv "$check.part" "$check"
       done

@@ -10,7 +10,8 @@ then each group's ratios: the fixed-size runs, and the default's runs by the thr
 --trials: for the default's runs that tried every candidate, each candidate's mean timed step during the
 trials over T's, from the replay's own step times. It assumes the defaults and --warmup 5: the trials
 run the first timed steps, visits of 2 steps in the order of --candidates and back (T, T/4, T/16, 2T, 2T,
-T/16, T/4, T: 16 steps). Runs of a build that tries other candidates: name them with --candidates.
+T/16, T/4, T: 16 steps). Runs of a build that tried other candidates name them with --candidates (the
+five-candidate trial build of bench/NOTES.md: "T 25T/64 T/4 T/16 2T").
 """
 import argparse
 import json

@@ -55,19 +55,30 @@ def steps_by_name(rows):
     return by
 
 
+def tried_thresholds(r):
+    """Whether a dense cell's default run tried fusion thresholds (MGS_FUSION_TRIALS, planner.md 7c)."""
+    return name(r) == "dense" and r.get("fusion_trials", 0) > 0
+
+
 def cell_medians(rows):
     by = steps_by_name(rows)
     med = {n: statistics.median(v) for n, v in by.items()}
-    # A dense cell runs the default twice per repeat: as the plain dense run and as fixed-64MB (the same
-    # fusion threshold). Its figure is the median over both, twice the runs of any other setting, and
-    # it is the 64 MiB column's figure too.
-    if "dense" in by and "fixed-64MB" in by:
+    # A dense cell of a build without fusion trials runs the default twice per repeat: as the plain dense
+    # run and as fixed-64MB (the same fusion threshold). Its figure is the median over both, twice the
+    # runs of any other setting, and it is the 64 MiB column's figure too.
+    if "dense" in by and "fixed-64MB" in by and not any(tried_thresholds(r) for r in rows):
         med["default"] = med["fixed-64MB"] = statistics.median(by["dense"] + by["fixed-64MB"])
+    elif "dense" in by:
+        med["default"] = med["dense"]
     return med
 
 
 def in_trials(r):
-    """Whether a run of the mgs planner was timed while its plan trials still ran."""
+    """Whether a default run was timed while its trials still ran: the mgs planner's plan trials, or a
+    dense job's fusion threshold trials (from step 5, 4 steps a threshold at the defaults: the sweep's
+    6 steps after 5 are inside them)."""
+    if tried_thresholds(r):
+        return r["warmup"] < 5 + 4 * r["fusion_trials"]
     if r["strategy"] != "mgs":
         return False
     if "plan_trials_in_timed_steps" in r:
@@ -75,8 +86,14 @@ def in_trials(r):
     return r["warmup"] < 26  # the sweep's 3 profile steps + 20 trial steps + 3
 
 
+def confirm_path(path):
+    return os.path.join(os.path.dirname(path), "confirm", os.path.basename(path))
+
+
 def verdict(path, density):
-    """(default ms, best setting, its ms, default/best, medians, default timed in trials) of one sweep cell."""
+    """(default ms, best setting, its ms, default/best, medians, default timed in trials) of one sweep cell.
+    A dense cell whose check tried fusion thresholds counts as timed in trials too: the sweep's default
+    (64 MiB, untried, from a build before the trials) is not the default its check timed."""
     rows = runs(path)
     med = cell_medians(rows)
     default = "default" if density == "dense" else "mgs"
@@ -85,15 +102,18 @@ def verdict(path, density):
     fixed = {n: v for n, v in med.items() if n.startswith("fixed-") or n == "layerwise"}
     best = min(fixed, key=fixed.get)
     trials = any(in_trials(r) for r in rows)
+    if density == "dense" and os.path.exists(confirm_path(path)):
+        trials = trials or any(tried_thresholds(r) for r in runs(confirm_path(path)))
     return med[default], best, fixed[best], med[default] / fixed[best], med, trials
 
 
 def to_confirm(path):
     """The setting a cell's check reruns against the default: its best, when the default is > 3% slower
-    (a dense cell's fixed-64MB is the default itself and is never checked)."""
+    or was timed in its trials (a dense cell's fixed-64MB is the default itself, and never checked, only
+    where the default did not try thresholds)."""
     density = os.path.basename(path)[:-len(".jsonl")].rsplit("_", 3)[2]
     v = verdict(path, density)
-    if v and (v[3] > 1.03 or v[5]) and not (density == "dense" and v[1] == "fixed-64MB"):
+    if v and (v[3] > 1.03 or v[5]) and not (density == "dense" and v[1] == "fixed-64MB" and not v[5]):
         print(v[1])
 
 
@@ -127,7 +147,7 @@ def interval(ratios, level=0.90):
 def checked(out, path):
     """The cell's check, from OUT/confirm/<cell>.jsonl, or None: (default / best: the geometric mean of
     the pairs' ratios, pairs, default's median s, best's median s, the ratio's 90% interval low, high)."""
-    check = os.path.join(out, "confirm", os.path.basename(path))
+    check = confirm_path(path)
     if not os.path.exists(check):
         return None
     rows = runs(check)
@@ -189,10 +209,11 @@ def main(out):
             model, rate.replace("gbit", " Gbit/s"), density, hosts, (c[2] if trials else d) * 1e3, best,
             (c[3] if trials else best_s) * 1e3, shown, "%.3f (%d pairs; %.2f-%.2f)" % (c[:2] + c[4:]) if c else "-",
             over("fixed-64MB"), over("fixed-25MB"), over("layerwise")))
+    own = ("by the sweep's own ratio %d of the %d cells whose default it timed on the plan kept (worst %.3f)" % (
+        met, judged, worst) if judged else "every cell's default was timed in its trials and has only its check")
     print("\nwithin 3%% of the best fixed size (goal: every cell): %d of %d cells, by the checked ratio where a cell "
-          "has one; by the sweep's own ratio %d of the %d cells whose default it timed on the plan kept (worst %.3f); "
-          "most lost by 64 MiB %.2f, 25 MiB %.2f, layer-wise %.2f (goal >= 1.10 each)" % (
-              met_checked, total, met, judged, worst, lose["fixed-64MB"], lose["fixed-25MB"], lose["layerwise"]))
+          "has one; %s; most lost by 64 MiB %.2f, 25 MiB %.2f, layer-wise %.2f (goal >= 1.10 each)" % (
+              met_checked, total, own, lose["fixed-64MB"], lose["fixed-25MB"], lose["layerwise"]))
     print("checked cells by the 90%% interval of default/best: above 1.03 (shown to miss) %d%s; at most 1.03 "
           "(shown within) %d; spanning 1.03 (more pairs needed) %d%s" % (
               len(above), (": " + ", ".join(above)) if above else "", len(within), len(unresolved),

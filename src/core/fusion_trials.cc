@@ -19,11 +19,8 @@ std::vector<int64_t> fusionCandidates(int64_t threshold, uint64_t fusable_bytes)
   std::vector<int64_t> out;
   if (threshold <= 0) return out;
   bool whole = false;  // a candidate that fuses whatever a cycle holds is in
-  // 25T/64 without overflow (at the default T it is DDP's 25 MiB); 2T
-  // saturates.
-  const int64_t ddp = threshold / 64 * 25 + threshold % 64 * 25 / 64;
-  const int64_t twice = threshold > INT64_MAX / 2 ? INT64_MAX : threshold * 2;
-  for (int64_t c : {threshold, ddp, threshold / 4, threshold / 16, twice}) {
+  const int64_t twice = threshold > INT64_MAX / 2 ? INT64_MAX : threshold * 2;  // no overflow
+  for (int64_t c : {threshold, threshold / 4, threshold / 16, twice}) {
     if (c <= 0) continue;
     const bool all = static_cast<uint64_t>(c) >= fusable_bytes;
     if (all && whole) continue;

@@ -7,7 +7,9 @@
 #   * bench/cluster/sweep_table.py on made-up cells: a sparse cell timed in
 #     its trials is sent to the check whatever its ratio and shows only the
 #     check's figures; a cell within 3% is not checked; a dense cell whose
-#     best is 64 MB (the default itself) is not checked; the goal count.
+#     best is 64 MB (the default itself) is not checked, unless its default
+#     tried fusion thresholds: then it is checked and its row is the check's;
+#     the goal count.
 #   tests/scripts/bench_sweep_test.sh BUILD_DIR [REPO_ROOT]
 set -u
 build=$(cd "$1" && pwd)
@@ -122,6 +124,30 @@ echo "$table" | grep -q "| bert_base | 1 Gbit/s | dense | 16 | 100.0 | fixed-16M
   ok "a dense cell's check: the pairs' geometric mean and interval" || bad "dense check row: $(echo "$table" | grep dense)"
 echo "$table" | grep -q "above 1.03 (shown to miss) 1: bert_base 1gbit dense 16; at most 1.03 (shown within) 1; spanning 1.03 (more pairs needed) 1: resnet50 10gbit 0.01 4$" &&
   ok "interval verdicts: one shown to miss, one shown within, one unresolved" || bad "interval verdicts: $(echo "$table" | tail -n 1)"
+# A dense default that tried fusion thresholds (planner.md 7c) is not 64 MB any more: its cell is checked
+# whatever its ratio, against 64 MB too, and the row takes the check's default (pairs 0.99 and 0.97).
+tline() { # LABEL MEDIAN_MS: a dense default run that tried 4 thresholds, after --warmup 5
+  printf '{"strategy":"dense","label":"%s","median_s":%s,"warmup":5,"fusion_trials":4}\n' "$1" \
+    "$(awk -v m="$2" 'BEGIN { print m / 1000 }')"
+}
+{
+  tline p-dense-rep1 100; line dense p-dense-rep1-layerwise 130 5; line dense p-dense-rep1-fixed64MB 98 5
+  line dense p-dense-rep1-fixed4MB 110 5
+} > "$s/resnet50_1gbit_dense_8.jsonl"
+got=$("$py" bench/cluster/sweep_table.py --to-confirm "$s/resnet50_1gbit_dense_8.jsonl")
+[ "$got" = fixed-64MB ] && ok "a dense cell whose default tried thresholds is checked, against 64 MB too" ||
+  bad "dense cell with trials: to-confirm '$got'"
+{
+  tline p-dense-rep1 99; line dense p-dense-rep1-fixed64MB 100 5; line dense p-dense-rep2-fixed64MB 100 5
+  tline p-dense-rep2 97
+} > "$s/confirm/resnet50_1gbit_dense_8.jsonl"
+table=$("$py" bench/cluster/sweep_table.py "$s")
+row=$(echo "$table" | grep "| 1 Gbit/s | dense | 8 |")
+if [ "$row" = "| resnet50 | 1 Gbit/s | dense | 8 | 98.0 | fixed-64MB | 100.0 | - | 0.980 (2 pairs; 0.92-1.05) | 1.02 | - | 1.35 |" ]; then
+  ok "a dense cell checked with its trials takes the check's default; 64 MB is a setting of its own"
+else
+  bad "dense row with trials: $row"
+fi
 
 [ "$fails" = 0 ] && echo "bench_sweep: all passed" || echo "bench_sweep: $fails failed"
 [ "$fails" = 0 ]

@@ -21,25 +21,23 @@ namespace {
 constexpr int64_t kMiB = 1 << 20;
 }
 
-TEST_CASE("fusion trials: candidates are T, 25T/64, T/4, T/16 and 2T, alike ones once", "[core][fusion_trials]") {
+TEST_CASE("fusion trials: candidates are T, T/4, T/16 and 2T, alike ones once", "[core][fusion_trials]") {
   const int64_t T = 64 * kMiB;
-  // At the default T (Horovod's 64 MiB), 25T/64 is DDP's 25 MiB.
-  REQUIRE(fusionCandidates(T, 1024ull * kMiB) == std::vector<int64_t>{T, 25 * kMiB, 16 * kMiB, 4 * kMiB, 2 * T});
-  // 10 MiB of fusable allreduces a step: T, 25 MiB, T/4 and 2T each fuse
-  // all of whatever a cycle holds; T stands for them.
+  REQUIRE(fusionCandidates(T, 1024ull * kMiB) == std::vector<int64_t>{T, T / 4, T / 16, 2 * T});
+  // 10 MiB of fusable allreduces a step: T, T/4 and 2T each fuse all of
+  // whatever a cycle holds; T stands for them.
   REQUIRE(fusionCandidates(T, 10 * kMiB) == std::vector<int64_t>{T, T / 16});
-  // 20 MiB: T/4 (16 MiB) cuts, 25 MiB and 2T do not.
+  // 20 MiB: T/4 (16 MiB) cuts, 2T does not.
   REQUIRE(fusionCandidates(T, 20 * kMiB) == std::vector<int64_t>{T, T / 4, T / 16});
-  // 30 MiB: 25 MiB cuts too.
-  REQUIRE(fusionCandidates(T, 30 * kMiB) == std::vector<int64_t>{T, 25 * kMiB, T / 4, T / 16});
   REQUIRE(fusionCandidates(T, kMiB).size() == 1);
   REQUIRE(fusionCandidates(0, kMiB).empty());
-  REQUIRE(fusionCandidates(8, kMiB) == std::vector<int64_t>{8, 3, 2, 16});  // 8/16 rounds to 0: left out
-  // The largest T the variable takes: no overflow; 2T saturates and fuses
-  // all, like T.
+  REQUIRE(fusionCandidates(8, kMiB) == std::vector<int64_t>{8, 2, 16});  // 8/16 rounds to 0: left out
+  // The largest T the variable takes: 2T saturates instead of overflowing,
+  // and fuses all, like T.
   const int64_t big = INT64_MAX;
-  REQUIRE(fusionCandidates(big, uint64_t{1} << 62) ==
-          std::vector<int64_t>{big, 3602879701896396799, big / 4, big / 16});
+  REQUIRE(fusionCandidates(big, uint64_t{1} << 62) == std::vector<int64_t>{big, big / 4, big / 16});
+  REQUIRE(fusionCandidates(big / 2 + 1, UINT64_MAX) ==
+          std::vector<int64_t>{big / 2 + 1, (big / 2 + 1) / 4, (big / 2 + 1) / 16, big});
 }
 
 namespace {
@@ -81,7 +79,7 @@ Run runTrials(int P, const Config& config, int steps, int tensors, int64_t (*ste
 
 Config denseConfig() {
   Config c;
-  c.fusion_threshold_bytes = 4096;  // candidates 4096, 1600, 1024, 256, 8192 for 8 KiB of allreduces a step
+  c.fusion_threshold_bytes = 4096;  // candidates 4096, 1024, 256, 8192 for 8 KiB of allreduces a step
   return c;
 }
 
@@ -94,14 +92,14 @@ TEST_CASE("fusion trials: every rank tries the thresholds at the same steps and 
   // T/16 makes the step 5x shorter than the rest: the trials must keep it.
   const Run run = runTrials(3, c, steps, 8, [](int64_t t) -> int64_t { return t == 256 ? 4 : 20; });
   for (int r = 1; r < 3; ++r) REQUIRE(run.thresholds[r] == run.thresholds[0]);
-  REQUIRE(run.trials[0] == 5);
+  REQUIRE(run.trials[0] == 4);
   // The first steps run T, then the candidates; the job ends on the kept one.
   for (int s = 0; s <= static_cast<int>(kFusionTrialStartStep) - 1; ++s) REQUIRE(run.thresholds[0][s] == 4096);
   REQUIRE(run.thresholds[0].back() == 256);
   std::vector<int64_t> distinct;
   for (int64_t t : run.thresholds[0])
     if (std::find(distinct.begin(), distinct.end(), t) == distinct.end()) distinct.push_back(t);
-  REQUIRE(distinct == std::vector<int64_t>{4096, 1600, 1024, 256, 8192});
+  REQUIRE(distinct == std::vector<int64_t>{4096, 1024, 256, 8192});
   // Every candidate ran 2 visits of kTrialVisitSteps steps.
   for (int64_t t : distinct) {
     if (t == 4096 || t == 256) continue;  // T also before and 256 after the trials
@@ -112,7 +110,7 @@ TEST_CASE("fusion trials: every rank tries the thresholds at the same steps and 
 TEST_CASE("fusion trials: T is kept when it runs fastest", "[core][fusion_trials]") {
   const Run run = runTrials(2, denseConfig(), 30, 8, [](int64_t t) -> int64_t { return t == 4096 ? 10 : 30; });
   REQUIRE(run.thresholds[1] == run.thresholds[0]);
-  REQUIRE(run.trials[0] == 5);
+  REQUIRE(run.trials[0] == 4);
   REQUIRE(run.thresholds[0].back() == 4096);
 }
 
