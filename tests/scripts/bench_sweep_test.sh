@@ -63,6 +63,11 @@ else
 fi
 
 # Made-up sweep cells: one JSON line per run, as run_planner.sh writes them.
+row_is() { # GREP EXPECTED OK-MESSAGE WHAT: the table's row matching GREP is EXPECTED
+  local row
+  row=$("$py" bench/cluster/sweep_table.py "$s" | grep -F "$1")
+  if [ "$row" = "$2" ]; then ok "$3"; else bad "$4: $row"; fi
+}
 line() { # STRATEGY LABEL MEDIAN_MS [WARMUP [TRIALS_IN_TIMED]]
   printf '{"strategy":"%s","label":"%s","median_s":%s,"warmup":%s%s}\n' "$1" "$2" \
     "$(awk -v m="$3" 'BEGIN { print m / 1000 }')" "${4:-26}" "${5:+,\"plan_trials_in_timed_steps\":$5}"
@@ -91,15 +96,11 @@ echo "$table" | grep -q "| 0.01 | 4 | - | fixed-4MB | 100.0 | timed in trials |"
 # The check: default 102 and 98 ms, fixed-4MB 100 and 100 ms (order swapped).
 { line mgs p-rep1 102 26 0; line fusion p-rep1-fixed4MB 100; line fusion p-rep2-fixed4MB 100; line mgs p-rep2 98 26 0; } \
   > "$s/confirm/resnet50_10gbit_0.01_4.jsonl"
-table=$("$py" bench/cluster/sweep_table.py "$s")
-row=$(echo "$table" | grep "| 0.01 | 4 |")
 # default 100 ms on the check: 64 MB's 105 over it, layer-wise 300 over it.
 # Pair ratios 1.02 and 0.98: geometric mean 1.000, 90% t-interval (1 degree of freedom) 0.88-1.13.
-if [ "$row" = "| resnet50 | 10 Gbit/s | 0.01 | 4 | 100.0 | fixed-4MB | 100.0 | - | 1.000 (2 pairs; 0.88-1.13) | 1.05 | - | 3.00 |" ]; then
-  ok "the checked cell takes the check's default"
-else
-  bad "checked row: $row"
-fi
+row_is "| 0.01 | 4 |" "| resnet50 | 10 Gbit/s | 0.01 | 4 | 100.0 | fixed-4MB | 100.0 | - | 1.000 (2 pairs; 0.88-1.13) | 1.05 | - | 3.00 |" \
+  "the checked cell takes the check's default" "checked row"
+table=$("$py" bench/cluster/sweep_table.py "$s")
 echo "$table" | grep -q "every cell): 3 of 3 cells, by the checked ratio where a cell has one; by the sweep's own ratio 2 of the 2 cells" &&
   ok "goal count with the checks" || bad "goal count: $(echo "$table" | tail -n 2)"
 echo "$table" | grep -q "above 1.03 (shown to miss) 0; at most 1.03 (shown within) 0; spanning 1.03 (more pairs needed) 1: resnet50 10gbit 0.01 4$" &&
@@ -141,13 +142,8 @@ got=$("$py" bench/cluster/sweep_table.py --to-confirm "$s/resnet50_1gbit_dense_8
   tline p-dense-rep1 99; line dense p-dense-rep1-fixed64MB 100 5; line dense p-dense-rep2-fixed64MB 100 5
   tline p-dense-rep2 97
 } > "$s/confirm/resnet50_1gbit_dense_8.jsonl"
-table=$("$py" bench/cluster/sweep_table.py "$s")
-row=$(echo "$table" | grep "| 1 Gbit/s | dense | 8 |")
-if [ "$row" = "| resnet50 | 1 Gbit/s | dense | 8 | 98.0 | fixed-64MB | 100.0 | - | 0.980 (2 pairs; 0.92-1.05) | 1.02 | - | 1.35 |" ]; then
-  ok "a dense cell checked with its trials takes the check's default; 64 MB is a setting of its own"
-else
-  bad "dense row with trials: $row"
-fi
+row_is "| 1 Gbit/s | dense | 8 |" "| resnet50 | 1 Gbit/s | dense | 8 | 98.0 | fixed-64MB | 100.0 | - | 0.980 (2 pairs; 0.92-1.05) | 1.02 | - | 1.35 |" \
+  "a dense cell checked with its trials takes the check's default; 64 MB is a setting of its own" "dense row with trials"
 
 [ "$fails" = 0 ] && echo "bench_sweep: all passed" || echo "bench_sweep: $fails failed"
 [ "$fails" = 0 ]
