@@ -2,8 +2,9 @@
 """The planner sweep's table (bench/cluster/run_sweep.sh): one row per cell.
 
 For each OUT/<model>_<rate>_<density>_<hosts>.jsonl: the median step (median over repeats of each run's
-median step) of the default plan (sparse: mgs; dense: the default fusion threshold, 64 MiB scaled with the
-model as every fixed size is: the plain dense runs and the fixed-64MB runs together), of layer-wise and of each fixed size; the
+median step) of the default plan (sparse: mgs; dense: the plain dense runs, with their fusion threshold
+trials; from a build without them, 64 MiB scaled with the model as every fixed size is, so the plain dense
+runs and the fixed-64MB runs together), of layer-wise and of each fixed size; the
 best fixed size in hindsight (layer-wise counted as one); and the ratios the goals are set on:
 default / best (goal <= 1.03 in every cell), and Horovod's 64 MiB, DDP's 25 MiB and layer-wise over the
 default (goal: each >= 1.10 in some cell).
@@ -13,8 +14,9 @@ pairs, order swapped every pair), the "checked" column is the geometric mean of 
 over that size, each pair one repeat), a figure free of the bias of picking the best of seven noisy settings,
 with its 90% t-interval; the goal count uses it there, and the last line sorts the checked cells into shown to
 miss 3% (interval above 1.03), shown within (interval at most 1.03) and unresolved (interval spans 1.03).
-A sparse cell whose default was timed while its plan trials still ran (plan_trials_in_timed_steps > 0; older
-lines without it: a warm-up under the 26 steps of the sweep's profile and trials) has no sweep ratio: its
+A cell whose default was timed while its trials still ran (sparse: plan_trials_in_timed_steps > 0, older
+lines without it: a warm-up under the 26 steps of the sweep's profile and trials; dense: fusion_trials > 0,
+in the sweep or in the cell's check) has no sweep ratio: its
 default figure is the check's, and the other settings' ratios are theirs to the best fixed size in the sweep
 times the best's to the default in the check.
 
