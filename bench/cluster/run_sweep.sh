@@ -70,13 +70,13 @@ for model in $models; do
         # step of the default's plan trials (26 steps), so that the default is timed on the plan it keeps.
         warm=()
         [ "$density" = dense ] && warm=(--warmup 5)
-        replay=(--trace "$trace" --steps 6 --profile-steps 3 "${warm[@]}" --scale-time 0.25 --density "$rho"
-          --sim-network "$sim")
         # A dense default tries fusion thresholds from step 5 to step 21 (planner.md 7c): the sweep's 6
         # steps time it in its trials, so its check times 40 steps, the trials and 20 steps after them.
-        check_replay=("${replay[@]}")
-        [ "$density" = dense ] && check_replay=(--trace "$trace" --steps 40 --profile-steps 3 --warmup 5
-          --scale-time 0.25 --density "$rho" --sim-network "$sim")
+        check_steps=6
+        [ "$density" = dense ] && check_steps=40
+        args=(--profile-steps 3 "${warm[@]}" --scale-time 0.25 --density "$rho" --sim-network "$sim")
+        replay=(--trace "$trace" --steps 6 "${args[@]}")
+        check_replay=(--trace "$trace" --steps "$check_steps" "${args[@]}")
         if [ -s "$cell" ]; then
           echo "# $cell exists: skipped" >&2
         else
