@@ -1,13 +1,17 @@
 """Train examples/tensorflow/train_digits.py dense and with gaussiank at density 0.01 (no dense
-fallback) and check that the sparse run's test accuracy (mean of the last 3 epochs) is within 1.5 points of the dense
-one. Repeated runs of the same code differ by up to 0.8 points (sparse minus dense: +0.55, -0.28, -0.83, +0.09 in four
-runs on 2026-11-26; the plan depends on measured timings), and a 1-point bound failed once on a loaded host. The
-check catches a broken exchange or selection, not a missing error feedback: digits is easy enough that gaussiank at
-1% without it still reached 98.98% against 99.16% dense (MGS_ERROR_FEEDBACK=0, same day). Error feedback is checked
-bit for bit by the conservation tests (unit, mpi).
+fallback) for 20 epochs and check that the sparse run's test accuracy (mean of the last 5 epochs) is within 1.5
+points of the dense one.
+
+Why 20 epochs: at 10 the sparse run has not converged (it has sent ~6% of the dense bytes), and its accuracy
+depends on the plan, which depends on measured timings. Twelve 10-epoch pairs on a 2-core host (six of them with
+a busy loop on one core) gave sparse minus dense from -0.84 to +0.56 points, and a CI run gave -1.58. Twelve
+20-epoch pairs, under the same conditions, gave -0.56 to +0.56 (one test image is 0.28 points), for ~5 s more.
+The check catches a broken exchange or selection, not a missing error feedback: digits is easy enough that
+gaussiank at 1% without it still reached 98.98% against 99.16% dense (MGS_ERROR_FEEDBACK=0, 10 epochs). Error
+feedback is checked bit for bit by the conservation tests (unit, mpi).
 
 Usage: python check_digits.py MPIRUN_AND_ARGS... -- PYTHON [example args]
-e.g.   python check_digits.py mpirun --oversubscribe -np 2 -- .venv-tf/bin/python --epochs 10
+e.g.   python check_digits.py mpirun --oversubscribe -np 2 -- .venv-tf/bin/python --epochs 20
 The environment (MGS_LIBRARY, PYTHONPATH, OMPI_*) is passed through.
 """
 
@@ -19,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tensorflow" / "train_digits.py"
+LAST = 5
 SPARSE = {"MGS_COMPRESSOR": "gaussiank", "MGS_DENSITY": "0.01", "MGS_DENSE_FALLBACK": "0"}
 
 
@@ -29,10 +34,10 @@ def train(mpirun, python, extra, env_extra, label, out):
     cmd = mpirun + exports + [python, str(EXAMPLE), "--json", str(out)] + extra
     print(f"== {label}: {' '.join(cmd)}", flush=True)
     subprocess.run(cmd, env=env, check=True, timeout=600)
-    # Mean test accuracy of the last three epochs: one image is 0.28 points,
+    # Mean test accuracy of the last LAST epochs: one image is 0.28 points,
     # and the sparse run's plan depends on measured timings, so a single
     # epoch's figure moves by an image or two between runs.
-    last = json.loads(out.read_text())["history"][-3:]
+    last = json.loads(out.read_text())["history"][-LAST:]
     return sum(h["test_accuracy"] for h in last) / len(last)
 
 
@@ -43,7 +48,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         dense = train(mpirun, python, extra, {}, "dense", Path(tmp) / "dense.json")
         sparse = train(mpirun, python, extra, SPARSE, "gaussiank, density 0.01", Path(tmp) / "sparse.json")
-    print(f"test accuracy (mean of the last 3 epochs): dense {dense * 100:.2f}%, gaussiank(0.01) {sparse * 100:.2f}%", flush=True)
+    print(f"test accuracy (mean of the last {LAST} epochs): dense {dense * 100:.2f}%, gaussiank(0.01) {sparse * 100:.2f}%", flush=True)
     if dense < 0.95:
         print("dense accuracy below 95%", file=sys.stderr)
         return 1
