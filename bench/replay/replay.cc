@@ -3,12 +3,15 @@
 //
 // One process per rank, one strategy per run (MPI cannot be initialised
 // twice): the strategy sets MGS_COMPRESSOR / MGS_PLANNER before mgs_init.
-// Each step: barrier (untimed), optional forward (sleep), then for every
+// Each step: barrier (untimed; --no-step-barrier: none, each rank starts its
+// next step when its last one ended, as a training job does), optional
+// forward (sleep), then for every
 // layer in backward order sleep until its gradient is ready (absolute
 // deadlines, so oversleeping never accumulates; sleep, not busy-wait, as a
 // GPU computing backward leaves the host CPU free) and enqueue an allreduce
 // with MGS_FLAG_SPARSE_OK; the step ends when every handle has completed.
-// Step time = max over ranks, reported as the median over the timed steps.
+// Step time = max over ranks, reported as the median over the timed steps;
+// period_s = rank 0's wall time per timed step, barriers included.
 //
 // Rank 0 also predicts the step with the planner library: with the cost
 // model the runtime calibrated (MGS_CALIBRATION=<file>) and with mgs-sim's
@@ -201,7 +204,7 @@ int main(int argc, char** argv) {
   std::string strategy_name = "mgs", compressor = "ldte", calibration, label, sim_network = "1gbe", wire_iface;
   double scale_elements = 1, scale_time = 1, density = 0.001;
   int steps = 10, warmup = -1, profile_steps = 5;
-  bool no_forward = false;
+  bool no_forward = false, no_step_barrier = false;
   app.add_option("-t,--trace", trace_path, "model trace (tools/traces/*.json)")->capture_default_str();
   app.add_option("-s,--strategy", strategy_name, "dense | layerwise | single | mgs (also mgs-greedy, fusion)")
       ->capture_default_str();
@@ -214,6 +217,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--no-forward", no_forward, "do not sleep the trace's forward time inside the step");
+  app.add_flag("--no-step-barrier", no_step_barrier,
+               "no barrier before each step (one before the first): each rank starts a step when its last "
+               "ended, so the step times include the wait for the other ranks that a barrier would hide");
   app.add_option("--steps", steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup,
                  "untimed steps first (default: profile steps + the most steps the plan trials take "
@@ -293,14 +299,16 @@ int main(int argc, char** argv) {
   std::vector<double> step_s;
   mgs_stats_t s0{}, s1{};
   double tx0 = -1, rx0 = -1;
+  Clock::time_point timed_start{};
   std::vector<mgs_handle_t> handles(L);
   for (int step = 0; step < warmup + steps; ++step) {
     if (step == warmup) {
       check(mgs_get_stats(&s0, sizeof s0), "mgs_get_stats");
       tx0 = ifaceBytes(wire_iface, "tx_bytes");
       rx0 = ifaceBytes(wire_iface, "rx_bytes");
+      timed_start = Clock::now();
     }
-    check(mgs_barrier(), "mgs_barrier");
+    if (!no_step_barrier || step == 0) check(mgs_barrier(), "mgs_barrier");
     const auto t0 = Clock::now();
     auto ready = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(forward_s));
     for (size_t i = 0; i < L; ++i) {
@@ -318,6 +326,9 @@ int main(int argc, char** argv) {
     const double t = std::chrono::duration<double>(Clock::now() - t0).count();
     if (step >= warmup) step_s.push_back(t);
   }
+  // The period: wall time per timed step, barriers included (the step
+  // times above leave each step's barrier out).
+  const double period_s = steps > 0 ? std::chrono::duration<double>(Clock::now() - timed_start).count() / steps : 0.0;
   check(mgs_get_stats(&s1, sizeof s1), "mgs_get_stats");
   if (rank == 0 && s1.plan_trials > s0.plan_trials)
     std::cerr << "mgs-replay: " << s1.plan_trials - s0.plan_trials
@@ -386,7 +397,8 @@ int main(int argc, char** argv) {
        << ",\"elements\":" << total_elements << ",\"forward_s\":" << fmt(forward_s)
        << ",\"backward_s\":" << fmt(backward) << ",\"warmup\":" << warmup << ",\"steps\":" << timed
        << ",\"median_s\":" << fmt(med) << ",\"min_s\":" << fmt(*std::min_element(max_s.begin(), max_s.end()))
-       << ",\"max_s\":" << fmt(*std::max_element(max_s.begin(), max_s.end())) << ",\"step_s\":" << jsonArray(max_s)
+       << ",\"max_s\":" << fmt(*std::max_element(max_s.begin(), max_s.end())) << ",\"period_s\":" << fmt(period_s)
+       << ",\"step_barrier\":" << (no_step_barrier ? "false" : "true") << ",\"step_s\":" << jsonArray(max_s)
        << ",\"plan_buckets\":" << s1.plan_buckets << ",\"plans\":" << s1.plans
        << ",\"replans_rejected\":" << s1.plan_replans_rejected << ",\"plan_trials\":" << s1.plan_trials
        << ",\"plan_trials_in_timed_steps\":" << s1.plan_trials - s0.plan_trials
