@@ -1,6 +1,7 @@
 #include "core/plan_trials.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -62,12 +63,6 @@ double mean(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
   return v.empty() ? 0 : s / static_cast<double>(v.size());
-}
-
-double spread(const std::vector<double>& v) {
-  if (v.size() < 2) return 0;
-  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
-  return *hi - *lo;
 }
 
 // The candidate with the shortest mean among those with at least
@@ -136,11 +131,27 @@ Status broadcastTrialChoice(Communicator& comm, size_t candidates, size_t* choic
 }
 
 size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margin, std::string* why) {
-  // The spread between visits of the same plan is what the clock cannot
-  // tell apart: a gain must exceed it, and the margin.
+  // What the clock cannot tell apart: the standard error of the difference
+  // of two means, from the scatter of every candidate's visits about its own
+  // mean (pooled: the candidates run alike, and two visits each say little
+  // on their own). Unlike the range of each candidate's visits, it narrows
+  // as visits are added. Without two visits of any candidate it is 0 and
+  // the margin alone decides.
+  double ss = 0;
+  size_t df = 0;
+  for (const auto& v : samples) {
+    if (v.size() < 2) continue;
+    const double m = mean(v);
+    for (double x : v) ss += (x - m) * (x - m);
+    df += v.size() - 1;
+  }
+  const double sd = df > 0 ? std::sqrt(ss / static_cast<double>(df)) : 0.0;
   return choose(
-      samples, 1, margin, "the first plan", "the spread",
-      [](const std::vector<double>& a, const std::vector<double>& b) { return 0.5 * (spread(a) + spread(b)); }, why);
+      samples, 1, margin, "the first plan", "the standard error of the difference",
+      [sd](const std::vector<double>& a, const std::vector<double>& b) {
+        return sd * std::sqrt(1.0 / static_cast<double>(a.size()) + 1.0 / static_cast<double>(b.size()));
+      },
+      why);
 }
 
 size_t chooseFastest(const std::vector<std::vector<double>>& samples, std::string* why) {

@@ -12,7 +12,8 @@
 // 0 1 .. C-1 then C-1 .. 1 0, so that a drift linear in time adds the same
 // to every candidate's mean. A candidate replaces the first (the dynamic
 // program's plan) only when its mean step is shorter by more than both the
-// margin and the spread measured between visits of the same candidates.
+// margin and the standard error of the difference, from the scatter of the
+// visits of every candidate about its own mean (chooseTrial).
 #pragma once
 
 #include <cstddef>
@@ -49,7 +50,10 @@ constexpr int maxTrialSteps(int steps) {
 std::vector<size_t> trialOrder(size_t candidates, int rounds);
 
 // The candidate to keep, from each candidate's timed steps (seconds; empty:
-// none timed). `why` (may be null) gets a line for the log.
+// none timed): the fastest mean, if it beats the first's by more than
+// `margin` of it and by more than the standard error of the difference
+// (the within-candidate variance pooled over every candidate with two or
+// more visits). `why` (may be null) gets a line for the log.
 size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margin, std::string* why);
 
 // Rank 0's `*choice` (an index below `candidates`) to every rank: the one

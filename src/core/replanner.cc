@@ -512,7 +512,8 @@ Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<Plan
   // more buckets take coordinator time from backward, which a re-plan reads
   // as a slower backward and answers with more buckets). Visits alternate,
   // so a change in the job's conditions weighs on both alike; the new plan
-  // is kept only when it is faster by more than the margin and the spread.
+  // is kept only when it is faster by more than the margin and the noise
+  // (chooseTrial).
   // Rank 0 sent the running plan, re-priced, before the new one
   // (planOnRankZero: a re-plan's only two candidates).
   replan_trial_ = false;

@@ -25,7 +25,7 @@ void Replanner::trialBoundary(const Boundary& b, std::optional<PlanChoice>* out)
   }
   // Every visit ran: rank 0 names the plan to keep (plan_trials.h: the
   // fastest mean step, if it beats the dynamic program's plan by more than
-  // the margin and the spread between visits), every rank keeps it. Where
+  // the margin and the standard error of the difference), every rank keeps it. Where
   // candidates differ by less than the noise (one host, shared memory), a
   // choice by noise would only make the job's plan, and the exchanges it
   // picks, vary from run to run.

@@ -124,30 +124,52 @@ TEST_CASE("plan trials: a linear drift does not pick a plan", "[core][plan_trial
   REQUIRE(why.find("exceeds") != std::string::npos);
 }
 
-TEST_CASE("plan trials: a gain within the spread between visits keeps the first plan", "[core][plan_trials]") {
+TEST_CASE("plan trials: a gain within the standard error keeps the first plan", "[core][plan_trials]") {
   std::string why;
-  // 5% faster on average, but the first plan's visits differ by 20 ms.
+  // 5 ms faster on average, but the first plan's visits differ by 20 ms: the
+  // pooled standard deviation is 10 ms, the difference's standard error 10 ms.
   REQUIRE(chooseTrial({{0.090, 0.110}, {0.095, 0.095}}, 0.03, &why) == 0);
-  REQUIRE(why.find("spread") != std::string::npos);
+  REQUIRE(why.find("standard error of the difference (10.0 ms)") != std::string::npos);
   // The same gain with tight visits: kept.
   REQUIRE(chooseTrial({{0.100, 0.100}, {0.095, 0.095}}, 0.03, &why) == 1);
+  REQUIRE(why.find("exceeds") != std::string::npos);
   // Within the margin: the first stays.
   REQUIRE(chooseTrial({{0.100, 0.100}, {0.098, 0.098}}, 0.03, &why) == 0);
   // Untimed candidates are skipped; an untimed first plan is kept.
   REQUIRE(chooseTrial({{0.100, 0.100}, {}, {0.080, 0.080}}, 0.03, &why) == 2);
   REQUIRE(chooseTrial({{}, {0.080}}, 0.03, &why) == 0);
+  // One visit each: no noise to estimate, the margin alone decides.
+  REQUIRE(chooseTrial({{0.100}, {0.090}}, 0.03, &why) == 1);
+  // The noise is pooled over every candidate: a third candidate's scattered
+  // visits (16 ms pooled) hide a gain that two tight ones would show.
+  REQUIRE(chooseTrial({{0.100, 0.100}, {0.094, 0.094}, {0.100, 0.140}}, 0.03, &why) == 0);
 }
 
-TEST_CASE("fastest mean: any gain wins where the spread rule keeps the first", "[core][plan_trials]") {
-  // The first candidate's 4 steps range over 40 ms, the second runs 15 ms
-  // faster on average: the spread rule (half the sum of the ranges, 25 ms)
-  // keeps the first; the fastest mean does not.
-  const std::vector<std::vector<double>> s = {{0.170, 0.210, 0.185, 0.195}, {0.170, 0.175, 0.180, 0.175}};
+TEST_CASE("plan trials: more visits narrow the standard error, where the range of each candidate's visits widened",
+          "[core][plan_trials]") {
+  // A second plan 8 ms faster (8 %), the per-step noise the same in both:
+  // with 8 visits each, the ranges (20 and 9 ms) would have hidden the gain;
+  // the standard error of the difference is 2.6 ms.
+  const std::vector<std::vector<double>> s = {{0.100, 0.110, 0.095, 0.105, 0.090, 0.108, 0.102, 0.098},
+                                              {0.092, 0.095, 0.088, 0.097, 0.090, 0.094, 0.096, 0.092}};
+  std::string why;
+  REQUIRE(chooseTrial(s, 0.03, &why) == 1);
+  // Two visits each: a gain of 10.5 ms against a standard error of 5.6 ms
+  // is kept; 5 ms against 5.8 ms is not.
+  REQUIRE(chooseTrial({{0.100, 0.110}, {0.092, 0.097}}, 0.03, &why) == 1);
+  REQUIRE(chooseTrial({{0.100, 0.110}, {0.097, 0.103}}, 0.03, &why) == 0);
+}
+
+TEST_CASE("fastest mean: any gain wins where the standard error keeps the first", "[core][plan_trials]") {
+  // The first candidate's 2 steps differ by 40 ms, the second runs 10 ms
+  // faster on average: the standard error of the difference (20.6 ms) keeps
+  // the first; the fastest mean does not.
+  const std::vector<std::vector<double>> s = {{0.170, 0.210}, {0.175, 0.185}};
   std::string why;
   REQUIRE(chooseTrial(s, 0.03, &why) == 0);
   REQUIRE(chooseFastest(s, &why) == 1);
-  REQUIRE(why.find("175.0 ms against 190.0 ms") != std::string::npos);
-  // 2 % faster is faster: no margin (the spread rule's margin keeps the first).
+  REQUIRE(why.find("180.0 ms against 190.0 ms") != std::string::npos);
+  // 2 % faster is faster: no margin (chooseTrial's margin keeps the first).
   REQUIRE(chooseTrial({{0.100, 0.100, 0.100}, {0.098, 0.098, 0.098}}, 0.03, &why) == 0);
   REQUIRE(chooseFastest({{0.100, 0.100, 0.100}, {0.098, 0.098, 0.098}}, &why) == 1);
   // The fastest of several, not the first faster one.
