@@ -4,8 +4,8 @@ points of the dense one.
 
 Why 20 epochs: at 10 the sparse run has not converged (it has sent ~6% of the dense bytes), and its accuracy
 depends on the plan, which depends on measured timings. Twelve 10-epoch pairs on a 2-core host (six of them with
-a busy loop on one core) gave sparse minus dense from -0.84 to +0.56 points, and a CI run gave -1.58. Twelve
-20-epoch pairs, under the same conditions, gave -0.56 to +0.56 (one test image is 0.28 points), for ~5 s more.
+a busy loop on one core) gave sparse minus dense from -0.84 to +0.56 points, and a CI run gave -1.58. Twenty-four
+20-epoch pairs, under the same conditions, gave -0.78 to +0.84 (one test image is 0.28 points), for ~5 s more.
 The check catches a broken exchange or selection, not a missing error feedback: digits is easy enough that
 gaussiank at 1% without it still reached 98.98% against 99.16% dense (MGS_ERROR_FEEDBACK=0, 10 epochs). Error
 feedback is checked bit for bit by the conservation tests (unit, mpi).
