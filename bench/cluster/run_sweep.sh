@@ -18,11 +18,13 @@
 #
 # usage: bench/cluster/run_sweep.sh [-b BUILD] [-o OUT] [-m "resnet50 bert_base"] [-r "10gbit 1gbit"]
 #            [-d "dense 0.01 0.001"] [-n "4 8 16"] [-F "1 4 16 25 64 128"] [-R REPEATS] [-l LATENCY]
-#            [-C PAIRS]
+#            [-C PAIRS] [-X "REPLAY ARGS"]
 #   defaults as shown, -R 2, -l 0.5ms, OUT bench/cluster/results/sweep. Element scale per model
 #   (tensors scaled so 16 ranks' selection fits 2 shared cores): resnet50 0.01, bert_base 0.0025,
 #   vgg16 0.002; replay: --steps 6 --profile-steps 3 --scale-time 0.25, and --warmup 5 in dense cells
 #   (sparse cells: the replay's default, past the plan trials); checks of dense cells --steps 40.
+#   -X: more mgs-replay arguments for every run and check, e.g. -X --no-step-barrier (steps back to back, as
+#   a training job runs; the default times each step after a barrier and leaves the barrier out).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=build
@@ -35,7 +37,8 @@ fixed="1 4 16 25 64 128"
 repeats=2
 latency=0.5ms
 pairs=0
-while getopts "b:o:m:r:d:n:F:R:l:C:h" opt; do
+more=()
+while getopts "b:o:m:r:d:n:F:R:l:C:X:h" opt; do
   case $opt in
     b) build=$OPTARG ;;
     o) out=$OPTARG ;;
@@ -47,7 +50,8 @@ while getopts "b:o:m:r:d:n:F:R:l:C:h" opt; do
     R) repeats=$OPTARG ;;
     l) latency=$OPTARG ;;
     C) pairs=$OPTARG ;;
-    h) sed -n '2,25p' "$0"; exit 0 ;;
+    X) read -r -a more <<< "$OPTARG" ;;
+    h) sed -n '2,27p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done
@@ -74,7 +78,7 @@ for model in $models; do
         # steps time it in its trials, so its check times 40 steps, the trials and 20 steps after them.
         check_steps=6
         [ "$density" = dense ] && check_steps=40
-        args=(--profile-steps 3 "${warm[@]}" --scale-time 0.25 --density "$rho" --sim-network "$sim")
+        args=(--profile-steps 3 "${warm[@]}" --scale-time 0.25 --density "$rho" --sim-network "$sim" "${more[@]}")
         replay=(--trace "$trace" --steps 6 "${args[@]}")
         check_replay=(--trace "$trace" --steps "$check_steps" "${args[@]}")
         if [ -s "$cell" ]; then

@@ -4,6 +4,9 @@
 #     kept: candidates ran on trial (plan_trials >= 2) and none of them in the
 #     timed steps; with --warmup 5 the timed steps fall inside the trials, the
 #     JSON line says so and rank 0 warns;
+#   * mgs-replay with and without --no-step-barrier: step_barrier and
+#     period_s in its JSON line (without the barrier, rank 0's wall time per
+#     step at most the longest step);
 #   * bench/cluster/sweep_table.py on made-up cells: a sparse cell timed in
 #     its trials is sent to the check whatever its ratio and shows only the
 #     check's figures; a cell within 3% is not checked; a dense cell whose
@@ -61,6 +64,31 @@ if replay "$tmp/short.out" --warmup 5; then
 else
   bad "mgs-replay --warmup 5 failed: $(tail -n 3 "$tmp/short.out.err")"
 fi
+
+# The step barrier: by default every step starts after one (left out of the
+# step times, in period_s); --no-step-barrier runs the steps back to back, so
+# rank 0's wall time per step is its own mean step, at most the longest step
+# of any rank.
+for mode in barrier no-barrier; do
+  flag=()
+  [ "$mode" = no-barrier ] && flag=(--no-step-barrier)
+  if replay "$tmp/$mode.out" --warmup 3 "${flag[@]}"; then
+    grep '^{' "$tmp/$mode.out" > "$tmp/$mode.jsonl"
+    got=$(field "$tmp/$mode.jsonl" step_barrier)
+    want=True
+    [ "$mode" = no-barrier ] && want=False
+    period=$(field "$tmp/$mode.jsonl" period_s)
+    longest=$(field "$tmp/$mode.jsonl" max_s)
+    if [ "$got" = "$want" ] && "$py" -c "import sys; p, m = map(float, sys.argv[1:]); sys.exit(not (p > 0 and
+        ('$mode' == 'barrier' or p <= 1.05 * m)))" "$period" "$longest"; then
+      ok "$mode: step_barrier $got, period_s $period s (longest step $longest s)"
+    else
+      bad "$mode: step_barrier $got (want $want), period_s $period, max_s $longest"
+    fi
+  else
+    bad "mgs-replay ${flag[*]} failed: $(tail -n 3 "$tmp/$mode.out.err")"
+  fi
+done
 
 # Made-up sweep cells: one JSON line per run, as run_planner.sh writes them.
 row_is() { # GREP EXPECTED OK-MESSAGE WHAT: the table's row matching GREP is EXPECTED
