@@ -327,8 +327,8 @@ int main(int argc, char** argv) {
     if (step >= warmup) step_s.push_back(t);
   }
   // The period: wall time per timed step, barriers included (the step
-  // times above leave each step's barrier out).
-  const double period_s = steps > 0 ? std::chrono::duration<double>(Clock::now() - timed_start).count() / steps : 0.0;
+  // times above leave each step's barrier out); --steps is at least 1.
+  const double period_s = std::chrono::duration<double>(Clock::now() - timed_start).count() / steps;
   check(mgs_get_stats(&s1, sizeof s1), "mgs_get_stats");
   if (rank == 0 && s1.plan_trials > s0.plan_trials)
     std::cerr << "mgs-replay: " << s1.plan_trials - s0.plan_trials

@@ -272,9 +272,8 @@ std::vector<ParamSpec> buildSpecs() {
                        "run in visits of 2 steps (the first left out) over max(2, N-1) rounds, the order "
                        "reversed every round so that warm-up drift adds the same to each; the one with the "
                        "shortest mean step (rank 0's clock) is kept if it beats the dynamic program's by 3% "
-                       "and by more than the standard error of the difference (from the scatter of every candidate's "
-                       "visits). 0 or 1 keeps the dynamic program's plan "
-                       "untried.",
+                       "and by more than the standard error of the difference (from the scatter of every "
+                       "candidate's visits). 0 or 1 keeps the dynamic program's plan untried.",
                        &Config::plan_trial_steps));
   // Whether every rank plans (and profiles, trials, re-plans) or runs a saved
   // plan: all ranks must take the same branch. Rank 0 reads the file and

@@ -1,6 +1,5 @@
 #include "core/plan_trials.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
