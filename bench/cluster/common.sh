@@ -11,11 +11,17 @@ exchange_supported() {  # lib
 # run_one OUT LABEL HOSTS RATE LATENCY [VAR=VALUE ...] -- REPLAY ARGS...
 # Exports the VAR=VALUE pairs to every rank (mpirun -x), runs the replay on
 # an emulated cluster and appends its JSON line to OUT; a failed run prints
-# its last lines and appends nothing.
+# its last lines and appends nothing. With MGS_LOG_LEVEL set it reaches every
+# rank; with CLUSTER_LOG_DIR set each run's whole output (every rank's log
+# lines) is kept there as LABEL.log.
 run_one() {
   local out=$1 label=$2 hosts=$3 rate=$4 latency=$5
   shift 5
   local fwd="-x OMP_NUM_THREADS" envs=()
+  if [ -n "${MGS_LOG_LEVEL:-}" ]; then
+    envs+=("MGS_LOG_LEVEL=$MGS_LOG_LEVEL")
+    fwd+=" -x MGS_LOG_LEVEL"
+  fi
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     envs+=("$1")
     fwd+=" -x ${1%%=*}"
@@ -30,6 +36,10 @@ run_one() {
     tail -n 1 "$out" | cut -c1-160 >&2
   else
     echo "run failed ($label): $(tail -n 3 "$log")" >&2
+  fi
+  if [ -n "${CLUSTER_LOG_DIR:-}" ]; then
+    mkdir -p "$CLUSTER_LOG_DIR"
+    cp "$log" "$CLUSTER_LOG_DIR/$label.log"
   fi
   rm -f "$log"
 }

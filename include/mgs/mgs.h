@@ -451,7 +451,9 @@ typedef struct mgs_stats {
                                              or the agreed exchange) */
   uint64_t plan_replans_rejected;       /**< online re-plans whose plan lost its trial against the plan that ran
                                              (MGS_PLAN_TRIAL_STEPS: visits alternate; the running plan stays unless
-                                             the new one is faster by more than 3 % and the spread between visits) */
+                                             the new one is faster by more than 3 % and the spread between visits),
+                                             or that the refitted model priced no more than 3 % faster than the
+                                             running plan, which then stays without a trial */
   uint64_t plan_span_predicted_total_us; /**< plan_span_predicted_us summed over every compared step of the job, of
                                               every plan that ran (trial candidates included; plan_span_checks of
                                               them) */

@@ -42,4 +42,11 @@ double hostSteal(const ThreadSchedule& before, const ThreadSchedule& after, int 
   return std::max(1.0, static_cast<double>(std::max(local_ranks, 1)) / std::max(cores, 1));
 }
 
+double hostDilation(const ThreadSchedule& before, const ThreadSchedule& after) {
+  if (!before.ok || !after.ok) return 1.0;
+  const double cpu = after.cpu_s - before.cpu_s, wait = after.wait_s - before.wait_s;
+  if (!(cpu >= kMinCpu) || !(wait >= kBusyWait * cpu)) return 1.0;
+  return (cpu + wait) / cpu;
+}
+
 }  // namespace mgs

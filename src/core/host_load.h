@@ -39,6 +39,15 @@ double threadCpuSeconds();
 // either reading failed or the thread ran less than kMinCpu between them.
 double hostSteal(const ThreadSchedule& before, const ThreadSchedule& after, int local_ranks, int cores);
 
+// From the same two readings: how many seconds of wall time a second of the
+// coordinator's CPU took, (CPU + run-queue wait) / CPU, when the thread
+// waited for a core at least kBusyWait of a second per second of CPU; 1
+// otherwise, or when a reading failed or it ran less than kMinCpu. Whoever
+// else holds the cores (the node's other ranks, other jobs, the kernel), a
+// bucket's fixed CPU (plan::CostModel::group_host_s, measured on the
+// thread's CPU clock) ends this much later than its CPU time.
+double hostDilation(const ThreadSchedule& before, const ThreadSchedule& after);
+
 constexpr double kBusyWait = 0.25;
 constexpr double kTrainingCpu = 0.25;
 constexpr double kMinCpu = 1e-3;

@@ -6,6 +6,11 @@
 
 namespace mgs {
 
+bool replanWorthTrial(double running_s, double replan_s, double margin) {
+  if (!(std::isfinite(running_s) && std::isfinite(replan_s)) || running_s <= 0 || replan_s <= 0) return false;
+  return replan_s < (1 - margin) * running_s;
+}
+
 std::vector<size_t> trialOrder(size_t candidates, int rounds) {
   std::vector<size_t> order;
   for (int r = 0; r < rounds; ++r)

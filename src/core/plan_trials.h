@@ -45,6 +45,12 @@ constexpr int maxTrialSteps(int steps) {
   return steps > 1 ? kMaxTrialCandidates * kTrialVisitSteps * trialRounds(steps) : 0;
 }
 
+// Whether an online re-plan goes on trial against the running plan: only
+// when the refitted model, which priced both, predicts it faster by more
+// than `margin` of the running plan's prediction (the least a trial keeps
+// a plan for). Non-finite or non-positive predictions: no.
+bool replanWorthTrial(double running_s, double replan_s, double margin);
+
 // The candidate of each visit: `rounds` rounds over `candidates`, forward
 // then backward.
 std::vector<size_t> trialOrder(size_t candidates, int rounds);

@@ -304,7 +304,7 @@ void Replanner::reportBuckets(uint64_t step) {
   }
 }
 
-std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, double steal) {
+std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, double steal, double dilation) {
   // Backward time of a tensor = gap since the previous gradient of the same
   // step, averaged over the profiled steps (the first one is warm-up when
   // there are more).
@@ -332,6 +332,10 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
   // is the compute-stream model, each second counted `steal` times
   // (plan::CostModel::host_steal: this plan's input, not the job's model).
   in.cost.host_steal = steal;
+  // Otherwise the coordinator may still wait for a core (the node's other
+  // ranks' coordinators, other jobs, the kernel): each bucket's fixed CPU
+  // then ends `dilation` times its CPU later (CostModel::host_dilation).
+  in.cost.host_dilation = steal > 0 ? 1.0 : dilation;
   in.selection = steal > 0 ? plan::Selection::kCompute : plan::Selection::kSeparate;
   in.fusion_threshold_bytes = config_.fusion_threshold_bytes;
   double mean_gap = 0;
@@ -385,7 +389,9 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
       in.dense_tensors.size(), plan.predicted_s * 1e3, backward_s * 1e3, profile_.size() - first, backward_scale_,
       in.cost.group_host_s * 1e3,
       steal > 0 ? fmt::format("on busy cores: each second of it costs backward {:.2f} s", steal)
-                : std::string("on a core of its own"));
+      : in.cost.host_dilation > 1
+          ? fmt::format("on cores shared, not with training: each second of it takes {:.2f} s", in.cost.host_dilation)
+          : std::string("on a core of its own"));
   // The candidates: this plan, then (trials) uniform cuts of the same
   // layers at 1, 2, 4 and 8 buckets' worth of bytes, without repeats.
   std::vector<std::pair<plan::Plan, std::string>> cands;
@@ -468,10 +474,14 @@ Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<Plan
   MGS_ENSURE(cost_.ready(), kInternal, "planning before the cost model is resolved");
   // Read before any collective of this boundary's planning, whose waits
   // would count as this step's; only rank 0 plans.
-  const double steal =
-      comm_.rank() == 0 ? hostSteal(sched_mark_, readThreadSchedule(), comm_.localSize(), availableCores()) : 0.0;
+  double steal = 0, dilation = 1;
+  if (comm_.rank() == 0) {
+    const ThreadSchedule now = readThreadSchedule();
+    steal = hostSteal(sched_mark_, now, comm_.localSize(), availableCores());
+    dilation = hostDilation(sched_mark_, now);
+  }
   std::string text;
-  if (comm_.rank() == 0) text = planOnRankZero(b, with_trials, steal);
+  if (comm_.rank() == 0) text = planOnRankZero(b, with_trials, steal, dilation);
   MGS_RETURN_IF_ERROR(comm_.broadcastString(&text, 0));
   MGS_ENSURE(!text.empty(), kInternal, "rank 0 could not compute a merge plan (see its log)");
   WireReader r(text);
@@ -516,11 +526,27 @@ Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<Plan
   // (chooseTrial).
   // Rank 0 sent the running plan, re-priced, before the new one
   // (planOnRankZero: a re-plan's only two candidates).
+  // A new plan that the refitted model itself prices within the trials'
+  // margin of the running plan (re-priced by the same model) does not go on
+  // trial: no trial keeps a plan for less (chooseTrial), and half of the
+  // trial's steps would run the plan that the last trial or the last check
+  // found no better. The running plan stays with its new prediction.
   replan_trial_ = false;
   if (!with_trials && cands.size() == 2) {
-    if (cands[0].groups != cands[1].groups && config_.plan_trial_steps > 1) {
+    const bool differ = cands[0].groups != cands[1].groups;
+    const bool gain = replanWorthTrial(cands[0].predicted_span, cands[1].predicted_span, kTrialMargin);
+    if (differ && config_.plan_trial_steps > 1 && gain) {
       replan_trial_ = true;
       cands[1].label = "re-plan " + cands[1].label;
+    } else if (differ && config_.plan_trial_steps > 1) {
+      ++stats_.replans_rejected;
+      if (comm_.rank() == 0)
+        MGS_LOG_INFO(
+            "keeping the running plan ({} buckets) without a trial: the re-plan ({} buckets) is predicted {:.3f} ms "
+            "against its {:.3f} ms, less than the {:.0f} % a trial needs",
+            cands[0].groups.size(), cands[1].groups.size(), cands[1].predicted_span * 1e3,
+            cands[0].predicted_span * 1e3, kTrialMargin * 100);
+      cands.pop_back();
     } else {
       // The same plan, or no trials: the new plan (priced by the refitted model) runs.
       cands.erase(cands.begin());

@@ -173,7 +173,7 @@ class Replanner {
   // Rank 0: the candidates (the planner's plan, then the trials' uniform
   // cuts) as broadcast text; empty if the planner failed. `steal`: the
   // coordinator's CPU share taken from backward (host_load.h).
-  std::string planOnRankZero(const Boundary& b, bool with_trials, double steal);
+  std::string planOnRankZero(const Boundary& b, bool with_trials, double steal, double dilation);
   // Collective: plan (with trials: the first plan after a profile); the
   // plan to run now into *out (untouched on failure).
   // `new_plan` false: the first plan's trials deferred past the density
@@ -223,7 +223,8 @@ class Replanner {
   // the warm-up ends (stepBoundary).
   bool trials_after_warmup_ = false;
   // Rank 0: the coordinator thread's scheduler totals after the first
-  // profiled step (host_load.h): the plan's host_steal is measured from there.
+  // profiled step (host_load.h): the plan's host_steal and host_dilation are
+  // measured from there.
   ThreadSchedule sched_mark_;
   // Rank 0: the profile's backward times scaled to what the running plan
   // measured (1 until a re-plan; checkPlan), and the backward the last plan

@@ -227,7 +227,7 @@ double CostModel::selectionSeconds(Exchange e, int64_t elements) const {
 
 double CostModel::firstStageSeconds(Exchange e, int64_t elements) const {
   if (host_steal > 0) return host_steal * group_host_s;
-  return selectionSeconds(e, elements) + group_host_s;
+  return selectionSeconds(e, elements) + group_host_s * host_dilation;
 }
 
 Exchange CostModel::chooseExchange(int64_t elements) const {

@@ -175,6 +175,17 @@ struct CostModel {
   // and plans with it; it is not written to the calibration file (a
   // property of the job's load, not of the cluster).
   double host_steal = 0.0;
+  // How many seconds of wall time a second of the coordinator's CPU takes
+  // while the cores it may use are busy but not with training (host_steal
+  // 0): the node's other ranks' coordinators, other jobs, the kernel's
+  // network work. Each group's fixed CPU (group_host_s, measured on the
+  // coordinator's CPU clock) then delays its exchanges by this many times
+  // its CPU. The runtime measures it on rank 0 over the profiled steps,
+  // (CPU + run-queue wait) / CPU of its coordinator thread (core/host_load.h),
+  // and plans with it; like host_steal, not written to the calibration file.
+  // 1 (the default, and every file without it): the coordinator finds a
+  // core when it wants one.
+  double host_dilation = 1.0;
   // Which exchanges a sparse group may use (kExchange* bits); the planners
   // and the runtime take, per group, the one chooseExchange() names. The
   // default is the allgather alone (the papers' model); the runtime sets it
@@ -232,7 +243,7 @@ struct CostModel {
   // Selection time `e` needs first (0 for dense).
   double selectionSeconds(Exchange e, int64_t elements) const;
   // What a group costs the sparse model's first stage: its selection plus
-  // the fixed per-group CPU (group_host_s); with host_steal > 0 (the stage
+  // the fixed per-group CPU (group_host_s x host_dilation); with host_steal > 0 (the stage
   // is then the compute stream), host_steal x group_host_s alone: on busy
   // cores the per-element work costs backward the same whichever group it
   // is in, and the layers' backward times, measured by the runtime with

@@ -186,6 +186,11 @@ Status readFields(const json& j, CostModel* inout) {
   if (j.contains("group_host_s"))
     MGS_RETURN_IF_ERROR(nonNegative(j.at("group_host_s"), "group_host_s", &m.group_host_s));
   if (j.contains("host_steal")) MGS_RETURN_IF_ERROR(nonNegative(j.at("host_steal"), "host_steal", &m.host_steal));
+  if (j.contains("host_dilation")) {
+    MGS_RETURN_IF_ERROR(nonNegative(j.at("host_dilation"), "host_dilation", &m.host_dilation));
+    if (m.host_dilation < 1)
+      return invalid("host_dilation", "expected a number >= 1, got " + j.at("host_dilation").dump());
+  }
   if (j.contains("max_in_flight")) {
     MGS_RETURN_IF_ERROR(integer(j.at("max_in_flight"), "max_in_flight", 1, 1 << 20, &i));
     m.max_in_flight = static_cast<int>(i);
@@ -258,6 +263,7 @@ Status parseCostModel(const std::string& text, CostModel* out) {
                                 "inflight_overlap",
                                 "group_host_s",
                                 "host_steal",
+                                "host_dilation",
                                 "comment"}));
   for (const char* k : {"workers", "allreduce", "allgather", "sparsify"})
     if (!j.contains(k)) return invalid("cost model", std::string("missing \"") + k + "\"");
@@ -297,6 +303,8 @@ std::string costModelToJson(const CostModel& m, bool pretty) {
     out += std::string(in) + "\"inflight_overlap\":" + sp + json(m.inflight_overlap).dump() + "," + nl;
   if (m.group_host_s > 0) out += std::string(in) + "\"group_host_s\":" + sp + json(m.group_host_s).dump() + "," + nl;
   if (m.host_steal > 0) out += std::string(in) + "\"host_steal\":" + sp + json(m.host_steal).dump() + "," + nl;
+  if (m.host_dilation != 1)
+    out += std::string(in) + "\"host_dilation\":" + sp + json(m.host_dilation).dump() + "," + nl;
   if (m.coordinator_loop) {
     out += std::string(in) + "\"coordinator_loop\":" + sp + "true," + nl;
     out += std::string(in) + "\"cycle_s\":" + sp + json(m.cycle_s).dump() + "," + nl;

@@ -143,6 +143,8 @@ Status validatePlanInput(const PlanInput& in) {
              "group_host_s must be finite and >= 0, got " << c.group_host_s);
   MGS_ENSURE(std::isfinite(c.host_steal) && c.host_steal >= 0, kInvalidArgument,
              "host_steal must be finite and >= 0, got " << c.host_steal);
+  MGS_ENSURE(std::isfinite(c.host_dilation) && c.host_dilation >= 1, kInvalidArgument,
+             "host_dilation must be finite and >= 1, got " << c.host_dilation);
   MGS_ENSURE(c.max_in_flight >= 1, kInvalidArgument, "max_in_flight must be >= 1, got " << c.max_in_flight);
   MGS_ENSURE(std::isfinite(in.round_phase_s), kInvalidArgument, "round_phase_s must be finite");
   for (size_t i = 0; i < in.dense_tensors.size(); ++i) {

@@ -37,6 +37,26 @@ TEST_CASE("host load: the steal estimate from two readings", "[host_load]") {
   CHECK(hostSteal(a, {11.0, 5.0, 101.8, 1002.0, true}, 0, 0) == 1.0);
 }
 
+TEST_CASE("host load: the coordinator's dilation from two readings", "[host_load]") {
+  // {thread cpu, thread wait, process cpu, wall}
+  const ThreadSchedule a{10.0, 4.0, 100.0, 1000.0, true};
+  // Ran 1 s and waited 0.1 s for a core: finds one when it wants it.
+  CHECK(hostDilation(a, {11.0, 4.1, 100.0, 1002.0, true}) == 1.0);
+  // Waited 17 s for its 1 s (16 ranks' coordinators and the kernel on 2
+  // cores): a second of its CPU takes 18. Whatever the rest of the process
+  // did (a replay whose compute sleeps): the wait is the coordinator's own.
+  CHECK(hostDilation(a, {11.0, 21.0, 100.0, 1020.0, true}) == Approx(18.0));
+  CHECK(hostDilation(a, {11.0, 21.0, 150.0, 1020.0, true}) == Approx(18.0));
+  // At the edge: a quarter of a second of wait per second of CPU.
+  CHECK(hostDilation(a, {12.0, 4.0 + 2 * kBusyWait, 100.0, 1003.0, true}) == Approx(1.25));
+  // Nothing to judge by: a failed reading, too little CPU, clocks going back.
+  CHECK(hostDilation(ThreadSchedule{}, {11.0, 5.0, 100.0, 1002.0, true}) == 1.0);
+  CHECK(hostDilation(a, ThreadSchedule{}) == 1.0);
+  CHECK(hostDilation(a, {10.0 + kMinCpu / 2, 5.0, 100.0, 1002.0, true}) == 1.0);
+  CHECK(hostDilation(a, {9.0, 5.0, 100.0, 1002.0, true}) == 1.0);
+  CHECK(hostDilation(a, {11.0, 3.0, 100.0, 1002.0, true}) == 1.0);
+}
+
 TEST_CASE("host load: a thread's own readings count its CPU", "[host_load]") {
   const ThreadSchedule before = readThreadSchedule();
   const double clock_before = threadCpuSeconds();

@@ -1,8 +1,8 @@
 // Plan trials' order and choice (core/plan_trials.h).
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "core/plan_trials.h"
@@ -184,4 +184,21 @@ TEST_CASE("fastest mean: any gain wins where the standard error keeps the first"
   // A candidate timed once is not chosen.
   REQUIRE(chooseFastest({{0.2, 0.2}, {0.1}}, &why) == 0);
   REQUIRE(chooseFastest({}, &why) == 0);
+}
+TEST_CASE("plan trials: a re-plan goes on trial only for a predicted gain above the margin", "[core][plan_trials]") {
+  // 3 % of a 60 ms span is 1.8 ms: 58.1 ms is not enough, 58.0 ms and less is.
+  CHECK_FALSE(replanWorthTrial(0.060, 0.0590, kTrialMargin));
+  CHECK_FALSE(replanWorthTrial(0.060, 0.0583, kTrialMargin));
+  CHECK(replanWorthTrial(0.060, 0.0579, kTrialMargin));
+  CHECK(replanWorthTrial(0.060, 0.030, kTrialMargin));
+  // The same or a slower prediction (a model the DP did not plan on).
+  CHECK_FALSE(replanWorthTrial(0.060, 0.060, kTrialMargin));
+  CHECK_FALSE(replanWorthTrial(0.060, 0.070, kTrialMargin));
+  // A margin of 0: any predicted gain.
+  CHECK(replanWorthTrial(0.060, 0.0599, 0.0));
+  // Nothing to compare: no trial.
+  CHECK_FALSE(replanWorthTrial(0.0, 0.001, kTrialMargin));
+  CHECK_FALSE(replanWorthTrial(0.060, -0.001, kTrialMargin));
+  CHECK_FALSE(replanWorthTrial(std::nan(""), 0.001, kTrialMargin));
+  CHECK_FALSE(replanWorthTrial(0.060, std::numeric_limits<double>::infinity(), kTrialMargin));
 }

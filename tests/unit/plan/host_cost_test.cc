@@ -50,7 +50,17 @@ TEST_CASE("host cost: what a group costs the first stage", "[plan][host]") {
   c.host_steal = 2.0;
   CHECK(c.firstStageSeconds(e, n) == Approx(6e-4));
   CHECK(c.firstStageSeconds(e, 10 * n) == Approx(6e-4));
-  // The exchange choice ignores both: the same on every rank whatever the
+  // host_dilation is for a coordinator that does not take backward's cores:
+  // with host_steal set it changes nothing.
+  c.host_dilation = 10.0;
+  CHECK(c.firstStageSeconds(e, n) == Approx(6e-4));
+  // Shared cores, not with training: the fixed part takes host_dilation
+  // times its CPU, the selection (timed in wall time) as it is.
+  c.host_steal = 0;
+  CHECK(c.firstStageSeconds(e, n) == Approx(c.selectionSeconds(e, n) + 3e-3));
+  CHECK(c.firstStageSeconds(Exchange::kDense, n) == Approx(3e-3));
+  c.host_dilation = 1.0;
+  // The exchange choice ignores them: the same on every rank whatever the
   // rank measured of its own load.
   CostModel d = agreedModel();
   for (int64_t m : {1000, 100000, 10000000}) CHECK(c.chooseExchange(m) == d.chooseExchange(m));
@@ -96,6 +106,31 @@ TEST_CASE("host cost: the planner merges as groups cost the coordinator more", "
   CHECK(own_core.predicted_s == Approx(bestOverAllPlans(in)).epsilon(1e-12));
 }
 
+TEST_CASE("host cost: the planner merges as the coordinator waits longer for a core", "[plan][host]") {
+  PlanInput in;
+  in.layers = twelveLayers();
+  in.cost = agreedModel();
+  in.cost.group_host_s = 5e-4;
+  in.sparse = true;
+  in.selection = Selection::kSeparate;
+  size_t previous = in.layers.size() + 1;
+  std::vector<size_t> counts;
+  for (double dilation : {1.0, 4.0, 16.0, 64.0}) {
+    in.cost.host_dilation = dilation;
+    Plan p;
+    REQUIRE(computePlan("mgs", in, &p).ok());
+    INFO("host_dilation " << dilation << ": " << p.groups.size() << " groups");
+    // Never more groups as each costs more, and the best of every plan.
+    CHECK(p.groups.size() <= previous);
+    CHECK(p.predicted_s == Approx(bestOverAllPlans(in)).epsilon(1e-12));
+    previous = p.groups.size();
+    counts.push_back(p.groups.size());
+  }
+  // 32 ms of coordinator per group against 20 ms of backward between
+  // tensors: far fewer groups than with 0.5 ms.
+  CHECK(counts.back() * 2 <= counts.front());
+}
+
 TEST_CASE("host cost: the DP stays exact with a per-group cost, against every plan", "[plan][host][dp]") {
   std::mt19937_64 rng(47);
   std::uniform_real_distribution<double> uh(0.0, 5e-3);
@@ -106,6 +141,7 @@ TEST_CASE("host cost: the DP stays exact with a per-group cost, against every pl
     in.cost.group_host_s = uh(rng);
     const bool busy = t % 2 == 0;
     in.cost.host_steal = busy ? 1.0 + uh(rng) * 400 : 0.0;
+    in.cost.host_dilation = t % 4 == 1 ? 1.0 + uh(rng) * 4000 : 1.0;
     in.selection = busy ? Selection::kCompute : Selection::kSeparate;
     in.sparse = true;
     Plan p;
@@ -121,12 +157,24 @@ TEST_CASE("host cost: the fields in a cost file", "[plan][host][cost_io]") {
   const std::string plain = costModelToJson(m, false);
   CHECK(plain.find("group_host_s") == std::string::npos);  // 0: not written
   CHECK(plain.find("host_steal") == std::string::npos);
+  CHECK(plain.find("host_dilation") == std::string::npos);  // 1: not written
   m.group_host_s = 2.5e-4;
   m.host_steal = 1.5;
+  m.host_dilation = 7.5;
   CostModel back;
   REQUIRE(parseCostModel(costModelToJson(m, true), &back).ok());
   CHECK(back.group_host_s == 2.5e-4);
   CHECK(back.host_steal == 1.5);
+  CHECK(back.host_dilation == 7.5);
+  {
+    // Below 1 (a second of CPU in less than a second) is refused, naming it.
+    std::string t = costModelToJson(m, false);
+    t.replace(t.find("7.5", t.find("\"host_dilation\"")), 3, "0.5");
+    CostModel x;
+    const Status bad = parseCostModel(t, &x);
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.message().find("host_dilation") != std::string::npos);
+  }
   std::string text = costModelToJson(m, false);
   text.replace(text.find("0.00025"), 7, "-0.001");
   const Status st = parseCostModel(text, &back);
@@ -139,6 +187,13 @@ TEST_CASE("host cost: the fields in a cost file", "[plan][host][cost_io]") {
   in.cost.host_steal = std::numeric_limits<double>::infinity();
   Plan p;
   CHECK_FALSE(computePlan("mgs", in, &p).ok());
+  in.cost.host_steal = 0;
+  in.cost.host_dilation = 0.5;
+  CHECK_FALSE(computePlan("mgs", in, &p).ok());
+  in.cost.host_dilation = std::numeric_limits<double>::quiet_NaN();
+  CHECK_FALSE(computePlan("mgs", in, &p).ok());
+  in.cost.host_dilation = 3.0;
+  CHECK(computePlan("mgs", in, &p).ok());
 }
 
 }  // namespace mgs::plan
