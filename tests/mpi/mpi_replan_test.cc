@@ -270,6 +270,25 @@ void run(double tolerance, bool penalize) {
   for (int r = 1; r < g_size; ++r)
     for (int s = 0; s < kSteps; ++s) differ_rejected += all_rejected[r * kSteps + s] != rejected_after[s];
   EXPECT(differ_rejected == 0, "%d per-step rejected re-plan counts differ across ranks", differ_rejected);
+  // A re-plan the refitted model prices no more than 3 % faster than the
+  // running plan is rejected without a trial: the rejected counter rises at a
+  // step where no trial started or ran (no candidate counter rise from two
+  // trials' length before), and the running plan stays (the same buckets).
+  {
+    constexpr int kTrialWindow = 2 * 2 * 2 + 2;  // 2 candidates x 2 rounds x 2 steps, and slack
+    int untried = 0;
+    for (int s = 1; s < kSteps; ++s) {
+      if (rejected_after[s] <= rejected_after[s - 1]) continue;
+      bool trial = false;
+      for (int t = std::max(1, s - kTrialWindow); t <= s; ++t) trial = trial || trials_after[t] > trials_after[t - 1];
+      if (trial) continue;
+      ++untried;
+      EXPECT(buckets_after[s] == buckets_after[s - 1],
+             "step %d: a re-plan rejected without a trial, but the plan went from %.0f to %.0f buckets", s,
+             buckets_after[s - 1], buckets_after[s]);
+    }
+    if (g_rank == 0) std::printf("re-plans rejected without a trial: %d\n", untried);
+  }
   if (!penalize) return;
   const float kept_trials = trials_after[kChange - 1];
   if (g_rank == 0)
