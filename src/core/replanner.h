@@ -172,7 +172,8 @@ class Replanner {
   void checkPlan(const Boundary& b, std::optional<PlanChoice>* out);
   // Rank 0: the candidates (the planner's plan, then the trials' uniform
   // cuts) as broadcast text; empty if the planner failed. `steal`: the
-  // coordinator's CPU share taken from backward (host_load.h).
+  // coordinator's CPU share taken from backward; `dilation`: the wall time
+  // a second of its CPU takes on shared cores (host_load.h).
   std::string planOnRankZero(const Boundary& b, bool with_trials, double steal, double dilation);
   // Collective: plan (with trials: the first plan after a profile); the
   // plan to run now into *out (untouched on failure).
