@@ -13,6 +13,15 @@ double clockSeconds(clockid_t id) {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
+// The coordinator thread's CPU and run-queue wait between two readings;
+// false when either reading failed or it ran less than kMinCpu.
+bool threadDeltas(const ThreadSchedule& before, const ThreadSchedule& after, double* cpu, double* wait) {
+  if (!before.ok || !after.ok) return false;
+  *cpu = after.cpu_s - before.cpu_s;
+  *wait = after.wait_s - before.wait_s;
+  return *cpu >= kMinCpu;
+}
+
 }  // namespace
 
 double threadCpuSeconds() { return clockSeconds(CLOCK_THREAD_CPUTIME_ID); }
@@ -32,20 +41,19 @@ ThreadSchedule readThreadSchedule() {
 }
 
 double hostSteal(const ThreadSchedule& before, const ThreadSchedule& after, int local_ranks, int cores) {
-  if (!before.ok || !after.ok) return 0.0;
-  const double cpu = after.cpu_s - before.cpu_s, wait = after.wait_s - before.wait_s;
+  double cpu = 0, wait = 0;
+  if (!threadDeltas(before, after, &cpu, &wait)) return 0.0;
   const double wall = after.wall_s - before.wall_s;
   const double others = (after.process_cpu_s - before.process_cpu_s) - cpu;
-  if (!(cpu >= kMinCpu) || !(wait >= 0) || !(wall > 0)) return 0.0;
+  if (!(wait >= 0) || !(wall > 0)) return 0.0;
   if (wait < kBusyWait * cpu) return 0.0;
   if (others < kTrainingCpu * wall) return 0.0;
   return std::max(1.0, static_cast<double>(std::max(local_ranks, 1)) / std::max(cores, 1));
 }
 
 double hostDilation(const ThreadSchedule& before, const ThreadSchedule& after) {
-  if (!before.ok || !after.ok) return 1.0;
-  const double cpu = after.cpu_s - before.cpu_s, wait = after.wait_s - before.wait_s;
-  if (!(cpu >= kMinCpu) || !(wait >= kBusyWait * cpu)) return 1.0;
+  double cpu = 0, wait = 0;
+  if (!threadDeltas(before, after, &cpu, &wait) || !(wait >= kBusyWait * cpu)) return 1.0;
   return (cpu + wait) / cpu;
 }
 

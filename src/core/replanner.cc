@@ -533,12 +533,11 @@ Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<Plan
   // found no better. The running plan stays with its new prediction.
   replan_trial_ = false;
   if (!with_trials && cands.size() == 2) {
-    const bool differ = cands[0].groups != cands[1].groups;
-    const bool gain = replanWorthTrial(cands[0].predicted_span, cands[1].predicted_span, kTrialMargin);
-    if (differ && config_.plan_trial_steps > 1 && gain) {
+    const bool triable = cands[0].groups != cands[1].groups && config_.plan_trial_steps > 1;
+    if (triable && replanWorthTrial(cands[0].predicted_span, cands[1].predicted_span, kTrialMargin)) {
       replan_trial_ = true;
       cands[1].label = "re-plan " + cands[1].label;
-    } else if (differ && config_.plan_trial_steps > 1) {
+    } else if (triable) {
       ++stats_.replans_rejected;
       if (comm_.rank() == 0)
         MGS_LOG_INFO(

@@ -51,6 +51,9 @@ namespace {
 int g_size = 0;
 constexpr int kChange = 25, kSteps = 100, kFastMs = 1, kSlowMs = 6;
 constexpr int kCooldown = 10;  // OnlineCost::Options::cooldown
+// A re-plan's trial: the running plan and the re-plan, 2 rounds of visits
+// of kTrialVisitSteps steps (core/plan_trials.h).
+constexpr int kTrialVisitSteps = 2, kTrialSpan = 2 * 2 * kTrialVisitSteps;
 // Penalized plans pause this long a step: well above the spread of a
 // loaded CI machine's steps (one bucket's visits read 265 and 436 ms there
 // with 10x tensors, and a 100 ms pause lost to that noise).
@@ -279,7 +282,7 @@ void run(double tolerance, bool penalize) {
   // step where no trial started or ran (no candidate counter rise from two
   // trials' length before), and the running plan stays (the same buckets).
   {
-    constexpr int kTrialWindow = 2 * 2 * 2 + 2;  // 2 candidates x 2 rounds x 2 steps, and slack
+    constexpr int kTrialWindow = kTrialSpan + 2;  // and a step of slack each side
     int untried = 0;
     for (int s = 1; s < kSteps; ++s) {
       if (rejected_after[s] <= rejected_after[s - 1]) continue;
@@ -311,7 +314,6 @@ void run(double tolerance, bool penalize) {
   // counter rose; a step counts as inside it with a step of slack each side.
   // Outside trials only the kept plan may run, and the last such step (a
   // trial may still run when the job ends) must run it.
-  constexpr int kTrialVisitSteps = 2, kTrialSpan = 2 * 2 * kTrialVisitSteps;
   std::vector<char> in_trial(kSteps, 0);
   for (int s = kChange; s < kSteps; ++s)
     if (trials_after[s] > trials_after[s - 1])

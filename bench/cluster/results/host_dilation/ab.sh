@@ -22,7 +22,11 @@ while read -r name trace rate net rho e fixed; do
       -C fixed-${fixed}MB -e $e -o $o/${name}_$b.jsonl -- --trace tools/traces/$trace.json --steps 40 \
       --profile-steps 3 --scale-time 0.25 --density $rho --sim-network $net --no-step-barrier \
       < /dev/null > $o/${name}_$b.out 2>&1
-    grep -h "rank 0.*merge plan (mgs\|rank 0.*keeping" /tmp/hd_logs/$1/${name}_$b/*.log | cut -c1-400 > $o/${name}_$b.plans.log
+    # rank 0's plan, trial and re-plan lines of each default run, under its label
+    for f in /tmp/hd_logs/$1/${name}_$b/*-rep?.log; do
+      echo "== $(basename "$f" .log)"
+      grep -h "rank 0.*merge plan (mgs\|rank 0.*keeping\|rank 0.*re-planning at" "$f" | cut -c1-400
+    done > $o/${name}_$b.plans.log
   done
 done <<CELLS
 resnet50_10gbit_0.01 resnet50 10gbit 10gbe 0.01 0.01 64
