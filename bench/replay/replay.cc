@@ -330,6 +330,22 @@ int main(int argc, char** argv) {
   // times above leave each step's barrier out); --steps is at least 1.
   const double period_s = std::chrono::duration<double>(Clock::now() - timed_start).count() / steps;
   check(mgs_get_stats(&s1, sizeof s1), "mgs_get_stats");
+  // The running plan's buckets, predicted against measured (means over the
+  // steps the online check compared; microseconds from the first gradient of
+  // the rank that started the step last), for fitting the cost model.
+  std::vector<mgs_plan_bucket_t> pb(64);
+  size_t npb = 0;
+  if (mgs_get_plan_buckets(pb.data(), pb.size(), sizeof(mgs_plan_bucket_t), &npb) != MGS_SUCCESS) npb = 0;
+  pb.resize(std::min(npb, pb.size()));
+  std::vector<double> pb_elements, pb_pred_ready, pb_meas_ready, pb_pred_end, pb_meas_end;
+  for (const auto& b : pb) {
+    const double n = b.checks ? static_cast<double>(b.checks) : 1.0;
+    pb_elements.push_back(static_cast<double>(b.elements));
+    pb_pred_ready.push_back(static_cast<double>(b.predicted_ready_us) * 1e-3);
+    pb_meas_ready.push_back(b.checks ? static_cast<double>(b.measured_ready_sum_us) / n * 1e-3 : -1);
+    pb_pred_end.push_back(static_cast<double>(b.predicted_end_us) * 1e-3);
+    pb_meas_end.push_back(b.checks ? static_cast<double>(b.measured_end_sum_us) / n * 1e-3 : -1);
+  }
   if (rank == 0 && s1.plan_trials > s0.plan_trials)
     std::cerr << "mgs-replay: " << s1.plan_trials - s0.plan_trials
               << " candidate plans first ran on trial during the timed steps: they time the trials, not the plan "
@@ -400,6 +416,17 @@ int main(int argc, char** argv) {
        << ",\"max_s\":" << fmt(*std::max_element(max_s.begin(), max_s.end())) << ",\"period_s\":" << fmt(period_s)
        << ",\"step_barrier\":" << (no_step_barrier ? "false" : "true") << ",\"step_s\":" << jsonArray(max_s)
        << ",\"plan_buckets\":" << s1.plan_buckets << ",\"plans\":" << s1.plans
+       << ",\"plan_span_plan_checks\":" << s1.plan_span_plan_checks << ",\"plan_span_predicted_mean_ms\":"
+       << fmt(s1.plan_span_plan_checks ? double(s1.plan_span_predicted_sum_us) / double(s1.plan_span_plan_checks) / 1e3
+                                       : 0)
+       << ",\"plan_span_measured_mean_ms\":"
+       << fmt(s1.plan_span_plan_checks ? double(s1.plan_span_measured_sum_us) / double(s1.plan_span_plan_checks) / 1e3
+                                       : 0)
+       << ",\"plan_bucket_elements\":" << jsonArray(pb_elements)
+       << ",\"plan_bucket_ready_ms\":{\"predicted\":" << jsonArray(pb_pred_ready)
+       << ",\"measured\":" << jsonArray(pb_meas_ready)
+       << "},\"plan_bucket_end_ms\":{\"predicted\":" << jsonArray(pb_pred_end)
+       << ",\"measured\":" << jsonArray(pb_meas_end) << "}"
        << ",\"replans_rejected\":" << s1.plan_replans_rejected << ",\"plan_trials\":" << s1.plan_trials
        << ",\"plan_trials_in_timed_steps\":" << s1.plan_trials - s0.plan_trials
        << ",\"allreduce_ring_min_bytes\":" << s1.allreduce_ring_min_bytes << ",\"allreduce_ring_ops_per_step\":"

@@ -212,7 +212,7 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
     t.push_back(sel_fixed + std::max(bc_cpu + ar_cpu, ag_cpu));
   }
   // How far the start-ups of allgathers in flight together overlap
-  // (CostModel::allgather_overlap, the coordinator model): one small
+  // (CostModel::allgather_overlap and inflight_overlap): one small
   // allgather started and waited for, against kOverlapK started together
   // and then waited for, as the pipeline keeps them in flight. Without
   // nonblocking collectives every start runs to its end: no overlap.
@@ -247,6 +247,10 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
   out->group_host_s = t[i++];
   const double ag_one = t[i++], ag_k = t[i++];
   out->allgather_overlap = allgatherOverlap(ag_one, ag_k, kOverlapK);
+  // The same measurement prices exchanges in flight in the timeline model
+  // (CostModel::inflight_overlap): a bucket's exchange starts while the one
+  // before it is still in flight, as the pipeline runs them.
+  out->inflight_overlap = out->allgather_overlap;
   // Every CPU selector (exact top-k included) is a constant number of passes: linear.
   MGS_RETURN_IF_ERROR(plan::SparsifyModel::fit(plan::SparsifyModel::Kind::kLinear, sel, &out->sparsify));
   // A negotiation round is an allreduce of a few hundred bytes (the ready

@@ -30,7 +30,8 @@ inline const std::vector<size_t>& calibrationSelectionSizes() {
 Status fitCollectives(const CollectiveSizes& sizes, const std::vector<double>& seconds, int P, plan::CostModel* out);
 
 // Collective: every rank ends with the same terms (allreduce, allgather,
-// broadcast, sparsify, negotiation_s, group_host_s, allgather_overlap); the
+// broadcast, sparsify, negotiation_s, group_host_s, allgather_overlap and
+// inflight_overlap, the same measurement); the
 // other fields of *out are left as they are.
 Status measureCostModel(Communicator& comm, const compress::Selector& selector, plan::CostModel* out);
 

@@ -230,6 +230,11 @@ double CostModel::firstStageSeconds(Exchange e, int64_t elements) const {
   return selectionSeconds(e, elements) + group_host_s * host_dilation;
 }
 
+double CostModel::queuedStageSeconds(Exchange e, int64_t elements) const {
+  if (!starvedCoordinator()) return firstStageSeconds(e, elements);
+  return selectionSeconds(e, elements) + group_host_s;
+}
+
 Exchange CostModel::chooseExchange(int64_t elements) const {
   Exchange best = Exchange::kAllgather;
   double best_s = 0;

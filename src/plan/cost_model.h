@@ -145,13 +145,15 @@ struct CostModel {
   // earlier than its start + T, nor than the previous exchange's end + T -
   // inflight_overlap x (its start-up, at most T). 0, the papers' model and
   // the default of every file without the field: one exchange after
-  // another. A what-if term for mgs-plan / mgs-sim and cost files; the
-  // runtime's calibration does not set it: measured from small allreduces
-  // in flight it came out at 0.97 on 16 emulated hosts, where each extra
-  // bucket in fact added ~3 ms of CPU (16 ranks on 2 cores), and the
-  // planner then chose 14 buckets for a step 30 % slower than its 3-bucket
-  // plan (bench/NOTES.md, "The whole 1-128 MB sweep, and a model of
-  // exchanges in flight").
+  // another. The runtime's calibration sets it to the allgather overlap it
+  // measures (allgather_overlap: one small allgather against four in
+  // flight together). Without it, a plan of many small buckets (layer-wise)
+  // was priced at about twice its measured span on 4-16 emulated hosts;
+  // with it, and with a starved coordinator's queued groups at their CPU
+  // time (queuedStageSeconds), within 15 % on 4 and 8 (docs/benchmarks.md,
+  // "Emulated cluster: how well the plan predicts its steps"). It moves only
+  // plans of many buckets: each bucket's fixed CPU (group_host_s,
+  // host_dilation, host_steal) keeps the planner from cutting many.
   double inflight_overlap = 0.0;
   // The coordinator's fixed CPU per group, beyond what scales with the
   // group's size: the threshold's sample and search, starting, polling and
@@ -249,6 +251,15 @@ struct CostModel {
   // is in, and the layers' backward times, measured by the runtime with
   // that work going on, already hold it.
   double firstStageSeconds(Exchange e, int64_t elements) const;
+  // Whether the coordinator waits for cores that training does not hold
+  // (host_dilation > 1, host_steal 0).
+  bool starvedCoordinator() const { return host_steal <= 0 && host_dilation > 1; }
+  // The first stage of a group that the coordinator runs right after the
+  // previous group's, in the same turn on a core (it shares that group's
+  // negotiation round; timeline.h, QueuedStage): its selection and
+  // group_host_s, not stretched by a wait for a core. firstStageSeconds
+  // unless starvedCoordinator().
+  double queuedStageSeconds(Exchange e, int64_t elements) const;
   // The allowed exchange with the least selection + communication time;
   // ties go to the lower enum value (allgather, then agreed, then dense,
   // then hierarchical). The hierarchical exchange is a candidate only with

@@ -7,7 +7,7 @@ namespace mgs::plan {
 
 PlannerResult planMgsGreedy(const std::vector<LayerInfo>& layers, const ElementCost& allgather,
                             const ElementCost& sparsify, bool released, Selection selection, double negotiation_s,
-                            const ElementCost& overlap) {
+                            const ElementCost& overlap, const QueuedStage& queued) {
   const int n = static_cast<int>(layers.size());
   PlannerResult r;
   if (n == 0) return r;
@@ -54,7 +54,7 @@ PlannerResult planMgsGreedy(const std::vector<LayerInfo>& layers, const ElementC
     lengths.erase(lengths.begin());
   }
   r.groups = groupsFromLengths(lengths);
-  r.predicted_s = sparseTime(layers, r.groups, allgather, sparsify, selection, negotiation_s, overlap);
+  r.predicted_s = sparseTime(layers, r.groups, allgather, sparsify, selection, negotiation_s, overlap, queued);
   return r;
 }
 

@@ -83,11 +83,12 @@ void thin(std::vector<State>& front, int cap) {
 class GroupCosts {
  public:
   GroupCosts(const std::vector<LayerInfo>& layers, const ElementCost& allgather, const ElementCost& sparsify,
-             const ElementCost& overlap)
+             const ElementCost& overlap, const QueuedStage& queued = {})
       : n_(static_cast<int>(layers.size())),
         comm_(size_t(n_) * (n_ + 1) / 2),
         select_(comm_.size()),
-        overlap_(comm_.size(), 0.0) {
+        overlap_(comm_.size(), 0.0),
+        queued_(queued ? comm_.size() : 0) {
     for (int e = 1; e <= n_; ++e) {
       int64_t elements = 0;
       for (int s = e - 1; s >= 0; --s) {
@@ -95,17 +96,22 @@ class GroupCosts {
         comm_[at(s, e)] = allgather(elements);
         select_[at(s, e)] = sparsify(elements);
         if (overlap) overlap_[at(s, e)] = std::clamp(overlap(elements), 0.0, comm_[at(s, e)]);
+        if (queued) queued_[at(s, e)] = queued(elements);
       }
     }
   }
   double comm(int s, int e) const { return comm_[at(s, e)]; }
   double select(int s, int e) const { return select_[at(s, e)]; }
   double overlap(int s, int e) const { return overlap_[at(s, e)]; }
+  // The first stage of a group that shares the round before it (QueuedStage;
+  // select() without one), and the lesser of the two: what the bounds charge.
+  double queued(int s, int e) const { return queued_.empty() ? select(s, e) : queued_[at(s, e)]; }
+  double leastSelect(int s, int e) const { return std::min(select(s, e), queued(s, e)); }
 
  private:
   size_t at(int s, int e) const { return size_t(e) * (e - 1) / 2 + (e - 1 - s); }
   int n_;
-  std::vector<double> comm_, select_, overlap_;
+  std::vector<double> comm_, select_, overlap_, queued_;
 };
 
 // Lower bounds on what layers e..n-1 still add to a state, over every way of
@@ -135,10 +141,11 @@ SuffixBounds suffixBounds(const std::vector<LayerInfo>& layers, const GroupCosts
   for (int e = n; e >= 1; --e) {
     for (int s = e - 1; s >= 0; --s) {
       b.comm[s] = std::min(b.comm[s], cost.comm(s, e) - cost.overlap(s, e) + b.comm[e]);
-      select[s] = std::min(select[s], cost.select(s, e) + select[e]);
+      const double least = cost.leastSelect(s, e);
+      select[s] = std::min(select[s], least + select[e]);
       if (selection == Selection::kSeparate) {
-        sel_last[s] = std::min(sel_last[s], cost.select(s, e) + (e == n ? cost.comm(s, e) : sel_last[e]));
-        sel_first[s] = std::min(sel_first[s], cost.select(s, e) + cost.comm(s, e) + b.comm[e]);
+        sel_last[s] = std::min(sel_last[s], least + (e == n ? cost.comm(s, e) : sel_last[e]));
+        sel_first[s] = std::min(sel_first[s], least + cost.comm(s, e) + b.comm[e]);
       }
     }
   }
@@ -252,7 +259,8 @@ PlannerResult roundsDp(const std::vector<LayerInfo>& layers, const GroupCosts& c
           comm_ready = step.end;
         } else {
           step = negotiationRound(p.round, 0.0, p.compute, ready[e], negotiation_s);
-          compute = (step.shared ? p.compute : step.end) + select;
+          // timeline.cc: a group sharing a round runs in the same turn.
+          compute = step.shared ? p.compute + cost.queued(s, e) : step.end + select;
           comm_ready = compute;
         }
         if (compute + bound.compute[e] > limit) continue;
@@ -291,7 +299,8 @@ double limitFor(double known_s) { return known_s * (1 + 1e-9) + 1e-300; }
 }  // namespace
 
 PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& allgather, const ElementCost& sparsify,
-                      int front_cap, Selection selection, double negotiation_s, const ElementCost& overlap) {
+                      int front_cap, Selection selection, double negotiation_s, const ElementCost& overlap,
+                      const QueuedStage& queued_in) {
   const int n = static_cast<int>(layers.size());
   if (n == 0) return {};
   // Without bounds the fronts reach thousands of states when communication
@@ -300,11 +309,13 @@ PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& a
   // evaluated on the model being planned.
   // (A second pass bounded by a first capped pass's plan was tried: it did
   // not bring capped fronts under the cap on the shipped traces.)
-  const GroupCosts cost(layers, allgather, sparsify, overlap);
+  // The queued stage applies to the separate stage with rounds only (timeline.cc).
+  const QueuedStage queued = negotiation_s > 0 && selection == Selection::kSeparate ? queued_in : QueuedStage{};
+  const GroupCosts cost(layers, allgather, sparsify, overlap, queued);
   const SuffixBounds bound = suffixBounds(layers, cost, selection);
-  PlannerResult known = planMgsGreedy(layers, allgather, sparsify, false, selection, negotiation_s, overlap);
+  PlannerResult known = planMgsGreedy(layers, allgather, sparsify, false, selection, negotiation_s, overlap, queued);
   for (Groups g : {planLayerwise(n), planSingle(n)}) {
-    const double t = sparseTime(layers, g, allgather, sparsify, selection, negotiation_s, overlap);
+    const double t = sparseTime(layers, g, allgather, sparsify, selection, negotiation_s, overlap, queued);
     if (t < known.predicted_s) known.groups = std::move(g), known.predicted_s = t;
   }
   const double limit = limitFor(known.predicted_s);
@@ -315,7 +326,7 @@ PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& a
   // The DP's own arithmetic may differ from the timeline's in the last bits:
   // report what the timeline says of the plan it chose.
   if ((negotiation_s > 0 || overlap) && !r.groups.empty())
-    r.predicted_s = sparseTime(layers, r.groups, allgather, sparsify, selection, negotiation_s, overlap);
+    r.predicted_s = sparseTime(layers, r.groups, allgather, sparsify, selection, negotiation_s, overlap, queued);
   // Only the cap can lose the optimal path; the known plan is then as good.
   if (r.groups.empty() || r.predicted_s > known.predicted_s) {
     r.groups = std::move(known.groups);

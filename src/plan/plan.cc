@@ -11,6 +11,7 @@ namespace {
 struct Costs {
   ElementCost allreduce, allgather, sparsify;
   ElementCost overlap;  // empty without exchanges in flight (inflight_overlap = 0)
+  QueuedStage queued;   // empty unless the coordinator is starved (CostModel::starvedCoordinator)
 };
 
 // The cost functions refer to `cost`, which must outlive them. The sparse
@@ -26,9 +27,12 @@ Costs costsOf(const CostModel& cost) {
   Costs c{[&cost](int64_t n) { return cost.allreduceSeconds(n); },
           [&cost](int64_t n) { return cost.wireSeconds(cost.chooseExchange(n), n); },
           [&cost](int64_t n) { return cost.firstStageSeconds(cost.chooseExchange(n), n); },
+          {},
           {}};
   if (cost.inflight_overlap > 0)
     c.overlap = [&cost](int64_t n) { return cost.overlapSeconds(cost.chooseExchange(n), n); };
+  if (cost.starvedCoordinator())
+    c.queued = [&cost](int64_t n) { return cost.queuedStageSeconds(cost.chooseExchange(n), n); };
   return c;
 }
 
@@ -56,7 +60,8 @@ Groups searchCoordinator(const PlanInput& in, const Costs& f, const Groups& dp_g
   auto eval = [&](const Groups& g) { return coordinatorPrediction(in, g); };
   std::vector<Groups> candidates = {dp_groups, planSingle(n), planLayerwise(n)};
   candidates.push_back(
-      planMgsGreedy(in.layers, f.allgather, f.sparsify, false, in.selection, in.cost.negotiation_s, f.overlap).groups);
+      planMgsGreedy(in.layers, f.allgather, f.sparsify, false, in.selection, in.cost.negotiation_s, f.overlap, f.queued)
+          .groups);
   // Fixed thresholds of 1/1 .. 1/64 of the model, then down to 1/1024.
   int64_t total = 0;
   for (const LayerInfo& l : in.layers) total += l.elements * in.cost.bytes_per_element;
@@ -175,9 +180,11 @@ Status computePlan(const std::string& planner, const PlanInput& in, Plan* plan) 
   if (planner == "mgs" || planner == "mgs-greedy" || planner == "mgwfbp" || planner == "mgwfbp-greedy") {
     PlannerResult r;
     if (planner == "mgs")
-      r = planMgs(in.layers, f.allgather, f.sparsify, in.front_cap, in.selection, in.cost.negotiation_s, f.overlap);
+      r = planMgs(in.layers, f.allgather, f.sparsify, in.front_cap, in.selection, in.cost.negotiation_s, f.overlap,
+                  f.queued);
     if (planner == "mgs-greedy")
-      r = planMgsGreedy(in.layers, f.allgather, f.sparsify, false, in.selection, in.cost.negotiation_s, f.overlap);
+      r = planMgsGreedy(in.layers, f.allgather, f.sparsify, false, in.selection, in.cost.negotiation_s, f.overlap,
+                        f.queued);
     if (planner == "mgwfbp") r = planMgwfbp(in.layers, f.allreduce);
     if (planner == "mgwfbp-greedy") r = planMgwfbpGreedy(in.layers, f.allreduce, in.cost.allreduce.startup());
     out.groups = std::move(r.groups);
@@ -210,7 +217,7 @@ Status planTimeline(const PlanInput& in, const Groups& groups, bool sparse, std:
     return Status::OK();
   }
   *timeline = sparse ? sparseTimeline(in.layers, groups, f.allgather, f.sparsify, in.selection, in.cost.negotiation_s,
-                                     f.overlap)
+                                      f.overlap, f.queued)
                      : denseTimeline(in.layers, groups, f.allreduce);
   return Status::OK();
 }

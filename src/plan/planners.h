@@ -49,20 +49,25 @@ constexpr int kDefaultFrontCap = 256;
 // `overlap`: exchanges in flight (sparseTimeline). The transition stays
 // non-decreasing in both coordinates, so the DP stays exact without rounds;
 // the bounds charge each later group its exchange less its overlap.
+//
+// `queued`: a starved coordinator's first stage for a group that shares a
+// round (timeline.h, QueuedStage), with rounds under kSeparate only; the
+// bounds charge the lesser of the two first stages.
 PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& allgather, const ElementCost& sparsify,
                       int front_cap = kDefaultFrontCap, Selection selection = Selection::kCompute,
-                      double negotiation_s = 0, const ElementCost& overlap = {});
+                      double negotiation_s = 0, const ElementCost& overlap = {}, const QueuedStage& queued = {});
 
 // The authors' MGS rule (§5.2), with the off-by-one fixed. `released`
 // reproduces the released code instead, which always puts the first two
 // gradients (the paper's L-1 and L-2) in one group without evaluating it.
 // The merge decisions always follow the paper's compute-stream model, with
 // one negotiation round per call; `selection` and `negotiation_s` only pick
-// the model predicted_s is evaluated on (with `overlap`, sparseTimeline's).
+// the model predicted_s is evaluated on (with `overlap` and `queued`,
+// sparseTimeline's).
 PlannerResult planMgsGreedy(const std::vector<LayerInfo>& layers, const ElementCost& allgather,
                             const ElementCost& sparsify, bool released = false,
                             Selection selection = Selection::kCompute, double negotiation_s = 0,
-                            const ElementCost& overlap = {});
+                            const ElementCost& overlap = {}, const QueuedStage& queued = {});
 
 // Horovod/DDP-style fusion (§6): close a group once it holds at least
 // `threshold_bytes`; 0 gives one group per layer.

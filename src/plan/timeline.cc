@@ -29,7 +29,7 @@ std::vector<GroupTiming> denseTimeline(const std::vector<LayerInfo>& layers, con
 
 std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, const Groups& groups,
                                         const ElementCost& allgather, const ElementCost& sparsify, Selection selection,
-                                        double negotiation_s, const ElementCost& overlap) {
+                                        double negotiation_s, const ElementCost& overlap, const QueuedStage& queued) {
   std::vector<GroupTiming> out;
   out.reserve(groups.size());
   // kCompute: `compute` is the compute stream (backward + selection) and
@@ -58,7 +58,8 @@ std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, co
       // A shared round has ended before the coordinator's current work.
       t.select_start_s = r.shared ? selected : r.end;
       t.negotiated_s = r.end;
-      t.sparsified_s = selected = t.select_start_s + sparsify(t.elements);
+      const bool in_turn = r.shared && negotiation_s > 0 && queued;
+      t.sparsified_s = selected = t.select_start_s + (in_turn ? queued(t.elements) : sparsify(t.elements));
     }
     t.shared_round = r.shared;
     round_start = r.start, round_end = r.end;
@@ -77,8 +78,9 @@ double denseTime(const std::vector<LayerInfo>& layers, const Groups& groups, con
 }
 
 double sparseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allgather,
-                  const ElementCost& sparsify, Selection selection, double negotiation_s, const ElementCost& overlap) {
-  const auto t = sparseTimeline(layers, groups, allgather, sparsify, selection, negotiation_s, overlap);
+                  const ElementCost& sparsify, Selection selection, double negotiation_s, const ElementCost& overlap,
+                  const QueuedStage& queued) {
+  const auto t = sparseTimeline(layers, groups, allgather, sparsify, selection, negotiation_s, overlap, queued);
   return t.empty() ? 0.0 : t.back().comm_end_s;
 }
 

@@ -88,6 +88,15 @@ inline RoundStep negotiationRound(double last_start, double last_end, double fre
   return {start, start + negotiation_s, false};
 }
 
+// The first stage of a group that shares the round before it, when the
+// coordinator waits for a core each time it wakes (CostModel::host_dilation
+// > 1): the kSeparate model with negotiation rounds (negotiation_s > 0) runs
+// such a group right after the previous group's, in the same turn on a
+// core, at this cost; a group that a round of its own declares costs
+// `sparsify`, after which the coordinator waits for a core again. At most
+// `sparsify`. Empty, or without rounds: `sparsify` for every group.
+using QueuedStage = ElementCost;
+
 // §3.1, WFBP with merging: backward never waits; group g starts its allreduce
 // when it is ready and the previous allreduce has finished.
 std::vector<GroupTiming> denseTimeline(const std::vector<LayerInfo>& layers, const Groups& groups,
@@ -109,13 +118,13 @@ std::vector<GroupTiming> denseTimeline(const std::vector<LayerInfo>& layers, con
 std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, const Groups& groups,
                                         const ElementCost& allgather, const ElementCost& sparsify,
                                         Selection selection = Selection::kCompute, double negotiation_s = 0,
-                                        const ElementCost& overlap = {});
+                                        const ElementCost& overlap = {}, const QueuedStage& queued = {});
 
 // End of the last communication (the objective); 0 for no layers.
 double denseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allreduce);
 double sparseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allgather,
                   const ElementCost& sparsify, Selection selection = Selection::kCompute, double negotiation_s = 0,
-                  const ElementCost& overlap = {});
+                  const ElementCost& overlap = {}, const QueuedStage& queued = {});
 
 // "compute" / "separate", for tools, logs and configuration.
 const char* selectionName(Selection selection);

@@ -238,6 +238,8 @@ TEST_CASE("job cost model: MGS_CALIBRATION=<file> measured once, saved once by r
     REQUIRE_FALSE(r.file_after_resolve);  // saved once, after the node terms, not at each step
     REQUIRE(r.model.workers == P);
     REQUIRE(r.model.density == config.density);
+    // Exchanges in flight are priced with the overlap calibration measured.
+    REQUIRE(r.model.inflight_overlap == r.model.allgather_overlap);
   }
   std::string text;
   {

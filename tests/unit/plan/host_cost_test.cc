@@ -59,7 +59,17 @@ TEST_CASE("host cost: what a group costs the first stage", "[plan][host]") {
   c.host_steal = 0;
   CHECK(c.firstStageSeconds(e, n) == Approx(c.selectionSeconds(e, n) + 3e-3));
   CHECK(c.firstStageSeconds(Exchange::kDense, n) == Approx(3e-3));
+  // ... but a group run right after the one before, in the same turn on a
+  // core, does not wait for it: its CPU time alone.
+  CHECK(c.starvedCoordinator());
+  CHECK(c.queuedStageSeconds(e, n) == Approx(c.selectionSeconds(e, n) + 3e-4));
+  c.host_steal = 2.0;  // busy with training: the first stage as it is
+  CHECK_FALSE(c.starvedCoordinator());
+  CHECK(c.queuedStageSeconds(e, n) == c.firstStageSeconds(e, n));
+  c.host_steal = 0;
   c.host_dilation = 1.0;
+  CHECK_FALSE(c.starvedCoordinator());
+  CHECK(c.queuedStageSeconds(e, n) == c.firstStageSeconds(e, n));
   // The exchange choice ignores them: the same on every rank whatever the
   // rank measured of its own load.
   CostModel d = agreedModel();

@@ -45,6 +45,32 @@ TEST_CASE("rounds: a group ready before a round starts shares it", "[plan][round
   CHECK(s[2].comm_end_s == 13.0);  // comms 5..7, 9..11, then c (selected 9..10) 11..13
 }
 
+TEST_CASE("rounds: a starved coordinator runs a group that shares a round in the same turn", "[plan][rounds]") {
+  // As above with selections of 1 and free communication; c shares b's
+  // round. With a queued stage of 0.25 (QueuedStage) c's selection takes
+  // 0.25 after b's: 9..9.25; a and b, each declared by a round of its own,
+  // still take 1.
+  const ElementCost one = [](int64_t n) { return n > 0 ? 1.0 : 0.0; };
+  const ElementCost quarter = [](int64_t n) { return n > 0 ? 0.25 : 0.0; };
+  const auto plain = sparseTimeline(threeLayers(), planLayerwise(3), kFree, one, Selection::kSeparate, 3.0);
+  const auto q = sparseTimeline(threeLayers(), planLayerwise(3), kFree, one, Selection::kSeparate, 3.0, {}, quarter);
+  REQUIRE(q.size() == 3);
+  CHECK(plain[2].sparsified_s == 10.0);
+  CHECK(q[0].sparsified_s == 5.0);
+  CHECK(q[1].sparsified_s == 9.0);
+  CHECK(q[2].shared_round);
+  CHECK(q[2].sparsified_s == 9.25);
+  CHECK(q[2].comm_end_s == 9.25);
+  CHECK(sparseTime(threeLayers(), planLayerwise(3), kFree, one, Selection::kSeparate, 3.0, {}, quarter) == 9.25);
+  // Without rounds, or on the compute stream, it changes nothing.
+  for (double n_s : {0.0, 3.0}) {
+    const Selection sel = n_s > 0 ? Selection::kCompute : Selection::kSeparate;
+    const auto a = sparseTimeline(threeLayers(), planLayerwise(3), kTwo, one, sel, n_s);
+    const auto b = sparseTimeline(threeLayers(), planLayerwise(3), kTwo, one, sel, n_s, {}, quarter);
+    for (size_t g = 0; g < a.size(); ++g) CHECK(a[g].comm_end_s == b[g].comm_end_s);
+  }
+}
+
 TEST_CASE("rounds: on the compute stream the rounds sit between selection and communication", "[plan][rounds]") {
   // Selections end at 1, 1.5, 2; rounds 1..4 (a), 4..7 (b; c shares it).
   const auto t = sparseTimeline(threeLayers(), planLayerwise(3), kTwo, kFree, Selection::kCompute, 3.0);
@@ -81,7 +107,7 @@ TEST_CASE("rounds: one group costs what it did; many share, so layer-wise costs 
 
 // Every plan of `layers`, evaluated on the timeline with rounds.
 double bruteForceRounds(const std::vector<LayerInfo>& layers, const ElementCost& comm, const ElementCost& sel,
-                        Selection selection, double n_s) {
+                        Selection selection, double n_s, const QueuedStage& queued = {}) {
   const int n = static_cast<int>(layers.size());
   double best = std::numeric_limits<double>::infinity();
   for (uint32_t mask = 0; mask < (1u << (n - 1)); ++mask) {
@@ -89,7 +115,7 @@ double bruteForceRounds(const std::vector<LayerInfo>& layers, const ElementCost&
     int len = 0;
     for (int i = 0; i < n; ++i)
       if (++len, i == n - 1 || (mask >> i & 1u)) lengths.push_back(len), len = 0;
-    best = std::min(best, sparseTime(layers, groupsFromLengths(lengths), comm, sel, selection, n_s));
+    best = std::min(best, sparseTime(layers, groupsFromLengths(lengths), comm, sel, selection, n_s, {}, queued));
   }
   return best;
 }
@@ -123,4 +149,45 @@ TEST_CASE("rounds: the mgs DP against brute force", "[plan][rounds][dp]") {
 }
 
 }  // namespace
+TEST_CASE("rounds: the mgs DP against brute force, a starved coordinator's queued groups", "[plan][rounds][dp]") {
+  // A group's first stage: its selection plus a fixed CPU h stretched d
+  // times by the wait for a core; queued behind the group before it, in the
+  // same turn, h alone (CostModel::queuedStageSeconds).
+  std::mt19937_64 rng(15);
+  std::uniform_real_distribution<double> ua(0.05, 3.0), ub(1e-4, 2e-3), uc(1e-5, 2e-4), un(0.1, 6.0), uh(0.0, 0.5),
+      ud(1.0, 20.0);
+  int exact = 0, total = 0, cheaper = 0, dearer = 0;
+  double worst = 0;
+  for (int t = 0; t < 300; ++t) {
+    const double a = ua(rng), b = ub(rng), c = uc(rng), n_s = un(rng), h = uh(rng), d = ud(rng);
+    const ElementCost ag = [a, b](int64_t e) { return e > 0 ? a + b * e : 0.0; };
+    const ElementCost woke = [c, h, d](int64_t e) { return e > 0 ? c * e + h * d : 0.0; };
+    const ElementCost queued = [c, h](int64_t e) { return e > 0 ? c * e + h : 0.0; };
+    const auto layers = randomLayers(rng, std::uniform_int_distribution<int>(1, 11)(rng));
+    const PlannerResult r = planMgs(layers, ag, woke, kDefaultFrontCap, Selection::kSeparate, n_s, {}, queued);
+    const double best = bruteForceRounds(layers, ag, woke, Selection::kSeparate, n_s, queued);
+    INFO("instance " << t << ", L = " << layers.size());
+    REQUIRE(validateGroups(r.groups, static_cast<int>(layers.size())).ok());
+    REQUIRE(relClose(r.predicted_s, sparseTime(layers, r.groups, ag, woke, Selection::kSeparate, n_s, {}, queued)));
+    REQUIRE(r.predicted_s >= best * (1 - 1e-12));
+    worst = std::max(worst, r.predicted_s / best - 1);
+    exact += relClose(r.predicted_s, best);
+    ++total;
+    // Layer-wise shares rounds, so queued groups make it cheaper as a rule.
+    // Not always: a selection that ends sooner lets the next round start
+    // sooner, and a group that would have shared a later round then may
+    // need one of its own (the rounds' sharing is not monotone).
+    const int n = static_cast<int>(layers.size());
+    const double lw = sparseTime(layers, planLayerwise(n), ag, woke, Selection::kSeparate, n_s, {}, queued);
+    const double lw_plain = sparseTime(layers, planLayerwise(n), ag, woke, Selection::kSeparate, n_s);
+    cheaper += lw < lw_plain * (1 - 1e-9);
+    dearer += lw > lw_plain * (1 + 1e-9);
+  }
+  INFO(exact << " / " << total << " optimal, worst gap " << worst << "; layer-wise cheaper in " << cheaper
+             << ", dearer in " << dearer);
+  CHECK(exact >= total * 97 / 100);
+  CHECK(worst < 0.03);
+  CHECK(cheaper > 2 * dearer);
+}
+
 }  // namespace mgs::plan
