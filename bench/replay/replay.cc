@@ -333,18 +333,23 @@ int main(int argc, char** argv) {
   // The running plan's buckets, predicted against measured (means over the
   // steps the online check compared; microseconds from the first gradient of
   // the rank that started the step last), for fitting the cost model.
-  std::vector<mgs_plan_bucket_t> pb(64);
+  // Every bucket: the count first, then the entries (layer-wise has one per tensor).
   size_t npb = 0;
-  if (mgs_get_plan_buckets(pb.data(), pb.size(), sizeof(mgs_plan_bucket_t), &npb) != MGS_SUCCESS) npb = 0;
-  pb.resize(std::min(npb, pb.size()));
+  std::vector<mgs_plan_bucket_t> pb;
+  if (mgs_get_plan_buckets(nullptr, 0, sizeof(mgs_plan_bucket_t), &npb) == MGS_SUCCESS) {
+    pb.resize(npb);
+    if (mgs_get_plan_buckets(pb.data(), pb.size(), sizeof(mgs_plan_bucket_t), &npb) != MGS_SUCCESS) pb.clear();
+    pb.resize(std::min(npb, pb.size()));
+  }
   std::vector<double> pb_elements, pb_pred_ready, pb_meas_ready, pb_pred_end, pb_meas_end;
   for (const auto& b : pb) {
-    const double n = b.checks ? static_cast<double>(b.checks) : 1.0;
+    // Milliseconds; a mean over the compared steps, -1 before the first.
+    const auto mean_ms = [&b](uint64_t sum_us) { return b.checks ? double(sum_us) / double(b.checks) * 1e-3 : -1.0; };
     pb_elements.push_back(static_cast<double>(b.elements));
     pb_pred_ready.push_back(static_cast<double>(b.predicted_ready_us) * 1e-3);
-    pb_meas_ready.push_back(b.checks ? static_cast<double>(b.measured_ready_sum_us) / n * 1e-3 : -1);
+    pb_meas_ready.push_back(mean_ms(b.measured_ready_sum_us));
     pb_pred_end.push_back(static_cast<double>(b.predicted_end_us) * 1e-3);
-    pb_meas_end.push_back(b.checks ? static_cast<double>(b.measured_end_sum_us) / n * 1e-3 : -1);
+    pb_meas_end.push_back(mean_ms(b.measured_end_sum_us));
   }
   if (rank == 0 && s1.plan_trials > s0.plan_trials)
     std::cerr << "mgs-replay: " << s1.plan_trials - s0.plan_trials

@@ -54,6 +54,14 @@ double allgatherOverlap(double one_s, double together_s, int k) {
   return std::min(1.0, std::max(0.0, overlap));
 }
 
+void setAllgatherOverlaps(double one_s, double together_s, int k, plan::CostModel* out) {
+  out->allgather_overlap = allgatherOverlap(one_s, together_s, k);
+  // The same measurement prices exchanges in flight in the timeline model:
+  // a bucket's exchange starts while the one before it is still in flight,
+  // as the pipeline runs them.
+  out->inflight_overlap = out->allgather_overlap;
+}
+
 Status fitCollectives(const CollectiveSizes& sizes, const std::vector<double>& t, int P, plan::CostModel* out) {
   MGS_ENSURE(t.size() >= sizes.allreduce.size() + sizes.allgather.size() + sizes.broadcast.size(), kInternal,
              "collective timings: " << t.size() << " figures");
@@ -246,11 +254,7 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
   for (size_t n : sel_n) sel.emplace_back(double(n), t[i++]);
   out->group_host_s = t[i++];
   const double ag_one = t[i++], ag_k = t[i++];
-  out->allgather_overlap = allgatherOverlap(ag_one, ag_k, kOverlapK);
-  // The same measurement prices exchanges in flight in the timeline model
-  // (CostModel::inflight_overlap): a bucket's exchange starts while the one
-  // before it is still in flight, as the pipeline runs them.
-  out->inflight_overlap = out->allgather_overlap;
+  setAllgatherOverlaps(ag_one, ag_k, kOverlapK, out);
   // Every CPU selector (exact top-k included) is a constant number of passes: linear.
   MGS_RETURN_IF_ERROR(plan::SparsifyModel::fit(plan::SparsifyModel::Kind::kLinear, sel, &out->sparsify));
   // A negotiation round is an allreduce of a few hundred bytes (the ready

@@ -31,7 +31,7 @@ Status fitCollectives(const CollectiveSizes& sizes, const std::vector<double>& s
 
 // Collective: every rank ends with the same terms (allreduce, allgather,
 // broadcast, sparsify, negotiation_s, group_host_s, allgather_overlap and
-// inflight_overlap, the same measurement); the
+// inflight_overlap: setAllgatherOverlaps); the
 // other fields of *out are left as they are.
 Status measureCostModel(Communicator& comm, const compress::Selector& selector, plan::CostModel* out);
 
@@ -40,6 +40,10 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
 // 0 when they take k times as long (clamped to [0, 1]; 1 without a usable
 // measurement).
 double allgatherOverlap(double one_s, double together_s, int k);
+// Sets out->allgather_overlap (the coordinator model) and
+// out->inflight_overlap (exchanges in flight in the timeline model) from
+// that one measurement.
+void setAllgatherOverlaps(double one_s, double together_s, int k, plan::CostModel* out);
 
 // The allreduce algorithm by size (Communicator::setRingMinBytes). mgs's
 // ring has 2(P-1) start-ups; Open MPI's nonblocking allreduce (out of place:

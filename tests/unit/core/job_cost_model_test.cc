@@ -329,6 +329,12 @@ TEST_CASE("allgather_overlap from one allgather against four started together", 
   CHECK(mgs::allgatherOverlap(1.0, 0.5, 4) == 1.0);   // faster than one (noise): clamped
   CHECK(mgs::allgatherOverlap(0.0, 1.0, 4) == 1.0);   // no usable measurement: the model's default
   CHECK(mgs::allgatherOverlap(1.0, 1.0, 1) == 1.0);
+  // Both models take the one measurement: the coordinator model's
+  // allgather_overlap and the timeline's exchanges in flight.
+  mgs::plan::CostModel m;
+  mgs::setAllgatherOverlaps(1.0, 2.5, 4, &m);
+  CHECK(m.allgather_overlap == Approx(0.5));
+  CHECK(m.inflight_overlap == Approx(0.5));
 }
 
 TEST_CASE("the ring's bound from timings of both allreduce algorithms", "[calibration]") {
