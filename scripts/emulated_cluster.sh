@@ -13,7 +13,7 @@
 # waits for: small collectives took ~25 ms instead of ~1 ms here).
 #
 # usage: scripts/emulated_cluster.sh [-n HOSTS] [-r 1gbit|10gbit|RATE] [-l LATENCY] [-s 10.77.0]
-#                                    [-m "extra mpirun args"] [-k] -- COMMAND [ARGS...]
+#                                    [-m "extra mpirun args"] [-t SECONDS] [-k] -- COMMAND [ARGS...]
 #   -n  hosts (ranks), default 4
 #   -r  per-link rate for tc tbf, default 1gbit ("none": no limit)
 #   -l  added one-way delay per link and direction, e.g. 0.5ms or 500us (default
@@ -24,6 +24,8 @@
 #       every frame for LATENCY in user space.
 #   -s  first three octets of the /24 used (hosts .1..N, the bridge .254)
 #   -m  extra mpirun arguments (e.g. "-x MGS_LOG_LEVEL=info")
+#   -t  stop the job after SECONDS (exit status 124) and remove the cluster;
+#       default 0: no limit
 #   -k  run COMMAND directly (not under mpirun) in the root namespace while the
 #       cluster is up, with EMULATED_HOSTS/EMULATED_AGENT/EMULATED_TAG set
 #       (to inspect it: ip netns, tc -s qdisc; or to run mpirun yourself)
@@ -38,7 +40,8 @@ latency=0
 subnet=10.77.0
 extra=""
 direct=0
-while getopts "n:r:l:s:m:kh" opt; do
+timeout_s=0
+while getopts "n:r:l:s:m:t:kh" opt; do
   case $opt in
     n) hosts=$OPTARG ;;
     r) rate=$OPTARG ;;
@@ -46,7 +49,8 @@ while getopts "n:r:l:s:m:kh" opt; do
     s) subnet=$OPTARG ;;
     m) extra=$OPTARG ;;
     k) direct=1 ;;
-    h) sed -n '2,27p' "$0"; exit 0 ;;
+    t) timeout_s=$OPTARG ;;
+    h) sed -n '2,34p' "$0"; exit 0 ;;
     *) exit 2 ;;
   esac
 done
@@ -54,6 +58,7 @@ shift $((OPTIND - 1))
 [ "${1:-}" = "--" ] && shift
 [ $# -gt 0 ] || { echo "emulated_cluster: no command (see -h)" >&2; exit 2; }
 [ "$hosts" -ge 1 ] && [ "$hosts" -le 200 ] || { echo "emulated_cluster: -n 1..200" >&2; exit 2; }
+case $timeout_s in *[!0-9]*|"") echo "emulated_cluster: -t wants whole seconds, not '$timeout_s'" >&2; exit 2 ;; esac
 [ "$(id -u)" = 0 ] || { echo "emulated_cluster: needs root (ip netns)" >&2; exit 2; }
 # LATENCY in microseconds (an integer or a decimal), from "0.5ms", "500us" or "0".
 case $latency in
@@ -70,9 +75,17 @@ bridge=${tag}br
 workdir=$(mktemp -d /tmp/emulated_cluster.XXXXXX)
 
 relays=()                     # pids of the delay lines this script started
+neigh_saved="" neigh_set=""   # the neighbour table limits before and while we run
+mpirun_pid="" watchdog=""     # the job and its timer (-t)
 cleanup() {
   local rc=$?
   set +e
+  if [ -n "$mpirun_pid" ]; then
+    kill -TERM "$mpirun_pid" 2>/dev/null
+    sleep 1
+    kill -KILL "$mpirun_pid" 2>/dev/null
+  fi
+  [ -n "$watchdog" ] && kill "$watchdog" 2>/dev/null
   for pid in "${relays[@]}"; do kill "$pid" 2>/dev/null; done
   for pid in "${relays[@]}"; do wait "$pid" 2>/dev/null; done
   for i in $(seq 1 "$hosts"); do
@@ -88,6 +101,11 @@ cleanup() {
     ip link del "${tag}e$i" 2>/dev/null   # the delay line's side (-l)
   done
   ip link del "$bridge" 2>/dev/null
+  # The neighbour table's limits, back to what they were (unless another
+  # cluster has changed them since).
+  if [ -n "$neigh_saved" ] && [ "$(sysctl -n net.ipv4.neigh.default.gc_thresh3)" = "$neigh_set" ]; then
+    sysctl -qw net.ipv4.neigh.default.gc_thresh2="${neigh_saved% *}" net.ipv4.neigh.default.gc_thresh3="${neigh_saved#* }"
+  fi
   # The delay lines' counters, when one dropped frames (its queue was full).
   grep -v " 0+0 dropped" "$workdir/delayline.log" 2>/dev/null | grep dropped >&2
   rm -rf "$workdir"
@@ -150,6 +168,20 @@ shape_latency() {  # dev [netns]
   fi
 }
 
+# The kernel keeps one ARP table for all namespaces (gc_thresh3 entries in all,
+# 1024 by default). Every host learns every other host's address, so HOSTS^2
+# entries: at 32 hosts the table overflows, connect() fails with EAGAIN
+# ("Resource temporarily unavailable") and MPI hangs in its first collective.
+# Raise the limits while the cluster is up; cleanup restores them.
+need=$(( 4 * (hosts + 1) * (hosts + 1) + 1024 ))
+cur3=$(sysctl -n net.ipv4.neigh.default.gc_thresh3 2>/dev/null || echo 0)
+if [ "$cur3" -gt 0 ] && [ "$cur3" -lt "$need" ]; then
+  neigh_saved="$(sysctl -n net.ipv4.neigh.default.gc_thresh2) $cur3"
+  neigh_set=$need
+  sysctl -qw net.ipv4.neigh.default.gc_thresh2="$need" net.ipv4.neigh.default.gc_thresh3="$need" ||
+    echo "emulated_cluster: warning: cannot raise the ARP table limit to $need entries; $hosts hosts may not connect" >&2
+fi
+
 if ip -o -4 addr show | grep -q " $subnet\."; then
   echo "emulated_cluster: $subnet.0/24 is already in use here (another cluster?); pick another with -s" >&2
   exit 2
@@ -207,8 +239,26 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [ "$direct" = 1 ]; then
   EMULATED_HOSTS=$hostlist EMULATED_AGENT=$workdir/agent EMULATED_TAG=$tag EMULATED_DELAY=$delay_mode "$@"
 else
+  # mpirun in the background and waited for: a signal to this script (^C,
+  # a caller's timeout) then reaches the trap at once, which stops mpirun
+  # and removes the cluster, instead of waiting for a job that may hang.
   # shellcheck disable=SC2086
   mpirun --mca plm_rsh_agent "$workdir/agent" \
     --mca btl tcp,self --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24" \
-    --mca mpi_yield_when_idle 1 --mca pml ob1 -H "$hostlist" -np "$hosts" -x PATH ${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH} $extra "$@"
+    --mca mpi_yield_when_idle 1 --mca pml ob1 -H "$hostlist" -np "$hosts" -x PATH ${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH} $extra "$@" &
+  mpirun_pid=$!
+  if [ "$timeout_s" != 0 ]; then
+    ( sleep "$timeout_s"
+      touch "$workdir/timed_out"
+      echo "emulated_cluster: the job ran past $timeout_s s (-t): stopping it" >&2
+      kill -TERM "$mpirun_pid" 2>/dev/null; sleep 5; kill -KILL "$mpirun_pid" 2>/dev/null ) &
+    watchdog=$!
+  fi
+  set +e
+  wait "$mpirun_pid"
+  rc=$?
+  set -e
+  mpirun_pid=""
+  [ -f "$workdir/timed_out" ] && rc=124
+  exit $rc
 fi

@@ -13,7 +13,8 @@ exchange_supported() {  # lib
 # an emulated cluster and appends its JSON line to OUT; a failed run prints
 # its last lines and appends nothing. With MGS_LOG_LEVEL set it reaches every
 # rank; with CLUSTER_LOG_DIR set each run's whole output (every rank's log
-# lines) is kept there as LABEL.log.
+# lines) is kept there as LABEL.log. With CLUSTER_RUN_TIMEOUT=SECONDS a run
+# that takes longer is stopped (emulated_cluster.sh -t) and counts as failed.
 run_one() {
   local out=$1 label=$2 hosts=$3 rate=$4 latency=$5
   shift 5
@@ -30,7 +31,8 @@ run_one() {
   shift
   local log
   log=$(mktemp /tmp/cluster_run.XXXXXX.log)
-  if env "${envs[@]}" OMP_NUM_THREADS=1 scripts/emulated_cluster.sh -n "$hosts" -r "$rate" -l "$latency" -m "$fwd" -- \
+  if env "${envs[@]}" OMP_NUM_THREADS=1 scripts/emulated_cluster.sh -n "$hosts" -r "$rate" -l "$latency" \
+      -t "${CLUSTER_RUN_TIMEOUT:-0}" -m "$fwd" -- \
       "$bin" --label "$label" --wire-iface eth0 "$@" > "$log" 2>&1; then
     grep '^{' "$log" >> "$out"
     tail -n 1 "$out" | cut -c1-160 >&2
