@@ -242,6 +242,11 @@ else
   # mpirun in the background and waited for: a signal to this script (^C,
   # a caller's timeout) then reaches the trap at once, which stops mpirun
   # and removes the cluster, instead of waiting for a job that may hang.
+  # Beyond 16 hosts every pair connects at MPI_Init (mpi_preconnect_mpi),
+  # in turn: left to the first message, the connections of 32 ranks on two
+  # cores raced each other and one rank waited for ever in its first
+  # broadcast. Up to 16 hosts connections stay lazy, as they always were.
+  [ "$hosts" -gt 16 ] && extra="--mca mpi_preconnect_mpi 1 $extra"
   # shellcheck disable=SC2086
   mpirun --mca plm_rsh_agent "$workdir/agent" \
     --mca btl tcp,self --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24" \

@@ -468,6 +468,10 @@ typedef struct mgs_stats {
                                          collective start-up longer than copying 64 KiB in and out, the size
                                          whose copies take one start-up; else 65536 (0 before the coordinator
                                          started) */
+  uint64_t plan_round_us;           /**< rank 0 (0 elsewhere): the negotiation round the last merge plan was priced at,
+                                         in microseconds: the mean of plan_rounds_timed rounds the coordinator timed
+                                         (docs/planner.md §2), or the calibration's when it timed fewer than 4 */
+  uint64_t plan_rounds_timed;       /**< rank 0: the rounds behind plan_round_us (0: the calibration's) */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

@@ -93,6 +93,7 @@ class BucketSchedule {
   void setProgress(SparseProgress* progress) { progress_ = progress; }
   // Rank 0's timeline, or null: the re-planner's PLAN_SPAN and PLAN_BUCKET boxes.
   void setTimeline(Timeline* timeline) { replanner_.setTimeline(timeline); }
+  void roundTimed(double seconds) { replanner_.roundTimed(seconds); }
   // The density of this step (DGC warm-up, algorithms.md 8.3).
   double currentDensity() const;
 

@@ -122,6 +122,8 @@ void Replanner::planned(const PlanChoice& p, std::optional<PlanChoice>* out) {
   if (ready.size() != p.groups.size()) ready.assign(p.groups.size(), -1.0);
   cost_.online().planned(p.predicted_span, ends, ready);
   running_ = p;
+  rounds_s_ = 0;
+  rounds_ = 0;
   // The sums follow the plan that runs (a trial candidate, a re-plan).
   stats_.span_predicted_sum_us = stats_.span_measured_sum_us = stats_.span_plan_checks = 0;
   stats_.plan_bucket.assign(p.groups.size(), PlanBucketStat{});
@@ -135,7 +137,11 @@ void Replanner::planned(const PlanChoice& p, std::optional<PlanChoice>* out) {
 
 Replanner::Verdict Replanner::stepBoundary(const Boundary& b) {
   Verdict v;
-  if (comm_.rank() == 0 && !b.have_plan && b.step - profile_start_ == 1) sched_mark_ = readThreadSchedule();
+  if (comm_.rank() == 0 && !b.have_plan && b.step - profile_start_ == 1) {
+    sched_mark_ = readThreadSchedule();
+    rounds_s_ = 0;
+    rounds_ = 0;
+  }
   // The check first: the step that ended here ran under the plan in force
   // until now, which trialBoundary may replace (OnlineCost skips the first
   // step under a new plan, so a trial visit of 2 steps compares its second,
@@ -336,6 +342,12 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
   // ranks' coordinators, other jobs, the kernel): each bucket's fixed CPU
   // then ends `dilation` times its CPU later (CostModel::host_dilation).
   in.cost.host_dilation = steal > 0 ? 1.0 : dilation;
+  // Rounds at what they measured (roundTimed), where the model has rounds.
+  const double calibrated_round_s = in.cost.negotiation_s;
+  const bool rounds_timed = in.cost.negotiation_s > 0 && rounds_ >= kMinTimedRounds;
+  if (rounds_timed) in.cost.negotiation_s = rounds_s_ / static_cast<double>(rounds_);
+  stats_.plan_round_us = static_cast<uint64_t>(std::llround(in.cost.negotiation_s * 1e6));
+  stats_.plan_rounds_timed = rounds_timed ? rounds_ : 0;
   in.selection = steal > 0 ? plan::Selection::kCompute : plan::Selection::kSeparate;
   in.fusion_threshold_bytes = config_.fusion_threshold_bytes;
   double mean_gap = 0;
@@ -384,14 +396,19 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
   last_backward_s_ = backward_s - (in.layers.empty() ? 0.0 : in.layers.front().backward_s);
   MGS_LOG_INFO(
       "merge plan ({}, {} model): {} sparse tensors in {} buckets, {} dense gradients, predicted {:.3f} ms per step "
-      "from {:.3f} ms of backward ({} profiled steps x {:.2f}) (coordinator {:.3f} ms a bucket, {})",
+      "from {:.3f} ms of backward ({} profiled steps x {:.2f}) (coordinator {:.3f} ms a bucket, {}; negotiation "
+      "rounds {})",
       plan.planner, in.cost.coordinator_loop ? "coordinator" : "timeline", in.layers.size(), plan.groups.size(),
       in.dense_tensors.size(), plan.predicted_s * 1e3, backward_s * 1e3, profile_.size() - first, backward_scale_,
       in.cost.group_host_s * 1e3,
       steal > 0 ? fmt::format("on busy cores: each second of it costs backward {:.2f} s", steal)
       : in.cost.host_dilation > 1
           ? fmt::format("on cores shared, not with training: each second of it takes {:.2f} s", in.cost.host_dilation)
-          : std::string("on a core of its own"));
+          : std::string("on a core of its own"),
+      !rounds_timed ? fmt::format("{:.3f} ms as calibrated ({} timed, fewer than {})", calibrated_round_s * 1e3,
+                                  rounds_, kMinTimedRounds)
+                    : fmt::format("{:.3f} ms as measured over {} rounds, {:.3f} ms calibrated",
+                                  in.cost.negotiation_s * 1e3, rounds_, calibrated_round_s * 1e3));
   // The candidates: this plan, then (trials) uniform cuts of the same
   // layers at 1, 2, 4 and 8 buckets' worth of bytes, without repeats.
   std::vector<std::pair<plan::Plan, std::string>> cands;

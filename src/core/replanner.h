@@ -139,6 +139,18 @@ class Replanner {
   // PLAN_SPAN box (predicted against measured) on the "mgs.plan" track, and
   // a PLAN_BUCKET box per bucket on "mgs.plan.buckets".
   void setTimeline(Timeline* timeline) { timeline_ = timeline; }
+  // A negotiation round with work pending, as long as it took on this rank's
+  // coordinator. Rank 0 prices a plan's rounds at their mean (the model's
+  // negotiation_s) once kMinTimedRounds were timed: since the profile's
+  // second step for the first plan, since the running plan took effect for
+  // a re-plan. The calibration's negotiation_s is a small allreduce timed
+  // on idle cores; during backward the rounds take what the cores leave
+  // them (16 emulated hosts on 2 cores: 10-12 ms against 8 calibrated).
+  void roundTimed(double seconds) {
+    rounds_s_ += seconds;
+    ++rounds_;
+  }
+  static constexpr uint64_t kMinTimedRounds = 4;
 
   // MGS_PLAN_FILE at init (collective; after the cost model is ready). A
   // file that fits the job pins the cost model to the file's and sets
@@ -227,6 +239,8 @@ class Replanner {
   // profiled step (host_load.h): the plan's host_steal and host_dilation are
   // measured from there.
   ThreadSchedule sched_mark_;
+  double rounds_s_ = 0;  // roundTimed since the profile's mark or the last plan
+  uint64_t rounds_ = 0;
   // Rank 0: the profile's backward times scaled to what the running plan
   // measured (1 until a re-plan; checkPlan), and the backward the last plan
   // was priced with (seconds, first gradient to last).

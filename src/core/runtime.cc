@@ -319,7 +319,9 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
         cycles_ += 1;
         fast_cycles_ += after.fast_cycles - before.fast_cycles;
         slow_cycles_ += after.slow_cycles - before.slow_cycles;
-        negotiation_s_ = negotiation_s_ + std::chrono::duration<double>(Clock::now() - t0).count();
+        const double round_s = std::chrono::duration<double>(Clock::now() - t0).count();
+        negotiation_s_ = negotiation_s_ + round_s;
+        sparse.roundTimed(round_s);
       }
       if (!st.ok()) {
         std::string hint;

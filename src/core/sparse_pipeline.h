@@ -101,6 +101,9 @@ class SparsePipeline {
   // after it was started for every earlier one, and a rank blocked in a
   // collective must still start the phases that are due.
   void pumpInFlight();
+  // One negotiation round with work pending, as long as it took on this
+  // rank (the re-planner prices rounds from these: Replanner::roundTimed).
+  void roundTimed(double seconds) { schedule_.roundTimed(seconds); }
   // Fail everything held (shutdown).
   void failHeld(const Status& st);
   SparseStats stats() const { return stats_; }

@@ -37,6 +37,9 @@ struct SparseStats {
   uint64_t replans_rejected = 0;  // online re-plans whose plan lost its trial against the running plan
   uint64_t in_flight_max = 0;   // most buckets in flight at once
   uint64_t warmup_steps = 0;    // MGS_WARMUP_STEPS as resolved ('auto': by density; 0: none)
+  // Rank 0: the negotiation round the last plan was priced at (us) and the
+  // timed rounds it is the mean of (0: the calibration's).
+  uint64_t plan_round_us = 0, plan_rounds_timed = 0;
   // Which path each finished bucket (sparse or dense) took, and the bytes
   // this rank sent on it (BucketPath). Their sums are buckets + dense_buckets
   // and bytes_sent.

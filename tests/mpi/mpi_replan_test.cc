@@ -214,6 +214,18 @@ void run(double tolerance, bool penalize) {
     EXPECT(elements == total, "the plan's buckets hold %llu elements, the job %llu", (unsigned long long)elements,
            (unsigned long long)total);
   }
+  // Rank 0 priced the last plan's negotiation rounds at the mean its
+  // coordinator timed (Replanner::roundTimed): the profile's second and third
+  // steps (six gradients 1 ms apart, rounds at least MGS_CYCLE_TIME_MS apart)
+  // hold more than the 4 rounds with work it needs, and so do the steps of a
+  // plan before its re-plan. Only rank 0 plans: the other ranks report 0.
+  if (g_rank == 0)
+    EXPECT(st.plan_rounds_timed >= 4 && st.plan_round_us > 0 && st.plan_round_us < 1000000,
+           "rank 0 priced the plan's rounds at %llu us from %llu timed rounds", (unsigned long long)st.plan_round_us,
+           (unsigned long long)st.plan_rounds_timed);
+  else
+    EXPECT(st.plan_rounds_timed == 0 && st.plan_round_us == 0, "rank %d reports rounds priced at %llu us from %llu",
+           g_rank, (unsigned long long)st.plan_round_us, (unsigned long long)st.plan_rounds_timed);
   // Every rank runs the same plan (checked above), so every rank gathers as many.
   const std::vector<float> all_pb = mine.empty() ? mine : gatherAll("plan_bucket_figures", mine);
   for (int r = 1; r < g_size && !mine.empty(); ++r)

@@ -102,6 +102,8 @@ class MgsStats(ctypes.Structure):
         ("fusion_threshold_bytes", ctypes.c_uint64),
         ("fusion_trials", ctypes.c_uint64),
         ("fusion_max_tensor_bytes", ctypes.c_uint64),
+        ("plan_round_us", ctypes.c_uint64),
+        ("plan_rounds_timed", ctypes.c_uint64),
     ]
 
 
