@@ -6,10 +6,17 @@ plan's predicted span (first gradient to last exchange) against the measured
 one, both the means over the plan's compared steps (mgs_stats_t
 plan_span_*), and whether the two are within 15 % of each other.
 
-usage: span_table.py RUNS.jsonl [RUNS.jsonl ...]   (prints a markdown table)
+usage: span_table.py [--grid] RUNS.jsonl [RUNS.jsonl ...]   (prints a markdown table)
+  --grid: one row per file (spans.sh names them span_TAG_MODEL_RANKS.jsonl),
+          one column per plan, the ratio with the plan's buckets in brackets
 """
 import json
+import os
 import sys
+
+GRID_COLUMNS = ["layer-wise", "fixed 128 MB", "fixed 64 MB", "fixed 32 MB", "fixed 16 MB", "fixed 8 MB",
+                "mgs (the default)", "mgs, untried"]
+MODEL_NAMES = {"resnet50": "ResNet-50", "bert_base": "BERT-base"}
 
 
 def plan_name(row):
@@ -23,7 +30,44 @@ def plan_name(row):
     return "mgs (the default)"
 
 
+def ratio_of(r):
+    pred, meas = r.get("plan_span_predicted_mean_ms", 0), r.get("plan_span_measured_mean_ms", 0)
+    if not r.get("plan_span_plan_checks") or pred <= 0:
+        return None
+    return meas / pred
+
+
+def grid(paths):
+    print("| model | ranks | tag | " + " | ".join(c.replace("fixed ", "").replace("mgs (the default)", "default")
+                                               .replace("mgs, untried", "DP untried") for c in GRID_COLUMNS) + " |")
+    print("|---|---|---|" + "---|" * len(GRID_COLUMNS))
+    within = total = 0
+    keyed = []
+    for path in paths:
+        parts = os.path.basename(path)[len("span_"):-len(".jsonl")].split("_")
+        tag, ranks, model = parts[0], int(parts[-1]), "_".join(parts[1:-1])
+        keyed.append((model, ranks, tag, path))
+    for model, ranks, tag, path in sorted(keyed):
+        cells = {}
+        for line in open(path):
+            if not line.startswith("{"):
+                continue
+            r = json.loads(line)
+            ratio = ratio_of(r)
+            if ratio is None:
+                continue
+            ok = abs(ratio - 1) <= 0.15
+            within += ok
+            total += 1
+            cells[plan_name(r)] = "%s%.2f%s (%d)" % ("" if ok else "**", ratio, "" if ok else "**", r["plan_buckets"])
+        print("| %s | %d | %s | %s |" % (MODEL_NAMES.get(model, model), ranks, tag,
+                                        " | ".join(cells.get(c, "-") for c in GRID_COLUMNS)))
+    print("\n%d of %d runs within 15 %%" % (within, total))
+
+
 def main(paths):
+    if paths and paths[0] == "--grid":
+        return grid(paths[1:])
     rows = []
     for path in paths:
         for line in open(path):
