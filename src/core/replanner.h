@@ -145,7 +145,8 @@ class Replanner {
   // second step for the first plan, since the running plan took effect for
   // a re-plan. The calibration's negotiation_s is a small allreduce timed
   // on idle cores; during backward the rounds take what the cores leave
-  // them (16 emulated hosts on 2 cores: 10-12 ms against 8 calibrated).
+  // them (PyTorch on 4 emulated hosts sharing 2 cores: 11-20 ms against
+  // 0.5-4.8 ms calibrated; docs/planner.md section 2).
   void roundTimed(double seconds) {
     rounds_s_ += seconds;
     ++rounds_;
