@@ -470,7 +470,8 @@ typedef struct mgs_stats {
                                          started) */
   uint64_t plan_round_us;           /**< rank 0 (0 elsewhere): the negotiation round the last merge plan was priced at,
                                          in microseconds: the mean of plan_rounds_timed rounds the coordinator timed
-                                         (docs/planner.md §2), or the calibration's when it timed fewer than 4 */
+                                         (docs/planner.md §2), or the calibration's when it timed fewer than 4;
+                                         0 when the cost model has no rounds (negotiation_s 0) */
   uint64_t plan_rounds_timed;       /**< rank 0: the rounds behind plan_round_us (0: the calibration's) */
 } mgs_stats_t;
 

@@ -405,10 +405,11 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
       : in.cost.host_dilation > 1
           ? fmt::format("on cores shared, not with training: each second of it takes {:.2f} s", in.cost.host_dilation)
           : std::string("on a core of its own"),
-      !rounds_timed ? fmt::format("{:.3f} ms as calibrated ({} timed, fewer than {})", calibrated_round_s * 1e3,
-                                  rounds_, kMinTimedRounds)
-                    : fmt::format("{:.3f} ms as measured over {} rounds, {:.3f} ms calibrated",
-                                  in.cost.negotiation_s * 1e3, rounds_, calibrated_round_s * 1e3));
+      calibrated_round_s <= 0 ? std::string("none: the cost model has no rounds")
+      : !rounds_timed ? fmt::format("{:.3f} ms as calibrated ({} timed, fewer than {})", calibrated_round_s * 1e3,
+                                    rounds_, kMinTimedRounds)
+                      : fmt::format("{:.3f} ms as measured over {} rounds, {:.3f} ms calibrated",
+                                    in.cost.negotiation_s * 1e3, rounds_, calibrated_round_s * 1e3));
   // The candidates: this plan, then (trials) uniform cuts of the same
   // layers at 1, 2, 4 and 8 buckets' worth of bytes, without repeats.
   std::vector<std::pair<plan::Plan, std::string>> cands;

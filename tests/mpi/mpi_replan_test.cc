@@ -219,8 +219,14 @@ void run(double tolerance, bool penalize) {
   // steps (six gradients 1 ms apart, rounds at least MGS_CYCLE_TIME_MS apart)
   // hold more than the 4 rounds with work it needs, and so do the steps of a
   // plan before its re-plan. Only rank 0 plans: the other ranks report 0.
-  if (g_rank == 0)
-    EXPECT(st.plan_rounds_timed >= 4 && st.plan_round_us > 0 && st.plan_round_us < 1000000,
+  // A calibration that priced rounds at 0 (its allreduce fit's intercept
+  // clamped, seen under AddressSanitizer at 4 ranks) leaves the model
+  // without rounds: then no price and no timed rounds.
+  if (g_rank == 0 && st.plan_round_us == 0)
+    EXPECT(st.plan_rounds_timed == 0, "rank 0 reports no round price but %llu timed rounds",
+           (unsigned long long)st.plan_rounds_timed);
+  else if (g_rank == 0)
+    EXPECT(st.plan_rounds_timed >= 4 && st.plan_round_us < 1000000,
            "rank 0 priced the plan's rounds at %llu us from %llu timed rounds", (unsigned long long)st.plan_round_us,
            (unsigned long long)st.plan_rounds_timed);
   else
