@@ -77,10 +77,10 @@ def main(paths):
     print("|---|---|---|---|---|---|")
     within = total = 0
     for r in sorted(rows, key=lambda r: (r["ranks"], r["plan_buckets"])):
-        pred, meas = r.get("plan_span_predicted_mean_ms", 0), r.get("plan_span_measured_mean_ms", 0)
-        if not r.get("plan_span_plan_checks") or pred <= 0:
+        ratio = ratio_of(r)
+        if ratio is None:
             continue
-        ratio = meas / pred
+        pred, meas = r["plan_span_predicted_mean_ms"], r["plan_span_measured_mean_ms"]
         ok = abs(ratio - 1) <= 0.15
         within += ok
         total += 1
