@@ -145,8 +145,8 @@ class Replanner {
   // second step for the first plan, since the running plan took effect for
   // a re-plan. The calibration's negotiation_s is a small allreduce timed
   // on idle cores; during backward the rounds take what the cores leave
-  // them (PyTorch on 4 emulated hosts sharing 2 cores: 11-20 ms against
-  // 0.5-4.8 ms calibrated; docs/planner.md section 2).
+  // them (the transformer on 4 emulated hosts sharing 2 cores: 11-13 ms
+  // against 0.55 ms calibrated; docs/benchmarks.md, real training).
   void roundTimed(double seconds) {
     rounds_s_ += seconds;
     ++rounds_;
