@@ -473,12 +473,6 @@ typedef struct mgs_stats {
                                          (docs/planner.md §2), or the calibration's when it timed fewer than 4;
                                          0 when the cost model has no rounds (negotiation_s 0) */
   uint64_t plan_rounds_timed;       /**< rank 0: the rounds behind plan_round_us (0: the calibration's) */
-  uint64_t plan_overlap_milli;      /**< rank 0 (0 elsewhere): how far the last merge plan let a bucket's exchange
-                                         overlap the one in flight before it, in thousandths of its start-up: what
-                                         the job's own sparse allgathers in flight showed over plan_overlaps_timed
-                                         of them (docs/planner.md §2), or the calibration's when fewer than 8
-                                         said something; 0 when the cost model has no overlap */
-  uint64_t plan_overlaps_timed;     /**< rank 0: the exchanges behind plan_overlap_milli (0: the calibration's) */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

@@ -165,14 +165,6 @@ class BucketExchange {
   virtual void progress(PhaseOrder& order) { (void)order; }
   // Whether finish() would return without waiting.
   virtual bool ready() = 0;
-  // After finish(), for a sparse allgather: the bytes it moved (every
-  // rank's block), when it started and when the coordinator saw it
-  // finished (the re-planner prices exchanges in flight from these:
-  // Replanner::allgatherTimed). False for every other exchange.
-  virtual bool allgatherTiming(double* bytes, Clock::time_point* start, Clock::time_point* end) const {
-    (void)bytes, (void)start, (void)end;
-    return false;
-  }
   // The verdict, the outputs, the residual's settlement (before the handles
   // complete: the next step may start) and the statistics; the members'
   // status. The pipeline then publishes the statistics, completes the

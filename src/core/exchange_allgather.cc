@@ -49,9 +49,8 @@ class AllgatherExchange : public BucketExchange {
 
   Status finish() override {
     Status st = ctx_.blocks.finish(ex_);
-    finished_ = Clock::now();
-    timed_ = st.ok();
-    ctx_.online.exchanged(OnlineCost::kAllgather, wireBytes(), ex_.started, finished_);
+    ctx_.online.exchanged(OnlineCost::kAllgather, double(ex_.blockBytes()) * ctx_.comm.size(), ex_.started,
+                          Clock::now());
     if (ctx_.timeline)
       for (auto& m : members_)
         ctx_.timeline->span(m.name, "ALLGATHER", ex_.started, Clock::now(),
@@ -64,20 +63,10 @@ class AllgatherExchange : public BucketExchange {
     return st;
   }
 
-  bool allgatherTiming(double* bytes, Clock::time_point* start, Clock::time_point* end) const override {
-    if (!timed_) return false;
-    *bytes = wireBytes();
-    *start = ex_.started;
-    *end = finished_;
-    return true;
-  }
-
   void release() override { ctx_.blocks.release(ex_); }
   void abandon() override { BlockExchange::abandon(ex_); }
 
  private:
-  double wireBytes() const { return double(ex_.blockBytes()) * ctx_.comm.size(); }
-
   Status verdictAndScatter() {
     const int P = ctx_.comm.size();
     const std::string name = bucketName(members_);
@@ -131,8 +120,6 @@ class AllgatherExchange : public BucketExchange {
   BucketPath path_ = BucketPath::kHost;  // where its gradients were fused and selected
   bool skipped_ = false;                 // a non-finite step under MGS_NONFINITE=propagate
   bool delivered_ = false;               // every rank scattered every rank's selection
-  bool timed_ = false;                   // its collective completed (allgatherTiming)
-  Clock::time_point finished_;           // when finish() saw it complete
   std::unique_ptr<LocalSlab> acc_;       // this step's residual, committed on success
   BlockExchange::Allgather ex_;
 };

@@ -124,7 +124,6 @@ void Replanner::planned(const PlanChoice& p, std::optional<PlanChoice>* out) {
   running_ = p;
   rounds_s_ = 0;
   rounds_ = 0;
-  inflight_.reset();
   // The sums follow the plan that runs (a trial candidate, a re-plan).
   stats_.span_predicted_sum_us = stats_.span_measured_sum_us = stats_.span_plan_checks = 0;
   stats_.plan_bucket.assign(p.groups.size(), PlanBucketStat{});
@@ -142,7 +141,6 @@ Replanner::Verdict Replanner::stepBoundary(const Boundary& b) {
     sched_mark_ = readThreadSchedule();
     rounds_s_ = 0;
     rounds_ = 0;
-    inflight_.reset();
   }
   // The check first: the step that ended here ran under the plan in force
   // until now, which trialBoundary may replace (OnlineCost skips the first
@@ -350,13 +348,6 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
   if (rounds_timed) in.cost.negotiation_s = rounds_s_ / static_cast<double>(rounds_);
   stats_.plan_round_us = static_cast<uint64_t>(std::llround(in.cost.negotiation_s * 1e6));
   stats_.plan_rounds_timed = rounds_timed ? rounds_ : 0;
-  // Exchanges in flight at the overlap they showed (allgatherTimed), where
-  // the model has the term.
-  const double calibrated_overlap = in.cost.inflight_overlap;
-  const bool overlap_timed = in.cost.inflight_overlap > 0 && inflight_.pairs() >= kMinTimedOverlaps;
-  if (overlap_timed) in.cost.inflight_overlap = in.cost.allgather_overlap = inflight_.overlap(calibrated_overlap);
-  stats_.plan_overlap_milli = static_cast<uint64_t>(std::llround(in.cost.inflight_overlap * 1e3));
-  stats_.plan_overlaps_timed = overlap_timed ? inflight_.pairs() : 0;
   in.selection = steal > 0 ? plan::Selection::kCompute : plan::Selection::kSeparate;
   in.fusion_threshold_bytes = config_.fusion_threshold_bytes;
   double mean_gap = 0;
@@ -406,7 +397,7 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
   MGS_LOG_INFO(
       "merge plan ({}, {} model): {} sparse tensors in {} buckets, {} dense gradients, predicted {:.3f} ms per step "
       "from {:.3f} ms of backward ({} profiled steps x {:.2f}) (coordinator {:.3f} ms a bucket, {}; negotiation "
-      "rounds {}; exchanges in flight {})",
+      "rounds {})",
       plan.planner, in.cost.coordinator_loop ? "coordinator" : "timeline", in.layers.size(), plan.groups.size(),
       in.dense_tensors.size(), plan.predicted_s * 1e3, backward_s * 1e3, profile_.size() - first, backward_scale_,
       in.cost.group_host_s * 1e3,
@@ -418,12 +409,7 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
       : !rounds_timed ? fmt::format("{:.3f} ms as calibrated ({} timed, fewer than {})", calibrated_round_s * 1e3,
                                     rounds_, kMinTimedRounds)
                       : fmt::format("{:.3f} ms as measured over {} rounds, {:.3f} ms calibrated",
-                                    in.cost.negotiation_s * 1e3, rounds_, calibrated_round_s * 1e3),
-      calibrated_overlap <= 0 ? std::string("one after another: the cost model has no overlap")
-      : !overlap_timed ? fmt::format("overlap {:.2f} as calibrated ({} timed, fewer than {})", calibrated_overlap,
-                                     inflight_.pairs(), kMinTimedOverlaps)
-                       : fmt::format("overlap {:.2f} as measured over {} exchanges, {:.2f} calibrated",
-                                     in.cost.inflight_overlap, inflight_.pairs(), calibrated_overlap));
+                                    in.cost.negotiation_s * 1e3, rounds_, calibrated_round_s * 1e3));
   // The candidates: this plan, then (trials) uniform cuts of the same
   // layers at 1, 2, 4 and 8 buckets' worth of bytes, without repeats.
   std::vector<std::pair<plan::Plan, std::string>> cands;

@@ -50,7 +50,6 @@
 #include "comm/communicator.h"
 #include "common/params.h"
 #include "core/host_load.h"
-#include "core/inflight_timing.h"
 #include "core/job_cost_model.h"
 #include "core/plan_trials.h"
 #include "core/request.h"
@@ -153,18 +152,6 @@ class Replanner {
     ++rounds_;
   }
   static constexpr uint64_t kMinTimedRounds = 4;
-  // A sparse allgather this rank's pipeline finished (in finishing order):
-  // `bytes` on the wire (every rank's block), started at `start`, seen
-  // finished at `end`. Rank 0 prices a plan's exchanges in flight
-  // (CostModel::inflight_overlap) at the overlap they showed
-  // (inflight_timing.h) once kMinTimedOverlaps pairs said something, over
-  // the same window as the rounds, where the model has the term.
-  void allgatherTimed(double bytes, Clock::time_point start, Clock::time_point end) {
-    const plan::CostModel& m = cost_.model();
-    const auto secs = [](Clock::time_point t) { return std::chrono::duration<double>(t.time_since_epoch()).count(); };
-    inflight_.add(secs(start), secs(end), m.allgather.seconds(bytes), m.allgather.startup());
-  }
-  static constexpr uint64_t kMinTimedOverlaps = 8;
 
   // MGS_PLAN_FILE at init (collective; after the cost model is ready). A
   // file that fits the job pins the cost model to the file's and sets
@@ -255,7 +242,6 @@ class Replanner {
   ThreadSchedule sched_mark_;
   double rounds_s_ = 0;  // roundTimed since the profile's mark or the last plan
   uint64_t rounds_ = 0;
-  InflightTiming inflight_;  // allgatherTimed, over the same window
   // Rank 0: the profile's backward times scaled to what the running plan
   // measured (1 until a re-plan; checkPlan), and the backward the last plan
   // was priced with (seconds, first gradient to last).

@@ -245,9 +245,6 @@ void SparsePipeline::publishStats() {
 
 void SparsePipeline::complete(BucketExchange& ex) {
   const Status st = ex.finish();
-  double bytes = 0;
-  Clock::time_point started, ended;
-  if (ex.allgatherTiming(&bytes, &started, &ended)) schedule_.allgatherTimed(bytes, started, ended);
   if (st.ok() && ex.planBucket() >= 0)
     cost_.online().bucketFinished(ex.planBucket(), ex.planStep(), ex.planDeclared(), Clock::now());
   // Before the handles complete: a caller woken by them reads statistics

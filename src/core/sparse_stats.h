@@ -40,9 +40,6 @@ struct SparseStats {
   // Rank 0: the negotiation round the last plan was priced at (us) and the
   // timed rounds it is the mean of (0: the calibration's).
   uint64_t plan_round_us = 0, plan_rounds_timed = 0;
-  // Rank 0: the overlap of exchanges in flight the last plan was priced at
-  // (thousandths) and the timed exchanges behind it (0: the calibration's).
-  uint64_t plan_overlap_milli = 0, plan_overlaps_timed = 0;
   // Which path each finished bucket (sparse or dense) took, and the bytes
   // this rank sent on it (BucketPath). Their sums are buckets + dense_buckets
   // and bytes_sent.

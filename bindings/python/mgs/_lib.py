@@ -104,8 +104,6 @@ class MgsStats(ctypes.Structure):
         ("fusion_max_tensor_bytes", ctypes.c_uint64),
         ("plan_round_us", ctypes.c_uint64),
         ("plan_rounds_timed", ctypes.c_uint64),
-        ("plan_overlap_milli", ctypes.c_uint64),
-        ("plan_overlaps_timed", ctypes.c_uint64),
     ]
 
 
