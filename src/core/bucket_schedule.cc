@@ -76,6 +76,17 @@ void BucketSchedule::refuse(Request& req, const std::string& why) {
 
 void BucketSchedule::submit(std::vector<Request> reqs, Clock::time_point declared) {
   declared_ = declared;
+  // Buckets this round completed, run in plan order once the round's list
+  // is through: the round lists names in its own order (the response
+  // cache's bits), and the pipeline exchanges buckets in the order they
+  // start, which the plan (and its prediction of each bucket's end) takes
+  // to be its own. Identical on every rank: the list and the plan are.
+  std::vector<std::pair<size_t, std::vector<Request>>> complete;
+  const auto runComplete = [&] {
+    std::sort(complete.begin(), complete.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (auto& [g, members] : complete) run_(members, static_cast<int>(g));
+    complete.clear();
+  };
   for (auto& req : reqs) {
     if (pinned_) {
       // A loaded plan runs only the job it was made for (names and sizes
@@ -95,7 +106,10 @@ void BucketSchedule::submit(std::vector<Request> reqs, Clock::time_point declare
         continue;
       }
     }
-    if (seen_.count(req.name)) onStepBoundary();
+    if (seen_.count(req.name)) {
+      runComplete();  // this step's buckets, before the boundary re-plans
+      onStepBoundary();
+    }
     if (seen_.empty()) {
       // A step begins. A restored step counter (a resumed checkpoint,
       // mgs_sparse_state_restore) is taken over here, on every rank at the
@@ -126,9 +140,10 @@ void BucketSchedule::submit(std::vector<Request> reqs, Clock::time_point declare
       std::vector<Request> members;
       for (const auto& m : b.members) members.push_back(std::move(b.ready[m]));
       b.ready.clear();
-      run_(members, static_cast<int>(it->second));
+      complete.emplace_back(it->second, std::move(members));
     }
   }
+  runComplete();
 }
 
 int BucketSchedule::idleFlushCycles() const {

@@ -246,3 +246,52 @@ TEST_CASE("a bucket whose member is not submitted still completes", "[sparse]") 
   });
   CHECK(completed == std::vector<int>{9, 9});  // 5 of "a", 4 of "b"
 }
+
+TEST_CASE("buckets that one round declares ready run in plan order, not in the order the round lists them",
+          "[sparse]") {
+  // Layer-wise: a bucket per tensor, in the order rank 0 enqueued them (the
+  // plan's order). The names are enqueued against their alphabetical order
+  // and all at once, so one negotiation round declares several buckets, and
+  // lists them in its own (name) order. The pipeline finishes exchanges in
+  // the order it started them, so the buckets' measured ends must follow
+  // the plan's order.
+  const int P = 2;
+  Config config = sparseConfig("topk", 0.01);
+  config.planner = "layerwise";
+  config.warmup_steps = 0;
+  const std::vector<std::string> names = {"f", "e", "d", "c", "b", "a"};
+  const int steps = 8;
+  std::vector<SparseStats> stats(P);
+  std::vector<int> failed(P, 0);
+  runRanks(P, config, [&](Runtime& rt, int rank) {
+    std::mt19937 rng(rank + 11);
+    const int64_t n = 4000;
+    for (int s = 0; s < steps; ++s) {
+      std::vector<std::vector<float>> x(names.size(), std::vector<float>(n)), out(names.size(), std::vector<float>(n));
+      std::vector<uint64_t> ids(names.size());
+      for (size_t t = 0; t < names.size(); ++t) {
+        for (auto& v : x[t]) v = laplace(rng);
+        TensorDesc in = cpuDesc(x[t].data(), MGS_FLOAT32, {n});
+        TensorDesc o = cpuDesc(out[t].data(), MGS_FLOAT32, {n});
+        if (!rt.enqueueAllreduce(names[t], in, o, MGS_REDUCE_AVERAGE, 1, 1, MGS_FLAG_SPARSE_OK, &ids[t]).ok()) return;
+      }
+      for (size_t t = 0; t < names.size(); ++t) failed[rank] += !waitRelease(rt, ids[t]).ok();
+    }
+    stats[rank] = rt.sparseStats();
+  });
+  CHECK(failed == std::vector<int>(P, 0));
+  for (int r = 0; r < P; ++r) {
+    INFO("rank " << r);
+    const auto& b = stats[r].plan_bucket;
+    REQUIRE(b.size() == names.size());
+    int compared = 0;
+    for (size_t g = 0; g + 1 < b.size(); ++g) {
+      if (b[g].checks == 0 || b[g + 1].checks == 0) continue;
+      ++compared;
+      INFO("bucket " << g << " ended at " << b[g].measured_end_sum_us / b[g].checks << " us on average, bucket "
+                     << g + 1 << " at " << b[g + 1].measured_end_sum_us / b[g + 1].checks);
+      CHECK(b[g].measured_end_sum_us * b[g + 1].checks <= b[g + 1].measured_end_sum_us * b[g].checks);
+    }
+    CHECK(compared >= 3);
+  }
+}
