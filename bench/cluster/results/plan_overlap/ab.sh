@@ -3,15 +3,12 @@
 # exchanges in flight priced at the calibration's overlap (build-before: a
 # build of the commit before the job's own overlap was timed) and at the
 # overlap rank 0's allgathers showed (build): bench/cluster/ab_cells.sh, 4
-# swapped pairs per cell and build; the cells of plan_rounds/ab.sh. About 12
+# swapped pairs per cell and build; the cells of plan_rounds/ab.sh (plan_rounds/cells). About 12
 # minutes. build-before here was commit 5a40066 (RelWithDebInfo, like build;
 # cmake --build ... --target mgs-replay, binary and libmgs.so.0 side by side).
 # usage: ab.sh OUTDIR   (r1/ holds the sitting the notes quote); the table:
 #   /usr/bin/python3 bench/cluster/results/host_dilation/summarize.py OUTDIR
 set -u
 cd "$(dirname "$0")/../../../.."
-exec bench/cluster/ab_cells.sh build-before build "bench/cluster/results/plan_overlap/${1:?OUTDIR}" <<CELLS
-resnet50_1gbit_0.001_16 16 resnet50 1gbit 1gbe 0.001 0.01 64
-bert_base_10gbit_0.001_4 4 bert_base 10gbit 10gbe 0.001 0.0025 25
-resnet50_10gbit_0.001_16 16 resnet50 10gbit 10gbe 0.001 0.01 64
-CELLS
+exec bench/cluster/ab_cells.sh build-before build "bench/cluster/results/plan_overlap/${1:?OUTDIR}" \
+  < bench/cluster/results/plan_rounds/cells

@@ -4,15 +4,13 @@
 # of the commit before rounds were timed) and at what rank 0 timed (build):
 # bench/cluster/ab_cells.sh, 4 swapped pairs per cell and build. Two 16-rank
 # cells where the default sat closest to the 3 % goal, and the 4-rank cell
-# whose default plan moved most in the spans sitting. About 12 minutes.
+# whose default plan moved most in the spans sitting (the file `cells`). About
+# 12 minutes.
 # build-before here was commit a0c327a configured with -DMGS_WITH_CUDA=OFF
 # (cmake --build ... --target mgs-replay; the host path is the same code).
 # usage: ab.sh OUTDIR   (r1/ holds the sitting the docs quote); the table:
 #   /usr/bin/python3 bench/cluster/results/host_dilation/summarize.py OUTDIR
 set -u
 cd "$(dirname "$0")/../../../.."
-exec bench/cluster/ab_cells.sh build-before build "bench/cluster/results/plan_rounds/${1:?OUTDIR}" <<CELLS
-resnet50_1gbit_0.001_16 16 resnet50 1gbit 1gbe 0.001 0.01 64
-bert_base_10gbit_0.001_4 4 bert_base 10gbit 10gbe 0.001 0.0025 25
-resnet50_10gbit_0.001_16 16 resnet50 10gbit 10gbe 0.001 0.01 64
-CELLS
+exec bench/cluster/ab_cells.sh build-before build "bench/cluster/results/plan_rounds/${1:?OUTDIR}" \
+  < bench/cluster/results/plan_rounds/cells
