@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
-"""The allgather overlap (allgather_overlap: four small allgathers started together against one) that every
-calibration saved under bench/cluster/results read, per number of ranks: how many, the range, the median, and the
-readings at the clamps 0 and 1 (planner.md §2 quotes the 16-rank figures).
-usage: bench/cluster/calibration_overlaps.py [RESULTS_DIR]"""
-import glob, os, re, statistics, sys
+"""An overlap that every calibration saved under bench/cluster/results read, per number of ranks: how many, the
+range, the median, and the readings at the clamps 0 and 1 (planner.md §2 quotes these figures).
+--field allgather_overlap (the default): four small allgathers started together against one;
+--field inflight_overlap: a stream through the pipeline's window against one (calibrations that measure it
+apart from allgather_overlap: restrict --glob to their files, e.g. 'plan_spans/span_st_*').
+usage: bench/cluster/calibration_overlaps.py [--field F] [--glob PATTERN] [RESULTS_DIR]"""
+import argparse, glob, os, re, statistics
 
-root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+ap = argparse.ArgumentParser()
+ap.add_argument("--field", default="allgather_overlap", choices=["allgather_overlap", "inflight_overlap"])
+ap.add_argument("--glob", default="**/*", help="files under RESULTS_DIR, without the .out/.log suffix")
+ap.add_argument("root", nargs="?", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+args = ap.parse_args()
 seen = {}  # (file, workers, reading): one per calibration line, however often a file repeats it
-for path in glob.glob(os.path.join(root, "**", "*.out"), recursive=True) + \
-        glob.glob(os.path.join(root, "**", "*.log"), recursive=True):
+for path in glob.glob(os.path.join(args.root, args.glob + ".out"), recursive=True) + \
+        glob.glob(os.path.join(args.root, args.glob + ".log"), recursive=True):
     for line in open(path, errors="ignore"):
-        w, o = re.search(r'"workers":(\d+)', line), re.search(r'"allgather_overlap":([0-9.eE+-]+)', line)
+        w, o = re.search(r'"workers":(\d+)', line), re.search(r'"%s":([0-9.eE+-]+)' % args.field, line)
         if w and o:
             seen[(path, int(w.group(1)), o.group(1))] = float(o.group(1))
 by = {}

@@ -5,11 +5,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <vector>
 
 #include "common/check.h"
 #include "compress/synthetic_gradient.h"
+#include "core/block_exchange.h"
 #include "core/host_load.h"
 
 namespace mgs {
@@ -18,6 +20,13 @@ namespace {
 // A negotiation round's message: the ready bits of the cached names (one per
 // name in use, as int64 words; a few hundred tensors) and a few flag words.
 constexpr double kNegotiationBytes = 512;
+
+// The stream of exchanges in flight (CostModel::inflight_overlap): its
+// length, the bytes each rank sends (a small bucket's values and indices)
+// and the repeats whose median is taken.
+constexpr int kStreamN = 12;
+constexpr size_t kStreamBytes = 512;
+constexpr int kStreamReps = 5;
 
 using Clock = std::chrono::steady_clock;
 
@@ -54,12 +63,15 @@ double allgatherOverlap(double one_s, double together_s, int k) {
   return std::min(1.0, std::max(0.0, overlap));
 }
 
-void setAllgatherOverlaps(double one_s, double together_s, int k, plan::CostModel* out) {
+void setAllgatherOverlaps(double one_s, double together_s, int k, double stream_one_s, double stream_s, int n,
+                          plan::CostModel* out) {
   out->allgather_overlap = allgatherOverlap(one_s, together_s, k);
-  // The same measurement prices exchanges in flight in the timeline model:
-  // a bucket's exchange starts while the one before it is still in flight,
-  // as the pipeline runs them.
-  out->inflight_overlap = out->allgather_overlap;
+  // Exchanges in flight in the timeline model: n back-to-back exchanges of
+  // one start-up each end at one + (n - 1) x (one - overlap x one), the
+  // same form as k started together. The stream through the pipeline's
+  // window is what the job's buckets do; k started at once share their
+  // waits and read faster on many ranks.
+  out->inflight_overlap = allgatherOverlap(stream_one_s, stream_s, n);
 }
 
 Status fitCollectives(const CollectiveSizes& sizes, const std::vector<double>& t, int P, plan::CostModel* out) {
@@ -246,6 +258,46 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
     t.push_back(one);
     t.push_back(k);
   }
+  // The pace of exchanges in flight as the pipeline keeps them
+  // (CostModel::inflight_overlap): kStreamN small allgathers started one
+  // after another, the oldest waited for while more than
+  // BlockExchange::kMaxInFlight are in flight, against one alone. Each
+  // measurement starts after a barrier so that every rank starts together.
+  {
+    std::vector<char> send(kStreamBytes, 0), recv(kStreamN * kStreamBytes * static_cast<size_t>(P));
+    auto stream = [&](int n) {
+      std::deque<std::unique_ptr<PendingCollective>> ops;
+      Status st;
+      for (int j = 0; j < n && st.ok(); ++j) {
+        std::unique_ptr<PendingCollective> op;
+        st = comm.startAllgather(send.data(), kStreamBytes, recv.data() + j * kStreamBytes * P, &op);
+        if (op) ops.push_back(std::move(op));
+        while (st.ok() && ops.size() > BlockExchange::kMaxInFlight) {
+          st = ops.front()->wait();
+          ops.pop_front();
+        }
+      }
+      for (auto& op : ops) {
+        const Status w = op->wait();
+        if (st.ok()) st = w;
+      }
+      return st;
+    };
+    std::vector<double> one_t, stream_t;
+    MGS_RETURN_IF_ERROR(stream(kStreamN));  // warm-up
+    for (int r = 0; r < kStreamReps; ++r) {
+      for (int n : {1, kStreamN}) {
+        MGS_RETURN_IF_ERROR(comm.barrier());
+        const auto t0 = Clock::now();
+        MGS_RETURN_IF_ERROR(stream(n));
+        (n == 1 ? one_t : stream_t).push_back(seconds(t0));
+      }
+    }
+    std::sort(one_t.begin(), one_t.end());
+    std::sort(stream_t.begin(), stream_t.end());
+    t.push_back(one_t[one_t.size() / 2]);
+    t.push_back(stream_t[stream_t.size() / 2]);
+  }
   MGS_RETURN_IF_ERROR(comm.allreduce(t.data(), t.size(), MGS_FLOAT64, CommOp::kMax));
 
   MGS_RETURN_IF_ERROR(fitCollectives(cs, t, P, out));
@@ -254,7 +306,8 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
   for (size_t n : sel_n) sel.emplace_back(double(n), t[i++]);
   out->group_host_s = t[i++];
   const double ag_one = t[i++], ag_k = t[i++];
-  setAllgatherOverlaps(ag_one, ag_k, kOverlapK, out);
+  const double stream_one = t[i++], stream_n = t[i++];
+  setAllgatherOverlaps(ag_one, ag_k, kOverlapK, stream_one, stream_n, kStreamN, out);
   // Every CPU selector (exact top-k included) is a constant number of passes: linear.
   MGS_RETURN_IF_ERROR(plan::SparsifyModel::fit(plan::SparsifyModel::Kind::kLinear, sel, &out->sparsify));
   // A negotiation round is an allreduce of a few hundred bytes (the ready

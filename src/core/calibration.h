@@ -40,10 +40,13 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
 // 0 when they take k times as long (clamped to [0, 1]; 1 without a usable
 // measurement).
 double allgatherOverlap(double one_s, double together_s, int k);
-// Sets out->allgather_overlap (the coordinator model) and
-// out->inflight_overlap (exchanges in flight in the timeline model) from
-// that one measurement.
-void setAllgatherOverlaps(double one_s, double together_s, int k, plan::CostModel* out);
+// Sets out->allgather_overlap (the coordinator model) from one against k
+// started together, and out->inflight_overlap (exchanges in flight in the
+// timeline model) from one against a stream of n started one after another
+// through the pipeline's window (BlockExchange::kMaxInFlight), the same
+// formula.
+void setAllgatherOverlaps(double one_s, double together_s, int k, double stream_one_s, double stream_s, int n,
+                          plan::CostModel* out);
 
 // The allreduce algorithm by size (Communicator::setRingMinBytes). mgs's
 // ring has 2(P-1) start-ups; Open MPI's nonblocking allreduce (out of place:

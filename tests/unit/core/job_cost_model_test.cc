@@ -238,8 +238,11 @@ TEST_CASE("job cost model: MGS_CALIBRATION=<file> measured once, saved once by r
     REQUIRE_FALSE(r.file_after_resolve);  // saved once, after the node terms, not at each step
     REQUIRE(r.model.workers == P);
     REQUIRE(r.model.density == config.density);
-    // Exchanges in flight are priced with the overlap calibration measured.
-    REQUIRE(r.model.inflight_overlap == r.model.allgather_overlap);
+    // Exchanges in flight are priced with the overlap calibration measured
+    // on its stream through the pipeline's window, the same on every rank.
+    REQUIRE(r.model.inflight_overlap >= 0.0);
+    REQUIRE(r.model.inflight_overlap <= 1.0);
+    REQUIRE(r.model.inflight_overlap == first[0].model.inflight_overlap);
   }
   std::string text;
   {
@@ -321,7 +324,8 @@ TEST_CASE("job cost model: a corrupt calibration file fails resolve on every ran
 
 }  // namespace mgs
 
-TEST_CASE("allgather_overlap from one allgather against four started together", "[calibration]") {
+TEST_CASE("allgather_overlap and inflight_overlap from one allgather against four together and a stream",
+          "[calibration]") {
   CHECK(mgs::allgatherOverlap(1.0, 1.0, 4) == 1.0);   // four take as long as one: start-ups overlap fully
   CHECK(mgs::allgatherOverlap(1.0, 4.0, 4) == 0.0);   // four take four times as long: one after another
   CHECK(mgs::allgatherOverlap(1.0, 2.5, 4) == Approx(0.5));
@@ -329,12 +333,16 @@ TEST_CASE("allgather_overlap from one allgather against four started together", 
   CHECK(mgs::allgatherOverlap(1.0, 0.5, 4) == 1.0);   // faster than one (noise): clamped
   CHECK(mgs::allgatherOverlap(0.0, 1.0, 4) == 1.0);   // no usable measurement: the model's default
   CHECK(mgs::allgatherOverlap(1.0, 1.0, 1) == 1.0);
-  // Both models take the one measurement: the coordinator model's
-  // allgather_overlap and the timeline's exchanges in flight.
+  // The coordinator model's allgather_overlap from four started together;
+  // the timeline's exchanges in flight from the stream through the window:
+  // 12 in 1 + 11 x 0.75 = 9.25 one-allgather times hid a quarter of each.
   mgs::plan::CostModel m;
-  mgs::setAllgatherOverlaps(1.0, 2.5, 4, &m);
+  mgs::setAllgatherOverlaps(1.0, 2.5, 4, 2.0, 2.0 * 9.25, 12, &m);
   CHECK(m.allgather_overlap == Approx(0.5));
-  CHECK(m.inflight_overlap == Approx(0.5));
+  CHECK(m.inflight_overlap == Approx(0.25));
+  mgs::setAllgatherOverlaps(1.0, 1.0, 4, 1.0, 12.0, 12, &m);  // fast together, serial in the stream
+  CHECK(m.allgather_overlap == 1.0);
+  CHECK(m.inflight_overlap == 0.0);
 }
 
 TEST_CASE("the ring's bound from timings of both allreduce algorithms", "[calibration]") {
