@@ -25,7 +25,9 @@
 #   -s  first three octets of the /24 used (hosts .1..N, the bridge .254)
 #   -m  extra mpirun arguments (e.g. "-x MGS_LOG_LEVEL=info")
 #   -t  stop the job after SECONDS (exit status 124) and remove the cluster;
-#       default 0: no limit
+#       default 0: no limit. With EMULATED_STACKS_DIR set, every process of
+#       the job (orted and the delay lines aside) has its threads' stacks
+#       written there first (gdb, DIR/host<i>_<pid>.txt): where it hung.
 #   -k  run COMMAND directly (not under mpirun) in the root namespace while the
 #       cluster is up, with EMULATED_HOSTS/EMULATED_AGENT/EMULATED_TAG set
 #       (to inspect it: ip netns, tc -s qdisc; or to run mpirun yourself)
@@ -256,6 +258,17 @@ else
     ( sleep "$timeout_s"
       touch "$workdir/timed_out"
       echo "emulated_cluster: the job ran past $timeout_s s (-t): stopping it" >&2
+      if [ -n "${EMULATED_STACKS_DIR:-}" ] && command -v gdb >/dev/null; then
+        mkdir -p "$EMULATED_STACKS_DIR"
+        for i in $(seq 1 "$hosts"); do
+          for pid in $(ip netns pids "${tag}ns$i" 2>/dev/null); do
+            case $(cat "/proc/$pid/comm" 2>/dev/null) in orted|prted|delayline|"") continue ;; esac
+            timeout 60 gdb -p "$pid" -batch -ex "thread apply all bt" \
+              > "$EMULATED_STACKS_DIR/host${i}_$pid.txt" 2>&1
+          done
+        done
+        echo "emulated_cluster: the job's stacks are in $EMULATED_STACKS_DIR" >&2
+      fi
       kill -TERM "$mpirun_pid" 2>/dev/null; sleep 5; kill -KILL "$mpirun_pid" 2>/dev/null ) &
     watchdog=$!
   fi

@@ -14,7 +14,9 @@ exchange_supported() {  # lib
 # its last lines and appends nothing. With MGS_LOG_LEVEL set it reaches every
 # rank; with CLUSTER_LOG_DIR set each run's whole output (every rank's log
 # lines) is kept there as LABEL.log. With CLUSTER_RUN_TIMEOUT=SECONDS a run
-# that takes longer is stopped (emulated_cluster.sh -t) and counts as failed.
+# that takes longer is stopped (emulated_cluster.sh -t) and counts as failed;
+# with CLUSTER_LOG_DIR set too, its processes' stacks at that moment are kept
+# in LABEL.stacks/ beside the log.
 run_one() {
   local out=$1 label=$2 hosts=$3 rate=$4 latency=$5
   shift 5
@@ -31,7 +33,9 @@ run_one() {
   shift
   local log
   log=$(mktemp /tmp/cluster_run.XXXXXX.log)
-  if env "${envs[@]}" OMP_NUM_THREADS=1 scripts/emulated_cluster.sh -n "$hosts" -r "$rate" -l "$latency" \
+  local stacks=""
+  [ -n "${CLUSTER_LOG_DIR:-}" ] && stacks=$CLUSTER_LOG_DIR/$label.stacks
+  if env "${envs[@]}" OMP_NUM_THREADS=1 EMULATED_STACKS_DIR="$stacks" scripts/emulated_cluster.sh -n "$hosts" -r "$rate" -l "$latency" \
       -t "${CLUSTER_RUN_TIMEOUT:-0}" -m "$fwd" -- \
       "$bin" --label "$label" --wire-iface eth0 "$@" > "$log" 2>&1; then
     grep '^{' "$log" >> "$out"

@@ -6,12 +6,17 @@ plan's predicted span (first gradient to last exchange) against the measured
 one, both the means over the plan's compared steps (mgs_stats_t
 plan_span_*), and whether the two are within 15 % of each other.
 
-usage: span_table.py [--grid] RUNS.jsonl [RUNS.jsonl ...]   (prints a markdown table)
+usage: span_table.py [--grid | --spread] RUNS.jsonl [RUNS.jsonl ...]   (prints a markdown table)
   --grid: one row per file (spans.sh names them span_TAG_MODEL_RANKS.jsonl),
           one column per plan, the ratio with the plan's buckets in brackets
+  --spread: one row per file, the sitting's level apart from its shape: the
+          median ratio of its plans of at most 3 buckets (the level: the
+          calibration's collectives and rounds), and its plans of 10 buckets
+          or more each over that level (the shape: what many buckets add)
 """
 import json
 import os
+import statistics
 import sys
 
 GRID_COLUMNS = ["layer-wise", "fixed 128 MB", "fixed 64 MB", "fixed 32 MB", "fixed 16 MB", "fixed 8 MB",
@@ -65,9 +70,34 @@ def grid(paths):
     print("\n%d of %d runs within 15 %%" % (within, total))
 
 
+def keyed_files(paths):
+    keyed = []
+    for path in paths:
+        parts = os.path.basename(path)[len("span_"):-len(".jsonl")].split("_")
+        keyed.append((("_".join(parts[1:-1])), int(parts[-1]), parts[0], path))
+    return sorted(keyed)
+
+
+def spread(paths):
+    print("| model | ranks | tag | few buckets (<= 3): median ratio | many buckets (>= 10): ratio / that median |")
+    print("|---|---|---|---|---|")
+    for model, ranks, tag, path in keyed_files(paths):
+        runs = [json.loads(line) for line in open(path) if line.startswith("{")]
+        runs = [(r["plan_buckets"], ratio_of(r)) for r in runs if ratio_of(r) is not None]
+        few = [x for b, x in runs if b <= 3]
+        if not few:
+            continue
+        level = statistics.median(few)
+        many = sorted((b, x / level) for b, x in runs if b >= 10)
+        print("| %s | %d | %s | %.2f (%d plans) | %s |" % (MODEL_NAMES.get(model, model), ranks, tag, level, len(few),
+                                                          ", ".join("%.2f (%d)" % (x, b) for b, x in many) or "-"))
+
+
 def main(paths):
     if paths and paths[0] == "--grid":
         return grid(paths[1:])
+    if paths and paths[0] == "--spread":
+        return spread(paths[1:])
     rows = []
     for path in paths:
         for line in open(path):
