@@ -26,7 +26,7 @@
 #   -m  extra mpirun arguments (e.g. "-x MGS_LOG_LEVEL=info")
 #   -t  stop the job after SECONDS (exit status 124) and remove the cluster;
 #       default 0: no limit. With EMULATED_STACKS_DIR set, every process of
-#       the job (orted and the delay lines aside) has its threads' stacks
+#       the job (orted, shells and the delay lines aside) has its threads' stacks
 #       written there first (gdb, DIR/host<i>_<pid>.txt): where it hung.
 #   -k  run COMMAND directly (not under mpirun) in the root namespace while the
 #       cluster is up, with EMULATED_HOSTS/EMULATED_AGENT/EMULATED_TAG set
@@ -262,7 +262,7 @@ else
         mkdir -p "$EMULATED_STACKS_DIR"
         for i in $(seq 1 "$hosts"); do
           for pid in $(ip netns pids "${tag}ns$i" 2>/dev/null); do
-            case $(cat "/proc/$pid/comm" 2>/dev/null) in orted|prted|delayline|"") continue ;; esac
+            case $(cat "/proc/$pid/comm" 2>/dev/null) in orted|prted|delayline|bash|sh|"") continue ;; esac
             timeout 60 gdb -p "$pid" -batch -ex "thread apply all bt" \
               > "$EMULATED_STACKS_DIR/host${i}_$pid.txt" 2>&1
           done
