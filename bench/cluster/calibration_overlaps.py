@@ -4,17 +4,32 @@ range, the median, and the readings at the clamps 0 and 1 (planner.md §2 quotes
 --field allgather_overlap (the default): four small allgathers started together against one;
 --field inflight_overlap: a stream through the pipeline's window against one (calibrations that measure it
 apart from allgather_overlap: restrict --glob to their files, e.g. 'plan_spans/span_st_*').
-usage: bench/cluster/calibration_overlaps.py [--field F] [--glob PATTERN] [RESULTS_DIR]"""
-import argparse, glob, os, re, statistics
+--terms: instead, one line per calibration: its file, ranks, the allgather's start-up and a round (ms), and both
+overlaps (benchmarks.md quotes these for the spans sittings).
+usage: bench/cluster/calibration_overlaps.py [--field F | --terms] [--glob PATTERN] [RESULTS_DIR]"""
+import argparse, glob, json, os, re, statistics
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--field", default="allgather_overlap", choices=["allgather_overlap", "inflight_overlap"])
 ap.add_argument("--glob", default="**/*", help="files under RESULTS_DIR, without the .out/.log suffix")
+ap.add_argument("--terms", action="store_true", help="one line per calibration, its terms")
 ap.add_argument("root", nargs="?", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
 args = ap.parse_args()
+paths = sorted(glob.glob(os.path.join(args.root, args.glob + ".out"), recursive=True) +
+               glob.glob(os.path.join(args.root, args.glob + ".log"), recursive=True))
+if args.terms:
+    for path in paths:
+        for line in open(path, errors="ignore"):
+            if line.startswith("# calibration: "):
+                m = json.loads(line[len("# calibration: "):])
+                print("%s: %d ranks, allgather start-up %.1f ms, round %.1f ms, inflight_overlap %.2f, "
+                      "allgather_overlap %.2f" % (os.path.relpath(path, args.root), m["workers"],
+                                                  m["allgather"]["segments"][0][1] * 1e3, m["negotiation_s"] * 1e3,
+                                                  m.get("inflight_overlap", 0), m["allgather_overlap"]))
+                break
+    raise SystemExit(0)
 seen = {}  # (file, workers, reading): one per calibration line, however often a file repeats it
-for path in glob.glob(os.path.join(args.root, args.glob + ".out"), recursive=True) + \
-        glob.glob(os.path.join(args.root, args.glob + ".log"), recursive=True):
+for path in paths:
     for line in open(path, errors="ignore"):
         w, o = re.search(r'"workers":(\d+)', line), re.search(r'"%s":([0-9.eE+-]+)' % args.field, line)
         if w and o:

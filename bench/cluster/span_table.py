@@ -42,17 +42,21 @@ def ratio_of(r):
     return meas / pred
 
 
+def keyed_files(paths):
+    """(model, ranks, tag, path) per file, sorted; spans.sh names them span_TAG_MODEL_RANKS.jsonl."""
+    keyed = []
+    for path in paths:
+        parts = os.path.basename(path)[len("span_"):-len(".jsonl")].split("_")
+        keyed.append(("_".join(parts[1:-1]), int(parts[-1]), parts[0], path))
+    return sorted(keyed)
+
+
 def grid(paths):
     print("| model | ranks | tag | " + " | ".join(c.replace("fixed ", "").replace("mgs (the default)", "default")
                                                .replace("mgs, untried", "DP untried") for c in GRID_COLUMNS) + " |")
     print("|---|---|---|" + "---|" * len(GRID_COLUMNS))
     within = total = 0
-    keyed = []
-    for path in paths:
-        parts = os.path.basename(path)[len("span_"):-len(".jsonl")].split("_")
-        tag, ranks, model = parts[0], int(parts[-1]), "_".join(parts[1:-1])
-        keyed.append((model, ranks, tag, path))
-    for model, ranks, tag, path in sorted(keyed):
+    for model, ranks, tag, path in keyed_files(paths):
         cells = {}
         for line in open(path):
             if not line.startswith("{"):
@@ -68,14 +72,6 @@ def grid(paths):
         print("| %s | %d | %s | %s |" % (MODEL_NAMES.get(model, model), ranks, tag,
                                         " | ".join(cells.get(c, "-") for c in GRID_COLUMNS)))
     print("\n%d of %d runs within 15 %%" % (within, total))
-
-
-def keyed_files(paths):
-    keyed = []
-    for path in paths:
-        parts = os.path.basename(path)[len("span_"):-len(".jsonl")].split("_")
-        keyed.append((("_".join(parts[1:-1])), int(parts[-1]), parts[0], path))
-    return sorted(keyed)
 
 
 def spread(paths):

@@ -231,65 +231,54 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
     MGS_RETURN_IF_ERROR(timeCall(5, &wall, [&] { return comm.allgather(buf.data(), 256, gathered.data()); }, &ag_cpu));
     t.push_back(sel_fixed + std::max(bc_cpu + ar_cpu, ag_cpu));
   }
-  // How far the start-ups of allgathers in flight together overlap
-  // (CostModel::allgather_overlap and inflight_overlap): one small
-  // allgather started and waited for, against kOverlapK started together
-  // and then waited for, as the pipeline keeps them in flight. Without
-  // nonblocking collectives every start runs to its end: no overlap.
+  // Small allgathers in flight. `inFlight(n, window, bytes)` starts n of
+  // them one after another, waits for the oldest while more than `window`
+  // are in flight, then for the rest. Without nonblocking collectives every
+  // start runs to its end: no overlap.
   constexpr int kOverlapK = 4;
   constexpr size_t kOverlapBytes = 4 << 10;  // start-up dominated
-  {
-    std::vector<char> send(kOverlapBytes, 0), recv(kOverlapK * kOverlapBytes * static_cast<size_t>(P));
-    auto together = [&](int k) {
-      std::vector<std::unique_ptr<PendingCollective>> ops(k);
-      Status st;
-      for (int j = 0; j < k && st.ok(); ++j)
-        st = comm.startAllgather(send.data(), kOverlapBytes, recv.data() + j * kOverlapBytes * P, &ops[j]);
-      for (auto& op : ops) {
-        if (!op) continue;
-        const Status w = op->wait();
-        if (st.ok()) st = w;
+  static_assert(kStreamBytes <= kOverlapBytes, "one send buffer serves both");
+  std::vector<char> send(kOverlapBytes, 0);
+  std::vector<char> recv(std::max(kOverlapK * kOverlapBytes, kStreamN * kStreamBytes) * static_cast<size_t>(P));
+  auto inFlight = [&](int n, size_t window, size_t bytes) {
+    std::deque<std::unique_ptr<PendingCollective>> ops;
+    Status st;
+    for (int j = 0; j < n && st.ok(); ++j) {
+      std::unique_ptr<PendingCollective> op;
+      st = comm.startAllgather(send.data(), bytes, recv.data() + j * bytes * P, &op);
+      if (op) ops.push_back(std::move(op));
+      while (st.ok() && ops.size() > window) {
+        st = ops.front()->wait();
+        ops.pop_front();
       }
-      return st;
-    };
+    }
+    for (auto& op : ops) {
+      const Status w = op->wait();
+      if (st.ok()) st = w;
+    }
+    return st;
+  };
+  // CostModel::allgather_overlap (the coordinator model): one against
+  // kOverlapK started together and then waited for.
+  {
     double one = 0, k = 0;
-    MGS_RETURN_IF_ERROR(timeMedian(5, &one, [&] { return together(1); }));
-    MGS_RETURN_IF_ERROR(timeMedian(5, &k, [&] { return together(kOverlapK); }));
+    MGS_RETURN_IF_ERROR(timeMedian(5, &one, [&] { return inFlight(1, 1, kOverlapBytes); }));
+    MGS_RETURN_IF_ERROR(timeMedian(5, &k, [&] { return inFlight(kOverlapK, kOverlapK, kOverlapBytes); }));
     t.push_back(one);
     t.push_back(k);
   }
-  // The pace of exchanges in flight as the pipeline keeps them
-  // (CostModel::inflight_overlap): kStreamN small allgathers started one
-  // after another, the oldest waited for while more than
-  // BlockExchange::kMaxInFlight are in flight, against one alone. Each
-  // measurement starts after a barrier so that every rank starts together.
+  // CostModel::inflight_overlap, the pace of exchanges in flight as the
+  // pipeline keeps them: kStreamN started through BlockExchange's window,
+  // against one alone. Each measurement starts after a barrier so that every
+  // rank starts together (the barrier is not timed).
   {
-    std::vector<char> send(kStreamBytes, 0), recv(kStreamN * kStreamBytes * static_cast<size_t>(P));
-    auto stream = [&](int n) {
-      std::deque<std::unique_ptr<PendingCollective>> ops;
-      Status st;
-      for (int j = 0; j < n && st.ok(); ++j) {
-        std::unique_ptr<PendingCollective> op;
-        st = comm.startAllgather(send.data(), kStreamBytes, recv.data() + j * kStreamBytes * P, &op);
-        if (op) ops.push_back(std::move(op));
-        while (st.ok() && ops.size() > BlockExchange::kMaxInFlight) {
-          st = ops.front()->wait();
-          ops.pop_front();
-        }
-      }
-      for (auto& op : ops) {
-        const Status w = op->wait();
-        if (st.ok()) st = w;
-      }
-      return st;
-    };
     std::vector<double> one_t, stream_t;
-    MGS_RETURN_IF_ERROR(stream(kStreamN));  // warm-up
+    MGS_RETURN_IF_ERROR(inFlight(kStreamN, BlockExchange::kMaxInFlight, kStreamBytes));  // warm-up
     for (int r = 0; r < kStreamReps; ++r) {
       for (int n : {1, kStreamN}) {
         MGS_RETURN_IF_ERROR(comm.barrier());
         const auto t0 = Clock::now();
-        MGS_RETURN_IF_ERROR(stream(n));
+        MGS_RETURN_IF_ERROR(inFlight(n, BlockExchange::kMaxInFlight, kStreamBytes));
         (n == 1 ? one_t : stream_t).push_back(seconds(t0));
       }
     }
