@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/logging.h"
 #include "compress/synthetic_gradient.h"
 #include "core/block_exchange.h"
 #include "core/host_load.h"
@@ -176,13 +177,18 @@ Status chooseAllreduceAlgorithm(Communicator& comm, RingChoice* out) {
 
 Status measureCostModel(Communicator& comm, const compress::Selector& selector, plan::CostModel* out) {
   const int P = comm.size();
-  const CollectiveSizes& cs = hostCollectiveSizes();
+  const CollectiveSizes cs = hostCollectiveSizes(P);
   const std::vector<size_t>& sel_n = calibrationSelectionSizes();
   std::vector<double> t;  // all timings, max-reduced in one call below
+  // Where the start-up goes (rank 0's log): the collectives, the selector,
+  // the small allgathers in flight.
+  const auto t_start = Clock::now();
+  double selection_s = 0, kind_s[3] = {0, 0, 0};
   std::vector<float> buf(cs.bufferBytes() / 4, 0.0f);
   std::vector<char> gathered(cs.recvBytes(P));
-  MGS_RETURN_IF_ERROR(measureCollectives(comm, cs, buf.data(), gathered.data(), &t));
+  MGS_RETURN_IF_ERROR(measureCollectives(comm, cs, buf.data(), gathered.data(), &t, kind_s));
   {
+    const auto t_sel = Clock::now();
     std::vector<float> x(sel_n.back()), res(sel_n.back(), 0.0f);
     compress::syntheticGradient(x.data(), x.size());
     // What the pipeline does locally per bucket: add the gradient into the
@@ -230,7 +236,9 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
         timeCall(5, &wall, [&] { return comm.allreduce(buf.data(), 64, MGS_FLOAT32, CommOp::kSum); }, &ar_cpu));
     MGS_RETURN_IF_ERROR(timeCall(5, &wall, [&] { return comm.allgather(buf.data(), 256, gathered.data()); }, &ag_cpu));
     t.push_back(sel_fixed + std::max(bc_cpu + ar_cpu, ag_cpu));
+    selection_s = seconds(t_sel);
   }
+  const auto t_flight = Clock::now();
   // Small allgathers in flight. `inFlight(n, window, bytes)` starts n of
   // them one after another, waits for the oldest while more than `window`
   // are in flight, then for the rest. Without nonblocking collectives every
@@ -287,7 +295,16 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
     t.push_back(one_t[one_t.size() / 2]);
     t.push_back(stream_t[stream_t.size() / 2]);
   }
+  const double flight_s = seconds(t_flight);
   MGS_RETURN_IF_ERROR(comm.allreduce(t.data(), t.size(), MGS_FLOAT64, CommOp::kMax));
+  if (comm.rank() == 0)
+    MGS_LOG_INFO(
+        "cost model calibrated in {:.1f} s on {} ranks: allreduces up to {} KiB {:.1f} s, allgathers up to {} KiB "
+        "a rank ({} KiB received) {:.1f} s, broadcasts {:.1f} s, selection {:.1f} s, small allgathers in flight "
+        "{:.1f} s (rank 0's times)",
+        seconds(t_start), P, cs.allreduce.empty() ? 0 : cs.allreduce.back() >> 10, kind_s[0],
+        cs.allgather.empty() ? 0 : cs.allgather.back() >> 10, cs.recvBytes(P) >> 10, kind_s[1], kind_s[2], selection_s,
+        flight_s);
 
   MGS_RETURN_IF_ERROR(fitCollectives(cs, t, P, out));
   size_t i = cs.allreduce.size() + cs.allgather.size() + cs.broadcast.size();

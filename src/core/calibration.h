@@ -1,8 +1,10 @@
 // Cost-model calibration (MGS_CALIBRATION=auto, or a file that does not
 // exist yet): the merge plan is computed from this job's own measured
-// collective and selector times, not from presets. Times allreduce,
-// allgather and broadcast of 4 KiB..64 MiB and the selector on 64 Ki..4 Mi
-// elements, takes the max over ranks and fits the model's terms. Which model
+// collective and selector times, not from presets. Times allreduce and
+// broadcast of 4 KiB..64 MiB and 4 KiB..8 MiB, allgather of 4 KiB..8 MiB a
+// rank but never more than 64 MiB received (hostCollectiveSizes), and the
+// selector on 64 Ki..4 Mi elements, takes the max over ranks and fits the
+// model's terms. Rank 0 logs (info) how long each part took. Which model
 // a job uses ('off', 'auto', a file) is decided by its owner,
 // core/job_cost_model.h.
 #pragma once

@@ -1,5 +1,7 @@
 #include "core/collective_timing.h"
 
+#include <algorithm>
+
 namespace mgs {
 
 size_t CollectiveSizes::bufferBytes() const {
@@ -16,39 +18,80 @@ size_t CollectiveSizes::recvBytes(int P) const {
   return b * static_cast<size_t>(P);
 }
 
-const CollectiveSizes& hostCollectiveSizes() {
-  static const CollectiveSizes s{{4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20},
-                                 {4 << 10, 64 << 10, 1 << 20, 8 << 20},
-                                 {4 << 10, 64 << 10, 1 << 20, 8 << 20}};
+CollectiveSizes gatherCap(CollectiveSizes s, int P) {
+  if (P < 1 || s.allgather.empty()) return s;
+  size_t cap_total = 0;
+  for (size_t x : s.allreduce) cap_total = std::max(cap_total, x);
+  if (cap_total == 0) return s;
+  const size_t per_rank = std::max<size_t>(8, cap_total / static_cast<size_t>(P) / 8 * 8);
+  std::vector<size_t> kept;
+  bool dropped = false;
+  for (size_t b : s.allgather) {
+    if (b <= per_rank)
+      kept.push_back(b);
+    else
+      dropped = true;
+  }
+  if (dropped && (kept.empty() || per_rank > kept.back())) kept.push_back(per_rank);
+  // A table needs two points: a sixteenth of the one left below it (or,
+  // at 8 bytes, twice it above the cap: a world of millions of ranks).
+  if (kept.size() == 1) {
+    if (kept[0] >= 16)
+      kept.insert(kept.begin(), std::max<size_t>(8, kept[0] / 16 / 8 * 8));
+    else
+      kept.push_back(2 * kept[0]);
+  }
+  s.allgather = std::move(kept);
   return s;
 }
 
-const CollectiveSizes& deviceCollectiveSizes() {
-  static const CollectiveSizes s{{4 << 10, 64 << 10, 1 << 20, 16 << 20},
-                                 {4 << 10, 64 << 10, 1 << 20, 4 << 20},
-                                 {4 << 10, 64 << 10, 1 << 20, 4 << 20}};
-  return s;
+CollectiveSizes hostCollectiveSizes(int P) {
+  return gatherCap({{4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20},
+                    {4 << 10, 64 << 10, 1 << 20, 8 << 20},
+                    {4 << 10, 64 << 10, 1 << 20, 8 << 20}},
+                   P);
 }
+
+CollectiveSizes deviceCollectiveSizes(int P) {
+  return gatherCap({{4 << 10, 64 << 10, 1 << 20, 16 << 20},
+                    {4 << 10, 64 << 10, 1 << 20, 4 << 20},
+                    {4 << 10, 64 << 10, 1 << 20, 4 << 20}},
+                   P);
+}
+
+int calibrationReps(size_t bytes) { return bytes <= kManyRepsBytes ? 9 : 3; }
 
 Status measureCollectives(Communicator& comm, const CollectiveSizes& sizes, void* buf, void* recv,
-                          std::vector<double>* t) {
+                          std::vector<double>* t, double* kind_s) {
+  using Clock = std::chrono::steady_clock;
+  auto t0 = Clock::now();
+  // Each kind's wall time (warm-ups included) into kind_s[k], if asked.
+  auto lap = [&](int k) {
+    const auto now = Clock::now();
+    if (kind_s) kind_s[k] = std::chrono::duration<double>(now - t0).count();
+    t0 = now;
+  };
   for (size_t b : sizes.allreduce) {
     double s;
-    MGS_RETURN_IF_ERROR(timeMedian(3, &s, [&] { return comm.allreduce(buf, b / 4, MGS_FLOAT32, CommOp::kSum); }));
+    MGS_RETURN_IF_ERROR(
+        timeMedian(calibrationReps(b), &s, [&] { return comm.allreduce(buf, b / 4, MGS_FLOAT32, CommOp::kSum); }));
     t->push_back(s);
   }
+  lap(0);
   for (size_t b : sizes.allgather) {
     double s;
-    MGS_RETURN_IF_ERROR(timeMedian(3, &s, [&] { return comm.allgather(buf, b, recv); }));
+    MGS_RETURN_IF_ERROR(timeMedian(calibrationReps(b), &s, [&] { return comm.allgather(buf, b, recv); }));
     t->push_back(s);
   }
+  lap(1);
   // The agreed exchange's index block travels by broadcast (root 0; the
   // leader rotates, the cost does not depend on which rank it is).
   for (size_t b : sizes.broadcast) {
     double s;
-    MGS_RETURN_IF_ERROR(timeMedian(3, &s, [&] { return comm.broadcast(buf, b, 0); }));
+    MGS_RETURN_IF_ERROR(timeMedian(calibrationReps(b), &s, [&] { return comm.broadcast(buf, b, 0); }));
     t->push_back(s);
   }
+  lap(2);
   return Status::OK();
 }
 

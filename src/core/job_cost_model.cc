@@ -78,7 +78,8 @@ Status JobCostModel::resolve(const compress::Selector& selector) {
   m.bytes_per_element = 4;
   stamp(&m);
   model_ = m;
-  MGS_LOG_INFO("cost model ({}): {}", config_.calibration, plan::costModelToJson(m, /*pretty=*/false));
+  if (comm_.rank() == 0)
+    MGS_LOG_INFO("cost model ({}): {}", config_.calibration, plan::costModelToJson(m, /*pretty=*/false));
   return Status::OK();
 }
 
@@ -148,7 +149,7 @@ void JobCostModel::agreeDeviceSelection(const Status& own, const std::vector<dou
 
 void JobCostModel::agreeDeviceCollectives(const Status& own, const std::vector<double>& mine) {
   device_comm_asked_ = true;
-  const CollectiveSizes& sizes = deviceCollectiveSizes();
+  const CollectiveSizes sizes = deviceCollectiveSizes(comm_.size());
   const size_t calls = sizes.allreduce.size() + sizes.allgather.size() + sizes.broadcast.size();
   std::vector<double> t(calls + 1, 0.0);
   if (own.ok() && mine.size() == calls)

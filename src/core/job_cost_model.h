@@ -82,7 +82,7 @@ class JobCostModel {
   // Whether the next bucket of CUDA tensors, if it runs as a device bucket,
   // is to time the device communicator's collectives (MGS_CALIBRATION=auto,
   // once per job). Collective at that bucket: `own` and `seconds` are this
-  // rank's measureCollectives at deviceCollectiveSizes(); the slowest rank's
+  // rank's measureCollectives at deviceCollectiveSizes(P); the slowest rank's
   // figures replace the allreduce, allgather and broadcast terms (in the
   // model and the online refit's base) unless a plan file pinned the model,
   // and from then on devicePriced(): the exchange choice of device buckets

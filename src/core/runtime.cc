@@ -70,6 +70,9 @@ Status Runtime::start(const Config& config, CommFactory factory, std::unique_ptr
     Status st;
     try {
       st = factory(&comm);
+      // The rank and MGS_LOG_LEVEL from here: what init logs (calibration,
+      // the cost model) is logged as the rest is.
+      if (st.ok()) configureLogging(comm->rank(), self->config_.log_level);
       if (st.ok()) st = checkConfigAgrees(*comm, self->config_);
       // MGS_BACKEND: the same verdict on every rank (core/device_backend.h).
       if (st.ok()) st = DeviceBackend::init(*comm, self->config_, &backend, self->device_factory_);

@@ -161,7 +161,7 @@ void SparsePipeline::calibrateDeviceCollectives(std::vector<Request>& members, s
   }
   device::DeviceComm* dc = device_comm_();
   std::vector<double> mine;
-  const Status own = local_->resident()->timeCollectives(*dc->comm, deviceCollectiveSizes(), &mine);
+  const Status own = local_->resident()->timeCollectives(*dc->comm, deviceCollectiveSizes(comm_.size()), &mine);
   cost_.agreeDeviceCollectives(own, mine);
 }
 

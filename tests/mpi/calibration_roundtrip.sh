@@ -10,11 +10,19 @@ file="$dir/calibration.json"
 rm -f "$file"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 run() { "$mpirun" -np 2 --oversubscribe --bind-to none -x MGS_COMPRESSOR=topk -x MGS_DENSITY=0.01 \
-          -x MGS_CALIBRATION="$file" "$mpi_test" allreduce 2>&1; }
+          -x MGS_CALIBRATION="$file" -x MGS_LOG_LEVEL="${log_level:-warn}" "$mpi_test" allreduce 2>&1; }
 
-# 1. Measured at init on 2 ranks and saved by rank 0.
-out=$(run) || fail "job with MGS_CALIBRATION=$file failed: $out"
+# 1. Measured at init on 2 ranks and saved by rank 0; at MGS_LOG_LEVEL=info
+#    rank 0 (only) says what the calibration took and what it measured:
+#    init logs at the job's level.
+out=$(log_level=info run) || fail "job with MGS_CALIBRATION=$file failed: $out"
 [ -s "$file" ] || fail "the runtime did not save $file"
+n=$(echo "$out" | grep -c '\[mgs rank 0\] \[info\] cost model calibrated in [0-9.]* s on 2 ranks: allreduces')
+[ "$n" -eq 1 ] || fail "expected rank 0's calibration time once at info, got $n: $out"
+n=$(echo "$out" | grep -c 'cost model calibrated in')
+[ "$n" -eq 1 ] || fail "the calibration time is logged by rank 0 only, got $n lines: $out"
+n=$(echo "$out" | grep -c "\[mgs rank 0\] \[info\] cost model ($file): {")
+[ "$n" -eq 1 ] || fail "expected rank 0's cost model line once at info, got $n: $out"
 grep -q '"format": "mgs-cost-model"' "$file" || fail "saved file lacks the format tag: $(cat "$file")"
 # The overlap of allgathers in flight together is measured, a fraction.
 overlap=$(sed -n 's/.*"allgather_overlap": *\([0-9.eE+-]*\).*/\1/p' "$file")

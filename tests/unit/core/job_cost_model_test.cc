@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <spdlog/sinks/ostream_sink.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -388,4 +389,42 @@ TEST_CASE("the fusion bound: the size whose copies in and out take one collectiv
   CHECK(mgs::fusionMaxTensorBytesFrom(sizes, line(-1e-4, 1e-9), line(-1e-4, 1e-9), 4 << 20, 1e-3, floor) == floor);
   CHECK(mgs::fusionMaxTensorBytesFrom(sizes, ring, ring, 4 << 20, 0, floor) == floor);
   CHECK(mgs::fusionMaxTensorBytesFrom({64 << 10}, {5e-3}, {5e-3}, 4 << 20, 1e-3, floor) == floor);
+}
+
+TEST_CASE("calibration's allgathers receive no more than its largest allreduce sends, at any world size",
+          "[calibration]") {
+  using V = std::vector<size_t>;
+  const mgs::CollectiveSizes base{{4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20},
+                                  {4 << 10, 64 << 10, 1 << 20, 8 << 20},
+                                  {4 << 10, 64 << 10, 1 << 20, 8 << 20}};
+  // Up to 8 ranks every size fits (8 x 8 MiB = 64 MiB): nothing changes.
+  for (int P : {1, 2, 4, 8}) CHECK(mgs::gatherCap(base, P).allgather == base.allgather);
+  // 16 ranks: 8 MiB a rank would receive 128 MiB; the cap, 4 MiB, takes its place.
+  CHECK(mgs::gatherCap(base, 16).allgather == V{4 << 10, 64 << 10, 1 << 20, 4 << 20});
+  // A world size that does not divide the cap: a multiple of 8 bytes within it.
+  const mgs::CollectiveSizes c12 = mgs::gatherCap(base, 12);
+  CHECK(c12.allgather.back() == (size_t{64} << 20) / 12 / 8 * 8);
+  CHECK(c12.recvBytes(12) <= size_t{64} << 20);
+  // 64 ranks: 1 MiB a rank is the cap itself.
+  CHECK(mgs::gatherCap(base, 64).allgather == V{4 << 10, 64 << 10, 1 << 20});
+  // 256 and 1024 ranks: the receive buffer stays at 64 MiB.
+  CHECK(mgs::gatherCap(base, 256).allgather == V{4 << 10, 64 << 10, 256 << 10});
+  CHECK(mgs::gatherCap(base, 1024).allgather == V{4 << 10, 64 << 10});
+  for (int P : {3, 16, 100, 256, 1024, 16384, 1 << 20}) {
+    const mgs::CollectiveSizes c = mgs::gatherCap(base, P);
+    INFO("P = " << P);
+    CHECK(c.recvBytes(P) <= size_t{64} << 20);
+    CHECK(c.allgather.size() >= 2);  // a table's two points
+    CHECK(std::is_sorted(c.allgather.begin(), c.allgather.end()));
+    CHECK(std::adjacent_find(c.allgather.begin(), c.allgather.end()) == c.allgather.end());
+    // The allreduce and broadcast sizes are not the world's business.
+    CHECK(c.allreduce == base.allreduce);
+    CHECK(c.broadcast == base.broadcast);
+  }
+  // 16384 ranks: 4 KiB alone fits; a sixteenth of it goes below.
+  CHECK(mgs::gatherCap(base, 16384).allgather == V{256, 4 << 10});
+  // What calibration and the device timing use are capped alike.
+  CHECK(mgs::hostCollectiveSizes(32).recvBytes(32) == size_t{64} << 20);
+  CHECK(mgs::deviceCollectiveSizes(8).recvBytes(8) == size_t{16} << 20);
+  CHECK(mgs::deviceCollectiveSizes(4).allgather == V{4 << 10, 64 << 10, 1 << 20, 4 << 20});
 }
