@@ -53,9 +53,8 @@ Status measureCollectives(Communicator& comm, const CollectiveSizes& sizes, void
                           std::vector<double>* seconds, double* kind_s = nullptr);
 
 // The calls timed per size: 9 up to kManyRepsBytes, where a call is cheap
-// and its time is the start-up that prices every small bucket (on shared
-// cores single calls there vary by 2x), and 3 above. Per rank, before the
-// maximum over ranks.
+// and its time is the start-up that prices every small bucket, and 3
+// above. Per rank, before the maximum over ranks.
 constexpr size_t kManyRepsBytes = size_t{64} << 10;
 int calibrationReps(size_t bytes);
 
