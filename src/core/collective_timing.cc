@@ -23,7 +23,7 @@ CollectiveSizes gatherCap(CollectiveSizes s, int P) {
   size_t cap_total = 0;
   for (size_t x : s.allreduce) cap_total = std::max(cap_total, x);
   if (cap_total == 0) return s;
-  const size_t per_rank = std::max<size_t>(8, cap_total / static_cast<size_t>(P) / 8 * 8);
+  const size_t per_rank = std::max<size_t>(16, cap_total / static_cast<size_t>(P) / 8 * 8);
   std::vector<size_t> kept;
   bool dropped = false;
   for (size_t b : s.allgather) {
@@ -33,14 +33,9 @@ CollectiveSizes gatherCap(CollectiveSizes s, int P) {
       dropped = true;
   }
   if (dropped && (kept.empty() || per_rank > kept.back())) kept.push_back(per_rank);
-  // A table needs two points: a sixteenth of the one left below it (or,
-  // at 8 bytes, twice it above the cap: a world of millions of ranks).
-  if (kept.size() == 1) {
-    if (kept[0] >= 16)
-      kept.insert(kept.begin(), std::max<size_t>(8, kept[0] / 16 / 8 * 8));
-    else
-      kept.push_back(2 * kept[0]);
-  }
+  // A table needs two points: a sixteenth of the one left (every size is
+  // at least 16 bytes) goes below it.
+  if (kept.size() == 1) kept.insert(kept.begin(), std::max<size_t>(8, kept[0] / 16 / 8 * 8));
   s.allgather = std::move(kept);
   return s;
 }
@@ -59,7 +54,11 @@ CollectiveSizes deviceCollectiveSizes(int P) {
                    P);
 }
 
-int calibrationReps(size_t bytes) { return bytes <= kManyRepsBytes ? 9 : 3; }
+namespace {
+// The calls timed per size (measureCollectives): 9 where a call is cheap
+// and its time is the start-up that prices every small bucket, 3 above.
+int calibrationReps(size_t bytes) { return bytes <= (size_t{64} << 10) ? 9 : 3; }
+}  // namespace
 
 Status measureCollectives(Communicator& comm, const CollectiveSizes& sizes, void* buf, void* recv,
                           std::vector<double>* t, double* kind_s) {

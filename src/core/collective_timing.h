@@ -36,27 +36,22 @@ CollectiveSizes deviceCollectiveSizes(int P);
 // `sizes` with its allgather sizes capped for P ranks as above (exposed for
 // tests): every size b with P x b <= the largest allreduce size stays; if
 // any was dropped, the largest multiple of 8 bytes with P x b within the
-// cap is appended, unless it is no larger than the last size kept. Two
-// sizes at least are left (a table's two points): where one would be, a
-// sixteenth of it goes below it.
+// cap (16 bytes at least) is appended, unless it is no larger than the
+// last size kept. Two sizes at least are left (a table's two points):
+// where one would be, a sixteenth of it (8 bytes at least) goes below it.
 CollectiveSizes gatherCap(CollectiveSizes sizes, int P);
 
 // Times comm's blocking allreduce (float sum, in place on buf), allgather
 // (from buf into recv) and broadcast (root 0, buf) at `sizes`: the median
-// of calibrationReps(bytes) after a warm-up each, appended to *seconds in
-// that order. buf and
+// of 9 calls up to 64 KiB (cheap calls whose time is the start-up that
+// prices every small bucket) and of 3 above, after a warm-up each,
+// appended to *seconds in that order. buf and
 // recv are in the memory comm works on (device pointers for NCCL), of
 // sizes.bufferBytes() and sizes.recvBytes(P). Collective; not reduced.
 // `kind_s`, if given (3 entries): this rank's wall time of all the
 // allreduces, allgathers and broadcasts, warm-ups included.
 Status measureCollectives(Communicator& comm, const CollectiveSizes& sizes, void* buf, void* recv,
                           std::vector<double>* seconds, double* kind_s = nullptr);
-
-// The calls timed per size: 9 up to kManyRepsBytes, where a call is cheap
-// and its time is the start-up that prices every small bucket, and 3
-// above. Per rank, before the maximum over ranks.
-constexpr size_t kManyRepsBytes = size_t{64} << 10;
-int calibrationReps(size_t bytes);
 
 // Median wall time of `reps` calls of fn after one warm-up.
 template <typename F>
