@@ -86,8 +86,24 @@ void OnlineCost::exchanged(Term term, double bytes, Clock::time_point start, Clo
   // in flight ends its time less the overlap after the one before it.
   double yhat = m.seconds(bytes);
   if (term == kAllgather && queued) yhat -= std::min(base_.inflight_overlap * m.startup(), yhat);
-  add(term, static_cast<double>(quantise(bytes, kByteUnit, kMaxX)), static_cast<double>(quantise(y, kTimeUnit, kMaxY)),
-      static_cast<double>(quantise(yhat, kTimeUnit, kMaxY)));
+  const double x = static_cast<double>(quantise(bytes, kByteUnit, kMaxX));
+  const double yq = static_cast<double>(quantise(y, kTimeUnit, kMaxY));
+  const double yhatq = static_cast<double>(quantise(yhat, kTimeUnit, kMaxY));
+  add(term, x, yq, yhatq);
+  // The profile's refit takes only calls that ran alone: a call started
+  // behind another shares the link and the cores with it, and its service
+  // time is the overlap the calibration measured, not its own cost (the
+  // profile mixes many small allreduces with allgathers in flight).
+  if (!queued) {
+    double* f = &alone_[kTermFields * term];
+    f[0] += 1;
+    f[1] += x;
+    f[2] += x * x;
+    f[3] += yq;
+    f[4] += x * yq;
+    f[5] += yhatq;
+    f[6] += x * yhatq;
+  }
 }
 
 void OnlineCost::selected(int64_t elements, double secs) {
@@ -135,7 +151,7 @@ void OnlineCost::pack(std::vector<int64_t>* wire) {
 
 void OnlineCost::packProfile(std::vector<int64_t>* wire) {
   wire->assign(kWireLength, 0);
-  for (size_t i = 2; i < kWireLength; ++i) (*wire)[i] = static_cast<int64_t>(std::min(local_[i], 0x1p62));
+  for (size_t i = 0; i < alone_.size(); ++i) (*wire)[2 + i] = static_cast<int64_t>(std::min(alone_[i], 0x1p62));
   discardStep();
 }
 
@@ -159,6 +175,7 @@ bool OnlineCost::profileRefit(plan::CostModel* out) {
 
 void OnlineCost::discardStep() {
   std::fill(local_.begin(), local_.end(), 0.0);
+  std::fill(alone_.begin(), alone_.end(), 0.0);
   started_ = false;
   step_end_ = Clock::time_point{};
   std::fill(bucket_end_.begin(), bucket_end_.end(), Clock::time_point{});

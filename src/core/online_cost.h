@@ -52,8 +52,9 @@
 // Profile refit (packProfile, addProfile, profileRefit): the layer-wise steps
 // that profile backward before the first plan run the job's own exchanges,
 // one per tensor, under the job's own load. Their calls are summed the same
-// way (one SUM-allreduce per profiled step, the first one left out) and the
-// first plan is priced by the base corrected by them, the communication
+// way, those that ran alone only (one SUM-allreduce per profiled step, the
+// first one left out), and the first plan is priced by the base corrected
+// by them, the communication
 // terms only: a correction line whose slope acts only over the sizes the
 // profile sampled (its mean +- 2 standard deviations), so that small
 // tensors' calls do not bend the price of a large bucket. On 16-32 emulated
@@ -178,8 +179,9 @@ class OnlineCost {
   }
   // A boundary without a check (no plan yet, warm-up): forget the step.
   void discardStep();
-  // A profiled step's boundary: this rank's communication sums since the
-  // last boundary (kWireLength, the span fields 0); resets them.
+  // A profiled step's boundary: this rank's sums since the last boundary
+  // of the allgathers and allreduces that ran alone, none in flight before
+  // them (kWireLength, the span and selection fields 0); resets them.
   void packProfile(std::vector<int64_t>* wire);
   // After the SUM-allreduce of every rank's packProfile().
   void addProfile(const std::vector<int64_t>& sums);
@@ -222,6 +224,9 @@ class OnlineCost {
   std::vector<BucketFigures> buckets_;
   // This rank, since the last boundary.
   std::vector<double> local_ = std::vector<double>(kWireLength, 0.0);
+  // The allgather and allreduce calls that ran alone (none in flight before
+  // them): what the profile's refit takes (packProfile).
+  std::vector<double> alone_ = std::vector<double>(kTermFields * 2, 0.0);
   bool started_ = false;
   uint64_t step_ = 0;
   Clock::time_point first_{}, declared_{}, last_end_{}, step_end_{};

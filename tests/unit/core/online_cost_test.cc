@@ -447,4 +447,18 @@ TEST_CASE("an allgather started behind one in flight is compared with the model'
   // Measured as priced: the refit leaves the start-up where it was (before,
   // the 5 ms service time was compared with 10 ms and the start-up fell).
   CHECK(oc.refit().allgather.seconds(4096) == Approx(10e-3).margin(20e-6));
+  // The profile's refit takes only the calls that ran alone: the first of
+  // each pair, at 12 ms where the model says 10.
+  for (int s = 0; s < 8; ++s) {
+    oc.exchanged(OnlineCost::kAllgather, 4096, t0, t0 + secs(12e-3));
+    oc.exchanged(OnlineCost::kAllgather, 4096, t0 + secs(1e-3), t0 + secs(15e-3));
+    std::vector<int64_t> w;
+    oc.packProfile(&w);
+    oc.addProfile(w);
+    t0 += secs(1.0);
+  }
+  CHECK(oc.profileCalls(OnlineCost::kAllgather) == 8);
+  mgs::plan::CostModel m;
+  REQUIRE(oc.profileRefit(&m));
+  CHECK(m.allgather.seconds(4096) == Approx(12e-3).margin(20e-6));
 }
