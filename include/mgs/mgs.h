@@ -473,10 +473,6 @@ typedef struct mgs_stats {
                                          (docs/planner.md §2), or the calibration's when it timed fewer than 4;
                                          0 when the cost model has no rounds (negotiation_s 0) */
   uint64_t plan_rounds_timed;       /**< rank 0: the rounds behind plan_round_us (0: the calibration's) */
-  uint64_t plan_profile_calls;      /**< the exchanges (every rank's) of the profiled layer-wise steps that corrected
-                                         the cost model's allgather and allreduce before the last plan made after a
-                                         profile (docs/planner.md §7); 0: not corrected (too few, re-planning off,
-                                         a plan file) */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

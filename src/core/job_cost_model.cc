@@ -203,14 +203,4 @@ plan::CostModel JobCostModel::refit() {
   return old;
 }
 
-bool JobCostModel::refitFromProfile(plan::CostModel* old) {
-  plan::CostModel m;
-  if (!online_.profileRefit(&m) || pinned_) return false;
-  *old = model_;
-  // The base was stamped when it was taken in; the refit keeps its fields.
-  model_ = m;
-  online_.setBase(model_);
-  return true;
-}
-
 }  // namespace mgs

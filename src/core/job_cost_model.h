@@ -19,8 +19,6 @@
 //                 buckets (the same bucket)
 //   pin()         a saved plan's model (MGS_PLAN_FILE) replaces the measured
 //                 one; nothing measured changes it afterwards
-//   refitFromProfile()  the first plan's: corrected by the exchanges of the
-//                 layer-wise steps that profiled backward (online_cost.h)
 //   refit()       the online re-planning's correction (online_cost.h)
 //
 // What belongs to the job, not to the cluster (the density MGS_DENSITY, the
@@ -106,11 +104,6 @@ class JobCostModel {
   OnlineCost& online() { return online_; }
   const OnlineCost& online() const { return online_; }
   plan::CostModel refit();
-  // Before the first plan after a profile: the model corrected by the
-  // profiled steps' exchanges (OnlineCost::profileRefit) becomes the model
-  // and the online refits' base; the model it replaced into *old. False,
-  // nothing changed, with too few calls or a pinned model.
-  bool refitFromProfile(plan::CostModel* old);
 
  private:
   // The job's fields, written into every model taken in.

@@ -82,28 +82,15 @@ void OnlineCost::exchanged(Term term, double bytes, Clock::time_point start, Clo
   step_end_ = std::max(step_end_, end);
   const double y = end > from ? seconds(end - from) : 0.0;
   const plan::CommModel& m = term == kAllreduce ? base_.allreduce : base_.allgather;
-  // What the model charges the call there: an allgather started behind one
-  // in flight ends its time less the overlap after the one before it.
+  // What the plan charges the call there: an allgather started behind one
+  // in flight ends its time less the in-flight overlap after the one before
+  // it (CostModel::overlapSeconds), so that is what its service time is
+  // compared with; otherwise the refit would take the overlap off the
+  // start-up and the planner would take it off again.
   double yhat = m.seconds(bytes);
   if (term == kAllgather && queued) yhat -= std::min(base_.inflight_overlap * m.startup(), yhat);
-  const double x = static_cast<double>(quantise(bytes, kByteUnit, kMaxX));
-  const double yq = static_cast<double>(quantise(y, kTimeUnit, kMaxY));
-  const double yhatq = static_cast<double>(quantise(yhat, kTimeUnit, kMaxY));
-  add(term, x, yq, yhatq);
-  // The profile's refit takes only calls that ran alone: a call started
-  // behind another shares the link and the cores with it, and its service
-  // time is the overlap the calibration measured, not its own cost (the
-  // profile mixes many small allreduces with allgathers in flight).
-  if (!queued) {
-    double* f = &alone_[kTermFields * term];
-    f[0] += 1;
-    f[1] += x;
-    f[2] += x * x;
-    f[3] += yq;
-    f[4] += x * yq;
-    f[5] += yhatq;
-    f[6] += x * yhatq;
-  }
+  add(term, static_cast<double>(quantise(bytes, kByteUnit, kMaxX)), static_cast<double>(quantise(y, kTimeUnit, kMaxY)),
+      static_cast<double>(quantise(yhat, kTimeUnit, kMaxY)));
 }
 
 void OnlineCost::selected(int64_t elements, double secs) {
@@ -149,33 +136,8 @@ void OnlineCost::pack(std::vector<int64_t>* wire) {
   discardStep();
 }
 
-void OnlineCost::packProfile(std::vector<int64_t>* wire) {
-  wire->assign(kWireLength, 0);
-  for (size_t i = 0; i < alone_.size(); ++i) (*wire)[2 + i] = static_cast<int64_t>(std::min(alone_[i], 0x1p62));
-  discardStep();
-}
-
-void OnlineCost::addProfile(const std::vector<int64_t>& sums) {
-  if (sums.size() < kWireLength) return;
-  for (size_t i = 2; i < kWireLength; ++i) profile_[i] += sums[i];
-}
-
-bool OnlineCost::profileRefit(plan::CostModel* out) {
-  std::vector<int64_t> s(kWireLength, 0);
-  s.swap(profile_);
-  const int64_t* ag = &s[2 + kTermFields * kAllgather];
-  const int64_t* ar = &s[2 + kTermFields * kAllreduce];
-  if (ag[0] < kMinProfileCalls && ar[0] < kMinProfileCalls) return false;
-  plan::CostModel m = base_;
-  if (ag[0] >= kMinProfileCalls) m.allgather = correct(base_.allgather, ag, true);
-  if (ar[0] >= kMinProfileCalls) m.allreduce = correct(base_.allreduce, ar, true);
-  *out = m;
-  return true;
-}
-
 void OnlineCost::discardStep() {
   std::fill(local_.begin(), local_.end(), 0.0);
-  std::fill(alone_.begin(), alone_.end(), 0.0);
   started_ = false;
   step_end_ = Clock::time_point{};
   std::fill(bucket_end_.begin(), bucket_end_.end(), Clock::time_point{});
@@ -247,40 +209,18 @@ OnlineCost::Decision OnlineCost::onReduced(const std::vector<int64_t>& sums) {
   return d;
 }
 
-plan::CommModel OnlineCost::correct(const plan::CommModel& m, const int64_t* t, bool sampled_only) {
+plan::CommModel OnlineCost::correct(const plan::CommModel& m, const int64_t* t) {
   const double n = static_cast<double>(t[0]);
   if (n < 1 || m.segments().empty()) return m;
   const double mx = t[1] / n, mr = (static_cast<double>(t[3]) - t[5]) / n;
   const double var = t[2] / n - mx * mx;
   const double cov = (static_cast<double>(t[4]) - t[6]) / n - mx * mr;
-  // The sizes the slope acts over (bytes): all of them, or the sampled ones.
-  const double sd = var > 0 ? std::sqrt(var) : 0.0;
-  const double lo = sampled_only ? std::max(0.0, mx - 2 * sd) * kByteUnit : 0.0;
-  const double hi = sampled_only ? (mx + 2 * sd) * kByteUnit : HUGE_VAL;
   auto shifted = [&](double a_units, double b_units, plan::CommModel* out) {
     const double da = a_units * kTimeUnit, db = b_units * kTimeUnit / kByteUnit;
-    // The model's breakpoints and the range's ends; each piece takes the
-    // model's line there plus the correction, which is constant outside
-    // [lo, hi]: da + db * lo below, da + db * hi above.
-    std::vector<double> from;
-    for (const auto& g : m.segments()) from.push_back(g.from_bytes);
-    for (double x : {lo, hi})
-      if (x > 0 && std::isfinite(x)) from.push_back(x);
-    std::sort(from.begin(), from.end());
-    from.erase(std::unique(from.begin(), from.end()), from.end());
-    std::vector<plan::CommModel::Segment> s;
-    for (double f : from) {
-      plan::CommModel::Segment g;
-      for (const auto& b : m.segments())
-        if (b.from_bytes <= f) g = b;
-      g.from_bytes = f;
-      if (b_units == 0 || (f >= lo && f < hi)) {
-        g.alpha_s += da;
-        g.beta_s_per_byte += db;
-      } else {
-        g.alpha_s += da + db * (f < lo ? lo : hi);
-      }
-      s.push_back(g);
+    std::vector<plan::CommModel::Segment> s = m.segments();
+    for (auto& g : s) {
+      g.alpha_s += da;
+      g.beta_s_per_byte += db;
     }
     return nonNegative(s) && plan::CommModel::fromSegments(s, out).ok();
   };

@@ -44,22 +44,9 @@
 // communication term, least squares over the window's calls (an intercept
 // only when the sizes hardly vary), and a factor on the selection time. The
 // result depends only on the reduced sums, so it is identical on every rank
-// (runBucket's dense-or-sparse choice reads it on every rank). A call that
-// started while the exchange before it was still running is compared with
-// what the model charges it there: its time less the in-flight overlap
-// (CostModel::overlapSeconds), since the planner subtracts that again.
-//
-// Profile refit (packProfile, addProfile, profileRefit): the layer-wise steps
-// that profile backward before the first plan run the job's own exchanges,
-// one per tensor, under the job's own load. Their calls are summed the same
-// way, those that ran alone only (one SUM-allreduce per profiled step, the
-// first one left out), and the first plan is priced by the base corrected
-// by them, the communication
-// terms only: a correction line whose slope acts only over the sizes the
-// profile sampled (its mean +- 2 standard deviations), so that small
-// tensors' calls do not bend the price of a large bucket. On 16-32 emulated
-// hosts sharing 2 cores, init's calibration priced a small dense allreduce
-// at 38 ms where the job's ran in 22 ms (docs/planner.md §7).
+// (runBucket's dense-or-sparse choice reads it on every rank). An allgather
+// that started while the exchange before it was still running is compared
+// with what the plan charges it there: its time less the in-flight overlap.
 //
 // Threading: owned by the sparse pipeline, used on the coordinator thread only.
 #pragma once
@@ -179,20 +166,6 @@ class OnlineCost {
   }
   // A boundary without a check (no plan yet, warm-up): forget the step.
   void discardStep();
-  // A profiled step's boundary: this rank's sums since the last boundary
-  // of the allgathers and allreduces that ran alone, none in flight before
-  // them (kWireLength, the span and selection fields 0); resets them.
-  void packProfile(std::vector<int64_t>* wire);
-  // After the SUM-allreduce of every rank's packProfile().
-  void addProfile(const std::vector<int64_t>& sums);
-  // Calls summed from the profile so far (every rank's), per term.
-  int64_t profileCalls(Term t) const { return profile_[2 + kTermFields * t]; }
-  // The base with its allgather and allreduce corrected by the profile's
-  // calls (within the sampled sizes, see above); false, and *out untouched,
-  // when the profile holds too few calls (kMinProfileCalls a term) to move
-  // either. Clears the profile either way.
-  bool profileRefit(plan::CostModel* out);
-  static constexpr int64_t kMinProfileCalls = 8;
   // After the SUM-allreduce of every rank's pack(): add to the window and decide.
   Decision onReduced(const std::vector<int64_t>& sums);
   // The base model corrected by the window's measurements.
@@ -209,10 +182,8 @@ class OnlineCost {
   static constexpr double kByteUnit = 256, kElementUnit = 1024, kTimeUnit = 1e-6;
   // Correction of one communication model by the line a + b*bytes fitted to
   // (bytes, measured - predicted); falls back to an intercept only, then to a
-  // factor, so that the result is never negative. `sampled_only`: the slope
-  // acts only between mean - 2 sd and mean + 2 sd of the calls' sizes, the
-  // correction held at its value at either end beyond them. Exposed for tests.
-  static plan::CommModel correct(const plan::CommModel& m, const int64_t* term_sums, bool sampled_only = false);
+  // factor, so that the result is never negative. Exposed for tests.
+  static plan::CommModel correct(const plan::CommModel& m, const int64_t* term_sums);
 
  private:
   void add(Term t, double x, double y, double yhat);
@@ -224,9 +195,6 @@ class OnlineCost {
   std::vector<BucketFigures> buckets_;
   // This rank, since the last boundary.
   std::vector<double> local_ = std::vector<double>(kWireLength, 0.0);
-  // The allgather and allreduce calls that ran alone (none in flight before
-  // them): what the profile's refit takes (packProfile).
-  std::vector<double> alone_ = std::vector<double>(kTermFields * 2, 0.0);
   bool started_ = false;
   uint64_t step_ = 0;
   Clock::time_point first_{}, declared_{}, last_end_{}, step_end_{};
@@ -238,7 +206,6 @@ class OnlineCost {
   std::vector<Clock::time_point> packed_bucket_end_;
   // Reduced, identical on every rank.
   std::vector<std::vector<int64_t>> window_;
-  std::vector<int64_t> profile_ = std::vector<int64_t>(kWireLength, 0);
   int steps_since_plan_ = 0, strikes_ = 0, good_ = 0, failures_ = 0;
   bool fixed_since_plan_ = false;
   double reduce_s_ = 0;

@@ -164,7 +164,6 @@ Replanner::Verdict Replanner::stepBoundary(const Boundary& b) {
     // density warm-up (MGS_WARMUP_STEPS) the exchange is denser, so the plan
     // runs untried until the warm-up ends, and its trials start then.
     const bool in_warmup = static_cast<int64_t>(b.step) < config_.warmup_steps;
-    refitFromProfile();
     Status st = replan(b, !in_warmup, &v.apply);
     if (!st.ok()) {
       MGS_LOG_ERROR("merge planning failed, staying layer-wise: {}", st.toString());
@@ -184,50 +183,11 @@ Replanner::Verdict Replanner::stepBoundary(const Boundary& b) {
   return v;
 }
 
-void Replanner::refitFromProfile() {
-  const OnlineCost& online = cost_.online();
-  const int64_t allgathers = online.profileCalls(OnlineCost::kAllgather),
-                allreduces = online.profileCalls(OnlineCost::kAllreduce);
-  plan::CostModel old;
-  if (!cost_.refitFromProfile(&old)) {
-    stats_.plan_profile_calls = 0;
-    return;
-  }
-  stats_.plan_profile_calls = static_cast<uint64_t>(allgathers + allreduces);
-  const plan::CostModel& now = cost_.model();
-  if (comm_.rank() == 0)
-    MGS_LOG_INFO(
-        "cost model refitted from the profiled steps' exchanges ({} allgathers, {} allreduces over {} ranks): "
-        "allgather {:.3f} -> {:.3f} ms at 16 KiB, {:.3f} -> {:.3f} ms at 1 MiB; allreduce {:.3f} -> {:.3f} ms at "
-        "16 KiB, {:.3f} -> {:.3f} ms at 1 MiB",
-        allgathers, allreduces, comm_.size(), old.allgather.seconds(16384.0) * 1e3,
-        now.allgather.seconds(16384.0) * 1e3, old.allgather.seconds(1048576.0) * 1e3,
-        now.allgather.seconds(1048576.0) * 1e3, old.allreduce.seconds(16384.0) * 1e3,
-        now.allreduce.seconds(16384.0) * 1e3, old.allreduce.seconds(1048576.0) * 1e3,
-        now.allreduce.seconds(1048576.0) * 1e3);
-}
-
 void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
   // Every rank reaches this boundary at the same point of the negotiated
   // order, and active-or-not depends only on collective state: so every rank
   // runs the allreduce below, or none does.
   OnlineCost& online = cost_.online();
-  if (!pinned_ && !b.have_plan && online.enabled() && b.step > profile_start_) {
-    // A profiled step ended (the first left out when there are more):
-    // its exchanges are summed for the first plan's refit (profileRefit).
-    const uint64_t profiled = b.step - 1 - profile_start_, steps = static_cast<uint64_t>(config_.profile_steps);
-    if (profiled < steps && profiled >= (steps > 1 ? 1u : 0u)) {
-      std::vector<int64_t> wire;
-      online.packProfile(&wire);
-      const Status st = comm_.allreduce(wire.data(), wire.size(), MGS_INT64, CommOp::kSum);
-      if (st.ok())
-        online.addProfile(wire);
-      else
-        MGS_LOG_ERROR("summing the profiled step's exchanges failed, the plan keeps the calibration: {}",
-                      st.toString());
-      return;
-    }
-  }
   if (pinned_ || !b.have_plan || !online.enabled() || !online.havePrediction() ||
       static_cast<int64_t>(b.step) <= config_.warmup_steps) {
     online.discardStep();

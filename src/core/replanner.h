@@ -14,9 +14,7 @@
 // Profile and plan: the first MGS_PROFILE_STEPS steps run layer-wise while
 // rank 0 records when each gradient was enqueued; then the planner runs on
 // rank 0 with the job's cost model (job_cost_model.h) and the plan is
-// broadcast; the model it plans with is first corrected by the exchanges the
-// profiled steps ran (online_cost.h, "Profile refit"). A tensor name the
-// plan does not know drops the plan and starts
+// broadcast. A tensor name the plan does not know drops the plan and starts
 // a new profile. With MGS_REPLAN_TOLERANCE > 0, every step boundary checks
 // the plan's predicted step against the measured one (online_cost.h); a
 // re-plan uses the layer-wise profile's timings (see record()), rescaled to
@@ -182,10 +180,6 @@ class Replanner {
   Verdict stepBoundary(const Boundary& b);
 
  private:
-  // Before the first plan after a profile: the cost model corrected by the
-  // profiled steps' exchanges (JobCostModel::refitFromProfile); rank 0 logs
-  // it. The same on every rank (reduced sums).
-  void refitFromProfile();
   // Online re-planning (online_cost.h): the per-step check, collective; a
   // re-plan's choice into *out.
   void checkPlan(const Boundary& b, std::optional<PlanChoice>* out);

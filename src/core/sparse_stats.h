@@ -40,9 +40,6 @@ struct SparseStats {
   // Rank 0: the negotiation round the last plan was priced at (us) and the
   // timed rounds it is the mean of (0: the calibration's).
   uint64_t plan_round_us = 0, plan_rounds_timed = 0;
-  // The exchanges (every rank's) of the profiled steps that corrected the
-  // cost model before the last plan made after a profile (0: not corrected).
-  uint64_t plan_profile_calls = 0;
   // Which path each finished bucket (sparse or dense) took, and the bytes
   // this rank sent on it (BucketPath). Their sums are buckets + dense_buckets
   // and bytes_sent.

@@ -364,68 +364,6 @@ TEST_CASE("online span and bucket times are the last rank to start's: its lead o
   CHECK(end == Approx(0.105).margin(2e-6));
 }
 
-TEST_CASE("profile refit: the slope corrects only the sizes the profile sampled", "[online]") {
-  // Small dense allreduces of 4-64 KiB all ran in 1 ms where the base says
-  // 1 ms + 10 ns/byte (1.66 ms at 64 KiB): a slope of -10 ns/byte fits them.
-  mgs::plan::CostModel base = baseModel();
-  base.allreduce = mgs::plan::CommModel::linear(1e-3, 10e-9);
-  OnlineCost oc(OnlineCost::Options{0.15});
-  oc.setBase(base);
-  const std::vector<double> sizes = {4096, 8192, 16384, 32768, 65536};
-  std::vector<int64_t> sums(OnlineCost::kWireLength, 0);
-  auto t0 = Clock::now();
-  for (int rank = 0; rank < 2; ++rank) {
-    OnlineCost own(OnlineCost::Options{0.15});  // each rank's own measurements
-    own.setBase(base);
-    auto t = t0;
-    for (double b : sizes) {
-      own.exchanged(OnlineCost::kAllreduce, b, t, t + secs(1e-3));
-      t += secs(1e-3);
-    }
-    std::vector<int64_t> w;
-    own.packProfile(&w);
-    REQUIRE(w.size() == OnlineCost::kWireLength);
-    for (size_t i = 0; i < w.size(); ++i) sums[i] += w[i];
-  }
-  oc.addProfile(sums);
-  CHECK(oc.profileCalls(OnlineCost::kAllreduce) == 10);
-  CHECK(oc.profileCalls(OnlineCost::kAllgather) == 0);
-  mgs::plan::CostModel m;
-  REQUIRE(oc.profileRefit(&m));
-  // Inside the sampled sizes: what they measured.
-  CHECK(m.allreduce.seconds(16384) == Approx(1e-3).margin(30e-6));
-  CHECK(m.allreduce.seconds(40000) == Approx(1e-3).margin(30e-6));
-  // Far above them the base's slope holds, shifted by the correction at the
-  // range's top: not the measured flat line extrapolated to 16 MiB.
-  CHECK(m.allreduce.seconds(32 << 20) - m.allreduce.seconds(16 << 20) ==
-        Approx(base.allreduce.seconds(32 << 20) - base.allreduce.seconds(16 << 20)));
-  CHECK(m.allreduce.seconds(16 << 20) > 0.1);
-  // Unbounded, the same sums would price 16 MiB at a millisecond.
-  const int64_t* t = &sums[2 + OnlineCost::kTermFields * OnlineCost::kAllreduce];
-  CHECK(OnlineCost::correct(base.allreduce, t).seconds(16 << 20) < 2e-3);
-  // Nothing else moved, and the profile was used up.
-  CHECK(m.allgather.seconds(65536) == base.allgather.seconds(65536));
-  CHECK(m.sparsify.c_s == base.sparsify.c_s);
-  CHECK(oc.profileCalls(OnlineCost::kAllreduce) == 0);
-  mgs::plan::CostModel again = base;
-  CHECK_FALSE(oc.profileRefit(&again));
-}
-
-TEST_CASE("profile refit needs enough calls", "[online]") {
-  OnlineCost oc(OnlineCost::Options{0.15});
-  oc.setBase(baseModel());
-  auto t0 = Clock::now();
-  for (int i = 0; i < int(OnlineCost::kMinProfileCalls) - 1; ++i)
-    oc.exchanged(OnlineCost::kAllgather, 4096, t0 + secs(i * 1e-2), t0 + secs(i * 1e-2 + 5e-3));
-  std::vector<int64_t> w;
-  oc.packProfile(&w);
-  oc.addProfile(w);
-  mgs::plan::CostModel m = baseModel();
-  m.density = 0.5;  // a marker: untouched on failure
-  CHECK_FALSE(oc.profileRefit(&m));
-  CHECK(m.density == 0.5);
-}
-
 TEST_CASE("an allgather started behind one in flight is compared with the model's in-flight price", "[online]") {
   // The model: 10 ms an allgather, half its start-up overlapping the one in
   // flight before it. Two allgathers, the second started 1 ms after the
@@ -444,21 +382,19 @@ TEST_CASE("an allgather started behind one in flight is compared with the model'
     (void)oc.onReduced(packOne(oc));
     t0 += secs(1.0);
   }
-  // Measured as priced: the refit leaves the start-up where it was (before,
-  // the 5 ms service time was compared with 10 ms and the start-up fell).
+  // Measured as priced: the refit leaves the start-up where it was (compared
+  // with the whole 10 ms, the second call's 5 ms would have lowered it).
   CHECK(oc.refit().allgather.seconds(4096) == Approx(10e-3).margin(20e-6));
-  // The profile's refit takes only the calls that ran alone: the first of
-  // each pair, at 12 ms where the model says 10.
-  for (int s = 0; s < 8; ++s) {
-    oc.exchanged(OnlineCost::kAllgather, 4096, t0, t0 + secs(12e-3));
-    oc.exchanged(OnlineCost::kAllgather, 4096, t0 + secs(1e-3), t0 + secs(15e-3));
-    std::vector<int64_t> w;
-    oc.packProfile(&w);
-    oc.addProfile(w);
+  // Both started alone, 12 ms each: the start-up rises to 12 ms.
+  OnlineCost alone(OnlineCost::Options{0.15});
+  alone.setBase(base);
+  alone.planned(0.030);
+  for (int s = 0; s < 4; ++s) {
+    alone.stepStarted(t0);
+    alone.exchanged(OnlineCost::kAllgather, 4096, t0, t0 + secs(12e-3));
+    alone.exchanged(OnlineCost::kAllgather, 4096, t0 + secs(12e-3), t0 + secs(24e-3));
+    (void)alone.onReduced(packOne(alone));
     t0 += secs(1.0);
   }
-  CHECK(oc.profileCalls(OnlineCost::kAllgather) == 8);
-  mgs::plan::CostModel m;
-  REQUIRE(oc.profileRefit(&m));
-  CHECK(m.allgather.seconds(4096) == Approx(12e-3).margin(20e-6));
+  CHECK(alone.refit().allgather.seconds(4096) == Approx(12e-3).margin(20e-6));
 }
