@@ -366,35 +366,31 @@ TEST_CASE("online span and bucket times are the last rank to start's: its lead o
 
 TEST_CASE("an allgather started behind one in flight is compared with the model's in-flight price", "[online]") {
   // The model: 10 ms an allgather, half its start-up overlapping the one in
-  // flight before it. Two allgathers, the second started 1 ms after the
-  // first and ending 5 ms after it: what the model charges it there.
+  // flight before it.
   mgs::plan::CostModel base = baseModel();
   base.allgather = mgs::plan::CommModel::linear(10e-3, 0);
   base.inflight_overlap = 0.5;
-  OnlineCost oc(OnlineCost::Options{0.15});
-  oc.setBase(base);
-  oc.planned(0.030);
-  auto t0 = Clock::now();
-  for (int s = 0; s < 4; ++s) {
-    oc.stepStarted(t0);
-    oc.exchanged(OnlineCost::kAllgather, 4096, t0, t0 + secs(10e-3));
-    oc.exchanged(OnlineCost::kAllgather, 4096, t0 + secs(1e-3), t0 + secs(15e-3));
-    (void)oc.onReduced(packOne(oc));
-    t0 += secs(1.0);
-  }
-  // Measured as priced: the refit leaves the start-up where it was (compared
-  // with the whole 10 ms, the second call's 5 ms would have lowered it).
-  CHECK(oc.refit().allgather.seconds(4096) == Approx(10e-3).margin(20e-6));
-  // Both started alone, 12 ms each: the start-up rises to 12 ms.
-  OnlineCost alone(OnlineCost::Options{0.15});
-  alone.setBase(base);
-  alone.planned(0.030);
-  for (int s = 0; s < 4; ++s) {
-    alone.stepStarted(t0);
-    alone.exchanged(OnlineCost::kAllgather, 4096, t0, t0 + secs(12e-3));
-    alone.exchanged(OnlineCost::kAllgather, 4096, t0 + secs(12e-3), t0 + secs(24e-3));
-    (void)alone.onReduced(packOne(alone));
-    t0 += secs(1.0);
-  }
-  CHECK(alone.refit().allgather.seconds(4096) == Approx(12e-3).margin(20e-6));
+  // Four steps of two allgathers: the first [0, first_end], the second
+  // [second_start, second_end] (seconds from the step's start); the refit's
+  // price of one.
+  auto refitted = [&](double first_end, double second_start, double second_end) {
+    OnlineCost oc(OnlineCost::Options{0.15});
+    oc.setBase(base);
+    oc.planned(0.030);
+    auto t0 = Clock::now();
+    for (int s = 0; s < 4; ++s) {
+      oc.stepStarted(t0);
+      oc.exchanged(OnlineCost::kAllgather, 4096, t0, t0 + secs(first_end));
+      oc.exchanged(OnlineCost::kAllgather, 4096, t0 + secs(second_start), t0 + secs(second_end));
+      (void)oc.onReduced(packOne(oc));
+      t0 += secs(1.0);
+    }
+    return oc.refit().allgather.seconds(4096);
+  };
+  // The second started 1 ms into the first and ended 5 ms after it: what the
+  // model charges it there, so the refit leaves the start-up at 10 ms
+  // (compared with the whole 10 ms, its 5 ms would have lowered it).
+  CHECK(refitted(10e-3, 1e-3, 15e-3) == Approx(10e-3).margin(20e-6));
+  // Both alone, 12 ms each: the start-up rises to 12 ms.
+  CHECK(refitted(12e-3, 12e-3, 24e-3) == Approx(12e-3).margin(20e-6));
 }
