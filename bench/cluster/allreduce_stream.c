@@ -1,17 +1,39 @@
-/* Small blocking allreduces on the emulated cluster (bench/NOTES.md, "The
- * first plan refitted from the profile's own exchanges"). Each figure is the
- * slowest rank's time after a barrier, the median of 7 (9 with "sizes").
+/* Small allreduces on the emulated cluster (bench/NOTES.md, "The first plan
+ * refitted from the profile's own exchanges"). Each figure is the slowest
+ * rank's time after a barrier, the median of 7 (9 with "sizes").
  *   (no argument)  4, 16, 48 and 256 KiB per rank: 1, 4 and 16 calls back to
  *                  back, per call (calibration times one alone; a plan whose
  *                  small buckets run dense sends them one after another)
  *   sizes          one call alone at 16 B to 256 KiB, twice over
+ *   poll           (with either) MPI_Iallreduce, then test and sleep with a
+ *                  doubling pause capped at 100 us, as mgs waits (WaitPolicy),
+ *                  instead of the blocking MPI_Allreduce
  * usage: mpicc -O2 -o /tmp/allreduce_stream bench/cluster/allreduce_stream.c
- *        scripts/emulated_cluster.sh -n 32 -r 10gbit -l 0.5ms -- /tmp/allreduce_stream [sizes]
- * (results/allreduce_stream/stream_32.log and sizes_32.log) */
+ *        scripts/emulated_cluster.sh -n 32 -r 10gbit -l 0.5ms -- /tmp/allreduce_stream [sizes] [poll]
+ * (results/allreduce_stream/: stream_32.log, sizes_32.log, stream_poll_32.log) */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+static int poll_mode;
+
+static void allreduce(const float* in, float* out, int count) {
+  MPI_Request r;
+  int flag = 0, pause = 1;
+  if (!poll_mode) {
+    MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    return;
+  }
+  MPI_Iallreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r);
+  for (;;) {
+    MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+    if (flag) return;
+    usleep(pause);
+    pause = pause * 2 > 100 ? 100 : pause * 2;
+  }
+}
 
 static int cmp(const void* a, const void* b) {
   double x = *(const double*)a, y = *(const double*)b;
@@ -28,7 +50,7 @@ static double timed(int bytes, int k, int reps, double* lo, double* hi) {
   for (int r = 0; r < reps; ++r) {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime(), d, m;
-    for (int j = 0; j < k; ++j) MPI_Allreduce(buf, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    for (int j = 0; j < k; ++j) allreduce(buf, out, count);
     d = MPI_Wtime() - t0;
     MPI_Allreduce(&d, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     t[r] = m / k;
@@ -44,7 +66,12 @@ int main(int argc, char** argv) {
   int rank, size;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (argc > 1 && strcmp(argv[1], "sizes") == 0) {
+  int by_size = 0;
+  for (int a = 1; a < argc; ++a) {
+    by_size |= strcmp(argv[a], "sizes") == 0;
+    poll_mode |= strcmp(argv[a], "poll") == 0;
+  }
+  if (by_size) {
     const int sizes[] = {16, 1024, 4096, 8192, 16384, 24576, 32768, 40960, 49152, 57344, 65536, 131072, 262144};
     for (int round = 0; round < 2; ++round)
       for (size_t i = 0; i < sizeof sizes / sizeof *sizes; ++i) {

@@ -427,4 +427,11 @@ TEST_CASE("calibration's allgathers receive no more than its largest allreduce s
   CHECK(mgs::hostCollectiveSizes(32).recvBytes(32) == size_t{64} << 20);
   CHECK(mgs::deviceCollectiveSizes(8).recvBytes(8) == size_t{16} << 20);
   CHECK(mgs::deviceCollectiveSizes(4).allgather == V{4 << 10, 64 << 10, 1 << 20, 4 << 20});
+  // The host's allreduce and allgather are timed on both sides of Open MPI's
+  // TCP eager limit (64 KiB), where the price of a small dense bucket jumps.
+  for (int P : {2, 16, 32}) {
+    const mgs::CollectiveSizes h = mgs::hostCollectiveSizes(P);
+    CHECK(h.allreduce == V{4 << 10, 48 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20});
+    CHECK(V(h.allgather.begin(), h.allgather.begin() + 3) == V{4 << 10, 48 << 10, 64 << 10});
+  }
 }
