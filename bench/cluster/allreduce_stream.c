@@ -10,7 +10,8 @@
  *                  instead of the blocking MPI_Allreduce
  * usage: mpicc -O2 -o /tmp/allreduce_stream bench/cluster/allreduce_stream.c
  *        scripts/emulated_cluster.sh -n 32 -r 10gbit -l 0.5ms -- /tmp/allreduce_stream [sizes] [poll]
- * (results/allreduce_stream/: stream_32.log, sizes_32.log, stream_poll_32.log) */
+ * (results/allreduce_stream/: blocking stream_32*.log and sizes_32.log; poll
+ * stream_poll_32*.log and sizes_poll_32.log) */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
