@@ -8,26 +8,36 @@
  *   poll           (with either) MPI_Iallreduce, then test and sleep with a
  *                  doubling pause capped at 100 us, as mgs waits (WaitPolicy),
  *                  instead of the blocking MPI_Allreduce
+ *   allgather      (with either) an allgather of that many bytes from every
+ *                  rank (MPI_Iallgather with poll), as the sparse exchange
+ *                  and calibration's allgather sizes
  * usage: mpicc -O2 -o /tmp/allreduce_stream bench/cluster/allreduce_stream.c
  *        scripts/emulated_cluster.sh -n 32 -r 10gbit -l 0.5ms -- /tmp/allreduce_stream [sizes] [poll]
  * (results/allreduce_stream/: blocking stream_32*.log and sizes_32.log; poll
- * stream_poll_32*.log and sizes_poll_32.log) */
+ * stream_poll_32*.log and sizes_poll_32.log; allgather sizes_allgather_poll_*.log) */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static int poll_mode;
+static int poll_mode, gather_mode;
 
 static void allreduce(const float* in, float* out, int count) {
   MPI_Request r;
   int flag = 0, pause = 1;
-  if (!poll_mode) {
+  if (gather_mode) {
+    if (!poll_mode) {
+      MPI_Allgather(in, count, MPI_FLOAT, out, count, MPI_FLOAT, MPI_COMM_WORLD);
+      return;
+    }
+    MPI_Iallgather(in, count, MPI_FLOAT, out, count, MPI_FLOAT, MPI_COMM_WORLD, &r);
+  } else if (!poll_mode) {
     MPI_Allreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     return;
+  } else {
+    MPI_Iallreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r);
   }
-  MPI_Iallreduce(in, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r);
   for (;;) {
     MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
     if (flag) return;
@@ -41,7 +51,7 @@ static int cmp(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
-static float buf[65536], out[65536];
+static float buf[65536], *out; /* out: 65536 floats from every rank */
 
 /* The median over `reps` of the slowest rank's time of k calls of `bytes`,
  * per call; the least and the most into *lo and *hi. */
@@ -71,7 +81,9 @@ int main(int argc, char** argv) {
   for (int a = 1; a < argc; ++a) {
     by_size |= strcmp(argv[a], "sizes") == 0;
     poll_mode |= strcmp(argv[a], "poll") == 0;
+    gather_mode |= strcmp(argv[a], "allgather") == 0;
   }
+  out = calloc((size_t)65536 * size, sizeof *out);
   if (by_size) {
     const int sizes[] = {16, 1024, 4096, 8192, 16384, 24576, 32768, 40960, 49152, 57344, 65536, 131072, 262144};
     for (int round = 0; round < 2; ++round)
@@ -80,7 +92,8 @@ int main(int argc, char** argv) {
         timed(sizes[i], 1, 1, &lo, &hi); /* warm-up */
         t = timed(sizes[i], 1, 9, &lo, &hi);
         if (rank == 0)
-          printf("round %d P=%d bytes=%d median_ms=%.2f min_ms=%.2f max_ms=%.2f\n", round, size, sizes[i], t * 1e3,
+          printf("round %d op=%s P=%d bytes=%d median_ms=%.2f min_ms=%.2f max_ms=%.2f\n", round,
+                 gather_mode ? "allgather" : "allreduce", size, sizes[i], t * 1e3,
                  lo * 1e3, hi * 1e3);
         fflush(stdout);
       }
@@ -96,6 +109,7 @@ int main(int argc, char** argv) {
           fflush(stdout);
         }
   }
+  free(out);
   MPI_Finalize();
   return 0;
 }
