@@ -28,6 +28,9 @@ constexpr double kNegotiationBytes = 512;
 constexpr int kStreamN = 12;
 constexpr size_t kStreamBytes = 512;
 constexpr int kStreamReps = 5;
+// The stream of small dense allreduces (CostModel::dense_overlap): each
+// rank's bytes, a small dense bucket's.
+constexpr size_t kDenseStreamBytes = 4 << 10;
 
 using Clock = std::chrono::steady_clock;
 
@@ -62,6 +65,12 @@ double allgatherOverlap(double one_s, double together_s, int k) {
   if (!(one_s > 0) || k < 2 || !std::isfinite(together_s)) return 1.0;
   const double overlap = (k * one_s - together_s) / ((k - 1) * one_s);
   return std::min(1.0, std::max(0.0, overlap));
+}
+
+double denseOverlap(double table_s, double stream_s, int n) {
+  if (!(table_s > 0) || n < 1 || !(stream_s > 0) || !std::isfinite(stream_s)) return 0.0;
+  const double pace = stream_s / n;
+  return std::min(1.0, std::max(0.0, 1.0 - pace / table_s));
 }
 
 void setAllgatherOverlaps(double one_s, double together_s, int k, double stream_one_s, double stream_s, int n,
@@ -295,13 +304,33 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
     t.push_back(one_t[one_t.size() / 2]);
     t.push_back(stream_t[stream_t.size() / 2]);
   }
+  // CostModel::dense_overlap: kStreamN small allreduces back to back, each
+  // waited for before the next starts, as the runtime runs dense buckets;
+  // after a barrier (not timed), the median of kStreamReps.
+  {
+    auto stream = [&] {
+      for (int j = 0; j < kStreamN; ++j)
+        MGS_RETURN_IF_ERROR(comm.allreduce(buf.data(), kDenseStreamBytes / 4, MGS_FLOAT32, CommOp::kSum));
+      return Status::OK();
+    };
+    MGS_RETURN_IF_ERROR(stream());  // warm-up
+    std::vector<double> dense_t;
+    for (int r = 0; r < kStreamReps; ++r) {
+      MGS_RETURN_IF_ERROR(comm.barrier());
+      const auto t0 = Clock::now();
+      MGS_RETURN_IF_ERROR(stream());
+      dense_t.push_back(seconds(t0));
+    }
+    std::sort(dense_t.begin(), dense_t.end());
+    t.push_back(dense_t[dense_t.size() / 2]);
+  }
   const double flight_s = seconds(t_flight);
   MGS_RETURN_IF_ERROR(comm.allreduce(t.data(), t.size(), MGS_FLOAT64, CommOp::kMax));
   if (comm.rank() == 0)
     MGS_LOG_INFO(
         "cost model calibrated in {:.1f} s on {} ranks: allreduces up to {} KiB {:.1f} s, allgathers up to {} KiB "
         "a rank ({} KiB received) {:.1f} s, broadcasts {:.1f} s, selection {:.1f} s, small allgathers in flight "
-        "{:.1f} s (rank 0's times)",
+        "and allreduces back to back {:.1f} s (rank 0's times)",
         seconds(t_start), P, cs.allreduce.empty() ? 0 : cs.allreduce.back() >> 10, kind_s[0],
         cs.allgather.empty() ? 0 : cs.allgather.back() >> 10, cs.recvBytes(P) >> 10, kind_s[1], kind_s[2], selection_s,
         flight_s);
@@ -314,6 +343,8 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
   const double ag_one = t[i++], ag_k = t[i++];
   const double stream_one = t[i++], stream_n = t[i++];
   setAllgatherOverlaps(ag_one, ag_k, kOverlapK, stream_one, stream_n, kStreamN, out);
+  const double dense_stream = t[i++];
+  out->dense_overlap = denseOverlap(out->allreduce.seconds(double(kDenseStreamBytes)), dense_stream, kStreamN);
   // Every CPU selector (exact top-k included) is a constant number of passes: linear.
   MGS_RETURN_IF_ERROR(plan::SparsifyModel::fit(plan::SparsifyModel::Kind::kLinear, sel, &out->sparsify));
   // A negotiation round is an allreduce of a few hundred bytes (the ready

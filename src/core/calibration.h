@@ -33,7 +33,7 @@ Status fitCollectives(const CollectiveSizes& sizes, const std::vector<double>& s
 
 // Collective: every rank ends with the same terms (allreduce, allgather,
 // broadcast, sparsify, negotiation_s, group_host_s, allgather_overlap and
-// inflight_overlap: setAllgatherOverlaps); the
+// inflight_overlap: setAllgatherOverlaps; dense_overlap: denseOverlap); the
 // other fields of *out are left as they are.
 Status measureCostModel(Communicator& comm, const compress::Selector& selector, plan::CostModel* out);
 
@@ -49,6 +49,14 @@ double allgatherOverlap(double one_s, double together_s, int k);
 // formula.
 void setAllgatherOverlaps(double one_s, double together_s, int k, double stream_one_s, double stream_s, int n,
                           plan::CostModel* out);
+
+// dense_overlap (CostModel): how much of the table's start-up an allreduce
+// queued right behind another saves, from `table_s` (the table's price of
+// one allreduce of the stream's size) and `stream_s` (n of them back to
+// back, each waited for before the next starts, as the runtime runs dense
+// buckets): 1 - (stream_s / n) / table_s, clamped to [0, 1]; 0 without a
+// usable measurement (each allreduce then costs the table's price).
+double denseOverlap(double table_s, double stream_s, int n);
 
 // The allreduce algorithm by size (Communicator::setRingMinBytes). mgs's
 // ring has 2(P-1) start-ups; Open MPI's nonblocking allreduce (out of place:

@@ -178,6 +178,7 @@ void JobCostModel::agreeDeviceCollectives(const Status& own, const std::vector<d
     to->allreduce = m.allreduce;
     to->allgather = m.allgather;
     to->broadcast = m.broadcast;
+    to->dense_overlap = 0;  // timed on MPI's allreduce; the device's is not
   };
   take(&model_);
   plan::CostModel base = online_.base();

@@ -77,6 +77,10 @@ void OnlineCost::exchanged(Term term, double bytes, Clock::time_point start, Clo
   if (!enabled()) return;
   // Served one after the other: this call's time starts when the previous ended.
   const bool queued = start < last_end_;
+  // A blocking allreduce starts only after the exchange before it ended:
+  // one started within a coordinator cycle of that end ran back to back.
+  const bool back_to_back =
+      term == kAllreduce && last_end_ != Clock::time_point{} && start - last_end_ < std::chrono::milliseconds(1);
   const auto from = std::max(start, last_end_);
   last_end_ = std::max(last_end_, end);
   step_end_ = std::max(step_end_, end);
@@ -89,6 +93,8 @@ void OnlineCost::exchanged(Term term, double bytes, Clock::time_point start, Clo
   // start-up and the planner would take it off again.
   double yhat = m.seconds(bytes);
   if (term == kAllgather && queued) yhat -= std::min(base_.inflight_overlap * m.startup(), yhat);
+  // Likewise an allreduce back to back: the queued price (overlapSeconds, kDense).
+  if (term == kAllreduce && (queued || back_to_back)) yhat -= std::min(base_.dense_overlap * m.startup(), yhat);
   add(term, static_cast<double>(quantise(bytes, kByteUnit, kMaxX)), static_cast<double>(quantise(y, kTimeUnit, kMaxY)),
       static_cast<double>(quantise(yhat, kTimeUnit, kMaxY)));
 }

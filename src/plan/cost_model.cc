@@ -203,11 +203,12 @@ double CostModel::wireSeconds(Exchange e, int64_t elements) const {
 }
 
 double CostModel::overlapSeconds(Exchange e, int64_t elements) const {
-  if (elements <= 0 || inflight_overlap <= 0) return 0.0;
+  if (elements <= 0) return 0.0;
+  if (e == Exchange::kDense)
+    return dense_overlap > 0 ? std::min(dense_overlap * allreduce.startup(), wireSeconds(e, elements)) : 0.0;
+  if (inflight_overlap <= 0) return 0.0;
   double startup = 0;
   switch (e) {
-    case Exchange::kDense:
-      return 0.0;
     case Exchange::kAgreed:
       startup = broadcastModel().startup() + allreduce.startup();
       break;

@@ -155,6 +155,21 @@ struct CostModel {
   // plans of many buckets: each bucket's fixed CPU (group_host_s,
   // host_dilation, host_steal) keeps the planner from cutting many.
   double inflight_overlap = 0.0;
+  // A dense group's allreduce queued right behind the exchange before it
+  // (the timeline model and the planners): the runtime runs dense buckets
+  // one after another, and a stream of small allreduces back to back costs
+  // each call less than the table's price of one (which calibration takes
+  // as the slowest rank's median call, its wait for the last rank to arrive
+  // included). Such an allreduce may then start dense_overlap x the table's
+  // start-up before the one before it ends (overlapSeconds), so that it
+  // costs the stream's pace. The runtime's calibration measures it (a
+  // stream of small allreduces against the table's price at their size,
+  // core/calibration.h denseOverlap); 0, the default of every file without
+  // the field: each allreduce at the table's price. On 32 emulated hosts
+  // the table priced a 4 KiB allreduce at 27 ms and 16 back to back took
+  // 20-22 ms each, so plans of many dense buckets (layer-wise) measured
+  // 0.74-0.89 of their price (docs/benchmarks.md).
+  double dense_overlap = 0.0;
   // The coordinator's fixed CPU per group, beyond what scales with the
   // group's size: the threshold's sample and search, starting, polling and
   // completing the group's collectives, its bookkeeping. Charged with the
@@ -239,8 +254,9 @@ struct CostModel {
   double wireSeconds(Exchange e, int64_t elements) const;
   // How much of a group's exchange may overlap the exchange in flight before
   // it: inflight_overlap x the start-ups of its collectives, at most its
-  // wireSeconds. 0 for dense (the runtime completes a dense bucket before
-  // the next starts).
+  // wireSeconds; for dense (the runtime completes a dense bucket before the
+  // next starts) dense_overlap x the allreduce's start-up, the part a
+  // queued allreduce saves.
   double overlapSeconds(Exchange e, int64_t elements) const;
   // Selection time `e` needs first (0 for dense).
   double selectionSeconds(Exchange e, int64_t elements) const;

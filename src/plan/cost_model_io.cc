@@ -182,6 +182,12 @@ Status readFields(const json& j, CostModel* inout) {
     if (m.inflight_overlap > 1)
       return invalid("inflight_overlap", "expected a number in [0, 1], got " + j.at("inflight_overlap").dump());
   }
+  // Optional: files from before queued allreduces were priced have none (0).
+  if (j.contains("dense_overlap")) {
+    MGS_RETURN_IF_ERROR(nonNegative(j.at("dense_overlap"), "dense_overlap", &m.dense_overlap));
+    if (m.dense_overlap > 1)
+      return invalid("dense_overlap", "expected a number in [0, 1], got " + j.at("dense_overlap").dump());
+  }
   // Optional: files from before them have neither (0).
   if (j.contains("group_host_s"))
     MGS_RETURN_IF_ERROR(nonNegative(j.at("group_host_s"), "group_host_s", &m.group_host_s));
@@ -261,6 +267,7 @@ Status parseCostModel(const std::string& text, CostModel* out) {
                                 "dense_in_flight",
                                 "allgather_overlap",
                                 "inflight_overlap",
+                                "dense_overlap",
                                 "group_host_s",
                                 "host_steal",
                                 "host_dilation",
@@ -301,6 +308,7 @@ std::string costModelToJson(const CostModel& m, bool pretty) {
   if (m.negotiation_s > 0) out += std::string(in) + "\"negotiation_s\":" + sp + json(m.negotiation_s).dump() + "," + nl;
   if (m.inflight_overlap > 0)
     out += std::string(in) + "\"inflight_overlap\":" + sp + json(m.inflight_overlap).dump() + "," + nl;
+  if (m.dense_overlap > 0) out += std::string(in) + "\"dense_overlap\":" + sp + json(m.dense_overlap).dump() + "," + nl;
   if (m.group_host_s > 0) out += std::string(in) + "\"group_host_s\":" + sp + json(m.group_host_s).dump() + "," + nl;
   if (m.host_steal > 0) out += std::string(in) + "\"host_steal\":" + sp + json(m.host_steal).dump() + "," + nl;
   if (m.host_dilation != 1)

@@ -10,7 +10,7 @@ namespace {
 
 struct Costs {
   ElementCost allreduce, allgather, sparsify;
-  ElementCost overlap;  // empty without exchanges in flight (inflight_overlap = 0)
+  ElementCost overlap;  // empty without exchanges in flight or queued (inflight_overlap = dense_overlap = 0)
   QueuedStage queued;   // empty unless the coordinator is starved (CostModel::starvedCoordinator)
 };
 
@@ -29,7 +29,7 @@ Costs costsOf(const CostModel& cost) {
           [&cost](int64_t n) { return cost.firstStageSeconds(cost.chooseExchange(n), n); },
           {},
           {}};
-  if (cost.inflight_overlap > 0)
+  if (cost.inflight_overlap > 0 || cost.dense_overlap > 0)
     c.overlap = [&cost](int64_t n) { return cost.overlapSeconds(cost.chooseExchange(n), n); };
   if (cost.starvedCoordinator())
     c.queued = [&cost](int64_t n) { return cost.queuedStageSeconds(cost.chooseExchange(n), n); };
@@ -144,6 +144,8 @@ Status validatePlanInput(const PlanInput& in) {
              "allgather_overlap must be in [0, 1], got " << c.allgather_overlap);
   MGS_ENSURE(c.inflight_overlap >= 0 && c.inflight_overlap <= 1, kInvalidArgument,
              "inflight_overlap must be in [0, 1], got " << c.inflight_overlap);
+  MGS_ENSURE(c.dense_overlap >= 0 && c.dense_overlap <= 1, kInvalidArgument,
+             "dense_overlap must be in [0, 1], got " << c.dense_overlap);
   MGS_ENSURE(std::isfinite(c.group_host_s) && c.group_host_s >= 0, kInvalidArgument,
              "group_host_s must be finite and >= 0, got " << c.group_host_s);
   MGS_ENSURE(std::isfinite(c.host_steal) && c.host_steal >= 0, kInvalidArgument,

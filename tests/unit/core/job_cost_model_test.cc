@@ -5,6 +5,7 @@
 // file's model pinned, and a calibration file from another world size.
 #include "core/job_cost_model.h"
 
+#include <cmath>
 #include <catch2/catch.hpp>
 #include <spdlog/sinks/ostream_sink.h>
 
@@ -344,6 +345,16 @@ TEST_CASE("allgather_overlap and inflight_overlap from one allgather against fou
   mgs::setAllgatherOverlaps(1.0, 1.0, 4, 1.0, 12.0, 12, &m);  // fast together, serial in the stream
   CHECK(m.allgather_overlap == 1.0);
   CHECK(m.inflight_overlap == 0.0);
+}
+
+TEST_CASE("dense_overlap from a stream of small allreduces against the table's price", "[calibration]") {
+  // The table prices one at 27 ms; 12 back to back took 21 ms each.
+  CHECK(mgs::denseOverlap(27e-3, 12 * 21e-3, 12) == Approx(1 - 21.0 / 27.0));
+  CHECK(mgs::denseOverlap(20e-3, 12 * 21e-3, 12) == 0.0);  // slower than the table (noise): clamped
+  CHECK(mgs::denseOverlap(0.0, 12 * 21e-3, 12) == 0.0);    // no usable measurement: the table's price
+  CHECK(mgs::denseOverlap(27e-3, 0.0, 12) == 0.0);
+  CHECK(mgs::denseOverlap(27e-3, std::nan(""), 12) == 0.0);
+  CHECK(mgs::denseOverlap(27e-3, 12 * 21e-3, 0) == 0.0);
 }
 
 TEST_CASE("the ring's bound from timings of both allreduce algorithms", "[calibration]") {

@@ -394,3 +394,33 @@ TEST_CASE("an allgather started behind one in flight is compared with the model'
   // Both alone, 12 ms each: the start-up rises to 12 ms.
   CHECK(refitted(12e-3, 12e-3, 24e-3) == Approx(12e-3).margin(20e-6));
 }
+
+TEST_CASE("an allreduce back to back behind another is compared with the model's queued price", "[online]") {
+  // The model: 10 ms an allreduce, a queued one saving 40 % of its start-up.
+  mgs::plan::CostModel base = baseModel();
+  base.allreduce = mgs::plan::CommModel::linear(10e-3, 0);
+  base.dense_overlap = 0.4;
+  // Four steps of two blocking allreduces: the first [0, 10 ms], the second
+  // from `gap` after the first's end, taking `second` seconds; the refit's
+  // price of one.
+  auto refitted = [&](double gap, double second) {
+    OnlineCost oc(OnlineCost::Options{0.15});
+    oc.setBase(base);
+    oc.planned(0.030);
+    auto t0 = Clock::now();
+    for (int s = 0; s < 4; ++s) {
+      oc.stepStarted(t0);
+      oc.exchanged(OnlineCost::kAllreduce, 4096, t0, t0 + secs(10e-3));
+      oc.exchanged(OnlineCost::kAllreduce, 4096, t0 + secs(10e-3 + gap), t0 + secs(10e-3 + gap + second));
+      (void)oc.onReduced(packOne(oc));
+      t0 += secs(1.0);
+    }
+    return oc.refit().allreduce.seconds(4096);
+  };
+  // Back to back, 6 ms: the queued price, so the start-up stays 10 ms
+  // (compared with the whole 10 ms, it would have dropped to 8).
+  CHECK(refitted(0.0, 6e-3) == Approx(10e-3).margin(20e-6));
+  // Started 5 ms after the first ended: alone, compared with the whole
+  // price; 10 ms: no change either.
+  CHECK(refitted(5e-3, 10e-3) == Approx(10e-3).margin(20e-6));
+}
