@@ -3,14 +3,15 @@
 range, the median, and the readings at the clamps 0 and 1 (planner.md §2 quotes these figures).
 --field allgather_overlap (the default): four small allgathers started together against one;
 --field inflight_overlap: a stream through the pipeline's window against one (calibrations that measure it
-apart from allgather_overlap: restrict --glob to their files, e.g. 'plan_spans/span_st_*').
---terms: instead, one line per calibration: its file, ranks, the allgather's start-up and a round (ms), and both
-overlaps (benchmarks.md quotes these for the spans sittings).
+apart from allgather_overlap: restrict --glob to their files, e.g. 'plan_spans/span_st_*');
+--field dense_overlap: small allreduces back to back against the table's price of one (calibrations without it: 0).
+--terms: instead, one line per calibration: its file, ranks, the allgather's and the 4 KiB allreduce's start-up and a
+round (ms), and the overlaps (benchmarks.md quotes these for the spans sittings).
 usage: bench/cluster/calibration_overlaps.py [--field F | --terms] [--glob PATTERN] [RESULTS_DIR]"""
 import argparse, glob, json, os, re, statistics
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--field", default="allgather_overlap", choices=["allgather_overlap", "inflight_overlap"])
+ap.add_argument("--field", default="allgather_overlap", choices=["allgather_overlap", "inflight_overlap", "dense_overlap"])
 ap.add_argument("--glob", default="**/*", help="files under RESULTS_DIR, without the .out/.log suffix")
 ap.add_argument("--terms", action="store_true", help="one line per calibration, its terms")
 ap.add_argument("root", nargs="?", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
@@ -22,10 +23,12 @@ if args.terms:
         for line in open(path, errors="ignore"):
             if line.startswith("# calibration: "):
                 m = json.loads(line[len("# calibration: "):])
-                print("%s: %d ranks, allgather start-up %.1f ms, round %.1f ms, inflight_overlap %.2f, "
-                      "allgather_overlap %.2f" % (os.path.relpath(path, args.root), m["workers"],
-                                                  m["allgather"]["segments"][0][1] * 1e3, m["negotiation_s"] * 1e3,
-                                                  m.get("inflight_overlap", 0), m["allgather_overlap"]))
+                a = m["allreduce"]["segments"][0]
+                print("%s: %d ranks, allgather start-up %.1f ms, allreduce at 4 KiB %.1f ms, round %.1f ms, "
+                      "inflight_overlap %.2f, allgather_overlap %.2f, dense_overlap %.2f"
+                      % (os.path.relpath(path, args.root), m["workers"], m["allgather"]["segments"][0][1] * 1e3,
+                         (a[1] + a[2] * 4096) * 1e3, m["negotiation_s"] * 1e3, m.get("inflight_overlap", 0),
+                         m["allgather_overlap"], m.get("dense_overlap", 0)))
                 break
     raise SystemExit(0)
 seen = {}  # (file, workers, reading): one per calibration line, however often a file repeats it

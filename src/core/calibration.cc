@@ -29,8 +29,13 @@ constexpr int kStreamN = 12;
 constexpr size_t kStreamBytes = 512;
 constexpr int kStreamReps = 5;
 // The stream of small dense allreduces (CostModel::dense_overlap): each
-// rank's bytes, a small dense bucket's.
-constexpr size_t kDenseStreamBytes = 4 << 10;
+// rank's bytes, a small dense bucket's, above the communicator's
+// small-allreduce path (recursive doubling up to 8 KiB from 5 ranks on,
+// comm/mpi/small_allreduce.h), so on Open MPI's allreduce like most of a
+// layer-wise plan's dense buckets. At 4 KiB the stream read no faster than
+// the table on 32 emulated hosts, while the job's larger dense buckets ran
+// 18-19 ms apart against 27 ms priced (bench/NOTES.md).
+constexpr size_t kDenseStreamBytes = 16 << 10;
 
 using Clock = std::chrono::steady_clock;
 
