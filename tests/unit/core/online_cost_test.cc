@@ -46,6 +46,24 @@ std::vector<int64_t> packOne(OnlineCost& oc) {
   return w;
 }
 
+// Four steps of two `term` calls, [s1, e1] and [s2, e2] in seconds from
+// each step's start, checked against `base`: the model the check refits.
+mgs::plan::CostModel refitFromTwoCalls(const mgs::plan::CostModel& base, OnlineCost::Term term, double s1, double e1,
+                                       double s2, double e2) {
+  OnlineCost oc(OnlineCost::Options{0.15});
+  oc.setBase(base);
+  oc.planned(0.030);
+  auto t0 = Clock::now();
+  for (int s = 0; s < 4; ++s) {
+    oc.stepStarted(t0);
+    oc.exchanged(term, 4096, t0 + secs(s1), t0 + secs(e1));
+    oc.exchanged(term, 4096, t0 + secs(s2), t0 + secs(e2));
+    (void)oc.onReduced(packOne(oc));
+    t0 += secs(1.0);
+  }
+  return oc.refit();
+}
+
 }  // namespace
 
 TEST_CASE("online refit recovers a changed startup and bandwidth", "[online]") {
@@ -370,22 +388,11 @@ TEST_CASE("an allgather started behind one in flight is compared with the model'
   mgs::plan::CostModel base = baseModel();
   base.allgather = mgs::plan::CommModel::linear(10e-3, 0);
   base.inflight_overlap = 0.5;
-  // Four steps of two allgathers: the first [0, first_end], the second
-  // [second_start, second_end] (seconds from the step's start); the refit's
-  // price of one.
+  // Two allgathers a step: the first [0, first_end], the second
+  // [second_start, second_end]; the refit's price of one.
   auto refitted = [&](double first_end, double second_start, double second_end) {
-    OnlineCost oc(OnlineCost::Options{0.15});
-    oc.setBase(base);
-    oc.planned(0.030);
-    auto t0 = Clock::now();
-    for (int s = 0; s < 4; ++s) {
-      oc.stepStarted(t0);
-      oc.exchanged(OnlineCost::kAllgather, 4096, t0, t0 + secs(first_end));
-      oc.exchanged(OnlineCost::kAllgather, 4096, t0 + secs(second_start), t0 + secs(second_end));
-      (void)oc.onReduced(packOne(oc));
-      t0 += secs(1.0);
-    }
-    return oc.refit().allgather.seconds(4096);
+    return refitFromTwoCalls(base, OnlineCost::kAllgather, 0, first_end, second_start, second_end)
+        .allgather.seconds(4096);
   };
   // The second started 1 ms into the first and ended 5 ms after it: what the
   // model charges it there, so the refit leaves the start-up at 10 ms
@@ -400,22 +407,12 @@ TEST_CASE("an allreduce back to back behind another is compared with the model's
   mgs::plan::CostModel base = baseModel();
   base.allreduce = mgs::plan::CommModel::linear(10e-3, 0);
   base.dense_overlap = 0.4;
-  // Four steps of two blocking allreduces: the first [0, 10 ms], the second
-  // from `gap` after the first's end, taking `second` seconds; the refit's
-  // price of one.
+  // Two blocking allreduces a step: the first [0, 10 ms], the second from
+  // `gap` after the first's end, taking `second` seconds; the refit's price
+  // of one.
   auto refitted = [&](double gap, double second) {
-    OnlineCost oc(OnlineCost::Options{0.15});
-    oc.setBase(base);
-    oc.planned(0.030);
-    auto t0 = Clock::now();
-    for (int s = 0; s < 4; ++s) {
-      oc.stepStarted(t0);
-      oc.exchanged(OnlineCost::kAllreduce, 4096, t0, t0 + secs(10e-3));
-      oc.exchanged(OnlineCost::kAllreduce, 4096, t0 + secs(10e-3 + gap), t0 + secs(10e-3 + gap + second));
-      (void)oc.onReduced(packOne(oc));
-      t0 += secs(1.0);
-    }
-    return oc.refit().allreduce.seconds(4096);
+    return refitFromTwoCalls(base, OnlineCost::kAllreduce, 0, 10e-3, 10e-3 + gap, 10e-3 + gap + second)
+        .allreduce.seconds(4096);
   };
   // Back to back, 6 ms: the queued price, so the start-up stays 10 ms
   // (compared with the whole 10 ms, it would have dropped to 8).

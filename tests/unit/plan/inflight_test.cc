@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <limits>
+#include <string>
 
 #include "plan/cost_model_io.h"
 #include "plan/plan.h"
@@ -177,34 +178,31 @@ TEST_CASE("queued allreduces: a plan of dense groups priced at the stream's pace
   CHECK_FALSE(computePlan("mgs", in, &p).ok());
 }
 
-TEST_CASE("queued allreduces: dense_overlap in a cost file", "[plan][inflight][cost_io]") {
-  CostModel m;
-  REQUIRE(costModelPreset("10gbe-P16", &m).ok());
-  CHECK(costModelToJson(m, false).find("dense_overlap") == std::string::npos);  // 0: not written
-  m.dense_overlap = 0.375;
-  CostModel back;
-  REQUIRE(parseCostModel(costModelToJson(m, true), &back).ok());
-  CHECK(back.dense_overlap == 0.375);
-  std::string text = costModelToJson(m, false);
-  text.replace(text.find("0.375"), 5, "-0.25");
-  const Status st = parseCostModel(text, &back);
-  REQUIRE_FALSE(st.ok());
-  CHECK(st.message().find("dense_overlap") != std::string::npos);
-}
-
-TEST_CASE("in flight: inflight_overlap in a cost file", "[plan][inflight][cost_io]") {
-  CostModel m;
-  REQUIRE(costModelPreset("10gbe-P16", &m).ok());
-  CHECK(costModelToJson(m, false).find("inflight_overlap") == std::string::npos);  // 0: not written
-  m.inflight_overlap = 0.75;
-  CostModel back;
-  REQUIRE(parseCostModel(costModelToJson(m, true), &back).ok());
-  CHECK(back.inflight_overlap == 0.75);
-  std::string text = costModelToJson(m, false);
-  text.replace(text.find("0.75"), 4, "1.25");
-  const Status st = parseCostModel(text, &back);
-  REQUIRE_FALSE(st.ok());
-  CHECK(st.message().find("inflight_overlap") != std::string::npos);
+TEST_CASE("in flight: inflight_overlap and dense_overlap in a cost file", "[plan][inflight][cost_io]") {
+  // Each overlap: absent at 0, kept through a file, refused outside [0, 1]
+  // with its name in the message.
+  struct Field {
+    const char* name;
+    double CostModel::*member;
+    const char* good;
+    const char* bad;
+  };
+  for (const Field& f : {Field{"inflight_overlap", &CostModel::inflight_overlap, "0.75", "1.25"},
+                         Field{"dense_overlap", &CostModel::dense_overlap, "0.375", "-0.25"}}) {
+    CAPTURE(f.name);
+    CostModel m;
+    REQUIRE(costModelPreset("10gbe-P16", &m).ok());
+    CHECK(costModelToJson(m, false).find(f.name) == std::string::npos);  // 0: not written
+    m.*f.member = std::stod(f.good);
+    CostModel back;
+    REQUIRE(parseCostModel(costModelToJson(m, true), &back).ok());
+    CHECK(back.*f.member == std::stod(f.good));
+    std::string text = costModelToJson(m, false);
+    text.replace(text.find(f.good), std::string(f.good).size(), f.bad);
+    const Status st = parseCostModel(text, &back);
+    REQUIRE_FALSE(st.ok());
+    CHECK(st.message().find(f.name) != std::string::npos);
+  }
 }
 
 }  // namespace mgs::plan
