@@ -166,9 +166,10 @@ struct CostModel {
   // stream of small allreduces against the table's price at their size,
   // core/calibration.h denseOverlap); 0, the default of every file without
   // the field: each allreduce at the table's price. On 32 emulated hosts
-  // the table priced a 4 KiB allreduce at 27 ms and 16 back to back took
-  // 20-22 ms each, so plans of many dense buckets (layer-wise) measured
-  // 0.74-0.89 of their price (docs/benchmarks.md).
+  // the table priced a 4 KiB allreduce at 22-34 ms from one init to the
+  // next, while a layer-wise plan's dense buckets ended 18-27 ms apart, and
+  // without this the plan measured 0.74-0.90 of its price
+  // (docs/benchmarks.md, "Emulated cluster: how well the plan predicts").
   double dense_overlap = 0.0;
   // The coordinator's fixed CPU per group, beyond what scales with the
   // group's size: the threshold's sample and search, starting, polling and
