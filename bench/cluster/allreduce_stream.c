@@ -84,6 +84,10 @@ int main(int argc, char** argv) {
     gather_mode |= strcmp(argv[a], "allgather") == 0;
   }
   out = calloc((size_t)65536 * size, sizeof *out);
+  if (!out) {
+    fprintf(stderr, "allreduce_stream: no memory for %d ranks' blocks\n", size);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   if (by_size) {
     const int sizes[] = {16, 1024, 4096, 8192, 16384, 24576, 32768, 40960, 49152, 57344, 65536, 131072, 262144};
     for (int round = 0; round < 2; ++round)

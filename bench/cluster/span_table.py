@@ -6,13 +6,18 @@ plan's predicted span (first gradient to last exchange) against the measured
 one, both the means over the plan's compared steps (mgs_stats_t
 plan_span_*), and whether the two are within 15 % of each other.
 
-usage: span_table.py [--grid | --spread] RUNS.jsonl [RUNS.jsonl ...]   (prints a markdown table)
+usage: span_table.py [--grid | --spread | --gaps] RUNS.jsonl [RUNS.jsonl ...]   (prints a markdown table)
   --grid: one row per file (spans.sh names them span_TAG_MODEL_RANKS.jsonl),
           one column per plan, the ratio with the plan's buckets in brackets
   --spread: one row per file, the sitting's level apart from its shape: the
           median ratio of its plans of at most 3 buckets (the level: the
           calibration's collectives and rounds), and its plans of 10 buckets
           or more each over that level (the shape: what many buckets add)
+  --gaps: one row per file, its layer-wise plan: how far apart its buckets
+          ended, measured (ordered by their measured ends) and predicted (in
+          plan order), the medians for buckets whose allreduce is at most
+          8 KiB (n + P floats: mgs's recursive doubling from 5 ranks on) and
+          above it (Open MPI's), and how many ran dense
 """
 import json
 import os
@@ -89,7 +94,38 @@ def spread(paths):
                                                           ", ".join("%.2f (%d)" % (x, b) for b, x in many) or "-"))
 
 
+SMALL_ALLREDUCE_BYTES = 8 << 10  # comm/mpi/small_allreduce.h, kSmallAllreduceMaxBytes
+
+
+def gaps(paths):
+    print("| model | ranks | tag | dense buckets | measured gap ms, <= 8 KiB / above | predicted gap ms, <= 8 KiB / above |")
+    print("|---|---|---|---|---|---|")
+    for model, ranks, tag, path in keyed_files(paths):
+        for line in open(path):
+            if not line.startswith("{"):
+                continue
+            r = json.loads(line)
+            if plan_name(r) != "layer-wise" or not r.get("plan_bucket_end_ms"):
+                continue
+            elements = r["plan_bucket_elements"]
+            small = [4 * (n + ranks) <= SMALL_ALLREDUCE_BYTES for n in elements]
+            measured, predicted = r["plan_bucket_end_ms"]["measured"], r["plan_bucket_end_ms"]["predicted"]
+            order = sorted(range(len(measured)), key=lambda i: measured[i])
+            m = {True: [], False: []}
+            p = {True: [], False: []}
+            for a, b in zip(order, order[1:]):
+                m[small[b]].append(measured[b] - measured[a])
+            for i in range(1, len(predicted)):
+                p[small[i]].append(predicted[i] - predicted[i - 1])
+            med = lambda v: "%.1f" % statistics.median(v) if v else "-"
+            print("| %s | %d | %s | %s of %d | %s / %s | %s / %s |" % (
+                MODEL_NAMES.get(model, model), ranks, tag, r.get("dense_buckets_per_step", "-"), len(elements),
+                med(m[True]), med(m[False]), med(p[True]), med(p[False])))
+
+
 def main(paths):
+    if paths and paths[0] == "--gaps":
+        return gaps(paths[1:])
     if paths and paths[0] == "--grid":
         return grid(paths[1:])
     if paths and paths[0] == "--spread":

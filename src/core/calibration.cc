@@ -61,6 +61,22 @@ Status timeCall(int reps, double* out, F&& fn, double* cpu) {
   return Status::OK();
 }
 
+// One call of fn after a barrier (not timed), so that every rank starts
+// it together: its time appended to *out.
+template <typename F>
+Status timeAfterBarrier(Communicator& comm, std::vector<double>* out, F&& fn) {
+  MGS_RETURN_IF_ERROR(comm.barrier());
+  const auto t0 = Clock::now();
+  MGS_RETURN_IF_ERROR(fn());
+  out->push_back(seconds(t0));
+  return Status::OK();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 }  // namespace
 
 double allgatherOverlap(double one_s, double together_s, int k) {
@@ -296,22 +312,16 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
   {
     std::vector<double> one_t, stream_t;
     MGS_RETURN_IF_ERROR(inFlight(kStreamN, BlockExchange::kMaxInFlight, kStreamBytes));  // warm-up
-    for (int r = 0; r < kStreamReps; ++r) {
-      for (int n : {1, kStreamN}) {
-        MGS_RETURN_IF_ERROR(comm.barrier());
-        const auto t0 = Clock::now();
-        MGS_RETURN_IF_ERROR(inFlight(n, BlockExchange::kMaxInFlight, kStreamBytes));
-        (n == 1 ? one_t : stream_t).push_back(seconds(t0));
-      }
-    }
-    std::sort(one_t.begin(), one_t.end());
-    std::sort(stream_t.begin(), stream_t.end());
-    t.push_back(one_t[one_t.size() / 2]);
-    t.push_back(stream_t[stream_t.size() / 2]);
+    for (int r = 0; r < kStreamReps; ++r)
+      for (int n : {1, kStreamN})
+        MGS_RETURN_IF_ERROR(timeAfterBarrier(comm, n == 1 ? &one_t : &stream_t,
+                                             [&] { return inFlight(n, BlockExchange::kMaxInFlight, kStreamBytes); }));
+    t.push_back(median(one_t));
+    t.push_back(median(stream_t));
   }
   // CostModel::dense_overlap: kStreamN small allreduces back to back, each
   // waited for before the next starts, as the runtime runs dense buckets;
-  // after a barrier (not timed), the median of kStreamReps.
+  // after a barrier, the median of kStreamReps.
   {
     auto stream = [&] {
       for (int j = 0; j < kStreamN; ++j)
@@ -320,14 +330,8 @@ Status measureCostModel(Communicator& comm, const compress::Selector& selector, 
     };
     MGS_RETURN_IF_ERROR(stream());  // warm-up
     std::vector<double> dense_t;
-    for (int r = 0; r < kStreamReps; ++r) {
-      MGS_RETURN_IF_ERROR(comm.barrier());
-      const auto t0 = Clock::now();
-      MGS_RETURN_IF_ERROR(stream());
-      dense_t.push_back(seconds(t0));
-    }
-    std::sort(dense_t.begin(), dense_t.end());
-    t.push_back(dense_t[dense_t.size() / 2]);
+    for (int r = 0; r < kStreamReps; ++r) MGS_RETURN_IF_ERROR(timeAfterBarrier(comm, &dense_t, stream));
+    t.push_back(median(dense_t));
   }
   const double flight_s = seconds(t_flight);
   MGS_RETURN_IF_ERROR(comm.allreduce(t.data(), t.size(), MGS_FLOAT64, CommOp::kMax));

@@ -15,7 +15,12 @@
 namespace mgs {
 
 JobCostModel::JobCostModel(Communicator& comm, const Config& config)
-    : comm_(comm), config_(config), online_(OnlineCost::Options{config.replan_tolerance}) {}
+    : comm_(comm), config_(config), online_([&config] {
+        OnlineCost::Options o;
+        o.tolerance = config.replan_tolerance;
+        o.cycle_s = config.cycle_time_ms * 1e-3;
+        return o;
+      }()) {}
 
 void JobCostModel::stamp(plan::CostModel* m) const {
   m->density = config_.density;

@@ -80,21 +80,22 @@ void OnlineCost::exchanged(Term term, double bytes, Clock::time_point start, Clo
   // A blocking allreduce starts only after the exchange before it ended:
   // one started within a coordinator cycle of that end ran back to back.
   const bool back_to_back =
-      term == kAllreduce && last_end_ != Clock::time_point{} && start - last_end_ < std::chrono::milliseconds(1);
+      last_end_ != Clock::time_point{} &&
+      start - last_end_ < std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt_.cycle_s));
   const auto from = std::max(start, last_end_);
   last_end_ = std::max(last_end_, end);
   step_end_ = std::max(step_end_, end);
   const double y = end > from ? seconds(end - from) : 0.0;
   const plan::CommModel& m = term == kAllreduce ? base_.allreduce : base_.allgather;
-  // What the plan charges the call there: an allgather started behind one
-  // in flight ends its time less the in-flight overlap after the one before
-  // it (CostModel::overlapSeconds), so that is what its service time is
-  // compared with; otherwise the refit would take the overlap off the
-  // start-up and the planner would take it off again.
+  // What the plan charges the call there (CostModel::overlapSeconds): an
+  // allgather started behind one in flight, or an allreduce back to back,
+  // ends its time less the overlap after the one before it, so that is what
+  // its service time is compared with; otherwise the refit would take the
+  // overlap off the start-up and the planner would take it off again.
   double yhat = m.seconds(bytes);
-  if (term == kAllgather && queued) yhat -= std::min(base_.inflight_overlap * m.startup(), yhat);
-  // Likewise an allreduce back to back: the queued price (overlapSeconds, kDense).
-  if (term == kAllreduce && (queued || back_to_back)) yhat -= std::min(base_.dense_overlap * m.startup(), yhat);
+  if (term == kAllgather ? queued : back_to_back)
+    yhat -= std::min(
+        base_.overlapStartupSeconds(term == kAllreduce ? plan::Exchange::kDense : plan::Exchange::kAllgather), yhat);
   add(term, static_cast<double>(quantise(bytes, kByteUnit, kMaxX)), static_cast<double>(quantise(y, kTimeUnit, kMaxY)),
       static_cast<double>(quantise(yhat, kTimeUnit, kMaxY)));
 }

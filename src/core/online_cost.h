@@ -79,6 +79,7 @@ class OnlineCost {
     int strikes = 3;          // consecutive steps off before re-planning
     int cooldown = 10;        // steps after a plan before the next (doubles on failure)
     int window = 8;           // steps of measurements the refit uses
+    double cycle_s = 0.001;   // MGS_CYCLE_TIME_MS: an allreduce started within it of the last end ran back to back
   };
 
   struct Decision {

@@ -202,24 +202,23 @@ double CostModel::wireSeconds(Exchange e, int64_t elements) const {
   return elements <= 0 ? 0.0 : exchangeSeconds(e, elements) - negotiation_s;
 }
 
+double CostModel::overlapStartupSeconds(Exchange e) const {
+  switch (e) {
+    case Exchange::kDense:
+      return dense_overlap * allreduce.startup();
+    case Exchange::kAgreed:
+      return inflight_overlap * (broadcastModel().startup() + allreduce.startup());
+    case Exchange::kHierarchical:
+      return inflight_overlap * (2 * nodeModel().startup() + leaderModel().startup());
+    default:
+      return inflight_overlap * allgather.startup();
+  }
+}
+
 double CostModel::overlapSeconds(Exchange e, int64_t elements) const {
   if (elements <= 0) return 0.0;
-  if (e == Exchange::kDense)
-    return dense_overlap > 0 ? std::min(dense_overlap * allreduce.startup(), wireSeconds(e, elements)) : 0.0;
-  if (inflight_overlap <= 0) return 0.0;
-  double startup = 0;
-  switch (e) {
-    case Exchange::kAgreed:
-      startup = broadcastModel().startup() + allreduce.startup();
-      break;
-    case Exchange::kHierarchical:
-      startup = 2 * nodeModel().startup() + leaderModel().startup();
-      break;
-    default:
-      startup = allgather.startup();
-      break;
-  }
-  return std::min(inflight_overlap * startup, wireSeconds(e, elements));
+  const double ov = overlapStartupSeconds(e);
+  return ov > 0 ? std::min(ov, wireSeconds(e, elements)) : 0.0;
 }
 
 double CostModel::selectionSeconds(Exchange e, int64_t elements) const {

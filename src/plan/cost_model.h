@@ -259,6 +259,11 @@ struct CostModel {
   // next starts) dense_overlap x the allreduce's start-up, the part a
   // queued allreduce saves.
   double overlapSeconds(Exchange e, int64_t elements) const;
+  // The same before the cap at the exchange's own time: the overlap
+  // fraction (inflight_overlap, or dense_overlap for dense) x the
+  // start-ups of e's collectives. What the online refit takes off a call
+  // that ran queued (core/online_cost.h).
+  double overlapStartupSeconds(Exchange e) const;
   // Selection time `e` needs first (0 for dense).
   double selectionSeconds(Exchange e, int64_t elements) const;
   // What a group costs the sparse model's first stage: its selection plus
