@@ -197,6 +197,41 @@ bool readCalibration(const std::string& path, int workers, double density, mgs::
 
 }  // namespace
 
+// --enqueue-times: every rank's enqueue times (`mine`: timed steps x
+// tensors, seconds on a clock the ranks share) gathered; per tensor, the
+// mean over the steps of its time on rank 0 from rank 0's first enqueue,
+// and of the last rank's enqueue of it from the last rank's first enqueue.
+void enqueueTimes(const std::vector<double>& mine, int size, size_t steps, size_t tensors,
+                  std::vector<double>* rank0_ms, std::vector<double>* everywhere_ms) {
+  std::vector<double> send = mine;
+  send.resize(steps * tensors, 0.0);
+  int64_t n = static_cast<int64_t>(send.size());
+  mgs_tensor_t t{send.data(), MGS_FLOAT64, 1, &n, MGS_DEVICE_CPU, nullptr, nullptr};
+  mgs_handle_t h = 0;
+  check(mgs_allgather_async("replay.enqueue_times", &t, &h), "mgs_allgather_async");
+  check(mgs_wait(h), "allgather of enqueue times");
+  std::vector<double> all(static_cast<size_t>(size) * send.size());
+  int64_t all_n = static_cast<int64_t>(all.size());
+  mgs_tensor_t ta{all.data(), MGS_FLOAT64, 1, &all_n, MGS_DEVICE_CPU, nullptr, nullptr};
+  check(mgs_allgather_copy_output(h, &ta), "mgs_allgather_copy_output");
+  mgs_release(h);
+  rank0_ms->assign(tensors, 0.0);
+  everywhere_ms->assign(tensors, 0.0);
+  if (steps == 0 || tensors == 0) return;
+  std::vector<double> last(tensors);
+  for (size_t s = 0; s < steps; ++s) {
+    for (size_t i = 0; i < tensors; ++i) {
+      last[i] = all[s * tensors + i];
+      for (int r = 1; r < size; ++r)
+        last[i] = std::max(last[i], all[static_cast<size_t>(r) * send.size() + s * tensors + i]);
+    }
+    for (size_t i = 0; i < tensors; ++i) {
+      (*rank0_ms)[i] += (all[s * tensors + i] - all[s * tensors]) * 1e3 / static_cast<double>(steps);
+      (*everywhere_ms)[i] += (last[i] - last[0]) * 1e3 / static_cast<double>(steps);
+    }
+  }
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"Replay a model trace through the mgs runtime and time each step"};
   std::string trace_path = "tools/traces/resnet50.json";
@@ -204,7 +239,7 @@ int main(int argc, char** argv) {
   std::string strategy_name = "mgs", compressor = "ldte", calibration, label, sim_network = "1gbe", wire_iface;
   double scale_elements = 1, scale_time = 1, density = 0.001;
   int steps = 10, warmup = -1, profile_steps = 5;
-  bool no_forward = false, no_step_barrier = false;
+  bool no_forward = false, no_step_barrier = false, enqueue_times = false;
   app.add_option("-t,--trace", trace_path, "model trace (tools/traces/*.json)")->capture_default_str();
   app.add_option("-s,--strategy", strategy_name, "dense | layerwise | single | mgs (also mgs-greedy, fusion)")
       ->capture_default_str();
@@ -220,6 +255,11 @@ int main(int argc, char** argv) {
   app.add_flag("--no-step-barrier", no_step_barrier,
                "no barrier before each step (one before the first): each rank starts a step when its last "
                "ended, so the step times include the wait for the other ranks that a barrier would hide");
+  app.add_flag("--enqueue-times", enqueue_times,
+               "add each tensor's enqueue time in the timed steps to the JSON line: on rank 0 from its own "
+               "first enqueue (what the planner's profile sees), and everywhere (the last rank's enqueue of the "
+               "tensor, from the last rank's first enqueue: what negotiation waits for); ranks must share one "
+               "clock (one machine, as on the emulated cluster)");
   app.add_option("--steps", steps, "timed steps")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup,
                  "untimed steps first (default: profile steps + the most steps the plan trials take "
@@ -301,6 +341,9 @@ int main(int argc, char** argv) {
   double tx0 = -1, rx0 = -1;
   Clock::time_point timed_start{};
   std::vector<mgs_handle_t> handles(L);
+  // --enqueue-times: per timed step and tensor, when this rank enqueued it
+  // (seconds on the steady clock).
+  std::vector<double> enqueued_at;
   for (int step = 0; step < warmup + steps; ++step) {
     if (step == warmup) {
       check(mgs_get_stats(&s0, sizeof s0), "mgs_get_stats");
@@ -314,6 +357,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < L; ++i) {
       ready += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(trace.layers[i].backward_s));
       std::this_thread::sleep_until(ready);
+      if (enqueue_times && step >= warmup)
+        enqueued_at.push_back(std::chrono::duration<double>(Clock::now().time_since_epoch()).count());
       check(mgs_allreduce_async(trace.layers[i].name.c_str(), &tin[i], &tout[i], MGS_REDUCE_AVERAGE, 1.0, 1.0,
                                 MGS_FLAG_SPARSE_OK, &handles[i]),
             "mgs_allreduce_async");
@@ -383,6 +428,8 @@ int main(int argc, char** argv) {
     tx_max = std::max(tx_max, row[timed]);
   }
   if (tx_max < 0) tx_mean = rx_mean = -1;
+  std::vector<double> enq_rank0_ms, enq_everywhere_ms;
+  if (enqueue_times) enqueueTimes(enqueued_at, size, timed, L, &enq_rank0_ms, &enq_everywhere_ms);
   check(mgs_shutdown(), "mgs_shutdown");
 
   if (rank == 0) {
@@ -460,8 +507,11 @@ int main(int argc, char** argv) {
        << ",\"predicted_calibrated_s\":" << fmt(p_cal.seconds) << ",\"predicted_calibrated_groups\":" << p_cal.groups
        << ",\"predicted_calibrated_timeline_s\":" << fmt(p_cal_timeline.seconds)
        << ",\"predicted_sim_s\":" << fmt(p_sim.seconds) << ",\"predicted_sim_groups\":" << p_sim.groups
-       << ",\"predicted_sim_compute_s\":" << fmt(p_sim_compute.seconds) << ",\"sim_network\":\"" << sim_network
-       << "\"}";
+       << ",\"predicted_sim_compute_s\":" << fmt(p_sim_compute.seconds) << ",\"sim_network\":\"" << sim_network << "\"";
+    if (enqueue_times)
+      js << ",\"enqueue_rank0_ms\":" << jsonArray(enq_rank0_ms)
+         << ",\"enqueue_everywhere_ms\":" << jsonArray(enq_everywhere_ms);
+    js << "}";
     std::cout << js.str() << std::endl;
   }
   return 0;
