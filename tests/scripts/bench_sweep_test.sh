@@ -7,6 +7,9 @@
 #   * mgs-replay with and without --no-step-barrier: step_barrier and
 #     period_s in its JSON line (without the barrier, rank 0's wall time per
 #     step at most the longest step);
+#   * mgs-replay --enqueue-times: one enqueue time per tensor on rank 0 and
+#     everywhere, each from its first (0), in enqueue order, the last about
+#     the trace's backward; the JSON line has neither field without it;
 #   * bench/cluster/sweep_table.py on made-up cells: a sparse cell timed in
 #     its trials is sent to the check whatever its ratio and shows only the
 #     check's figures; a cell within 3% is not checked; a dense cell whose
@@ -89,6 +92,32 @@ for mode in barrier no-barrier; do
     bad "mgs-replay ${flag[*]} failed: $(tail -n 3 "$tmp/$mode.out.err")"
   fi
 done
+
+# Enqueue times: rank 0's own and everywhere's (the last rank's), per tensor.
+if replay "$tmp/enq.out" --warmup 3 --enqueue-times; then
+  grep '^{' "$tmp/enq.out" > "$tmp/enq.jsonl"
+  if "$py" - "$tmp/enq.jsonl" "$tmp/barrier.jsonl" <<'PY'; then
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+plain = json.loads(open(sys.argv[2]).readline())
+back_ms = r["backward_s"] * 1e3
+for key in ("enqueue_rank0_ms", "enqueue_everywhere_ms"):
+    v = r[key]
+    assert len(v) == r["tensors"], (key, len(v), r["tensors"])
+    assert v[0] == 0, (key, v[0])
+    assert all(b >= a for a, b in zip(v, v[1:])), (key, "not in enqueue order")
+    assert 0.3 * back_ms <= v[-1] <= back_ms + 100, (key, v[-1], back_ms)
+    assert key not in plain, (key, "without the flag")
+print("ok: --enqueue-times: %d tensors, last %.1f ms (rank 0) and %.1f ms (everywhere) of %.1f ms of backward" %
+      (r["tensors"], r["enqueue_rank0_ms"][-1], r["enqueue_everywhere_ms"][-1], back_ms))
+PY
+    :
+  else
+    bad "--enqueue-times: the fields above"
+  fi
+else
+  bad "mgs-replay --enqueue-times failed: $(tail -n 3 "$tmp/enq.out.err")"
+fi
 
 # Made-up sweep cells: one JSON line per run, as run_planner.sh writes them.
 row_is() { # GREP EXPECTED OK-MESSAGE WHAT: the table's row matching GREP is EXPECTED
