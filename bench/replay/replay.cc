@@ -197,6 +197,22 @@ bool readCalibration(const std::string& path, int workers, double density, mgs::
 
 }  // namespace
 
+// Every rank's `mine` (the same length on every rank), rank after rank,
+// through the runtime's own allgather.
+std::vector<double> gatherDoubles(const char* name, std::vector<double>* mine, int size) {
+  int64_t n = static_cast<int64_t>(mine->size());
+  mgs_tensor_t t{mine->data(), MGS_FLOAT64, 1, &n, MGS_DEVICE_CPU, nullptr, nullptr};
+  mgs_handle_t h = 0;
+  check(mgs_allgather_async(name, &t, &h), "mgs_allgather_async");
+  check(mgs_wait(h), (std::string("allgather of ") + name).c_str());
+  std::vector<double> all(static_cast<size_t>(size) * mine->size());
+  int64_t all_n = static_cast<int64_t>(all.size());
+  mgs_tensor_t ta{all.data(), MGS_FLOAT64, 1, &all_n, MGS_DEVICE_CPU, nullptr, nullptr};
+  check(mgs_allgather_copy_output(h, &ta), "mgs_allgather_copy_output");
+  mgs_release(h);
+  return all;
+}
+
 // --enqueue-times: every rank's enqueue times (`mine`: timed steps x
 // tensors, seconds on a clock the ranks share) gathered; per tensor, the
 // mean over the steps of its time on rank 0 from rank 0's first enqueue,
@@ -205,16 +221,7 @@ void enqueueTimes(const std::vector<double>& mine, int size, size_t steps, size_
                   std::vector<double>* rank0_ms, std::vector<double>* everywhere_ms) {
   std::vector<double> send = mine;
   send.resize(steps * tensors, 0.0);
-  int64_t n = static_cast<int64_t>(send.size());
-  mgs_tensor_t t{send.data(), MGS_FLOAT64, 1, &n, MGS_DEVICE_CPU, nullptr, nullptr};
-  mgs_handle_t h = 0;
-  check(mgs_allgather_async("replay.enqueue_times", &t, &h), "mgs_allgather_async");
-  check(mgs_wait(h), "allgather of enqueue times");
-  std::vector<double> all(static_cast<size_t>(size) * send.size());
-  int64_t all_n = static_cast<int64_t>(all.size());
-  mgs_tensor_t ta{all.data(), MGS_FLOAT64, 1, &all_n, MGS_DEVICE_CPU, nullptr, nullptr};
-  check(mgs_allgather_copy_output(h, &ta), "mgs_allgather_copy_output");
-  mgs_release(h);
+  const std::vector<double> all = gatherDoubles("replay.enqueue_times", &send, size);
   rank0_ms->assign(tensors, 0.0);
   everywhere_ms->assign(tensors, 0.0);
   if (steps == 0 || tensors == 0) return;
@@ -407,17 +414,8 @@ int main(int argc, char** argv) {
   step_s.push_back(tx0 >= 0 && tx1 >= 0 ? (tx1 - tx0) / timed : -1);
   step_s.push_back(rx0 >= 0 && rx1 >= 0 ? (rx1 - rx0) / timed : -1);
 
-  // Max over ranks per step, through the runtime's own allgather.
-  int64_t n_steps = static_cast<int64_t>(step_s.size());
-  mgs_tensor_t tt{step_s.data(), MGS_FLOAT64, 1, &n_steps, MGS_DEVICE_CPU, nullptr, nullptr};
-  mgs_handle_t h = 0;
-  check(mgs_allgather_async("replay.step_times", &tt, &h), "mgs_allgather_async");
-  check(mgs_wait(h), "allgather of step times");
-  std::vector<double> all(static_cast<size_t>(size) * step_s.size());
-  int64_t all_shape = static_cast<int64_t>(all.size());
-  mgs_tensor_t ta{all.data(), MGS_FLOAT64, 1, &all_shape, MGS_DEVICE_CPU, nullptr, nullptr};
-  check(mgs_allgather_copy_output(h, &ta), "mgs_allgather_copy_output");
-  mgs_release(h);
+  // Max over ranks per step.
+  const std::vector<double> all = gatherDoubles("replay.step_times", &step_s, size);
   std::vector<double> max_s(timed, 0.0);
   double tx_mean = 0, tx_max = -1, rx_mean = 0;
   for (int r = 0; r < size; ++r) {
