@@ -6,7 +6,8 @@ plan's predicted span (first gradient to last exchange) against the measured
 one, both the means over the plan's compared steps (mgs_stats_t
 plan_span_*), and whether the two are within 15 % of each other.
 
-usage: span_table.py [--grid | --spread | --gaps] RUNS.jsonl [RUNS.jsonl ...]   (prints a markdown table)
+usage: span_table.py [--grid | --spread | --gaps | --declared TRACE] RUNS.jsonl [RUNS.jsonl ...]
+       (prints a markdown table)
   --grid: one row per file (spans.sh names them span_TAG_MODEL_RANKS.jsonl),
           one column per plan, the ratio with the plan's buckets in brackets
   --spread: one row per file, the sitting's level apart from its shape: the
@@ -18,6 +19,14 @@ usage: span_table.py [--grid | --spread | --gaps] RUNS.jsonl [RUNS.jsonl ...]   
           plan order), the medians for buckets whose allreduce is at most
           8 KiB (n + P floats: mgs's recursive doubling from 5 ranks on) and
           above it (Open MPI's), and how many ran dense
+  --declared TRACE: one row per run with --enqueue-times (mgs-replay) and a
+          plan of at most 12 buckets: per bucket, when its last gradient
+          reached every rank (`enqueue_everywhere_ms` at the bucket's last
+          sparse tensor of TRACE, scaled as the run was: the replay's
+          rounding, sparse from int(4096 x scale) elements on, as
+          run_planner.sh sets MGS_MIN_SPARSE_ELEMENTS), when it was declared
+          ready everywhere (measured and predicted), and the delays from
+          the first to the second
 """
 import json
 import os
@@ -123,7 +132,46 @@ def gaps(paths):
                 med(m[True]), med(m[False]), med(p[True]), med(p[False])))
 
 
+def declared(trace_path, paths):
+    layers = json.load(open(trace_path))["layers"]
+    print("| model | ranks | plan | buckets | last gradient everywhere ms | declared ms, measured | "
+          "declared ms, predicted | delay ms, measured | delay ms, predicted |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for path in paths:
+        for line in open(path):
+            if not line.startswith("{"):
+                continue
+            r = json.loads(line)
+            everywhere = r.get("enqueue_everywhere_ms")
+            buckets = r.get("plan_bucket_elements") or []
+            if not everywhere or not buckets or len(buckets) > 12:
+                continue
+            scale = r["scale_elements"]
+            elements = [max(1, round(l["elements"] * scale)) for l in layers]
+            min_sparse = int(4096 * scale)
+            last, total, bound = [], 0, 0
+            for i, n in enumerate(elements):
+                if n < min_sparse:
+                    continue
+                total += n
+                if len(last) < len(buckets) and total == bound + buckets[len(last)]:
+                    bound = total
+                    last.append(i)
+            if len(last) != len(buckets) or len(everywhere) != len(elements):
+                sys.exit("%s: %s does not cut into the plan's buckets %s (is it the run's trace?)" %
+                         (path, trace_path, buckets))
+            at = [everywhere[i] for i in last]
+            ready = r["plan_bucket_ready_ms"]
+            fmt = lambda v: ", ".join("%.1f" % x for x in v)
+            print("| %s | %d | %s | %d | %s | %s | %s | %s | %s |" % (
+                r["model"], r["ranks"], plan_name(r), len(buckets), fmt(at), fmt(ready["measured"]),
+                fmt(ready["predicted"]), fmt(m - a for m, a in zip(ready["measured"], at)),
+                fmt(p - a for p, a in zip(ready["predicted"], at))))
+
+
 def main(paths):
+    if paths and paths[0] == "--declared" and len(paths) > 2:
+        return declared(paths[1], paths[2:])
     if paths and paths[0] == "--gaps":
         return gaps(paths[1:])
     if paths and paths[0] == "--grid":

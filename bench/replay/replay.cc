@@ -195,8 +195,6 @@ bool readCalibration(const std::string& path, int workers, double density, mgs::
   return true;
 }
 
-}  // namespace
-
 // Every rank's `mine` (the same length on every rank), rank after rank,
 // through the runtime's own allgather.
 std::vector<double> gatherDoubles(const char* name, std::vector<double>* mine, int size) {
@@ -217,11 +215,10 @@ std::vector<double> gatherDoubles(const char* name, std::vector<double>* mine, i
 // tensors, seconds on a clock the ranks share) gathered; per tensor, the
 // mean over the steps of its time on rank 0 from rank 0's first enqueue,
 // and of the last rank's enqueue of it from the last rank's first enqueue.
-void enqueueTimes(const std::vector<double>& mine, int size, size_t steps, size_t tensors,
-                  std::vector<double>* rank0_ms, std::vector<double>* everywhere_ms) {
-  std::vector<double> send = mine;
-  send.resize(steps * tensors, 0.0);
-  const std::vector<double> all = gatherDoubles("replay.enqueue_times", &send, size);
+void enqueueTimes(std::vector<double> mine, int size, size_t steps, size_t tensors, std::vector<double>* rank0_ms,
+                  std::vector<double>* everywhere_ms) {
+  mine.resize(steps * tensors, 0.0);
+  const std::vector<double> all = gatherDoubles("replay.enqueue_times", &mine, size);
   rank0_ms->assign(tensors, 0.0);
   everywhere_ms->assign(tensors, 0.0);
   if (steps == 0 || tensors == 0) return;
@@ -230,7 +227,7 @@ void enqueueTimes(const std::vector<double>& mine, int size, size_t steps, size_
     for (size_t i = 0; i < tensors; ++i) {
       last[i] = all[s * tensors + i];
       for (int r = 1; r < size; ++r)
-        last[i] = std::max(last[i], all[static_cast<size_t>(r) * send.size() + s * tensors + i]);
+        last[i] = std::max(last[i], all[static_cast<size_t>(r) * mine.size() + s * tensors + i]);
     }
     for (size_t i = 0; i < tensors; ++i) {
       (*rank0_ms)[i] += (all[s * tensors + i] - all[s * tensors]) * 1e3 / static_cast<double>(steps);
@@ -238,6 +235,8 @@ void enqueueTimes(const std::vector<double>& mine, int size, size_t steps, size_
     }
   }
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Replay a model trace through the mgs runtime and time each step"};
@@ -351,6 +350,7 @@ int main(int argc, char** argv) {
   // --enqueue-times: per timed step and tensor, when this rank enqueued it
   // (seconds on the steady clock).
   std::vector<double> enqueued_at;
+  if (enqueue_times) enqueued_at.reserve(static_cast<size_t>(steps) * L);
   for (int step = 0; step < warmup + steps; ++step) {
     if (step == warmup) {
       check(mgs_get_stats(&s0, sizeof s0), "mgs_get_stats");
@@ -427,7 +427,7 @@ int main(int argc, char** argv) {
   }
   if (tx_max < 0) tx_mean = rx_mean = -1;
   std::vector<double> enq_rank0_ms, enq_everywhere_ms;
-  if (enqueue_times) enqueueTimes(enqueued_at, size, timed, L, &enq_rank0_ms, &enq_everywhere_ms);
+  if (enqueue_times) enqueueTimes(std::move(enqueued_at), size, timed, L, &enq_rank0_ms, &enq_everywhere_ms);
   check(mgs_shutdown(), "mgs_shutdown");
 
   if (rank == 0) {
