@@ -26,7 +26,8 @@ usage: span_table.py [--grid | --spread | --gaps | --declared TRACE] RUNS.jsonl 
           rounding, sparse from int(4096 x scale) elements on, as
           run_planner.sh sets MGS_MIN_SPARSE_ELEMENTS), when it was declared
           ready everywhere (measured and predicted), and the delays from
-          the first to the second
+          the first to the second; beside them, how far any tensor's time
+          everywhere strayed from rank 0's
 """
 import json
 import os
@@ -134,9 +135,9 @@ def gaps(paths):
 
 def declared(trace_path, paths):
     layers = json.load(open(trace_path))["layers"]
-    print("| model | ranks | plan | buckets | last gradient everywhere ms | declared ms, measured | "
-          "declared ms, predicted | delay ms, measured | delay ms, predicted |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | ranks | plan | buckets | everywhere - rank 0, most ms | last gradient everywhere ms | "
+          "declared ms, measured | declared ms, predicted | delay ms, measured | delay ms, predicted |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for path in paths:
         for line in open(path):
             if not line.startswith("{"):
@@ -163,8 +164,9 @@ def declared(trace_path, paths):
             at = [everywhere[i] for i in last]
             ready = r["plan_bucket_ready_ms"]
             fmt = lambda v: ", ".join("%.1f" % x for x in v)
-            print("| %s | %d | %s | %d | %s | %s | %s | %s | %s |" % (
-                r["model"], r["ranks"], plan_name(r), len(buckets), fmt(at), fmt(ready["measured"]),
+            lag = max(abs(e - z) for e, z in zip(everywhere, r["enqueue_rank0_ms"]))
+            print("| %s | %d | %s | %d | %.1f | %s | %s | %s | %s | %s |" % (
+                r["model"], r["ranks"], plan_name(r), len(buckets), lag, fmt(at), fmt(ready["measured"]),
                 fmt(ready["predicted"]), fmt(m - a for m, a in zip(ready["measured"], at)),
                 fmt(p - a for p, a in zip(ready["predicted"], at))))
 
