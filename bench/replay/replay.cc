@@ -478,8 +478,8 @@ int main(int argc, char** argv) {
        << "},\"plan_bucket_end_ms\":{\"predicted\":" << jsonArray(pb_pred_end)
        << ",\"measured\":" << jsonArray(pb_meas_end) << "}"
        << ",\"replans_rejected\":" << s1.plan_replans_rejected << ",\"plan_round_ms\":" << s1.plan_round_us / 1e3
-       << ",\"plan_rounds_timed\":" << s1.plan_rounds_timed << ",\"plan_round_wait_ms\":" << s1.plan_round_wait_us / 1e3
-       << ",\"plan_trials\":" << s1.plan_trials << ",\"plan_trials_in_timed_steps\":" << s1.plan_trials - s0.plan_trials
+       << ",\"plan_rounds_timed\":" << s1.plan_rounds_timed << ",\"plan_trials\":" << s1.plan_trials
+       << ",\"plan_trials_in_timed_steps\":" << s1.plan_trials - s0.plan_trials
        << ",\"allreduce_ring_min_bytes\":" << s1.allreduce_ring_min_bytes << ",\"allreduce_ring_ops_per_step\":"
        << fmt(double(s1.allreduce_ring_ops - s0.allreduce_ring_ops) / double(std::max<size_t>(1, timed)))
        << ",\"allreduce_library_ops_per_step\":"

@@ -473,11 +473,6 @@ typedef struct mgs_stats {
                                          (docs/planner.md §2), or the calibration's when it timed fewer than 4;
                                          0 when the cost model has no rounds (negotiation_s 0) */
   uint64_t plan_rounds_timed;       /**< rank 0: the rounds behind plan_round_us (0: the calibration's) */
-  uint64_t plan_round_wait_us;      /**< rank 0 (0 elsewhere): the wait the last merge plan charged a bucket that
-                                         became ready for the negotiation round then in progress, before a round
-                                         could take it: the mean over the requests the coordinator drained in those
-                                         rounds, each from its enqueue to the round's start less the coordinator's
-                                         own work in between (docs/planner.md §2); 0 with rounds not timed */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

@@ -94,7 +94,6 @@ class BucketSchedule {
   // Rank 0's timeline, or null: the re-planner's PLAN_SPAN and PLAN_BUCKET boxes.
   void setTimeline(Timeline* timeline) { replanner_.setTimeline(timeline); }
   void roundTimed(double seconds) { replanner_.roundTimed(seconds); }
-  void roundWaited(double seconds, uint64_t count) { replanner_.roundWaited(seconds, count); }
   // The density of this step (DGC warm-up, algorithms.md 8.3).
   double currentDensity() const;
 

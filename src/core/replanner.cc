@@ -124,8 +124,6 @@ void Replanner::planned(const PlanChoice& p, std::optional<PlanChoice>* out) {
   running_ = p;
   rounds_s_ = 0;
   rounds_ = 0;
-  waits_s_ = 0;
-  waits_ = 0;
   // The sums follow the plan that runs (a trial candidate, a re-plan).
   stats_.span_predicted_sum_us = stats_.span_measured_sum_us = stats_.span_plan_checks = 0;
   stats_.plan_bucket.assign(p.groups.size(), PlanBucketStat{});
@@ -143,8 +141,6 @@ Replanner::Verdict Replanner::stepBoundary(const Boundary& b) {
     sched_mark_ = readThreadSchedule();
     rounds_s_ = 0;
     rounds_ = 0;
-    waits_s_ = 0;
-    waits_ = 0;
   }
   // The check first: the step that ended here ran under the plan in force
   // until now, which trialBoundary may replace (OnlineCost skips the first
@@ -350,11 +346,8 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
   const double calibrated_round_s = in.cost.negotiation_s;
   const bool rounds_timed = in.cost.negotiation_s > 0 && rounds_ >= kMinTimedRounds;
   if (rounds_timed) in.cost.negotiation_s = rounds_s_ / static_cast<double>(rounds_);
-  // And a new round's wait for the one in progress, as the requests waited.
-  if (rounds_timed && waits_ > 0) in.cost.round_wait_s = waits_s_ / static_cast<double>(waits_);
   stats_.plan_round_us = static_cast<uint64_t>(std::llround(in.cost.negotiation_s * 1e6));
   stats_.plan_rounds_timed = rounds_timed ? rounds_ : 0;
-  stats_.plan_round_wait_us = static_cast<uint64_t>(std::llround(in.cost.round_wait_s * 1e6));
   in.selection = steal > 0 ? plan::Selection::kCompute : plan::Selection::kSeparate;
   in.fusion_threshold_bytes = config_.fusion_threshold_bytes;
   double mean_gap = 0;
@@ -415,10 +408,8 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
       calibrated_round_s <= 0 ? std::string("none: the cost model has no rounds")
       : !rounds_timed ? fmt::format("{:.3f} ms as calibrated ({} timed, fewer than {})", calibrated_round_s * 1e3,
                                     rounds_, kMinTimedRounds)
-                      : fmt::format("{:.3f} ms as measured over {} rounds, {:.3f} ms calibrated; a new round "
-                                    "waits {:.3f} ms for the one in progress ({} requests)",
-                                    in.cost.negotiation_s * 1e3, rounds_, calibrated_round_s * 1e3,
-                                    in.cost.round_wait_s * 1e3, waits_));
+                      : fmt::format("{:.3f} ms as measured over {} rounds, {:.3f} ms calibrated",
+                                    in.cost.negotiation_s * 1e3, rounds_, calibrated_round_s * 1e3));
   // The candidates: this plan, then (trials) uniform cuts of the same
   // layers at 1, 2, 4 and 8 buckets' worth of bytes, without repeats.
   std::vector<std::pair<plan::Plan, std::string>> cands;

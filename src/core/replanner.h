@@ -151,16 +151,6 @@ class Replanner {
     rounds_s_ += seconds;
     ++rounds_;
   }
-  // Requests a round took up, as this rank's coordinator drained them:
-  // `seconds` summed over `count` requests, each from its enqueue to the
-  // start of that round, less the coordinator's own work in between (the
-  // last cycle's execution of what it declared, where the model charges the
-  // selections). Rank 0 prices a new round's wait (the model's round_wait_s,
-  // plan/timeline.h) at their mean, over the same steps as the rounds.
-  void roundWaited(double seconds, uint64_t count) {
-    waits_s_ += seconds;
-    waits_ += count;
-  }
   static constexpr uint64_t kMinTimedRounds = 4;
 
   // MGS_PLAN_FILE at init (collective; after the cost model is ready). A
@@ -252,8 +242,6 @@ class Replanner {
   ThreadSchedule sched_mark_;
   double rounds_s_ = 0;  // roundTimed since the profile's mark or the last plan
   uint64_t rounds_ = 0;
-  double waits_s_ = 0;  // roundWaited likewise
-  uint64_t waits_ = 0;
   // Rank 0: the profile's backward times scaled to what the running plan
   // measured (1 until a re-plan; checkPlan), and the backward the last plan
   // was priced with (seconds, first gradient to last).

@@ -304,11 +304,6 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
 
   Status fatal;
   std::string why = "mgs has shut down";
-  // The last cycle's execution of what its round declared (set_runner.run):
-  // the coordinator's own work, which a request enqueued meanwhile waits
-  // out before the next round (roundWaited leaves it out).
-  Clock::time_point run_start{}, run_end{};
-  auto seconds = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
   while (true) {
     const auto t0 = Clock::now();
     CycleResult result;
@@ -319,20 +314,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
     try {
       const ControllerStats before = controller.stats();
       negotiating = true;
-      std::vector<Request> drained = drainKnown();
-      if (!drained.empty()) {
-        // How long each request waited for the round that takes it up.
-        double waited = 0;
-        for (const Request& r : drained) {
-          const Clock::time_point from = std::min(r.enqueued, t0);
-          double w = seconds(from, t0);
-          const Clock::time_point a = std::max(from, run_start), b = std::min(t0, run_end);
-          if (b > a) w -= seconds(a, b);
-          waited += std::max(0.0, w);
-        }
-        sparse.roundWaited(waited, drained.size());
-      }
-      Status st = controller.cycle(std::move(drained), shutdown_requested_ ? stopWord() : 0, &result);
+      Status st = controller.cycle(drainKnown(), shutdown_requested_ ? stopWord() : 0, &result);
       negotiating = false;
       const ControllerStats after = controller.stats();
       cached_names_ = after.cached_names;
@@ -352,9 +334,7 @@ void Runtime::loop(std::unique_ptr<Communicator> comm, std::unique_ptr<SparsePip
         MGS_LOG_ERROR("{}", fatal.message());
         break;
       }
-      run_start = Clock::now();
       set_runner.run(result.ready, executor);
-      run_end = Clock::now();
       sparse.poll();
       {
         std::lock_guard<std::mutex> lk(stats_mu_);

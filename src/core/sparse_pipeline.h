@@ -104,8 +104,6 @@ class SparsePipeline {
   // One negotiation round with work pending, as long as it took on this
   // rank (the re-planner prices rounds from these: Replanner::roundTimed).
   void roundTimed(double seconds) { schedule_.roundTimed(seconds); }
-  // Requests a round took up, and how long they waited for it (Replanner::roundWaited).
-  void roundWaited(double seconds, uint64_t count) { schedule_.roundWaited(seconds, count); }
   // Fail everything held (shutdown).
   void failHeld(const Status& st);
   SparseStats stats() const { return stats_; }

@@ -40,7 +40,6 @@ struct SparseStats {
   // Rank 0: the negotiation round the last plan was priced at (us) and the
   // timed rounds it is the mean of (0: the calibration's).
   uint64_t plan_round_us = 0, plan_rounds_timed = 0;
-  uint64_t plan_round_wait_us = 0;  // rank 0: the last plan's round_wait_s
   // Which path each finished bucket (sparse or dense) took, and the bytes
   // this rank sent on it (BucketPath). Their sums are buckets + dense_buckets
   // and bytes_sent.

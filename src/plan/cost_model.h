@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "common/status.h"
-#include "plan/timeline.h"
 
 namespace mgs::plan {
 
@@ -115,13 +114,6 @@ struct CostModel {
   // timelines and planners charge it per round, not per group: groups that
   // become ready in the same coordinator cycle share one round (timeline.h).
   double negotiation_s = 0;
-  // A newly ready group's wait for the coordinator's round in progress
-  // before a round can take it (timeline.h, Rounds): the runtime measures it
-  // per job on rank 0 and plans with it; like host_steal, not written to
-  // the calibration file (a file may set it by hand). Only with rounds
-  // (negotiation_s > 0); 0: a new round starts when the group is ready.
-  double round_wait_s = 0;
-  Rounds rounds() const { return {negotiation_s, round_wait_s}; }
   // The coordinator loop (plan/coordinator.h): when set, the sparse model is
   // evaluated as the runtime's coordinator runs it (rounds back to back on a
   // grid, small dense tensors allreduced on it, blocking exchanges, up to

@@ -192,8 +192,6 @@ Status readFields(const json& j, CostModel* inout) {
   if (j.contains("group_host_s"))
     MGS_RETURN_IF_ERROR(nonNegative(j.at("group_host_s"), "group_host_s", &m.group_host_s));
   if (j.contains("host_steal")) MGS_RETURN_IF_ERROR(nonNegative(j.at("host_steal"), "host_steal", &m.host_steal));
-  if (j.contains("round_wait_s"))
-    MGS_RETURN_IF_ERROR(nonNegative(j.at("round_wait_s"), "round_wait_s", &m.round_wait_s));
   if (j.contains("host_dilation")) {
     MGS_RETURN_IF_ERROR(nonNegative(j.at("host_dilation"), "host_dilation", &m.host_dilation));
     if (m.host_dilation < 1)
@@ -250,13 +248,30 @@ Status parseCostModel(const std::string& text, CostModel* out) {
   const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status(Code::kInvalidArgument, "not valid JSON");
   if (!j.is_object()) return invalid("cost model", "expected a JSON object, got " + typeOf(j));
-  MGS_RETURN_IF_ERROR(
-      onlyKeys(j, "cost model", {"format",           "version",           "workers",          "bytes_per_element",
-                                 "allreduce",        "allgather",         "broadcast",        "sparsify",
-                                 "negotiation_s",    "round_wait_s",      "ranks_per_node",   "node",
-                                 "leader_allgather", "coordinator_loop",  "cycle_s",          "max_in_flight",
-                                 "dense_in_flight",  "allgather_overlap", "inflight_overlap", "dense_overlap",
-                                 "group_host_s",     "host_steal",        "host_dilation",    "comment"}));
+  MGS_RETURN_IF_ERROR(onlyKeys(j, "cost model",
+                               {"format",
+                                "version",
+                                "workers",
+                                "bytes_per_element",
+                                "allreduce",
+                                "allgather",
+                                "broadcast",
+                                "sparsify",
+                                "negotiation_s",
+                                "ranks_per_node",
+                                "node",
+                                "leader_allgather",
+                                "coordinator_loop",
+                                "cycle_s",
+                                "max_in_flight",
+                                "dense_in_flight",
+                                "allgather_overlap",
+                                "inflight_overlap",
+                                "dense_overlap",
+                                "group_host_s",
+                                "host_steal",
+                                "host_dilation",
+                                "comment"}));
   for (const char* k : {"workers", "allreduce", "allgather", "sparsify"})
     if (!j.contains(k)) return invalid("cost model", std::string("missing \"") + k + "\"");
   CostModel m = *out;
@@ -291,7 +306,6 @@ std::string costModelToJson(const CostModel& m, bool pretty) {
   out += std::string(in) + "\"allgather\":" + sp + comm(m.allgather) + "," + nl;
   if (!m.broadcast.segments().empty()) out += std::string(in) + "\"broadcast\":" + sp + comm(m.broadcast) + "," + nl;
   if (m.negotiation_s > 0) out += std::string(in) + "\"negotiation_s\":" + sp + json(m.negotiation_s).dump() + "," + nl;
-  if (m.round_wait_s > 0) out += std::string(in) + "\"round_wait_s\":" + sp + json(m.round_wait_s).dump() + "," + nl;
   if (m.inflight_overlap > 0)
     out += std::string(in) + "\"inflight_overlap\":" + sp + json(m.inflight_overlap).dump() + "," + nl;
   if (m.dense_overlap > 0) out += std::string(in) + "\"dense_overlap\":" + sp + json(m.dense_overlap).dump() + "," + nl;

@@ -6,16 +6,14 @@
 namespace mgs::plan {
 
 PlannerResult planMgsGreedy(const std::vector<LayerInfo>& layers, const ElementCost& allgather,
-                            const ElementCost& sparsify, bool released, Selection selection, const Rounds& rounds,
+                            const ElementCost& sparsify, bool released, Selection selection, double negotiation_s,
                             const ElementCost& overlap, const QueuedStage& queued) {
   const int n = static_cast<int>(layers.size());
   PlannerResult r;
   if (n == 0) return r;
-  // The rule decides on a negotiation round (and its wait) per call (the
-  // merge saves one); only the prediction charges rounds as the runtime
-  // shares them.
-  const double per_call = rounds.on() ? rounds.round_s + rounds.wait_s : 0.0;
-  const ElementCost allgather_one = [&](int64_t e) { return e > 0 ? per_call + allgather(e) : 0.0; };
+  // The rule decides on a negotiation round per call (the merge saves one);
+  // only the prediction charges rounds as the runtime shares them.
+  const ElementCost allgather_one = [&](int64_t e) { return e > 0 ? negotiation_s + allgather(e) : 0.0; };
   // The open group: its backward began at `begin` on the compute stream and
   // holds `backward` seconds and `elements`. The authors recompute their
   // taob/taos/taoc arrays after every merge; those arrays only matter at the
@@ -56,7 +54,7 @@ PlannerResult planMgsGreedy(const std::vector<LayerInfo>& layers, const ElementC
     lengths.erase(lengths.begin());
   }
   r.groups = groupsFromLengths(lengths);
-  r.predicted_s = sparseTime(layers, r.groups, allgather, sparsify, selection, rounds, overlap, queued);
+  r.predicted_s = sparseTime(layers, r.groups, allgather, sparsify, selection, negotiation_s, overlap, queued);
   return r;
 }
 

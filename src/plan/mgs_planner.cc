@@ -234,7 +234,7 @@ void insertRound(std::vector<RoundState>& front, const RoundState& c) {
 }
 
 PlannerResult roundsDp(const std::vector<LayerInfo>& layers, const GroupCosts& cost, const SuffixBounds& bound,
-                       double limit, int front_cap, Selection selection, const Rounds& rounds) {
+                       double limit, int front_cap, Selection selection, double negotiation_s) {
   const int n = static_cast<int>(layers.size());
   PlannerResult r;
   std::vector<double> ready(n + 1, 0.0);
@@ -254,11 +254,11 @@ PlannerResult roundsDp(const std::vector<LayerInfo>& layers, const GroupCosts& c
         RoundStep step;
         if (selection == Selection::kCompute) {
           compute = p.compute + backward + select;
-          const double last_end = p.round < 0 ? 0.0 : p.round + rounds.round_s;
-          step = negotiationRound(p.round, last_end, last_end, compute, rounds);
+          const double last_end = p.round < 0 ? 0.0 : p.round + negotiation_s;
+          step = negotiationRound(p.round, last_end, last_end, compute, negotiation_s);
           comm_ready = step.end;
         } else {
-          step = negotiationRound(p.round, 0.0, p.compute, ready[e], rounds);
+          step = negotiationRound(p.round, 0.0, p.compute, ready[e], negotiation_s);
           // timeline.cc: a group sharing a round runs in the same turn.
           compute = step.shared ? p.compute + cost.queued(s, e) : step.end + select;
           comm_ready = compute;
@@ -299,7 +299,7 @@ double limitFor(double known_s) { return known_s * (1 + 1e-9) + 1e-300; }
 }  // namespace
 
 PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& allgather, const ElementCost& sparsify,
-                      int front_cap, Selection selection, const Rounds& rounds, const ElementCost& overlap,
+                      int front_cap, Selection selection, double negotiation_s, const ElementCost& overlap,
                       const QueuedStage& queued_in) {
   const int n = static_cast<int>(layers.size());
   if (n == 0) return {};
@@ -310,23 +310,23 @@ PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& a
   // (A second pass bounded by a first capped pass's plan was tried: it did
   // not bring capped fronts under the cap on the shipped traces.)
   // The queued stage applies to the separate stage with rounds only (timeline.cc).
-  const QueuedStage queued = rounds.on() && selection == Selection::kSeparate ? queued_in : QueuedStage{};
+  const QueuedStage queued = negotiation_s > 0 && selection == Selection::kSeparate ? queued_in : QueuedStage{};
   const GroupCosts cost(layers, allgather, sparsify, overlap, queued);
   const SuffixBounds bound = suffixBounds(layers, cost, selection);
-  PlannerResult known = planMgsGreedy(layers, allgather, sparsify, false, selection, rounds, overlap, queued);
+  PlannerResult known = planMgsGreedy(layers, allgather, sparsify, false, selection, negotiation_s, overlap, queued);
   for (Groups g : {planLayerwise(n), planSingle(n)}) {
-    const double t = sparseTime(layers, g, allgather, sparsify, selection, rounds, overlap, queued);
+    const double t = sparseTime(layers, g, allgather, sparsify, selection, negotiation_s, overlap, queued);
     if (t < known.predicted_s) known.groups = std::move(g), known.predicted_s = t;
   }
   const double limit = limitFor(known.predicted_s);
-  PlannerResult r = rounds.on() ? roundsDp(layers, cost, bound, limit, front_cap, selection, rounds)
+  PlannerResult r = negotiation_s > 0 ? roundsDp(layers, cost, bound, limit, front_cap, selection, negotiation_s)
                     : selection == Selection::kCompute
                         ? paretoDp(layers, cost, bound, limit, front_cap, ComputeStreamStage{})
                         : paretoDp(layers, cost, bound, limit, front_cap, SeparateStage{});
   // The DP's own arithmetic may differ from the timeline's in the last bits:
   // report what the timeline says of the plan it chose.
-  if ((rounds.on() || overlap) && !r.groups.empty())
-    r.predicted_s = sparseTime(layers, r.groups, allgather, sparsify, selection, rounds, overlap, queued);
+  if ((negotiation_s > 0 || overlap) && !r.groups.empty())
+    r.predicted_s = sparseTime(layers, r.groups, allgather, sparsify, selection, negotiation_s, overlap, queued);
   // Only the cap can lose the optimal path; the known plan is then as good.
   if (r.groups.empty() || r.predicted_s > known.predicted_s) {
     r.groups = std::move(known.groups);

@@ -60,7 +60,7 @@ Groups searchCoordinator(const PlanInput& in, const Costs& f, const Groups& dp_g
   auto eval = [&](const Groups& g) { return coordinatorPrediction(in, g); };
   std::vector<Groups> candidates = {dp_groups, planSingle(n), planLayerwise(n)};
   candidates.push_back(
-      planMgsGreedy(in.layers, f.allgather, f.sparsify, false, in.selection, in.cost.rounds(), f.overlap, f.queued)
+      planMgsGreedy(in.layers, f.allgather, f.sparsify, false, in.selection, in.cost.negotiation_s, f.overlap, f.queued)
           .groups);
   // Fixed thresholds of 1/1 .. 1/64 of the model, then down to 1/1024.
   int64_t total = 0;
@@ -148,8 +148,6 @@ Status validatePlanInput(const PlanInput& in) {
              "dense_overlap must be in [0, 1], got " << c.dense_overlap);
   MGS_ENSURE(std::isfinite(c.group_host_s) && c.group_host_s >= 0, kInvalidArgument,
              "group_host_s must be finite and >= 0, got " << c.group_host_s);
-  MGS_ENSURE(std::isfinite(c.round_wait_s) && c.round_wait_s >= 0, kInvalidArgument,
-             "round_wait_s must be finite and >= 0, got " << c.round_wait_s);
   MGS_ENSURE(std::isfinite(c.host_steal) && c.host_steal >= 0, kInvalidArgument,
              "host_steal must be finite and >= 0, got " << c.host_steal);
   MGS_ENSURE(std::isfinite(c.host_dilation) && c.host_dilation >= 1, kInvalidArgument,
@@ -184,10 +182,11 @@ Status computePlan(const std::string& planner, const PlanInput& in, Plan* plan) 
   if (planner == "mgs" || planner == "mgs-greedy" || planner == "mgwfbp" || planner == "mgwfbp-greedy") {
     PlannerResult r;
     if (planner == "mgs")
-      r = planMgs(in.layers, f.allgather, f.sparsify, in.front_cap, in.selection, in.cost.rounds(), f.overlap,
+      r = planMgs(in.layers, f.allgather, f.sparsify, in.front_cap, in.selection, in.cost.negotiation_s, f.overlap,
                   f.queued);
     if (planner == "mgs-greedy")
-      r = planMgsGreedy(in.layers, f.allgather, f.sparsify, false, in.selection, in.cost.rounds(), f.overlap, f.queued);
+      r = planMgsGreedy(in.layers, f.allgather, f.sparsify, false, in.selection, in.cost.negotiation_s, f.overlap,
+                        f.queued);
     if (planner == "mgwfbp") r = planMgwfbp(in.layers, f.allreduce);
     if (planner == "mgwfbp-greedy") r = planMgwfbpGreedy(in.layers, f.allreduce, in.cost.allreduce.startup());
     out.groups = std::move(r.groups);
@@ -219,7 +218,7 @@ Status planTimeline(const PlanInput& in, const Groups& groups, bool sparse, std:
                     in.round_phase_s >= 0 && p > 0 ? std::fmod(in.round_phase_s, p) : 0.5 * p, timeline);
     return Status::OK();
   }
-  *timeline = sparse ? sparseTimeline(in.layers, groups, f.allgather, f.sparsify, in.selection, in.cost.rounds(),
+  *timeline = sparse ? sparseTimeline(in.layers, groups, f.allgather, f.sparsify, in.selection, in.cost.negotiation_s,
                                       f.overlap, f.queued)
                      : denseTimeline(in.layers, groups, f.allreduce);
   return Status::OK();

@@ -39,7 +39,7 @@ constexpr int kDefaultFrontCap = 256;
 // result becomes a heuristic, and front_capped says so. Ties: fewest groups
 // at the end of the plan first.
 //
-// `rounds` (round_s > 0) charges negotiation rounds as the runtime runs them
+// `negotiation_s` > 0 charges negotiation rounds as the runtime runs them
 // (timeline.h, negotiationRound; `allgather` must then leave the round
 // out). The state then also holds the last round's start, and the DP keeps
 // the states no other state beats in all three (first stage, comm end, a
@@ -55,18 +55,18 @@ constexpr int kDefaultFrontCap = 256;
 // bounds charge the lesser of the two first stages.
 PlannerResult planMgs(const std::vector<LayerInfo>& layers, const ElementCost& allgather, const ElementCost& sparsify,
                       int front_cap = kDefaultFrontCap, Selection selection = Selection::kCompute,
-                      const Rounds& rounds = {}, const ElementCost& overlap = {}, const QueuedStage& queued = {});
+                      double negotiation_s = 0, const ElementCost& overlap = {}, const QueuedStage& queued = {});
 
 // The authors' MGS rule (§5.2), with the off-by-one fixed. `released`
 // reproduces the released code instead, which always puts the first two
 // gradients (the paper's L-1 and L-2) in one group without evaluating it.
 // The merge decisions always follow the paper's compute-stream model, with
-// one negotiation round per call; `selection` and `rounds` only pick
+// one negotiation round per call; `selection` and `negotiation_s` only pick
 // the model predicted_s is evaluated on (with `overlap` and `queued`,
 // sparseTimeline's).
 PlannerResult planMgsGreedy(const std::vector<LayerInfo>& layers, const ElementCost& allgather,
                             const ElementCost& sparsify, bool released = false,
-                            Selection selection = Selection::kCompute, const Rounds& rounds = {},
+                            Selection selection = Selection::kCompute, double negotiation_s = 0,
                             const ElementCost& overlap = {}, const QueuedStage& queued = {});
 
 // Horovod/DDP-style fusion (§6): close a group once it holds at least

@@ -29,7 +29,7 @@ std::vector<GroupTiming> denseTimeline(const std::vector<LayerInfo>& layers, con
 
 std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, const Groups& groups,
                                         const ElementCost& allgather, const ElementCost& sparsify, Selection selection,
-                                        const Rounds& rounds, const ElementCost& overlap, const QueuedStage& queued) {
+                                        double negotiation_s, const ElementCost& overlap, const QueuedStage& queued) {
   std::vector<GroupTiming> out;
   out.reserve(groups.size());
   // kCompute: `compute` is the compute stream (backward + selection) and
@@ -50,15 +50,15 @@ std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, co
     if (selection == Selection::kCompute) {
       t.ready_s = t.select_start_s = compute;
       t.sparsified_s = compute = compute + sparsify(t.elements);
-      r = negotiationRound(round_start, round_end, round_end, t.sparsified_s, rounds);
+      r = negotiationRound(round_start, round_end, round_end, t.sparsified_s, negotiation_s);
       t.negotiated_s = r.end;
     } else {
       t.ready_s = ready;
-      r = negotiationRound(round_start, round_end, selected, ready, rounds);
+      r = negotiationRound(round_start, round_end, selected, ready, negotiation_s);
       // A shared round has ended before the coordinator's current work.
       t.select_start_s = r.shared ? selected : r.end;
       t.negotiated_s = r.end;
-      const bool in_turn = r.shared && rounds.on() && queued;
+      const bool in_turn = r.shared && negotiation_s > 0 && queued;
       t.sparsified_s = selected = t.select_start_s + (in_turn ? queued(t.elements) : sparsify(t.elements));
     }
     t.shared_round = r.shared;
@@ -78,9 +78,9 @@ double denseTime(const std::vector<LayerInfo>& layers, const Groups& groups, con
 }
 
 double sparseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allgather,
-                  const ElementCost& sparsify, Selection selection, const Rounds& rounds, const ElementCost& overlap,
+                  const ElementCost& sparsify, Selection selection, double negotiation_s, const ElementCost& overlap,
                   const QueuedStage& queued) {
-  const auto t = sparseTimeline(layers, groups, allgather, sparsify, selection, rounds, overlap, queued);
+  const auto t = sparseTimeline(layers, groups, allgather, sparsify, selection, negotiation_s, overlap, queued);
   return t.empty() ? 0.0 : t.back().comm_end_s;
 }
 

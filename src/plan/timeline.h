@@ -44,7 +44,7 @@ enum class Selection { kCompute, kSeparate };
 // stage, starting once the group is ready and the previous selection is done.
 // Communication runs from `comm_start_s` to `comm_end_s`. Dense model:
 // select_start_s = sparsified_s = ready_s.
-// With negotiation rounds (sparseTimeline's `rounds`, round_s > 0),
+// With a negotiation round (sparseTimeline's `negotiation_s` > 0),
 // `negotiated_s` is the end of the round that declared the group ready
 // (`shared_round`: a round an earlier group had already started); without
 // one it equals the time the group could first be negotiated.
@@ -67,29 +67,12 @@ struct GroupTiming {
 //   group ready at R, last round started at H, coordinator free at S:
 //   R <= H: the group shares that round and queues behind the selections
 //           of its round: selection from S;
-//   R >  H: a new round from H' = max(S, R + wait_s) to H' + negotiation_s,
-//           then the selection (wait_s below; 0 unless measured).
+//   R >  H: a new round from H' = max(S, R) to H' + negotiation_s, then
+//           the selection.
 // Under Selection::kCompute (selection on the compute stream) the rounds
 // are a stage of their own between selection and communication, with the
 // same rule on the time a group's selection ends. negotiation_s = 0 gives
 // the model without rounds, bit for bit.
-//
-// The coordinator also runs rounds that declare no group's last tensor (a
-// tensor inside a group, a dense gradient, a rank still behind), and a
-// group that becomes ready while one of those runs waits for it to end:
-// `wait_s` is that wait, the mean the runtime measured (rank 0: from each
-// tensor's enqueue to the start of the round that first carried it, less
-// the coordinator's own work in between, which `free` already charges).
-// A new round then starts at H' = max(S, R_g + wait_s); a group that
-// becomes ready during that wait shares the round. wait_s applies only with
-// rounds (round_s > 0); 0 is the model without it, bit for bit.
-struct Rounds {
-  double round_s = 0;  // one round (CostModel::negotiation_s)
-  double wait_s = 0;   // a newly ready group's wait for the round in progress (CostModel::round_wait_s)
-  // A plain number is a round without the wait.
-  Rounds(double round = 0, double wait = 0) : round_s(round), wait_s(wait) {}  // NOLINT(google-explicit-constructor)
-  bool on() const { return round_s > 0; }
-};
 struct RoundStep {
   double start = 0, end = 0;  // the round that declares the group
   bool shared = false;        // it is the previous round
@@ -99,11 +82,10 @@ struct RoundStep {
 // coordinator's end of work; kCompute: the last round's end); `trigger`:
 // when the group can first be negotiated.
 inline RoundStep negotiationRound(double last_start, double last_end, double free, double trigger,
-                                  const Rounds& rounds) {
+                                  double negotiation_s) {
   if (trigger <= last_start) return {last_start, last_end, true};
-  const double at = rounds.on() ? trigger + rounds.wait_s : trigger;
-  const double start = at > free ? at : free;
-  return {start, start + rounds.round_s, false};
+  const double start = trigger > free ? trigger : free;
+  return {start, start + negotiation_s, false};
 }
 
 // The first stage of a group that shares the round before it, when the
@@ -125,7 +107,7 @@ std::vector<GroupTiming> denseTimeline(const std::vector<LayerInfo>& layers, con
 // t_s). kSeparate: backward untouched; ready_g = sum of backward up to the
 // group's last layer, sel_end_g = max(ready_g, sel_end_{g-1}) + t_s,
 // comm_end_g = max(sel_end_g, comm_end_{g-1}) + T_ag.
-// `rounds`: one negotiation round's time and a new round's wait (Rounds above); the
+// `negotiation_s`: one negotiation round's time (see Rounds above); the
 // communication costs must then leave it out.
 // `overlap` (exchanges in flight, CostModel::overlapSeconds): how much of a
 // group's exchange may run while the one before it is still in flight. The
@@ -135,13 +117,13 @@ std::vector<GroupTiming> denseTimeline(const std::vector<LayerInfo>& layers, con
 // at most T_g): one exchange after another, the papers' model, bit for bit.
 std::vector<GroupTiming> sparseTimeline(const std::vector<LayerInfo>& layers, const Groups& groups,
                                         const ElementCost& allgather, const ElementCost& sparsify,
-                                        Selection selection = Selection::kCompute, const Rounds& rounds = {},
+                                        Selection selection = Selection::kCompute, double negotiation_s = 0,
                                         const ElementCost& overlap = {}, const QueuedStage& queued = {});
 
 // End of the last communication (the objective); 0 for no layers.
 double denseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allreduce);
 double sparseTime(const std::vector<LayerInfo>& layers, const Groups& groups, const ElementCost& allgather,
-                  const ElementCost& sparsify, Selection selection = Selection::kCompute, const Rounds& rounds = {},
+                  const ElementCost& sparsify, Selection selection = Selection::kCompute, double negotiation_s = 0,
                   const ElementCost& overlap = {}, const QueuedStage& queued = {});
 
 // "compute" / "separate", for tools, logs and configuration.

@@ -104,7 +104,6 @@ class MgsStats(ctypes.Structure):
         ("fusion_max_tensor_bytes", ctypes.c_uint64),
         ("plan_round_us", ctypes.c_uint64),
         ("plan_rounds_timed", ctypes.c_uint64),
-        ("plan_round_wait_us", ctypes.c_uint64),
     ]
 
 

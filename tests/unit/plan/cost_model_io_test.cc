@@ -83,22 +83,6 @@ TEST_CASE("instance fields override only what they name", "[plan][cost_io]") {
   CHECK(m.allgather.seconds(1e6) == ag);
 }
 
-TEST_CASE("a round's wait is read, written only when set, and round-trips", "[plan][cost_io]") {
-  CostModel m, back;
-  REQUIRE(parseCostModel(minimal().dump(), &m).ok());
-  CHECK(m.round_wait_s == 0);
-  CHECK(costModelToJson(m).find("round_wait_s") == std::string::npos);
-  json j = minimal();
-  j["negotiation_s"] = 0.011;
-  j["round_wait_s"] = 0.0042;
-  REQUIRE(parseCostModel(j.dump(), &m).ok());
-  CHECK(m.round_wait_s == 0.0042);
-  CHECK(m.rounds().round_s == 0.011);
-  CHECK(m.rounds().wait_s == 0.0042);
-  REQUIRE(parseCostModel(costModelToJson(m), &back).ok());
-  CHECK(back.round_wait_s == 0.0042);
-}
-
 TEST_CASE("malformed cost models are refused with the path and the cause", "[plan][cost_io]") {
   struct Bad {
     std::string text;
@@ -149,8 +133,6 @@ TEST_CASE("malformed cost models are refused with the path and the cause", "[pla
       {with("sparsify", json::parse(R"({"kind": "cubic", "c_s": 1})")), "sparsify.kind: expected \"linear\""},
       {with("sparsify", json::parse(R"({"kind": "linear"})")), "sparsify: needs \"c_s\""},
       {with("sparsify", json::parse(R"({"kind": "linear", "c_s": 1, "c": 2})")), "unknown key \"c\""},
-      {with("round_wait_s", -0.001), "round_wait_s: expected a number >= 0"},
-      {with("round_wait_s", "1"), "round_wait_s: expected a number, got string"},
       {R"({"workers": 1, "allreduce": {"alpha_s": 1e400, "beta_s_per_byte": 1}})", "not valid JSON"},
   };
   for (const auto& b : cases) {
