@@ -71,7 +71,7 @@ for model in $models; do
         rho=$density
         if [ "$density" = dense ]; then extra=(-D); rho=0.001; fi
         # Dense cells time from step 5; sparse cells from the replay's default, after the profile and every
-        # step of the default's plan trials (26 steps), so that the default is timed on the plan it keeps.
+        # step of the default's plan trials (42 steps, a run-off included), so that the default is timed on the plan it keeps.
         warm=()
         [ "$density" = dense ] && warm=(--warmup 5)
         # A dense default tries fusion thresholds from step 5 to step 21 (planner.md 7c): the sweep's 6

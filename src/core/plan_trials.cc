@@ -158,6 +158,14 @@ size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margi
       why);
 }
 
+size_t runOffCandidate(const std::vector<std::vector<double>>& samples, double margin) {
+  if (chooseTrial(samples, margin, nullptr) != 0 || samples.empty() || samples[0].empty()) return 0;
+  double best_mean = 0;
+  const size_t best = fastestMean(samples, 1, &best_mean);
+  if (best == 0) return 0;
+  return mean(samples[0]) - best_mean > margin * mean(samples[0]) ? best : 0;
+}
+
 size_t chooseFastest(const std::vector<std::vector<double>>& samples, std::string* why) {
   constexpr size_t kMinSamples = 2;
   double best_mean = 0;

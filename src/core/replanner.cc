@@ -155,8 +155,7 @@ Replanner::Verdict Replanner::stepBoundary(const Boundary& b) {
     v.drop = true;
     v.apply.reset();
     have_plan = false;
-    trials_.clear();
-    visits_.clear();
+    clearTrials();
     restartProfile(b.step);
   }
   if (!have_plan && b.step - profile_start_ >= static_cast<uint64_t>(config_.profile_steps)) {
@@ -487,8 +486,7 @@ std::string Replanner::planOnRankZero(const Boundary& b, bool with_trials, doubl
 }
 
 Status Replanner::replan(const Boundary& b, bool with_trials, std::optional<PlanChoice>* out, bool new_plan) {
-  trials_.clear();
-  visits_.clear();
+  clearTrials();
   MGS_ENSURE(cost_.ready(), kInternal, "planning before the cost model is resolved");
   // Read before any collective of this boundary's planning, whose waits
   // would count as this step's; only rank 0 plans.

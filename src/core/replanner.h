@@ -220,6 +220,18 @@ class Replanner {
   // how many step boundaries it has seen; rank 0: each one's timed steps.
   std::vector<PlanChoice> trials_;
   TrialVisits visits_;  // their visits; rank 0 times them (plan_trials.h)
+  // A run-off (plan_trials.h, kRunOffRounds): the candidate on trial against
+  // the first (0: none), the visits' 1 standing for it; rank 0: the timed
+  // steps of the visits before it.
+  size_t run_off_ = 0;
+  std::vector<std::vector<double>> trial_samples_;
+  size_t visitCandidate(size_t v) const { return run_off_ != 0 && v != 0 ? run_off_ : v; }
+  void clearTrials() {
+    trials_.clear();
+    visits_.clear();
+    run_off_ = 0;
+    trial_samples_.clear();
+  }
   // MGS_PLAN_FILE: write mode (rank 0 saves each settled plan), or a loaded
   // plan runs (nothing is profiled, tried or re-planned).
   bool save_plan_ = false, pinned_ = false;

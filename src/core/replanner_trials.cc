@@ -17,8 +17,8 @@ void Replanner::trialBoundary(const Boundary& b, std::optional<PlanChoice>* out)
     case TrialVisits::Step::kOn:
       return;
     case TrialVisits::Step::kSwitched:
-      if (visits_.firstRun()) stats_.plan_trials += 1;
-      planned(trials_[visits_.current()], out);
+      if (visits_.firstRun() && run_off_ == 0) stats_.plan_trials += 1;
+      planned(trials_[visitCandidate(visits_.current())], out);
       return;
     case TrialVisits::Step::kDone:
       break;
@@ -28,29 +28,64 @@ void Replanner::trialBoundary(const Boundary& b, std::optional<PlanChoice>* out)
   // the margin and the standard error of the difference), every rank keeps it. Where
   // candidates differ by less than the noise (one host, shared memory), a
   // choice by noise would only make the job's plan, and the exchanges it
-  // picks, vary from run to run.
-  size_t best = 0;
+  // picks, vary from run to run. Where the fastest beat the first by more
+  // than the margin but not by the noise, the two run off first
+  // (kRunOffRounds more rounds) and the choice is made on both trials' visits.
+  const size_t n = trials_.size();
+  auto times = [](const std::vector<double>& v) {
+    std::string t;
+    for (double s : v) t += fmt::format("{}{:.1f}", t.empty() ? "" : "/", s * 1e3);
+    return t.empty() ? std::string("-") : t;
+  };
+  size_t code = 0;  // below n: the candidate to keep; n + c: run c off against the first
   if (comm_.rank() == 0) {
     std::string why, report;
-    best = chooseTrial(visits_.samples(), kTrialMargin, &why);
-    for (size_t i = 0; i < trials_.size(); ++i) {
-      std::string times;
-      for (double s : visits_.samples()[i]) times += fmt::format("{}{:.1f}", times.empty() ? "" : "/", s * 1e3);
-      report += fmt::format("{}{} {} ms", report.empty() ? "" : ", ", trials_[i].label, times.empty() ? "-" : times);
+    if (run_off_ == 0) {
+      const auto& s = visits_.samples();
+      code = chooseTrial(s, kTrialMargin, &why);
+      const size_t rival = code == 0 ? runOffCandidate(s, kTrialMargin) : 0;
+      for (size_t i = 0; i < n; ++i)
+        report += fmt::format("{}{} {} ms", report.empty() ? "" : ", ", trials_[i].label, times(s[i]));
+      if (rival != 0) {
+        MGS_LOG_INFO(
+            "merge plan trials (timed steps per visit): {}; {} ({} buckets) against {} ({} buckets) in a "
+            "run-off of {} rounds: {}",
+            report, trials_[rival].label, trials_[rival].groups.size(), trials_[0].label, trials_[0].groups.size(),
+            kRunOffRounds, why);
+        code = n + rival;
+      } else {
+        MGS_LOG_INFO("merge plan trials (timed steps per visit): {}; keeping {} ({} buckets): {}", report,
+                     trials_[code].label, trials_[code].groups.size(), why);
+      }
+    } else {
+      std::vector<std::vector<double>> two = {trial_samples_[0], trial_samples_[run_off_]};
+      for (int i = 0; i < 2; ++i) two[i].insert(two[i].end(), visits_.samples()[i].begin(), visits_.samples()[i].end());
+      code = chooseTrial(two, kTrialMargin, &why) == 0 ? 0 : run_off_;
+      MGS_LOG_INFO(
+          "merge plan run-off (timed steps per visit, the trials' then the run-off's): {} {} ms, {} {} ms; "
+          "keeping {} ({} buckets): {}",
+          trials_[0].label, times(two[0]), trials_[run_off_].label, times(two[1]), trials_[code].label,
+          trials_[code].groups.size(), why);
     }
-    MGS_LOG_INFO("merge plan trials (timed steps per visit): {}; keeping {} ({} buckets): {}", report,
-                 trials_[best].label, trials_[best].groups.size(), why);
   }
-  const Status st = broadcastTrialChoice(comm_, trials_.size(), &best);
+  const Status st = broadcastTrialChoice(comm_, run_off_ == 0 ? 2 * n : n, &code);
   // A failed broadcast leaves every rank on the DP plan; a communication
   // failure surfaces in the next negotiation.
   if (!st.ok()) MGS_LOG_ERROR("merge plan trials: {}; keeping the first plan", st.toString());
+  if (code >= n) {
+    // The run-off: the first plan and code - n, visits alternating as before.
+    run_off_ = code - n;
+    if (comm_.rank() == 0) trial_samples_ = visits_.samples();
+    visits_.start(2, kRunOffRounds, true, comm_.rank() == 0);
+    planned(trials_[0], out);
+    return;
+  }
+  const size_t best = code;
   if (replan_trial_ && best == 0) ++stats_.replans_rejected;
   planned(trials_[best], out);
   savePlan(trials_[best], b);
   replan_trial_ = false;
-  trials_.clear();
-  visits_.clear();
+  clearTrials();
 }
 
 }  // namespace mgs

@@ -52,8 +52,9 @@ int g_size = 0;
 constexpr int kChange = 25, kSteps = 100, kFastMs = 1, kSlowMs = 6;
 constexpr int kCooldown = 10;  // OnlineCost::Options::cooldown
 // A re-plan's trial: the running plan and the re-plan, 2 rounds of visits
-// of kTrialVisitSteps steps (core/plan_trials.h).
-constexpr int kTrialVisitSteps = 2, kTrialSpan = 2 * 2 * kTrialVisitSteps;
+// of kTrialVisitSteps steps, and, where the gain was above the margin but
+// within the noise, a run-off of 4 more rounds (core/plan_trials.h).
+constexpr int kTrialVisitSteps = 2, kTrialSpan = (2 + 4) * 2 * kTrialVisitSteps;
 // Penalized plans pause this long a step: well above the spread of a
 // loaded CI machine's steps (one bucket's visits read 265 and 436 ms there
 // with 10x tensors, and a 100 ms pause lost to that noise).
@@ -328,7 +329,7 @@ void run(double tolerance, bool penalize) {
   // plan again, which runs on without a trial: then no other plan may have
   // run after the change.
   // A re-plan's trial (the running plan and the re-plan, 2 rounds of 2
-  // visits of kTrialVisitSteps steps) runs from the step its candidate
+  // visits of kTrialVisitSteps steps, a run-off at most 4 more) runs from the step its candidate
   // counter rose; a step counts as inside it with a step of slack each side.
   // Outside trials only the kept plan may run, and the last such step (a
   // trial may still run when the job ends) must run it.

@@ -46,8 +46,8 @@ if replay "$tmp/default.out"; then
   trials=$(field "$tmp/default.jsonl" plan_trials)
   timed=$(field "$tmp/default.jsonl" plan_trials_in_timed_steps)
   warm=$(field "$tmp/default.jsonl" warmup)
-  if [ "$trials" -ge 2 ] && [ "$timed" = 0 ] && [ "$warm" = 26 ]; then
-    ok "default warm-up (26 steps) covers the $trials candidates' trials"
+  if [ "$trials" -ge 2 ] && [ "$timed" = 0 ] && [ "$warm" = 42 ]; then
+    ok "default warm-up (42 steps) covers the $trials candidates' trials"
   else
     bad "default warm-up: warmup $warm, plan_trials $trials, in timed steps $timed"
   fi

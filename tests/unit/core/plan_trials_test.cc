@@ -96,13 +96,14 @@ TEST_CASE("trial visits: switches, first runs and timed steps", "[core][plan_tri
 
 TEST_CASE("plan trials: maxTrialSteps counts every visit of the most candidates", "[core][plan_trials]") {
   // What a benchmark leaves untimed (mgs-replay's default warm-up): the
-  // visits trialOrder makes for the most candidates, kTrialVisitSteps each.
+  // visits trialOrder makes for the most candidates, then a run-off's of two,
+  // kTrialVisitSteps each.
   REQUIRE(maxTrialSteps(0) == 0);
   REQUIRE(maxTrialSteps(1) == 0);
-  REQUIRE(maxTrialSteps(3) == 20);
+  REQUIRE(maxTrialSteps(3) == 36);
   for (int n : {2, 3, 5, 9}) {
     INFO("MGS_PLAN_TRIAL_STEPS " << n);
-    const size_t visits = trialOrder(kMaxTrialCandidates, trialRounds(n)).size();
+    const size_t visits = trialOrder(kMaxTrialCandidates, trialRounds(n)).size() + trialOrder(2, kRunOffRounds).size();
     REQUIRE(maxTrialSteps(n) == static_cast<int>(visits) * kTrialVisitSteps);
   }
 }
@@ -158,6 +159,29 @@ TEST_CASE("plan trials: more visits narrow the standard error, where the range o
   // is kept; 5 ms against 5.8 ms is not.
   REQUIRE(chooseTrial({{0.100, 0.110}, {0.092, 0.097}}, 0.03, &why) == 1);
   REQUIRE(chooseTrial({{0.100, 0.110}, {0.097, 0.103}}, 0.03, &why) == 0);
+}
+
+TEST_CASE("plan trials: a gain above the margin but within the noise goes to a run-off", "[core][plan_trials]") {
+  // 5 ms (5 %) faster, the standard error 5.8 ms: kept by neither rule, so
+  // the second runs off against the first.
+  const std::vector<std::vector<double>> s = {{0.100, 0.110}, {0.097, 0.103}};
+  REQUIRE(chooseTrial(s, 0.03, nullptr) == 0);
+  REQUIRE(runOffCandidate(s, 0.03) == 1);
+  // The fastest of several is the one run off, not merely any faster one.
+  REQUIRE(runOffCandidate({{0.100, 0.110}, {0.103, 0.113}, {0.097, 0.103}}, 0.03) == 2);
+  // No run-off: a gain within the margin, the first fastest, a clear winner
+  // (chooseTrial keeps it), an untimed first plan.
+  REQUIRE(runOffCandidate({{0.100, 0.110}, {0.103, 0.104}}, 0.03) == 0);
+  REQUIRE(runOffCandidate({{0.095, 0.097}, {0.100, 0.110}}, 0.03) == 0);
+  REQUIRE(runOffCandidate({{0.100, 0.100}, {0.095, 0.095}}, 0.03) == 0);
+  REQUIRE(runOffCandidate({{}, {0.080, 0.090}}, 0.03) == 0);
+  // Four more visits each at the same means and scatter: the gain now
+  // exceeds the standard error (2.9 ms), and the run-off keeps the second.
+  const std::vector<std::vector<double>> both = {{0.100, 0.110, 0.100, 0.110, 0.100, 0.110},
+                                                 {0.097, 0.103, 0.097, 0.103, 0.097, 0.103}};
+  std::string why;
+  REQUIRE(chooseTrial(both, 0.03, &why) == 1);
+  REQUIRE(why.find("exceeds") != std::string::npos);
 }
 
 TEST_CASE("fastest mean: any gain wins where the standard error keeps the first", "[core][plan_trials]") {
