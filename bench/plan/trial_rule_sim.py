@@ -12,7 +12,7 @@ over many trials. The rules:
   margin    the fastest mean replaces the first if it beats it by the margin alone
   fastest   the fastest mean, by any gain (the dense fusion threshold trials' rule)
   run-off   stderr, and where the fastest beat the first by the margin but not by the standard error, 4 more
-            visits of the two and stderr on both trials' visits of the two (plan_trials.h, runOffCandidate);
+            visits of the two and stderr on both trials' visits of the two (plan_trials.h, chooseTrial's run_off);
             "run-offs" is how often that happened (each costs 16 steps)
 
 The scenarios are relative true steps of the five candidates. "first 8 % slower" is the ResNet-50 1 Gbit/s

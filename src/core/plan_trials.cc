@@ -88,12 +88,14 @@ size_t fastestMean(const std::vector<std::vector<double>>& samples, size_t min_s
 // The candidate with the shortest mean step among those with at least
 // `min_samples` samples replaces the first if its gain exceeds the margin
 // and noise(first's samples, its samples); `first_name` and `noise_name`
-// name the first and the noise in the log line.
+// name the first and the noise in the log line. `*undecided` (may be null):
+// that candidate where its gain exceeds the margin but not the noise, else 0.
 template <typename Noise>
 size_t choose(const std::vector<std::vector<double>>& samples, size_t min_samples, double margin,
-              const char* first_name, const char* noise_name, Noise noise, std::string* why) {
+              const char* first_name, const char* noise_name, Noise noise, std::string* why, size_t* undecided) {
   double best_mean = 0;
   size_t best = fastestMean(samples, min_samples, &best_mean);
+  if (undecided) *undecided = 0;
   std::string reason;
   if (samples.empty() || samples[0].size() < min_samples) {
     reason = std::string(first_name) + " was not timed";
@@ -106,6 +108,7 @@ size_t choose(const std::vector<std::vector<double>>& samples, size_t min_sample
     if (gain <= margin * first || gain <= n) {
       std::snprintf(buf, sizeof buf, "gain %.1f ms is within the margin (%.1f ms) or %s (%.1f ms)", gain * 1e3,
                     margin * first * 1e3, noise_name, n * 1e3);
+      if (undecided && gain > margin * first) *undecided = best;
       best = 0;
     } else {
       std::snprintf(buf, sizeof buf, "gain %.1f ms over the first exceeds the margin (%.1f ms) and %s (%.1f ms)",
@@ -134,7 +137,7 @@ Status broadcastTrialChoice(Communicator& comm, size_t candidates, size_t* choic
   return Status::OK();
 }
 
-size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margin, std::string* why) {
+size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margin, std::string* why, size_t* run_off) {
   // What the clock cannot tell apart: the standard error of the difference
   // of two means, from the scatter of every candidate's visits about its own
   // mean (pooled: the candidates run alike, and two visits each say little
@@ -155,15 +158,7 @@ size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margi
       [sd](const std::vector<double>& a, const std::vector<double>& b) {
         return sd * std::sqrt(1.0 / static_cast<double>(a.size()) + 1.0 / static_cast<double>(b.size()));
       },
-      why);
-}
-
-size_t runOffCandidate(const std::vector<std::vector<double>>& samples, double margin) {
-  if (chooseTrial(samples, margin, nullptr) != 0 || samples.empty() || samples[0].empty()) return 0;
-  double best_mean = 0;
-  const size_t best = fastestMean(samples, 1, &best_mean);
-  if (best == 0) return 0;
-  return mean(samples[0]) - best_mean > margin * mean(samples[0]) ? best : 0;
+      why, run_off);
 }
 
 size_t chooseFastest(const std::vector<std::vector<double>>& samples, std::string* why) {

@@ -40,7 +40,7 @@ constexpr int kMaxTrialCandidates = 1 + static_cast<int>(sizeof(kTrialCuts) / si
 constexpr int trialRounds(int steps) { return steps - 1 > 2 ? steps - 1 : 2; }
 
 // A run-off: where the fastest candidate beat the first by more than the
-// margin but not by the standard error (runOffCandidate), the two alone run
+// margin but not by the standard error (chooseTrial's run_off), the two alone run
 // this many more rounds, and the choice is made again on every visit of the
 // two. Two visits of each candidate tell a gain of 5-8 % from the noise of
 // one step on busy hosts only by chance; six do.
@@ -66,14 +66,12 @@ std::vector<size_t> trialOrder(size_t candidates, int rounds);
 // none timed): the fastest mean, if it beats the first's by more than
 // `margin` of it and by more than the standard error of the difference
 // (the within-candidate variance pooled over every candidate with two or
-// more visits). `why` (may be null) gets a line for the log.
-size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margin, std::string* why);
-
-// The candidate to run off against the first where chooseTrial keeps the
-// first: the fastest mean, when it beats the first's by more than `margin`
-// of it but not by the standard error. 0: no run-off (the first is the
-// fastest, the gain is within the margin, or chooseTrial keeps another).
-size_t runOffCandidate(const std::vector<std::vector<double>>& samples, double margin);
+// more visits). `why` (may be null) gets a line for the log. `*run_off`
+// (may be null): where the first is kept although the fastest beat it by
+// more than the margin (not by the standard error), that candidate, to run
+// off against the first (kRunOffRounds); else 0.
+size_t chooseTrial(const std::vector<std::vector<double>>& samples, double margin, std::string* why,
+                   size_t* run_off = nullptr);
 
 // Rank 0's `*choice` (an index below `candidates`) to every rank: the one
 // collective of a trial's end. Not OK (a failed broadcast, or a corrupt

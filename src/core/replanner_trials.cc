@@ -42,8 +42,8 @@ void Replanner::trialBoundary(const Boundary& b, std::optional<PlanChoice>* out)
     std::string why, report;
     if (run_off_ == 0) {
       const auto& s = visits_.samples();
-      code = chooseTrial(s, kTrialMargin, &why);
-      const size_t rival = code == 0 ? runOffCandidate(s, kTrialMargin) : 0;
+      size_t rival = 0;
+      code = chooseTrial(s, kTrialMargin, &why, &rival);
       for (size_t i = 0; i < n; ++i)
         report += fmt::format("{}{} {} ms", report.empty() ? "" : ", ", trials_[i].label, times(s[i]));
       if (rival != 0) {

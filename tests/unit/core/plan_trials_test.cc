@@ -164,9 +164,15 @@ TEST_CASE("plan trials: more visits narrow the standard error, where the range o
 TEST_CASE("plan trials: a gain above the margin but within the noise goes to a run-off", "[core][plan_trials]") {
   // 5 ms (5 %) faster, the standard error 5.8 ms: kept by neither rule, so
   // the second runs off against the first.
+  auto runOffCandidate = [](const std::vector<std::vector<double>>& samples, double margin) {
+    size_t rival = 99;
+    chooseTrial(samples, margin, nullptr, &rival);
+    return rival;
+  };
   const std::vector<std::vector<double>> s = {{0.100, 0.110}, {0.097, 0.103}};
-  REQUIRE(chooseTrial(s, 0.03, nullptr) == 0);
-  REQUIRE(runOffCandidate(s, 0.03) == 1);
+  size_t rival = 0;
+  REQUIRE(chooseTrial(s, 0.03, nullptr, &rival) == 0);
+  REQUIRE(rival == 1);
   // The fastest of several is the one run off, not merely any faster one.
   REQUIRE(runOffCandidate({{0.100, 0.110}, {0.103, 0.113}, {0.097, 0.103}}, 0.03) == 2);
   // No run-off: a gain within the margin, the first fastest, a clear winner
