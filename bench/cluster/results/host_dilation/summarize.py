@@ -27,49 +27,54 @@ def fmt(ratios):
     return "%.3f (%.2f-%.2f)" % interval(ratios)
 
 
-pooled = collections.defaultdict(lambda: collections.defaultdict(list))
-for directory in sys.argv[1:]:
-    print("==", directory)
-    for path in sorted(glob.glob(os.path.join(directory, "*.jsonl"))):
-        cell, build = os.path.basename(path)[:-6].rsplit("_", 1)
-        rows = [json.loads(l) for l in open(path)]
-        mgs = [r for r in rows if "fixed" not in r["label"]]
-        p = pooled[build]
-        p[cell] += pairs(rows, "median_s")
-        p["runs"] += mgs
-        log = path[:-6] + ".plans.log"
-        if os.path.exists(log):
-            first_replan = False
-            for line in open(log):
-                if line.startswith("== "):
-                    first_replan = True
-                m = re.search(r"re-planning at step [0-9]+: measured ([0-9.]+) ms .* predicted ([0-9.]+) ms", line)
-                if m and first_replan:
-                    p["first_replan"].append(float(m.group(1)) / float(m.group(2)))
-                    first_replan = False
-                m = re.search(r"coordinator ([0-9.]+) ms a bucket, .*takes ([0-9.]+) s", line)
-                if m:
-                    p["dilation"].append(float(m.group(2)))
-                    p["bucket_ms"].append(float(m.group(1)) * float(m.group(2)))
-                m = re.search(r"without a trial: .* predicted ([0-9.]+) ms against its ([0-9.]+) ms", line)
-                if m:
-                    p["untried_gain"].append(1 - float(m.group(1)) / float(m.group(2)))
-        print(f"{cell:26} {build:11} steps {fmt(pairs(rows, 'median_s'))}  period {fmt(pairs(rows, 'period_s'))}"
-              f"  buckets {', '.join(str(r['plan_buckets']) for r in mgs)}  rejected "
-              f"{', '.join(str(r['replans_rejected']) for r in mgs)}  re-plan trial steps timed "
-              f"{', '.join(str(r['plan_trials_in_timed_steps']) for r in mgs)}")
-if len(sys.argv) > 2:
-    print("== pooled over", " ".join(sys.argv[1:]))
-    span = lambda v, f: f % min(v) + "-" + f % max(v) if v else "-"
-    for build, p in sorted(pooled.items()):
-        cells = sorted(k for k in p if k not in ("runs", "dilation", "bucket_ms", "untried_gain", "first_replan"))
-        for cell in cells:
-            print(f"{cell:26} {build:11} {fmt(p[cell])}, {len(p[cell])} pairs")
-        allr = sum((p[c] for c in cells), [])
-        runs = p["runs"]
-        print(f"{'all cells':26} {build:11} {fmt(allr)}, {len(allr)} pairs; default runs {len(runs)}: with a re-plan "
-              f"trial in the timed steps {sum(r['plan_trials_in_timed_steps'] > 0 for r in runs)}, without a re-plan "
-              f"{sum(r['plans'] == 1 for r in runs)}; dilation {span(p['dilation'], '%.1f')}, CPU per bucket x "
-              f"dilation {span(p['bucket_ms'], '%.1f')} ms; re-plans kept off trial {len(p['untried_gain'])}, "
-              f"predicted gain {span([100 * g for g in p['untried_gain']], '%.1f')} %; measured / predicted span at a "
-              f"run's first re-plan {span(p['first_replan'], '%.2f')}")
+def main():
+    pooled = collections.defaultdict(lambda: collections.defaultdict(list))
+    for directory in sys.argv[1:]:
+        print("==", directory)
+        for path in sorted(glob.glob(os.path.join(directory, "*.jsonl"))):
+            cell, build = os.path.basename(path)[:-6].rsplit("_", 1)
+            rows = [json.loads(l) for l in open(path)]
+            mgs = [r for r in rows if "fixed" not in r["label"]]
+            p = pooled[build]
+            p[cell] += pairs(rows, "median_s")
+            p["runs"] += mgs
+            log = path[:-6] + ".plans.log"
+            if os.path.exists(log):
+                first_replan = False
+                for line in open(log):
+                    if line.startswith("== "):
+                        first_replan = True
+                    m = re.search(r"re-planning at step [0-9]+: measured ([0-9.]+) ms .* predicted ([0-9.]+) ms", line)
+                    if m and first_replan:
+                        p["first_replan"].append(float(m.group(1)) / float(m.group(2)))
+                        first_replan = False
+                    m = re.search(r"coordinator ([0-9.]+) ms a bucket, .*takes ([0-9.]+) s", line)
+                    if m:
+                        p["dilation"].append(float(m.group(2)))
+                        p["bucket_ms"].append(float(m.group(1)) * float(m.group(2)))
+                    m = re.search(r"without a trial: .* predicted ([0-9.]+) ms against its ([0-9.]+) ms", line)
+                    if m:
+                        p["untried_gain"].append(1 - float(m.group(1)) / float(m.group(2)))
+            print(f"{cell:26} {build:11} steps {fmt(pairs(rows, 'median_s'))}  period {fmt(pairs(rows, 'period_s'))}"
+                  f"  buckets {', '.join(str(r['plan_buckets']) for r in mgs)}  rejected "
+                  f"{', '.join(str(r['replans_rejected']) for r in mgs)}  re-plan trial steps timed "
+                  f"{', '.join(str(r['plan_trials_in_timed_steps']) for r in mgs)}")
+    if len(sys.argv) > 2:
+        print("== pooled over", " ".join(sys.argv[1:]))
+        span = lambda v, f: f % min(v) + "-" + f % max(v) if v else "-"
+        for build, p in sorted(pooled.items()):
+            cells = sorted(k for k in p if k not in ("runs", "dilation", "bucket_ms", "untried_gain", "first_replan"))
+            for cell in cells:
+                print(f"{cell:26} {build:11} {fmt(p[cell])}, {len(p[cell])} pairs")
+            allr = sum((p[c] for c in cells), [])
+            runs = p["runs"]
+            print(f"{'all cells':26} {build:11} {fmt(allr)}, {len(allr)} pairs; default runs {len(runs)}: with a re-plan "
+                  f"trial in the timed steps {sum(r['plan_trials_in_timed_steps'] > 0 for r in runs)}, without a re-plan "
+                  f"{sum(r['plans'] == 1 for r in runs)}; dilation {span(p['dilation'], '%.1f')}, CPU per bucket x "
+                  f"dilation {span(p['bucket_ms'], '%.1f')} ms; re-plans kept off trial {len(p['untried_gain'])}, "
+                  f"predicted gain {span([100 * g for g in p['untried_gain']], '%.1f')} %; measured / predicted span at a "
+                  f"run's first re-plan {span(p['first_replan'], '%.2f')}")
+
+
+if __name__ == "__main__":
+    main()
