@@ -14,7 +14,8 @@ pairs, order swapped every pair), the "checked" column is the geometric mean of 
 over that size, each pair one repeat), a figure free of the bias of picking the best of seven noisy settings,
 with its 90% t-interval; the goal count uses it there, and the last line sorts the checked cells into shown to
 miss 3% (interval above 1.03), shown within (interval at most 1.03) and unresolved (interval spans 1.03).
-A cell whose default was timed while its trials still ran (sparse: plan_trials_in_timed_steps > 0, older
+A cell whose default was timed while its trials still ran (sparse: plan_trials_in_timed_steps > 0 or
+plan_trial_running_at_start > 0 (a run-off goes on without new candidates), older
 lines without it: a warm-up under the 26 steps of the sweep's profile and trials; dense: fusion_trials > 0,
 in the sweep or in the cell's check) has no sweep ratio: its
 default figure is the check's, and the other settings' ratios are theirs to the best fixed size in the sweep
@@ -84,7 +85,7 @@ def in_trials(r):
     if r["strategy"] != "mgs":
         return False
     if "plan_trials_in_timed_steps" in r:
-        return r["plan_trials_in_timed_steps"] > 0
+        return r["plan_trials_in_timed_steps"] > 0 or r.get("plan_trial_running_at_start", 0) > 0
     return r["warmup"] < 26  # the sweep's 3 profile steps + 20 trial steps + 3
 
 

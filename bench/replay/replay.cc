@@ -407,6 +407,9 @@ int main(int argc, char** argv) {
     std::cerr << "mgs-replay: " << s1.plan_trials - s0.plan_trials
               << " candidate plans first ran on trial during the timed steps: they time the trials, not the plan "
                  "kept (raise --warmup, or leave it out)\n";
+  else if (rank == 0 && s0.plan_trial_running)
+    std::cerr << "mgs-replay: candidate plans (a trial or its run-off) were still on trial when the timed steps "
+                 "started: they time the trials, not the plan kept (raise --warmup, or leave it out)\n";
   // Wire bytes per timed step (the barriers and the runtime's negotiation
   // included), gathered with the step times: two more values per rank.
   const double tx1 = ifaceBytes(wire_iface, "tx_bytes"), rx1 = ifaceBytes(wire_iface, "rx_bytes");
@@ -480,6 +483,7 @@ int main(int argc, char** argv) {
        << ",\"replans_rejected\":" << s1.plan_replans_rejected << ",\"plan_round_ms\":" << s1.plan_round_us / 1e3
        << ",\"plan_rounds_timed\":" << s1.plan_rounds_timed << ",\"plan_trials\":" << s1.plan_trials
        << ",\"plan_trials_in_timed_steps\":" << s1.plan_trials - s0.plan_trials
+       << ",\"plan_trial_running_at_start\":" << s0.plan_trial_running
        << ",\"allreduce_ring_min_bytes\":" << s1.allreduce_ring_min_bytes << ",\"allreduce_ring_ops_per_step\":"
        << fmt(double(s1.allreduce_ring_ops - s0.allreduce_ring_ops) / double(std::max<size_t>(1, timed)))
        << ",\"allreduce_library_ops_per_step\":"

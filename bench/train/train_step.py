@@ -200,7 +200,8 @@ def bucket_paths(args):
             "allreduce_ring_ops", "allreduce_library_ops", "allreduce_ring_min_bytes",
             "sparse_agreed_buckets", "sparse_hierarchical_buckets", "plans", "plan_trials", "plan_replans_rejected",
             "plan_span_predicted_total_us", "plan_span_measured_total_us", "fusion_threshold_bytes",
-            "fusion_trials", "fusion_max_tensor_bytes", "plan_round_us", "plan_rounds_timed")
+            "fusion_trials", "fusion_max_tensor_bytes", "plan_round_us", "plan_rounds_timed",
+            "plan_trial_running")
     out = {k: rs.get(k) for k in keys}
     out["plan_buckets"] = mgs.plan_buckets()  # per bucket: predicted against measured end (mgs_get_plan_buckets)
     return out

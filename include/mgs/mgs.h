@@ -473,6 +473,9 @@ typedef struct mgs_stats {
                                          (docs/planner.md §2), or the calibration's when it timed fewer than 4;
                                          0 when the cost model has no rounds (negotiation_s 0) */
   uint64_t plan_rounds_timed;       /**< rank 0: the rounds behind plan_round_us (0: the calibration's) */
+  uint64_t plan_trial_running;      /**< 1 while candidate merge plans run on trial (the first plan's, a re-plan's,
+                                         or their run-off: plan_trials does not rise during a run-off), 0 when one
+                                         plan runs; the same on every rank at every step */
 } mgs_stats_t;
 
 /** Copy up to `size` bytes of the current counters into *stats. */

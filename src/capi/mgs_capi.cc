@@ -430,6 +430,7 @@ mgs_status_t mgs_get_stats(mgs_stats_t* stats, size_t size) {
     s.plan_replans_rejected = sp.replans_rejected;
     s.plan_round_us = sp.plan_round_us;
     s.plan_rounds_timed = sp.plan_rounds_timed;
+    s.plan_trial_running = sp.plan_trial_running;
     s.plan_span_predicted_total_us = sp.span_predicted_total_us;
     s.plan_span_measured_total_us = sp.span_measured_total_us;
     s.fusion_threshold_bytes = n.fusion_threshold_bytes;

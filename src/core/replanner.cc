@@ -179,6 +179,8 @@ Replanner::Verdict Replanner::stepBoundary(const Boundary& b) {
     Status st = replan(b, true, &v.apply, false);
     if (!st.ok()) MGS_LOG_ERROR("merge plan trials after the warm-up failed, keeping the plan: {}", st.toString());
   }
+  // Candidates on trial from the next step (every rank alike).
+  stats_.plan_trial_running = trials_.empty() ? 0 : 1;
   return v;
 }
 

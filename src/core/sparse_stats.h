@@ -34,6 +34,7 @@ struct SparseStats {
   uint64_t plan_buckets = 0;    // buckets in the current plan (0: profiling)
   uint64_t plans = 0;           // plans computed
   uint64_t plan_trials = 0;     // candidate plans run on trial (MGS_PLAN_TRIAL_STEPS)
+  uint64_t plan_trial_running = 0;  // 1 while candidates run on trial (a run-off included), else 0
   uint64_t replans_rejected = 0;  // online re-plans whose plan lost its trial against the running plan
   uint64_t in_flight_max = 0;   // most buckets in flight at once
   uint64_t warmup_steps = 0;    // MGS_WARMUP_STEPS as resolved ('auto': by density; 0: none)

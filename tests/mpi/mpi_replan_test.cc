@@ -2,7 +2,8 @@
 //   mpirun -np {2,3,4} mgs_mpi_replan_test
 // with MGS_COMPRESSOR, MGS_PROFILE_STEPS and MGS_REPLAN_TOLERANCE set by ctest.
 //
-// The job's conditions change mid-run: from step kChange on, every gradient
+// The job's conditions change mid-run: from step kChange on (or the first step
+// after it with no candidate plan on trial), every gradient
 // arrives kSlowMs after the previous one instead of kFastMs (backward got
 // slower, as on a shared or throttled accelerator). The plan's predicted step
 // no longer holds, so with a tolerance > 0 a re-plan must follow, and
@@ -49,7 +50,11 @@ using mpitest::gatherAll;
 namespace {
 
 int g_size = 0;
-constexpr int kChange = 25, kSteps = 100, kFastMs = 1, kSlowMs = 6;
+// The change comes at step kChange, or later while candidate plans still run
+// on trial (mgs_stats_t.plan_trial_running: a noisy first trial may go on to
+// a run-off, and a re-plan's trial may run), so that no trial is timed under
+// both regimes; the job runs kAfter steps from it (at most kMaxSteps in all).
+constexpr int kChange = 25, kAfter = 75, kMaxSteps = 200, kFastMs = 1, kSlowMs = 6;
 constexpr int kCooldown = 10;  // OnlineCost::Options::cooldown
 // A re-plan's trial: the running plan and the re-plan, 2 rounds of visits
 // of kTrialVisitSteps steps, and, where the gain was above the margin but
@@ -80,11 +85,22 @@ void run(double tolerance, bool penalize) {
   const std::vector<int64_t> sizes = {50000 * scale, 20000 * scale, 80000 * scale,
                                       30000 * scale, 60000 * scale, 10000 * scale};
   const size_t L = sizes.size();
-  std::vector<float> plans_after(kSteps);  // as floats, for gatherAll
-  std::vector<float> buckets_after(kSteps), trials_after(kSteps), rejected_after(kSteps);
-  std::vector<uint64_t> kept_sig;
-  std::vector<char> on_kept(kSteps, 1);  // penalize: the step ran the plan the first trials kept
-  for (int step = 0; step < kSteps; ++step) {
+  std::vector<float> plans_after(kMaxSteps);  // as floats, for gatherAll
+  std::vector<float> buckets_after(kMaxSteps), trials_after(kMaxSteps), rejected_after(kMaxSteps);
+  std::vector<float> running_after(kMaxSteps);  // mgs_stats_t.plan_trial_running
+  std::vector<uint64_t> kept_sig, last_sig;
+  std::vector<char> on_kept(kMaxSteps, 1);  // penalize: the step ran the plan the first trials kept
+  // The step of the change and the job's length, the same on every rank (the
+  // trial state is; checked below with the counters).
+  int change = kMaxSteps, steps = kMaxSteps;
+  bool trial_running = true;
+  for (int step = 0; step < steps; ++step) {
+    if (change == kMaxSteps && step >= kChange && !trial_running && plans_after[step - 1] >= 1) {
+      change = step;
+      steps = std::min(kMaxSteps, change + kAfter);
+      kept_sig = last_sig;  // penalize: the plan the first trials kept
+      if (g_rank == 0) std::printf("the step time changes at step %d\n", change);
+    }
     StepTensors tensors(sizes, step);
     auto &x = tensors.x, &out = tensors.out, &before = tensors.before;
     auto& shapes = tensors.shapes;
@@ -92,7 +108,7 @@ void run(double tolerance, bool penalize) {
     for (size_t t = 0; t < L; ++t) {
       before[t] = residualOf("g" + std::to_string(t), sizes[t]);
     }
-    const auto gap = std::chrono::milliseconds(step < kChange ? kFastMs : kSlowMs);
+    const auto gap = std::chrono::milliseconds(step < change ? kFastMs : kSlowMs);
     for (size_t t = 0; t < L; ++t) {
       std::this_thread::sleep_for(gap);  // "backward" of tensor t
       mgs_tensor_t in = cpuTensor(x[t].data(), MGS_FLOAT32, shapes[t]);
@@ -110,19 +126,21 @@ void run(double tolerance, bool penalize) {
     buckets_after[step] = static_cast<float>(st.plan_buckets);
     trials_after[step] = static_cast<float>(st.plan_trials);
     rejected_after[step] = static_cast<float>(st.plan_replans_rejected);
+    trial_running = st.plan_trial_running != 0;
+    running_after[step] = static_cast<float>(st.plan_trial_running);
     if (penalize) {
-      // Before the change: plans of 5 or more buckets pause (the first trials
+      // Before the change: plans of 2 or more buckets pause (the first trials
       // keep a smaller one). From the change: every plan but the one the first
       // trials kept pauses (its buckets' tensor counts are its signature).
       const std::vector<uint64_t> sig = planSignature();
-      if (step == kChange - 1) kept_sig = sig;
-      if (step < kChange ? sig.size() >= 2 : sig != kept_sig)
+      last_sig = sig;
+      if (step < change ? sig.size() >= 2 : sig != kept_sig)
         std::this_thread::sleep_for(std::chrono::milliseconds(kPenaltyMs));
       on_kept[step] = sig == kept_sig;
     }
     // Every few steps (and around the change) check the results against the
     // pairs each rank selected: sent = x + residual_before - residual_after.
-    if (step % 5 != 0 && std::abs(step - kChange) > 12) continue;
+    if (step % 5 != 0 && std::abs(step - kChange) > 12 && (step < change || step - change > 12)) continue;
     for (size_t t = 0; t < L; ++t) {
       const std::string name = "g" + std::to_string(t);
       const std::vector<float> after = residualOf(name, sizes[t]);
@@ -143,27 +161,43 @@ void run(double tolerance, bool penalize) {
   const std::vector<float> all = gatherAll("plans", plans_after);
   int differ = 0;
   for (int r = 1; r < g_size; ++r)
-    for (int s = 0; s < kSteps; ++s) differ += all[r * kSteps + s] != plans_after[s];
+    for (int s = 0; s < steps; ++s) differ += all[r * kMaxSteps + s] != plans_after[s];
   EXPECT(differ == 0, "%d per-step plan counts differ across ranks", differ);
   // Trials: the same candidate, and the same kept plan, on every rank at every step.
   const std::vector<float> all_buckets = gatherAll("plan_buckets", buckets_after);
   const std::vector<float> all_trials = gatherAll("plan_trials", trials_after);
   int differ_trial = 0, switches = 0;
   for (int r = 1; r < g_size; ++r)
-    for (int s = 0; s < kSteps; ++s)
-      differ_trial += all_buckets[r * kSteps + s] != buckets_after[s] || all_trials[r * kSteps + s] != trials_after[s];
-  for (int s = 1; s < kSteps; ++s) switches += trials_after[s] != trials_after[s - 1];
+    for (int s = 0; s < steps; ++s)
+      differ_trial +=
+          all_buckets[r * kMaxSteps + s] != buckets_after[s] || all_trials[r * kMaxSteps + s] != trials_after[s];
+  for (int s = 1; s < steps; ++s) switches += trials_after[s] != trials_after[s - 1];
   EXPECT(differ_trial == 0, "%d per-step plan bucket or trial counts differ across ranks", differ_trial);
-  EXPECT(trials_after[kSteps - 1] >= 2, "only %.0f candidate plan(s) ran on trial", trials_after[kSteps - 1]);
-  if (g_rank == 0) std::printf("plan trials: %.0f candidates, counter moved at %d steps\n", trials_after[kSteps - 1], switches);
+  // plan_trial_running: the same on every rank at every step, and set from
+  // every step whose boundary put candidates on trial (the counter rose).
+  const std::vector<float> all_running = gatherAll("plan_trial_running", running_after);
+  int differ_running = 0, unflagged = 0, running_steps = 0;
+  for (int r = 1; r < g_size; ++r)
+    for (int s = 0; s < steps; ++s) differ_running += all_running[r * kMaxSteps + s] != running_after[s];
+  for (int s = 1; s < steps; ++s) {
+    unflagged += trials_after[s] > trials_after[s - 1] && running_after[s] != 1;
+    running_steps += running_after[s] == 1;
+  }
+  EXPECT(differ_running == 0, "%d per-step plan_trial_running values differ across ranks", differ_running);
+  EXPECT(unflagged == 0, "%d step(s) put candidates on trial but plan_trial_running was not 1 after them", unflagged);
+  EXPECT(change < kMaxSteps, "candidate plans still ran on trial at every step from %d to %d", kChange, kMaxSteps);
+  if (g_rank == 0) std::printf("candidate plans on trial after %d of %d steps\n", running_steps, steps);
+  EXPECT(trials_after[steps - 1] >= 2, "only %.0f candidate plan(s) ran on trial", trials_after[steps - 1]);
+  if (g_rank == 0)
+    std::printf("plan trials: %.0f candidates, counter moved at %d steps\n", trials_after[steps - 1], switches);
   std::string when;
   std::vector<int> replans;
-  for (int s = 1; s < kSteps; ++s)
+  for (int s = 1; s < steps; ++s)
     if (plans_after[s] > plans_after[s - 1]) {
       replans.push_back(s);
       when += " " + std::to_string(s);
     }
-  const float at_change = plans_after[kChange - 1], at_end = plans_after[kSteps - 1];
+  const float at_change = plans_after[change - 1], at_end = plans_after[steps - 1];
   if (g_rank == 0)
     std::printf("tolerance %.2f: plans at the change %.0f, at the end %.0f; new plans after steps:%s\n", tolerance,
                 at_change, at_end, when.c_str());
@@ -286,7 +320,7 @@ void run(double tolerance, bool penalize) {
     EXPECT(at_end == 1, "MGS_REPLAN_TOLERANCE=0 but %.0f plans were made", at_end);
     return;
   }
-  EXPECT(at_end > at_change, "no re-plan after the step time changed at step %d (plans %.0f -> %.0f)", kChange,
+  EXPECT(at_end > at_change, "no re-plan after the step time changed at step %d (plans %.0f -> %.0f)", change,
          at_change, at_end);
   for (size_t i = 2; i < replans.size(); ++i)  // replans[0] is the profile's plan
     EXPECT(replans[i] - replans[i - 1] >= kCooldown, "re-plans after steps %d and %d: closer than the cool-down %d",
@@ -294,7 +328,7 @@ void run(double tolerance, bool penalize) {
   const std::vector<float> all_rejected = gatherAll("plan_replans_rejected", rejected_after);
   int differ_rejected = 0;
   for (int r = 1; r < g_size; ++r)
-    for (int s = 0; s < kSteps; ++s) differ_rejected += all_rejected[r * kSteps + s] != rejected_after[s];
+    for (int s = 0; s < steps; ++s) differ_rejected += all_rejected[r * kMaxSteps + s] != rejected_after[s];
   EXPECT(differ_rejected == 0, "%d per-step rejected re-plan counts differ across ranks", differ_rejected);
   // A re-plan the refitted model prices no more than 3 % faster than the
   // running plan is rejected without a trial: the rejected counter rises at a
@@ -303,7 +337,7 @@ void run(double tolerance, bool penalize) {
   {
     constexpr int kTrialWindow = kTrialSpan + 2;  // and a step of slack each side
     int untried = 0;
-    for (int s = 1; s < kSteps; ++s) {
+    for (int s = 1; s < steps; ++s) {
       if (rejected_after[s] <= rejected_after[s - 1]) continue;
       bool trial = false;
       for (int t = std::max(1, s - kTrialWindow); t <= s; ++t) trial = trial || trials_after[t] > trials_after[t - 1];
@@ -316,13 +350,13 @@ void run(double tolerance, bool penalize) {
     if (g_rank == 0) std::printf("re-plans rejected without a trial: %d\n", untried);
   }
   if (!penalize) return;
-  const float kept_trials = trials_after[kChange - 1];
+  const float kept_trials = trials_after[change - 1];
   if (g_rank == 0)
     std::printf(
         "penalized plans: %.0f bucket(s) kept by the first trials; candidates on trial %.0f -> %.0f; "
         "re-plans rejected %.0f; %.0f bucket(s) at the end\n",
-        buckets_after[kChange - 1], kept_trials, trials_after[kSteps - 1], rejected_after[kSteps - 1],
-        buckets_after[kSteps - 1]);
+        buckets_after[change - 1], kept_trials, trials_after[steps - 1], rejected_after[steps - 1],
+        buckets_after[steps - 1]);
   // A re-plan after the change (backward 6x slower) that differs from the
   // running plan goes on trial. Most runs here cut more buckets then; on
   // loaded cores the refitted start-ups can make the re-plan the running
@@ -333,13 +367,13 @@ void run(double tolerance, bool penalize) {
   // counter rose; a step counts as inside it with a step of slack each side.
   // Outside trials only the kept plan may run, and the last such step (a
   // trial may still run when the job ends) must run it.
-  std::vector<char> in_trial(kSteps, 0);
-  for (int s = kChange; s < kSteps; ++s)
+  std::vector<char> in_trial(steps, 0);
+  for (int s = change; s < steps; ++s)
     if (trials_after[s] > trials_after[s - 1])
-      for (int t = std::max(kChange, s - 1); t < std::min(kSteps, s + kTrialSpan + 2); ++t) in_trial[t] = 1;
+      for (int t = std::max(change, s - 1); t < std::min(steps, s + kTrialSpan + 2); ++t) in_trial[t] = 1;
   int outside_other = 0, last_outside = -1;
   bool was_in_trial = false, trial_completed = false;  // a trial's steps, then a step outside one
-  for (int s = kChange; s < kSteps; ++s) {
+  for (int s = change; s < steps; ++s) {
     if (in_trial[s]) {
       was_in_trial = true;
       continue;
@@ -348,18 +382,18 @@ void run(double tolerance, bool penalize) {
     last_outside = s;
     outside_other += !on_kept[s];
   }
-  const bool tried = trials_after[kSteps - 1] > kept_trials;
+  const bool tried = trials_after[steps - 1] > kept_trials;
   EXPECT(outside_other == 0,
          "a plan other than the running one ran %d step(s) after the change outside a trial (candidates %.0f -> "
          "%.0f)",
-         outside_other, kept_trials, trials_after[kSteps - 1]);
+         outside_other, kept_trials, trials_after[steps - 1]);
   if (g_rank == 0 && !tried)
     std::printf("no re-plan differed from the running plan of %zu bucket(s): nothing to try\n", kept_sig.size());
   if (!tried) return;
-  const bool ending_trial = in_trial[kSteps - 1];
-  EXPECT(!trial_completed || rejected_after[kSteps - 1] >= 1,
+  const bool ending_trial = in_trial[steps - 1];
+  EXPECT(!trial_completed || rejected_after[steps - 1] >= 1,
          "no re-plan was rejected, though every other plan paused %d ms a step", kPenaltyMs);
-  EXPECT(last_outside >= kChange && on_kept[last_outside],
+  EXPECT(last_outside >= change && on_kept[last_outside],
          "the last step outside a trial (%d) ran a plan other than the one the first trials kept", last_outside);
   if (g_rank == 0 && ending_trial) std::printf("a re-plan's trial was still running when the job ended\n");
 }

@@ -104,6 +104,7 @@ class MgsStats(ctypes.Structure):
         ("fusion_max_tensor_bytes", ctypes.c_uint64),
         ("plan_round_us", ctypes.c_uint64),
         ("plan_rounds_timed", ctypes.c_uint64),
+        ("plan_trial_running", ctypes.c_uint64),
     ]
 
 
