@@ -41,7 +41,6 @@ void OnlineCost::planned(double predicted_span_s, const std::vector<double>& pre
   bucket_ready_.assign(buckets_.size(), Clock::time_point{});
   packed_bucket_end_.clear();
   window_.clear();
-  window_spans_.clear();
   steps_since_plan_ = 0;
   strikes_ = 0;
   good_ = 0;
@@ -195,11 +194,6 @@ OnlineCost::Decision OnlineCost::onReduced(const std::vector<int64_t>& sums) {
   d.checked = true;
   d.measured_s = static_cast<double>(sums[0]) / static_cast<double>(sums[1]) * kTimeUnit + lead_s;
   d.predicted_s = predicted_span_s_;
-  window_spans_.push_back(d.measured_s);
-  if (window_spans_.size() > static_cast<size_t>(std::max(1, opt_.window))) window_spans_.erase(window_spans_.begin());
-  for (double v : window_spans_) d.window_measured_s += v;
-  d.window_steps = static_cast<int>(window_spans_.size());
-  d.window_measured_s /= d.window_steps;
   if (std::fabs(d.measured_s - d.predicted_s) > opt_.tolerance * d.predicted_s) {
     ++strikes_;
     good_ = 0;

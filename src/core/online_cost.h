@@ -87,13 +87,6 @@ class OnlineCost {
     bool replan = false;
     double measured_s = 0, predicted_s = 0;  // mean span over ranks; the plan's span
     int steps_off = 0;                       // consecutive steps beyond tolerance
-    // The mean span over the refit's window (this plan's last `window`
-    // compared steps, this one included) and how many: what a re-plan
-    // rescales backward to (Replanner::checkPlan). The steps that condemned
-    // the plan were picked for being off, so alone they overstate the miss:
-    // the next steps under the rescaled price regress to the plan's mean.
-    double window_measured_s = 0;
-    int window_steps = 0;
   };
 
   OnlineCost() = default;
@@ -214,7 +207,6 @@ class OnlineCost {
   std::vector<Clock::time_point> packed_bucket_end_;
   // Reduced, identical on every rank.
   std::vector<std::vector<int64_t>> window_;
-  std::vector<double> window_spans_;  // the compared steps' spans in the window (seconds)
   int steps_since_plan_ = 0, strikes_ = 0, good_ = 0, failures_ = 0;
   bool fixed_since_plan_ = false;
   double reduce_s_ = 0;

@@ -226,24 +226,21 @@ void Replanner::checkPlan(const Boundary& b, std::optional<PlanChoice>* out) {
   // from the steady state's either way (its per-tensor exchanges slow
   // backward on busy cores, or hold the ranks in step where a plan does
   // not). Rank 0 rescales the profile's backward so that, with the tail the
-  // plan predicted after it, the plan would have predicted the mean span of
-  // the refit's window (OnlineCost::Decision::window_measured_s), not the
-  // last step's: the steps that set off the re-plan were off by selection.
+  // plan predicted after it, the plan would have predicted the measured span.
   const double old_scale = backward_scale_;
   if (comm_.rank() == 0)
-    backward_scale_ = rescaleBackward(backward_scale_, last_backward_s_, d.predicted_s, d.window_measured_s);
+    backward_scale_ = rescaleBackward(backward_scale_, last_backward_s_, d.predicted_s, d.measured_s);
   const plan::CostModel old = cost_.refit();
   const plan::CostModel& now = cost_.model();
   MGS_LOG_INFO(
       "re-planning at step {}: measured {:.3f} ms per step (mean over ranks) vs predicted {:.3f} ms ({:+.0f}%) "
       "for {} steps in a row (tolerance {:.0f}%); refitted allgather {:.3f} -> {:.3f} ms at 64 KiB, allreduce "
       "{:.3f} -> {:.3f} ms at 4 MiB, selection {:.3g} -> {:.3g} s/element (the check costs {:.0f} us per step); "
-      "backward scaled {:.3f} -> {:.3f} (to the mean of the last {} compared steps, {:.3f} ms)",
+      "backward scaled {:.3f} -> {:.3f}",
       b.step, d.measured_s * 1e3, d.predicted_s * 1e3, 100.0 * (d.measured_s / d.predicted_s - 1.0), d.steps_off,
       config_.replan_tolerance * 100, old.allgather.seconds(65536.0) * 1e3, now.allgather.seconds(65536.0) * 1e3,
       old.allreduce.seconds(4194304.0) * 1e3, now.allreduce.seconds(4194304.0) * 1e3, old.sparsify.c_s,
-      now.sparsify.c_s, online.meanReduceSeconds() * 1e6, old_scale, backward_scale_, d.window_steps,
-      d.window_measured_s * 1e3);
+      now.sparsify.c_s, online.meanReduceSeconds() * 1e6, old_scale, backward_scale_);
   // Where the plan went wrong, bucket by bucket (mgs_get_plan_buckets): the
   // three whose mean measured end strays most from the predicted one.
   std::vector<size_t> worst;
