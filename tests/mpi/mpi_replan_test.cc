@@ -95,11 +95,18 @@ void run(double tolerance, bool penalize) {
   int change = kMaxSteps, steps = kMaxSteps;
   bool trial_running = true;
   for (int step = 0; step < steps; ++step) {
-    if (change == kMaxSteps && step >= kChange && !trial_running && plans_after[step - 1] >= 1) {
-      change = step;
-      steps = std::min(kMaxSteps, change + kAfter);
-      kept_sig = last_sig;  // penalize: the plan the first trials kept
-      if (g_rank == 0) std::printf("the step time changes at step %d\n", change);
+    // Decided on every rank alike: the change waits while any rank reports a
+    // trial (the flag is the same everywhere, checked below; a rank that
+    // disagreed would otherwise run a different number of steps).
+    if (change == kMaxSteps && step >= kChange) {
+      bool any_trial = trial_running || plans_after[step - 1] < 1;
+      for (float f : gatherAll("trial_running", std::vector<float>{any_trial ? 1.0f : 0.0f})) any_trial |= f != 0;
+      if (!any_trial) {
+        change = step;
+        steps = std::min(kMaxSteps, change + kAfter);
+        kept_sig = last_sig;  // penalize: the plan the first trials kept
+        if (g_rank == 0) std::printf("the step time changes at step %d\n", change);
+      }
     }
     StepTensors tensors(sizes, step);
     auto &x = tensors.x, &out = tensors.out, &before = tensors.before;
