@@ -347,14 +347,16 @@ void scenarioDuplicate() {
   std::vector<int64_t> s{4};
   mgs_tensor_t t = cpuTensor(a, MGS_FLOAT32, s);
   mgs_handle_t h1 = 0, h2 = 0;
-  // Rank 0 enqueues late, so the first op is still in flight on other ranks.
-  if (g_rank == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  EXPECT_OK(mgs_allreduce_async("dup", &t, &t, MGS_REDUCE_SUM, 1, 1, 0, &h1));
+  // Rank 0 enqueues only after the barrier, which the other ranks enter after
+  // their second enqueue: the first op is surely still in flight there.
   if (g_rank != 0) {
+    EXPECT_OK(mgs_allreduce_async("dup", &t, &t, MGS_REDUCE_SUM, 1, 1, 0, &h1));
     EXPECT(mgs_allreduce_async("dup", &t, &t, MGS_REDUCE_SUM, 1, 1, 0, &h2) == MGS_ERR_DUPLICATE_NAME,
            "second enqueue of an in-flight name: %s", mgs_last_error());
     EXPECT(std::strstr(mgs_last_error(), "'dup'") != nullptr, "message: %s", mgs_last_error());
   }
+  EXPECT_OK(mgs_barrier());
+  if (g_rank == 0) EXPECT_OK(mgs_allreduce_async("dup", &t, &t, MGS_REDUCE_SUM, 1, 1, 0, &h1));
   EXPECT_OK(mgs_wait(h1));
   mgs_release(h1);
   // Once complete, the name can be used again.

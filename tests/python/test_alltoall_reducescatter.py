@@ -139,10 +139,18 @@ def test_reducescatter_errors(rank, size):
         hvd.reducescatter(torch.ones(2 * size + rank, 3), name="rs.err.shape")
     with pytest.raises(RuntimeError, match="rs.err.type.*dtype"):
         hvd.reducescatter(torch.ones(size, dtype=torch.int32 if rank % 2 else torch.float32), name="rs.err.type")
-    handle = hvd.reducescatter_async(torch.ones(size), name="rs.err.dup")
-    with pytest.raises(ValueError, match="already in flight"):
-        hvd.reducescatter_async(torch.ones(size), name="rs.err.dup")
-    hvd.synchronize(handle)
+    for checker in range(size):
+        # The checker's op cannot complete before the other ranks enqueue it, which
+        # they do only after the barrier; otherwise it may finish before the second
+        # enqueue and the name is free again.
+        if rank == checker:
+            handle = hvd.reducescatter_async(torch.ones(size), name="rs.err.dup", op=hvd.Sum)
+            with pytest.raises(ValueError, match="already in flight"):
+                hvd.reducescatter_async(torch.ones(size), name="rs.err.dup")
+        hvd.barrier()
+        if rank != checker:
+            handle = hvd.reducescatter_async(torch.ones(size), name="rs.err.dup", op=hvd.Sum)
+        assert torch.equal(hvd.synchronize(handle), torch.full((1,), float(size)))
 
 
 def test_grouped_reducescatter_and_gradients(rank, size):
