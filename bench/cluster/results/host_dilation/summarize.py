@@ -23,6 +23,20 @@ def pairs(rows, key):
     return [d[k] / o[k] for k in sorted(d) if k in o]
 
 
+def pooled(paths):
+    """Pairs pooled over run_planner.sh -C files: (default / fixed in median_s, in period_s, the default runs'
+    plan_buckets); a file without both kinds of run (a call still running, or one that failed) is skipped."""
+    steps, period, buckets = [], [], []
+    for path in sorted(paths):
+        rows = [json.loads(l) for l in open(path) if l.startswith("{")]
+        if {"fixed" in r["label"] for r in rows} != {True, False}:
+            continue
+        steps += pairs(rows, "median_s")
+        period += pairs(rows, "period_s")
+        buckets += [r["plan_buckets"] for r in rows if "fixed" not in r["label"]]
+    return steps, period, buckets
+
+
 def fmt(ratios):
     return "%.3f (%.2f-%.2f)" % interval(ratios)
 

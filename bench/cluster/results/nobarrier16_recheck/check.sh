@@ -5,7 +5,8 @@
 #   of a cell: the next number, so that the files add up)
 #   MODEL resnet50|bert_base, RATE 1gbit|10gbit, DENSITY 0.01|0.001, BEST the size in MB (64, 128)
 #   e.g. check.sh resnet50 10gbit 0.01 64 6      then: /usr/bin/python3 summary.py OUTDIR
-#   STEP_BARRIER=1 in the environment: the replay's barrier before each step kept (the sweep table's timing)
+#   STEP_BARRIER=1 in the environment: the replay's barrier before each step kept (the sweep table's timing);
+#   TAG=NAME: the files are NAME_<call> instead of the cell's name (other MGS_* variables reach every run)
 model=${1:?MODEL} rate=${2:?RATE} density=${3:?DENSITY} best=${4:?BEST} calls=${5:-6} first=${7:-1}
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../../.." && pwd)
@@ -16,6 +17,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 cell="${model}_${rate}_${density}_16"
 barrier_arg=--no-step-barrier
 if [ "${STEP_BARRIER:-0}" = 1 ]; then barrier_arg=; cell="${cell}_barrier"; fi
+cell=${TAG:-$cell}
 for i in $(seq "$first" $((first + calls - 1))); do
   echo "$(date +%T) ${cell}_$i"
   (cd "$repo" && MGS_REPLAN_TOLERANCE=0.15 timeout 900 bench/cluster/run_planner.sh -b build -n 16 -r "$rate" -l 0.5ms \

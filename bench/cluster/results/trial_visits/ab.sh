@@ -6,20 +6,13 @@
 # usage: ab.sh [ROUNDS] [OUTDIR]   then: summary.py OUTDIR
 rounds=${1:-6}
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../../../.." && pwd)
 out=$(mkdir -p "${2:-$here}" && cd "${2:-$here}" && pwd)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-cell() { # TRIAL_STEPS TAG
-  echo "$(date +%T) $2"
-  (cd "$repo" && MGS_PLAN_TRIAL_STEPS=$1 MGS_LOG_LEVEL=info CLUSTER_LOG_DIR=/tmp/trial_visits/$2 \
-    MGS_REPLAN_TOLERANCE=0.15 timeout 900 \
-    bench/cluster/run_planner.sh -b build -n 16 -r 1gbit -l 0.5ms -R 2 -C fixed-64MB -e 0.01 -o "$out/$2.jsonl" -- \
-    --trace tools/traces/resnet50.json --steps 40 --profile-steps 3 --scale-time 0.25 --density 0.001 \
-    --sim-network 1gbe --no-step-barrier > "$out/$2.log" 2>&1 < /dev/null)
-  echo "rc=$?"
+cell() { # TRIAL_STEPS ARM CALL: one call of nobarrier16_recheck/check.sh, into OUT/ARM_CALL.*
+  MGS_PLAN_TRIAL_STEPS=$1 MGS_LOG_LEVEL=info CLUSTER_LOG_DIR=/tmp/trial_visits/$2_$3 TAG=$2 \
+    "$here/../nobarrier16_recheck/check.sh" resnet50 1gbit 0.001 64 1 "$out" "$3"
 }
 for i in $(seq 1 "$rounds"); do
-  if [ $((i % 2)) -eq 1 ]; then cell 3 "v2_$i"; cell 5 "v4_$i"; else cell 5 "v4_$i"; cell 3 "v2_$i"; fi
+  if [ $((i % 2)) -eq 1 ]; then cell 3 v2 "$i"; cell 5 v4 "$i"; else cell 5 v4 "$i"; cell 3 v2 "$i"; fi
 done
 # Rank 0's trial, run-off and re-plan lines of every run.
 for d in /tmp/trial_visits/*_[0-9]*; do

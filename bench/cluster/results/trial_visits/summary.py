@@ -8,17 +8,14 @@ import glob, json, os, re, sys
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "..", "host_dilation"))
-from summarize import fmt, pairs  # noqa: E402
+from summarize import fmt, pooled  # noqa: E402
 
 d = sys.argv[1] if len(sys.argv) > 1 else here
 for arm in ("v2", "v4"):
-    steps, period, buckets, trial_at_start = [], [], [], 0
-    for path in sorted(glob.glob(os.path.join(d, arm + "_*.jsonl"))):
-        rows = [json.loads(l) for l in open(path) if l.startswith("{")]
-        steps += pairs(rows, "median_s")
-        period += pairs(rows, "period_s")
-        buckets += [r["plan_buckets"] for r in rows if "fixed" not in r["label"]]
-        trial_at_start += sum(1 for r in rows if r.get("plan_trial_running_at_start"))
+    paths = glob.glob(os.path.join(d, arm + "_*.jsonl"))
+    steps, period, buckets = pooled(paths)
+    trial_at_start = sum(1 for p in paths for l in open(p) if l.startswith("{")
+                         and json.loads(l).get("plan_trial_running_at_start"))
     if steps:
         print(f"{arm}: {len(steps)} pairs: default / 64 MB, steps {fmt(steps)}, wall time per step {fmt(period)}; "
               f"default's buckets at the end {', '.join(map(str, buckets))}; runs timed from inside a trial: "
@@ -32,7 +29,7 @@ if os.path.exists(lines):
             runs[run] = {"kept": [], "runoff": 0, "replans": 0}
         elif run is not None:
             m = re.search(r"keeping (.+?) \((\d+) buckets\)", line)
-            if m and "merge plan trials" in line or m and "run-off" in line:
+            if m and ("merge plan trials" in line or "run-off" in line):
                 runs[run]["kept"].append(f"{m.group(1)} ({m.group(2)})")
             if "in a run-off of" in line:
                 runs[run]["runoff"] += 1
